@@ -1,0 +1,70 @@
+// Package sqlitedb opens Sluice's SQLite database and brings its schema up
+// to date. Only the worker opens the database; servers never do.
+package sqlitedb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+
+	"github.com/pressly/goose/v3"
+
+	// The SQLite driver, registered as "sqlite3".
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/sluicehq/sluice/migrations"
+)
+
+// Open opens (creating if needed) the SQLite file at path with Sluice's
+// per-connection pragmas, applies pending migrations, and refuses a database
+// whose schema is newer than this binary knows.
+//
+// Writers use BEGIN IMMEDIATE (_txlock=immediate) so that two transactions
+// never deadlock upgrading a read lock; WAL lets readers run beside them.
+func Open(ctx context.Context, path string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_busy_timeout", "5000")
+	q.Set("_foreign_keys", "on")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if err := Migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Migrate applies every pending migration in order, one transaction each,
+// recording them in goose's version table.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrations.FS)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	current, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: read schema version: %w", err)
+	}
+	sources := p.ListSources()
+	known := int64(0)
+	if len(sources) > 0 {
+		known = sources[len(sources)-1].Version
+	}
+	if current > known {
+		return fmt.Errorf("migrations: database schema is at version %d but this binary knows only up to %d; upgrade Sluice", current, known)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return nil
+}
