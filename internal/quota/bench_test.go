@@ -1,0 +1,211 @@
+package quota
+
+import (
+	"fmt"
+	"math/rand"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchKey builds a realistic key: tenant and policy ids, then the identity.
+func benchKey(i int) string {
+	return fmt.Sprintf("t_4kq7yc2m/p_9d1xw0sn/ip:10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+}
+
+func benchLimits() []Limit {
+	return []Limit{{Algorithm: TokenBucket, Limit: 1_000_000, Period: time.Second}}
+}
+
+func BenchmarkCheckHotKey(b *testing.B) {
+	c := NewCache()
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	key := []byte(benchKey(1))
+	now := t0
+	c.CheckBytes(key, limits, now, 1, true, out)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		now += 1000
+		c.CheckBytes(key, limits, now, 1, true, out)
+	}
+}
+
+// benchManyKeys checks n existing keys in a random order. The keys are laid
+// out in visiting order in one buffer, so reading the next key costs what
+// reading a freshly built key buffer costs a server, and the benchmark
+// measures the cache's own memory accesses.
+func benchManyKeys(b *testing.B, n int) {
+	c := NewCache()
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	var buf []byte
+	offs := make([]int, 0, n+1)
+	for _, i := range rand.New(rand.NewSource(1)).Perm(n) {
+		offs = append(offs, len(buf))
+		buf = append(buf, benchKey(i)...)
+	}
+	offs = append(offs, len(buf))
+	// Populate in another random order, so that neither the buckets nor
+	// their keys sit in memory in visiting order.
+	for _, i := range rand.New(rand.NewSource(2)).Perm(n) {
+		c.CheckBytes(buf[offs[i]:offs[i+1]], limits, t0, 1, true, out)
+	}
+	now := t0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := i % n
+		now += 1000
+		c.CheckBytes(buf[offs[k]:offs[k+1]], limits, now, 1, true, out)
+	}
+}
+
+func BenchmarkCheck100kKeys(b *testing.B) { benchManyKeys(b, 100_000) }
+func BenchmarkCheck1MKeys(b *testing.B)   { benchManyKeys(b, 1_000_000) }
+
+func BenchmarkCheckParallel(b *testing.B) {
+	const n = 100_000
+	c := NewCache()
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	var buf []byte
+	offs := make([]int, 0, n+1)
+	for _, i := range rand.New(rand.NewSource(1)).Perm(n) {
+		offs = append(offs, len(buf))
+		buf = append(buf, benchKey(i)...)
+	}
+	offs = append(offs, len(buf))
+	for i := range n {
+		c.CheckBytes(buf[offs[i]:offs[i+1]], limits, t0, 1, true, out)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]Outcome, 1)
+		k := int(next.Add(n/8)) % n // each goroutine walks its own stretch
+		now := t0
+		for pb.Next() {
+			now += 1000
+			c.CheckBytes(buf[offs[k]:offs[k+1]], limits, now, 1, true, out)
+			if k++; k == n {
+				k = 0
+			}
+		}
+	})
+}
+
+func BenchmarkSweep100kNothingToRemove(b *testing.B) {
+	const n = 100_000
+	c := NewCache()
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	for i := range n {
+		c.Check(benchKey(i), limits, t0, 1, true, out)
+	}
+	c.DrainDirty(func(string, []Limit, []State, int64) {})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if c.Sweep(t0) != 0 {
+			b.Fatal("removed a bucket in use")
+		}
+	}
+}
+
+func BenchmarkDrainDirty100k(b *testing.B) {
+	const n = 100_000
+	c := NewCache()
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(benchKey(i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		for _, k := range keys {
+			c.CheckBytes(k, limits, t0, 1, true, out)
+		}
+		b.StartTimer()
+		c.DrainDirty(func(string, []Limit, []State, int64) {})
+	}
+}
+
+func BenchmarkNormalizeTarget(b *testing.B) {
+	b.ReportAllocs()
+	for range b.N {
+		NormalizeTarget("/API/v1//Example%252EJSON;jsessionid=1/?mode=normal&mode[]=heavy#x")
+	}
+}
+
+func BenchmarkNormalizeTargetCanonical(b *testing.B) {
+	b.ReportAllocs()
+	for range b.N {
+		NormalizeTarget("/api/v1/example?mode=heavy")
+	}
+}
+
+func BenchmarkRouterMatch(b *testing.B) {
+	var patterns []Pattern
+	for i := range 50 {
+		p, err := CompilePattern("GET", fmt.Sprintf("/api/v1/resource%d/:id", i), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		patterns = append(patterns, p)
+	}
+	for _, s := range []struct{ m, p string }{{"*", "/*"}, {"GET", "/api/*"}, {"GET", "/api/example"}} {
+		p, _ := CompilePattern(s.m, s.p, nil)
+		patterns = append(patterns, p)
+	}
+	heavy, _ := CompilePattern("GET", "/api/example", map[string]string{"mode": "heavy"})
+	patterns = append(patterns, heavy)
+	r := NewRouter(patterns)
+	t := NormalizeTarget("/api/example?mode=normal&mode=heavy")
+	if got := r.Match("GET", &t); got != len(patterns)-1 {
+		b.Fatalf("matched %d", got)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.Match("GET", &t)
+	}
+}
+
+// measureBucketMemory returns the heap bytes per idle single-limit
+// token-bucket bucket, including its key and map entry, over n buckets.
+func measureBucketMemory(n int) (perBucket float64, keyLen int) {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = benchKey(i)
+	}
+	limits := benchLimits()
+	out := make([]Outcome, 1)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := NewCache()
+	for _, k := range keys {
+		c.Check(k, limits, t0, 1, true, out)
+	}
+	c.DrainDirty(func(string, []Limit, []State, int64) {}) // idle: not dirty
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(keys)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n), len(keys[n-1])
+}
+
+func BenchmarkBucketMemory(b *testing.B) {
+	var per float64
+	for range b.N {
+		per, _ = measureBucketMemory(100_000)
+	}
+	b.ReportMetric(per, "B/bucket")
+}

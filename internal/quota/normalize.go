@@ -1,0 +1,331 @@
+package quota
+
+// Request-target normalization exists so that no spelling of a request that a
+// backend routes to an endpoint can dodge that endpoint's policy. Backends
+// differ in what they decode, strip or fold, so the canonical form is the
+// union of their leniencies: whenever some backend would treat two targets as
+// the same endpoint, both normalize to the same path. Over-matching costs a
+// client a little quota; under-matching is a bypass.
+//
+// Percent-decoding runs to a fixed point in one linear pass (a decoded byte
+// that completes a new escape is decoded again), so no depth of nested
+// encoding (%252e, %25252e, …) survives, there is no round limit to exceed,
+// and the result contains no escape at all, which makes normalization
+// idempotent.
+
+import "strings"
+
+// Target is a normalized request target.
+type Target struct {
+	// Path is the canonical path (see NormalizePath).
+	Path string
+	// Query holds every value of every query parameter, decoded, keyed by the
+	// decoded parameter name in ASCII lower case without a trailing "[]".
+	Query map[string][]string
+}
+
+// NormalizeTarget normalizes a raw request target as received by a server
+// (origin form "/p?q", or absolute form "https://host/p?q"). It never fails
+// and always returns a path starting with "/".
+//
+// It drops any "#fragment", strips a scheme and authority, splits at the first
+// '?', normalizes the path with NormalizePath, and parses the query with
+// all-values semantics: pairs split on '&' (and, for backends that also split
+// on ';', a pair containing ';' is recorded both whole and split), '+' is a
+// space, keys and values are percent-decoded to a fixed point, keys are
+// lower-cased and lose trailing "[]" (PHP/Rails arrays).
+func NormalizeTarget(raw string) Target {
+	if i := strings.IndexByte(raw, '#'); i >= 0 {
+		raw = raw[:i]
+	}
+	raw = stripSchemeAuthority(raw)
+	p, q, _ := strings.Cut(raw, "?")
+	return Target{Path: NormalizePath(p), Query: parseQuery(q)}
+}
+
+// stripSchemeAuthority turns an absolute-form target ("http://host:80/p?q")
+// into its path and query: servers route it by its path.
+func stripSchemeAuthority(raw string) string {
+	if raw == "" || raw[0] == '/' {
+		return raw
+	}
+	i := 0
+	for i < len(raw) && (isAlnum(raw[i]) || raw[i] == '+' || raw[i] == '-' || raw[i] == '.') {
+		i++
+	}
+	if i == 0 || !isAlpha(raw[0]) || !strings.HasPrefix(raw[i:], "://") {
+		return raw
+	}
+	rest := raw[i+3:]
+	if j := strings.IndexAny(rest, "/?"); j >= 0 {
+		return rest[j:]
+	}
+	return "/"
+}
+
+// NormalizePath returns the canonical form of a URL path: percent-decoded to
+// a fixed point (an invalid escape is kept literally), '\' read as '/',
+// ";params" stripped from every segment (Tomcat-style matrix parameters),
+// duplicate slashes collapsed, "." and ".." resolved (never above the root),
+// the trailing slash dropped, final ".ext" format suffixes stripped from the
+// last segment (ext of 1–8 ASCII letters or digits after a non-empty name, so
+// "/api/example.json" and "/api/example%2ejson" give "/api/example"), and
+// ASCII lower-cased. The result starts with "/" and NormalizePath(result) ==
+// result. A path already canonical is returned without allocating.
+func NormalizePath(p string) string {
+	if isCanonicalPath(p) {
+		return p
+	}
+	return normalizePathSlow(p)
+}
+
+// normalizePathSlow is NormalizePath without the canonical fast path.
+func normalizePathSlow(p string) string { return canonicalPath(p, true) }
+
+// canonicalPath is NormalizePath, with the format-suffix step optional:
+// pattern compilation normalizes literal runs that may not end the path.
+func canonicalPath(p string, stripExt bool) string {
+	var scratch [256]byte
+	dec := appendDecoded(scratch[:0], p, false)
+	out := make([]byte, 0, len(dec)+1)
+	out = appendSegments(out, dec)
+	if stripExt {
+		out = stripExtensions(out)
+	}
+	if len(out) == 0 {
+		return "/"
+	}
+	return string(out)
+}
+
+// appendSegments appends the canonical segments of the decoded path dec, each
+// preceded by '/', lower-cased, with dot segments resolved within what it
+// appends.
+func appendSegments(out, dec []byte) []byte {
+	base := len(out)
+	for len(dec) > 0 {
+		j := 0
+		for j < len(dec) && dec[j] != '/' && dec[j] != '\\' {
+			j++
+		}
+		seg := dec[:j]
+		if j < len(dec) {
+			dec = dec[j+1:]
+		} else {
+			dec = nil
+		}
+		for k, c := range seg {
+			if c == ';' {
+				seg = seg[:k]
+				break
+			}
+		}
+		switch {
+		case len(seg) == 0 || len(seg) == 1 && seg[0] == '.':
+		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
+			k := len(out) - 1
+			for k >= base && out[k] != '/' {
+				k--
+			}
+			out = out[:max(k, base)]
+		default:
+			out = append(out, '/')
+			for _, c := range seg {
+				out = append(out, lowerASCII(c))
+			}
+		}
+	}
+	return out
+}
+
+// stripExtensions removes format suffixes from the last segment of a
+// canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so).
+func stripExtensions(out []byte) []byte {
+	for {
+		n := extLen(out)
+		if n == 0 {
+			return out
+		}
+		out = out[:len(out)-n]
+	}
+}
+
+// extLen returns the length of the strippable ".ext" at the end of the last
+// segment of p, or 0. The name before the dot must be non-empty and not "."
+// or "..", so stripping never creates a dot segment.
+func extLen[T string | []byte](p T) int {
+	n := 0
+	for i := len(p) - 1; i >= 0; i-- {
+		c := p[i]
+		switch {
+		case c == '.':
+			name := p[:i]
+			j := len(name) - 1
+			for j >= 0 && name[j] != '/' {
+				j--
+			}
+			name = name[j+1:]
+			if n == 0 || n > 8 || len(name) == 0 || string(name) == "." || string(name) == ".." {
+				return 0
+			}
+			return n + 1
+		case isAlnum(c):
+			n++
+			if n > 8 {
+				return 0
+			}
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
+// isCanonicalPath reports whether NormalizePath(p) == p, cheaply, so that
+// already-canonical paths (and compiled patterns) cost no allocation.
+func isCanonicalPath(p string) bool {
+	if len(p) == 0 || p[0] != '/' {
+		return false
+	}
+	if len(p) == 1 {
+		return true
+	}
+	if p[len(p)-1] == '/' {
+		return false
+	}
+	segStart := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) {
+			c := p[i]
+			switch {
+			case c == '\\' || c == ';' || 'A' <= c && c <= 'Z':
+				return false
+			case c == '%':
+				if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+					return false
+				}
+			}
+			if c != '/' {
+				continue
+			}
+		}
+		seg := p[segStart:i]
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		segStart = i + 1
+	}
+	return extLen(p) == 0
+}
+
+// appendDecoded appends s percent-decoded to a fixed point. Each output byte
+// is pushed and, while the output ends in a valid "%XX", that escape is
+// replaced by its byte, which may complete an earlier '%' in turn. The output
+// never contains a valid escape, and the work is linear in len(s). With plus,
+// a literal '+' in s is a space (query components); a '+' produced by
+// decoding stays a '+', as in every single-pass decoder.
+func appendDecoded(out []byte, s string, plus bool) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if plus && c == '+' {
+			c = ' '
+		}
+		out = append(out, c)
+		for n := len(out); n >= 3 && out[n-3] == '%' && isHex(out[n-2]) && isHex(out[n-1]); n = len(out) {
+			out[n-3] = unhex(out[n-2])<<4 | unhex(out[n-1])
+			out = out[:n-2]
+		}
+	}
+	return out
+}
+
+// decodeComponent decodes a query key or value, without allocating when
+// there is nothing to decode.
+func decodeComponent(s string) string {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s
+	}
+	var scratch [128]byte
+	return string(appendDecoded(scratch[:0], s, true))
+}
+
+func parseQuery(q string) map[string][]string {
+	if q == "" {
+		return nil
+	}
+	m := make(map[string][]string)
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		addPair(m, pair)
+		if strings.IndexByte(pair, ';') >= 0 {
+			for sub := range strings.SplitSeq(pair, ";") {
+				addPair(m, sub)
+			}
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func addPair(m map[string][]string, pair string) {
+	if pair == "" {
+		return
+	}
+	k, v, _ := strings.Cut(pair, "=")
+	key := normalizeQueryKey(decodeComponent(k))
+	if key == "" {
+		return
+	}
+	m[key] = append(m[key], decodeComponent(v))
+}
+
+// normalizeQueryKey lower-cases a decoded key and strips trailing "[]"
+// (PHP and Rails read "mode[]=heavy" as a mode parameter).
+func normalizeQueryKey(k string) string {
+	for strings.HasSuffix(k, "[]") {
+		k = k[:len(k)-2]
+	}
+	return lowerASCIIString(k)
+}
+
+// lowerASCIIString lower-cases ASCII letters only (no Unicode folding, which
+// could merge distinct keys), allocating only when something changes.
+func lowerASCIIString(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				b[j] = lowerASCII(b[j])
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
+}
+
+func isAlpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isAlnum(c byte) bool { return isAlpha(c) || '0' <= c && c <= '9' }
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
