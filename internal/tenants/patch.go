@@ -1,0 +1,98 @@
+package tenants
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+// KeyPatch is a partial update of a consumer key (PATCH /v1/keys/{id}).
+// A nil field is left as it is.
+//
+// In JSON, an absent field is left as it is, "expires_at": null removes
+// the expiry, and "overrides": null or {} removes every override. Because
+// KeyPatch decodes itself, it also refuses unknown fields, which a
+// decoder's DisallowUnknownFields would not do for it.
+type KeyPatch struct {
+	Name      *string
+	Tier      *string
+	ExpiresAt *time.Time // a new expiry
+	// ClearExpiry removes the expiry; it may not be set with ExpiresAt.
+	ClearExpiry bool
+	// Overrides replaces the key's overrides; a pointer to an empty or nil
+	// map removes them all.
+	Overrides *map[string]Limits
+}
+
+// Empty reports whether the patch changes nothing.
+func (p KeyPatch) Empty() bool {
+	return p.Name == nil && p.Tier == nil && p.ExpiresAt == nil && !p.ClearExpiry && p.Overrides == nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (p KeyPatch) MarshalJSON() ([]byte, error) {
+	m := map[string]any{}
+	if p.Name != nil {
+		m["name"] = *p.Name
+	}
+	if p.Tier != nil {
+		m["tier"] = *p.Tier
+	}
+	if p.ClearExpiry {
+		m["expires_at"] = nil
+	} else if p.ExpiresAt != nil {
+		m["expires_at"] = *p.ExpiresAt
+	}
+	if p.Overrides != nil {
+		m["overrides"] = *p.Overrides
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *KeyPatch) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*p = KeyPatch{}
+	for _, k := range sortedKeys(raw) {
+		v := raw[k]
+		null := string(v) == "null"
+		switch k {
+		case "name", "tier":
+			var s string
+			if null || json.Unmarshal(v, &s) != nil {
+				return invalid(k, "must be a string")
+			}
+			if k == "name" {
+				p.Name = &s
+			} else {
+				p.Tier = &s
+			}
+		case "expires_at":
+			if null {
+				p.ClearExpiry = true
+				continue
+			}
+			var t time.Time
+			if json.Unmarshal(v, &t) != nil {
+				return invalid(k, "must be an RFC 3339 time or null")
+			}
+			p.ExpiresAt = &t
+		case "overrides":
+			var m map[string]Limits
+			if err := json.Unmarshal(v, &m); err != nil {
+				if errs.Code(err) == errs.Invalid {
+					return err
+				}
+				return invalid(k, "must be an object of policy names to limits")
+			}
+			p.Overrides = &m
+		default:
+			return errs.Errorf(errs.Invalid, "unknown field %q", k)
+		}
+	}
+	return nil
+}

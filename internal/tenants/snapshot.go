@@ -1,0 +1,223 @@
+package tenants
+
+// How servers keep their copy of the configuration.
+//
+// The worker is the only writer. Every committed config write increments
+// the settings row config_version by exactly one in the same transaction
+// and yields one or more Changes, all stamped with that new version (a new
+// tenant yields a "tenant" and a "service_key" change). The worker
+// publishes the Changes of one write together, in one message.
+//
+// A server starts from a Snapshot, which carries the version it reflects,
+// and applies each change with the rule Snapshot.Apply implements:
+//   - Version below its own: already reflected, skip;
+//   - Version equal to or one above its own: apply, then adopt the version;
+//   - further ahead: a change was missed, so fetch a new Snapshot.
+//
+// Applying is idempotent because every change carries the whole new object
+// (upserted by id) or the id of the deleted one, never a delta; receiving a
+// change twice, or a change already contained in the Snapshot, is harmless.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Change kinds.
+const (
+	ChangeTenant        = "tenant"         // Tenant: created or updated
+	ChangeServiceKey    = "service_key"    // ServiceKey: created or revoked
+	ChangeConsumerKey   = "consumer_key"   // ConsumerKey: created, updated or revoked
+	ChangePolicy        = "policy"         // Policy: created or updated
+	ChangePolicyDeleted = "policy_deleted" // ID, TenantID
+	ChangeBlock         = "block"          // Block: created
+	ChangeBlockDeleted  = "block_deleted"  // ID, TenantID
+	ChangeOperatorToken = "operator_token" // OperatorTokenHash
+	ChangeBucketReset   = "bucket_reset"   // BucketReset: refill one identity's buckets of a policy
+)
+
+// Change is one committed config change, as the worker announces it.
+// Exactly the payload field its Kind names is set; TenantID is set for
+// every kind that belongs to a tenant.
+type Change struct {
+	Version  int64  `json:"version"`
+	Kind     string `json:"kind"`
+	TenantID string `json:"tenant_id,omitempty"`
+	// ID is the deleted object's id (policy_deleted, block_deleted).
+	ID                string             `json:"id,omitempty"`
+	Tenant            *Tenant            `json:"tenant,omitempty"`
+	ServiceKey        *ServiceKeyRecord  `json:"service_key,omitempty"`
+	ConsumerKey       *ConsumerKeyRecord `json:"consumer_key,omitempty"`
+	Policy            *Policy            `json:"policy,omitempty"`
+	Block             *Block             `json:"block,omitempty"`
+	OperatorTokenHash string             `json:"operator_token_hash,omitempty"`
+	BucketReset       *BucketReset       `json:"bucket_reset,omitempty"`
+}
+
+// BucketReset asks every server to refill one identity's buckets for one
+// policy. It changes no stored configuration, but it is versioned like the
+// rest so that it is ordered with the policy changes around it.
+type BucketReset struct {
+	PolicyID string   `json:"policy_id"`
+	Policy   string   `json:"policy"` // the policy's name
+	Identity Identity `json:"identity"`
+}
+
+// ServiceKeyRecord is a service key with its hash, the form servers
+// receive: its JSON is ServiceKey's plus "hash".
+type ServiceKeyRecord struct{ ServiceKey }
+
+// MarshalJSON implements json.Marshaler.
+func (r ServiceKeyRecord) MarshalJSON() ([]byte, error) {
+	type plain ServiceKey
+	return json.Marshal(struct {
+		plain
+		Hash string `json:"hash"`
+	}{plain(r.ServiceKey), r.Hash})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *ServiceKeyRecord) UnmarshalJSON(b []byte) error {
+	type plain ServiceKey
+	var v struct {
+		plain
+		Hash string `json:"hash"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.ServiceKey = ServiceKey(v.plain)
+	r.ServiceKey.Hash = v.Hash
+	return nil
+}
+
+// ConsumerKeyRecord is a consumer key with its hash, the form servers
+// receive: its JSON is ConsumerKey's plus "hash".
+type ConsumerKeyRecord struct{ ConsumerKey }
+
+// MarshalJSON implements json.Marshaler.
+func (r ConsumerKeyRecord) MarshalJSON() ([]byte, error) {
+	type plain ConsumerKey
+	return json.Marshal(struct {
+		plain
+		Hash string `json:"hash"`
+	}{plain(r.ConsumerKey), r.Hash})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *ConsumerKeyRecord) UnmarshalJSON(b []byte) error {
+	type plain ConsumerKey
+	var v struct {
+		plain
+		Hash string `json:"hash"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.ConsumerKey = ConsumerKey(v.plain)
+	r.ConsumerKey.Hash = v.Hash
+	return nil
+}
+
+// Snapshot is everything servers need, consistent as of Version. Each
+// list is sorted by ID. Revoked keys and expired blocks are included;
+// a server checks RevokedAt and ExpiresAt at decision time.
+type Snapshot struct {
+	Version           int64               `json:"version"`
+	Tenants           []Tenant            `json:"tenants"`
+	ServiceKeys       []ServiceKeyRecord  `json:"service_keys"`
+	ConsumerKeys      []ConsumerKeyRecord `json:"consumer_keys"`
+	Policies          []Policy            `json:"policies"`
+	Blocks            []Block             `json:"blocks"`
+	OperatorTokenHash string              `json:"operator_token_hash,omitempty"`
+}
+
+// ErrVersionGap is returned by Snapshot.Apply for a change that is more
+// than one version ahead: one was missed, and the caller should fetch a
+// fresh Snapshot.
+var ErrVersionGap = errors.New("tenants: config change skips a version")
+
+// Apply applies changes in order, following the rule in this file's top
+// comment, and keeps every list sorted by ID. It modifies s in place. On
+// an error, changes before the failing one have been applied.
+func (s *Snapshot) Apply(changes ...Change) error {
+	for _, c := range changes {
+		if err := s.apply(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Snapshot) apply(c Change) error {
+	switch {
+	case c.Version < s.Version:
+		return nil
+	case c.Version > s.Version+1:
+		return fmt.Errorf("%w: at %d, got %d", ErrVersionGap, s.Version, c.Version)
+	}
+	missing := fmt.Errorf("tenants: %s change %d without its payload", c.Kind, c.Version)
+	switch c.Kind {
+	case ChangeTenant:
+		if c.Tenant == nil {
+			return missing
+		}
+		s.Tenants = upsert(s.Tenants, *c.Tenant, func(t Tenant) string { return t.ID })
+	case ChangeServiceKey:
+		if c.ServiceKey == nil {
+			return missing
+		}
+		s.ServiceKeys = upsert(s.ServiceKeys, *c.ServiceKey, func(k ServiceKeyRecord) string { return k.ID })
+	case ChangeConsumerKey:
+		if c.ConsumerKey == nil {
+			return missing
+		}
+		s.ConsumerKeys = upsert(s.ConsumerKeys, *c.ConsumerKey, func(k ConsumerKeyRecord) string { return k.ID })
+	case ChangePolicy:
+		if c.Policy == nil {
+			return missing
+		}
+		s.Policies = upsert(s.Policies, *c.Policy, func(p Policy) string { return p.ID })
+	case ChangePolicyDeleted:
+		s.Policies = remove(s.Policies, c.ID, func(p Policy) string { return p.ID })
+	case ChangeBlock:
+		if c.Block == nil {
+			return missing
+		}
+		s.Blocks = upsert(s.Blocks, *c.Block, func(b Block) string { return b.ID })
+	case ChangeBlockDeleted:
+		s.Blocks = remove(s.Blocks, c.ID, func(b Block) string { return b.ID })
+	case ChangeOperatorToken:
+		s.OperatorTokenHash = c.OperatorTokenHash
+	case ChangeBucketReset:
+		// Not configuration: the server's cache acts on it.
+	default:
+		return fmt.Errorf("tenants: unknown change kind %q", c.Kind)
+	}
+	s.Version = c.Version
+	return nil
+}
+
+func upsert[T any](s []T, v T, id func(T) string) []T {
+	i, found := slices.BinarySearchFunc(s, id(v), func(e T, target string) int { return strings.Compare(id(e), target) })
+	if found {
+		s[i] = v
+		return s
+	}
+	return slices.Insert(s, i, v)
+}
+
+func remove[T any](s []T, target string, id func(T) string) []T {
+	i, found := slices.BinarySearchFunc(s, target, func(e T, target string) int { return strings.Compare(id(e), target) })
+	if !found {
+		return s
+	}
+	s = slices.Delete(s, i, i+1)
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

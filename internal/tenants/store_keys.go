@@ -1,0 +1,202 @@
+package tenants
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at`
+
+func scanConsumerKey(sc scanner) (ConsumerKey, error) {
+	var k ConsumerKey
+	var overrides string
+	var expires, revoked sql.NullInt64
+	var created, updated int64
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Tier, &k.Prefix, &k.Hash, &overrides, &expires, &revoked, &created, &updated); err != nil {
+		return ConsumerKey{}, err
+	}
+	if err := json.Unmarshal([]byte(overrides), &k.Overrides); err != nil {
+		return ConsumerKey{}, fmt.Errorf("consumer key %s: overrides column: %w", k.ID, err)
+	}
+	if len(k.Overrides) == 0 {
+		k.Overrides = nil
+	}
+	k.ExpiresAt, k.RevokedAt = fromOptMS(expires), fromOptMS(revoked)
+	k.CreatedAt, k.UpdatedAt = fromMS(created), fromMS(updated)
+	return k, nil
+}
+
+func scanConsumerKeyRecord(sc scanner) (ConsumerKeyRecord, error) {
+	k, err := scanConsumerKey(sc)
+	return ConsumerKeyRecord{k}, err
+}
+
+func consumerKeyChange(k ConsumerKey) Change {
+	return Change{Kind: ChangeConsumerKey, TenantID: k.TenantID, ConsumerKey: &ConsumerKeyRecord{k}}
+}
+
+func overridesJSON(o map[string]Limits) (string, error) {
+	if o == nil {
+		o = map[string]Limits{}
+	}
+	s, err := toJSON(o)
+	if err != nil {
+		return "", fmt.Errorf("encode overrides: %w", err)
+	}
+	return s, nil
+}
+
+// checkOverridePolicies answers errs.Invalid when an override names no
+// policy of the tenant: most likely a typo the client wants to hear about.
+func checkOverridePolicies(ctx context.Context, q querier, tenantID string, overrides map[string]Limits) error {
+	for _, name := range sortedKeys(overrides) {
+		ok, err := exists(ctx, q, `SELECT 1 FROM policies WHERE tenant_id = ? AND name = ?`, tenantID, name)
+		if err != nil {
+			return fmt.Errorf("check overrides: %w", err)
+		}
+		if !ok {
+			return invalid("overrides."+name, "no policy has this name")
+		}
+	}
+	return nil
+}
+
+// CreateConsumerKey issues a consumer key in the tenant and returns it with
+// its plain text, shown once. Overrides must name the tenant's policies.
+func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier string, expiresAt *time.Time, overrides map[string]Limits, now time.Time) (ConsumerKey, string, []Change, error) {
+	now = normTime(now)
+	if len(overrides) == 0 {
+		overrides = nil
+	}
+	k := ConsumerKey{TenantID: tenantID, Name: name, Tier: tier, Overrides: overrides, ExpiresAt: normOptTime(expiresAt), CreatedAt: now, UpdatedAt: now}
+	if err := k.Validate(now); err != nil {
+		return ConsumerKey{}, "", nil, err
+	}
+	plain, prefix, hash, err := GenerateKey(KindConsumerKey)
+	if err != nil {
+		return ConsumerKey{}, "", nil, err
+	}
+	k.ID, k.Prefix, k.Hash = NewID(IDConsumerKey), prefix, hash
+	ov, err := overridesJSON(k.Overrides)
+	if err != nil {
+		return ConsumerKey{}, "", nil, err
+	}
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return nil, err
+		}
+		if err := checkOverridePolicies(ctx, tx, tenantID, k.Overrides); err != nil {
+			return nil, err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_keys (`+consumerKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			k.ID, k.TenantID, k.Name, k.Tier, k.Prefix, k.Hash, ov, optMS(k.ExpiresAt), optMS(k.RevokedAt), toMS(k.CreatedAt), toMS(k.UpdatedAt))
+		if err != nil {
+			return nil, fmt.Errorf("create consumer key: %w", err)
+		}
+		return []Change{consumerKeyChange(k)}, nil
+	})
+	if err != nil {
+		return ConsumerKey{}, "", nil, err
+	}
+	return k, plain, changes, nil
+}
+
+// GetConsumerKey returns one of the tenant's consumer keys.
+func (s *Store) GetConsumerKey(ctx context.Context, tenantID, id string) (ConsumerKey, error) {
+	return getConsumerKey(ctx, s.db, tenantID, id)
+}
+
+func getConsumerKey(ctx context.Context, q querier, tenantID, id string) (ConsumerKey, error) {
+	return queryOne(ctx, q, scanConsumerKey, "consumer key not found",
+		`SELECT `+consumerKeyColumns+` FROM consumer_keys WHERE id = ? AND tenant_id = ?`, id, tenantID)
+}
+
+// ListConsumerKeys returns the tenant's consumer keys, oldest first,
+// revoked and expired ones included.
+func (s *Store) ListConsumerKeys(ctx context.Context, tenantID string) ([]ConsumerKey, error) {
+	out, err := queryAll(ctx, s.db, scanConsumerKey,
+		`SELECT `+consumerKeyColumns+` FROM consumer_keys WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list consumer keys: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateConsumerKey applies a patch to one of the tenant's consumer keys.
+// An empty patch writes nothing and returns no changes.
+func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patch KeyPatch, now time.Time) (ConsumerKey, []Change, error) {
+	now = normTime(now)
+	if err := patch.Validate(now); err != nil {
+		return ConsumerKey{}, nil, err
+	}
+	var k ConsumerKey
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if k, err = getConsumerKey(ctx, tx, tenantID, id); err != nil || patch.Empty() {
+			return nil, err
+		}
+		if patch.Name != nil {
+			k.Name = *patch.Name
+		}
+		if patch.Tier != nil {
+			k.Tier = *patch.Tier
+		}
+		if patch.ClearExpiry {
+			k.ExpiresAt = nil
+		} else if patch.ExpiresAt != nil {
+			k.ExpiresAt = normOptTime(patch.ExpiresAt)
+		}
+		if patch.Overrides != nil {
+			k.Overrides = *patch.Overrides
+			if len(k.Overrides) == 0 {
+				k.Overrides = nil
+			}
+			if err := checkOverridePolicies(ctx, tx, tenantID, k.Overrides); err != nil {
+				return nil, err
+			}
+		}
+		k.UpdatedAt = now
+		ov, err := overridesJSON(k.Overrides)
+		if err != nil {
+			return nil, err
+		}
+		_, err = tx.ExecContext(ctx, `
+			UPDATE consumer_keys SET name = ?, tier = ?, overrides = ?, expires_at = ?, updated_at = ?
+			WHERE id = ? AND tenant_id = ?`,
+			k.Name, k.Tier, ov, optMS(k.ExpiresAt), toMS(now), id, tenantID)
+		if err != nil {
+			return nil, fmt.Errorf("update consumer key: %w", err)
+		}
+		return []Change{consumerKeyChange(k)}, nil
+	})
+	if err != nil {
+		return ConsumerKey{}, nil, err
+	}
+	return k, changes, nil
+}
+
+// RevokeConsumerKey revokes one of the tenant's consumer keys. Revoking a
+// revoked key changes nothing and returns no changes.
+func (s *Store) RevokeConsumerKey(ctx context.Context, tenantID, id string, now time.Time) (ConsumerKey, []Change, error) {
+	now = normTime(now)
+	var k ConsumerKey
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if k, err = getConsumerKey(ctx, tx, tenantID, id); err != nil || k.RevokedAt != nil {
+			return nil, err
+		}
+		k.RevokedAt, k.UpdatedAt = &now, now
+		if _, err := tx.ExecContext(ctx, `UPDATE consumer_keys SET revoked_at = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
+			toMS(now), toMS(now), id, tenantID); err != nil {
+			return nil, fmt.Errorf("revoke consumer key: %w", err)
+		}
+		return []Change{consumerKeyChange(k)}, nil
+	})
+	if err != nil {
+		return ConsumerKey{}, nil, err
+	}
+	return k, changes, nil
+}

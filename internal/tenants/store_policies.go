@@ -1,0 +1,201 @@
+package tenants
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, created_at, updated_at`
+
+func scanPolicy(sc scanner) (Policy, error) {
+	var p Policy
+	var query, tiers string
+	var created, updated int64
+	if err := sc.Scan(&p.ID, &p.TenantID, &p.Name, &p.Method, &p.Path, &query, &p.Consistency, &p.Shadow, &tiers, &created, &updated); err != nil {
+		return Policy{}, err
+	}
+	if err := json.Unmarshal([]byte(query), &p.Query); err != nil {
+		return Policy{}, fmt.Errorf("policy %s: query column: %w", p.ID, err)
+	}
+	if len(p.Query) == 0 {
+		p.Query = nil
+	}
+	if err := json.Unmarshal([]byte(tiers), &p.Tiers); err != nil {
+		return Policy{}, fmt.Errorf("policy %s: tiers column: %w", p.ID, err)
+	}
+	p.CreatedAt = fromMS(created)
+	p.UpdatedAt = fromMS(updated)
+	return p, nil
+}
+
+func policyChange(p Policy) Change {
+	return Change{Kind: ChangePolicy, TenantID: p.TenantID, Policy: &p}
+}
+
+// checkPolicyName answers errs.Conflict when another policy of the tenant
+// (any but exceptID) has this name.
+func checkPolicyName(ctx context.Context, q querier, tenantID, name, exceptID string) error {
+	taken, err := exists(ctx, q, `SELECT 1 FROM policies WHERE tenant_id = ? AND name = ? AND id != ?`, tenantID, name, exceptID)
+	if err != nil {
+		return fmt.Errorf("check policy name: %w", err)
+	}
+	if taken {
+		return errs.Errorf(errs.Conflict, "a policy named %q already exists", name)
+	}
+	return nil
+}
+
+// CreatePolicy validates p, fills its defaults, and stores it as a new
+// policy of the tenant; p's ID, TenantID and times are ignored. A name the
+// tenant already uses answers errs.Conflict.
+func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now time.Time) (Policy, []Change, error) {
+	p.Normalize()
+	if err := p.Validate(); err != nil {
+		return Policy{}, nil, err
+	}
+	now = normTime(now)
+	p.ID, p.TenantID, p.CreatedAt, p.UpdatedAt = NewID(IDPolicy), tenantID, now, now
+	query, tiers, err := policyJSON(p)
+	if err != nil {
+		return Policy{}, nil, err
+	}
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return nil, err
+		}
+		if err := checkPolicyName(ctx, tx, tenantID, p.Name, ""); err != nil {
+			return nil, err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.ID, p.TenantID, p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, toMS(p.CreatedAt), toMS(p.UpdatedAt))
+		if err != nil {
+			return nil, fmt.Errorf("create policy: %w", err)
+		}
+		return []Change{policyChange(p)}, nil
+	})
+	if err != nil {
+		return Policy{}, nil, err
+	}
+	return p, changes, nil
+}
+
+func policyJSON(p Policy) (query, tiers string, err error) {
+	q := p.Query
+	if q == nil {
+		q = map[string]string{}
+	}
+	if query, err = toJSON(q); err != nil {
+		return "", "", fmt.Errorf("encode policy query: %w", err)
+	}
+	if tiers, err = toJSON(p.Tiers); err != nil {
+		return "", "", fmt.Errorf("encode policy tiers: %w", err)
+	}
+	return query, tiers, nil
+}
+
+// GetPolicy returns one of the tenant's policies.
+func (s *Store) GetPolicy(ctx context.Context, tenantID, id string) (Policy, error) {
+	return getPolicy(ctx, s.db, tenantID, id)
+}
+
+func getPolicy(ctx context.Context, q querier, tenantID, id string) (Policy, error) {
+	return queryOne(ctx, q, scanPolicy, "policy not found",
+		`SELECT `+policyColumns+` FROM policies WHERE id = ? AND tenant_id = ?`, id, tenantID)
+}
+
+// ListPolicies returns the tenant's policies by name.
+func (s *Store) ListPolicies(ctx context.Context, tenantID string) ([]Policy, error) {
+	out, err := queryAll(ctx, s.db, scanPolicy,
+		`SELECT `+policyColumns+` FROM policies WHERE tenant_id = ? ORDER BY name`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list policies: %w", err)
+	}
+	return out, nil
+}
+
+// UpdatePolicy replaces every field a client sets on the tenant's policy
+// id with p's, keeping its ID and CreatedAt.
+func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy, now time.Time) (Policy, []Change, error) {
+	p.Normalize()
+	if err := p.Validate(); err != nil {
+		return Policy{}, nil, err
+	}
+	now = normTime(now)
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		cur, err := getPolicy(ctx, tx, tenantID, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPolicyName(ctx, tx, tenantID, p.Name, id); err != nil {
+			return nil, err
+		}
+		p.ID, p.TenantID, p.CreatedAt, p.UpdatedAt = cur.ID, cur.TenantID, cur.CreatedAt, now
+		query, tiers, err := policyJSON(p)
+		if err != nil {
+			return nil, err
+		}
+		_, err = tx.ExecContext(ctx, `
+			UPDATE policies SET name = ?, method = ?, path = ?, query = ?, consistency = ?, shadow = ?, tiers = ?, updated_at = ?
+			WHERE id = ? AND tenant_id = ?`,
+			p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, toMS(now), id, tenantID)
+		if err != nil {
+			return nil, fmt.Errorf("update policy: %w", err)
+		}
+		return []Change{policyChange(p)}, nil
+	})
+	if err != nil {
+		return Policy{}, nil, err
+	}
+	return p, changes, nil
+}
+
+// DeletePolicy deletes one of the tenant's policies. Consumer key
+// overrides naming it stay, inert, and apply again if a policy of that
+// name is created.
+func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string) ([]Change, error) {
+	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		res, err := tx.ExecContext(ctx, `DELETE FROM policies WHERE id = ? AND tenant_id = ?`, id, tenantID)
+		if err != nil {
+			return nil, fmt.Errorf("delete policy: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return nil, fmt.Errorf("delete policy: %w", err)
+			}
+			return nil, errs.Errorf(errs.NotFound, "policy not found")
+		}
+		return []Change{{Kind: ChangePolicyDeleted, TenantID: tenantID, ID: id}}, nil
+	})
+}
+
+// ResetBuckets announces that one identity's buckets for the tenant's
+// policy (by name, as POST /v1/buckets/reset names it) are to be refilled.
+// Nothing here is stored but the version; the servers' caches act on the
+// change and their next state flush replaces the persisted buckets.
+func (s *Store) ResetBuckets(ctx context.Context, tenantID, policyName string, id Identity) ([]Change, error) {
+	if policyName == "" {
+		return nil, invalid("policy", "required")
+	}
+	if err := ValidateIdentity("identity", id); err != nil {
+		return nil, err
+	}
+	id = NormalizeIdentity(id)
+	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var policyID string
+		err := tx.QueryRowContext(ctx, `SELECT id FROM policies WHERE tenant_id = ? AND name = ?`, tenantID, policyName).Scan(&policyID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, errs.Errorf(errs.NotFound, "policy not found")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reset buckets: %w", err)
+		}
+		return []Change{{Kind: ChangeBucketReset, TenantID: tenantID,
+			BucketReset: &BucketReset{PolicyID: policyID, Policy: policyName, Identity: id}}}, nil
+	})
+}

@@ -1,0 +1,376 @@
+package tenants
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+const (
+	tenantColumns     = `id, name, created_at`
+	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at`
+	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at`
+)
+
+func scanTenant(sc scanner) (Tenant, error) {
+	var t Tenant
+	var created int64
+	if err := sc.Scan(&t.ID, &t.Name, &created); err != nil {
+		return Tenant{}, err
+	}
+	t.CreatedAt = fromMS(created)
+	return t, nil
+}
+
+func scanServiceKey(sc scanner) (ServiceKey, error) {
+	var k ServiceKey
+	var created int64
+	var revoked sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked); err != nil {
+		return ServiceKey{}, err
+	}
+	k.CreatedAt = fromMS(created)
+	k.RevokedAt = fromOptMS(revoked)
+	return k, nil
+}
+
+func scanServiceKeyRecord(sc scanner) (ServiceKeyRecord, error) {
+	k, err := scanServiceKey(sc)
+	return ServiceKeyRecord{k}, err
+}
+
+func scanUser(sc scanner) (User, error) {
+	var u User
+	var created int64
+	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created); err != nil {
+		return User{}, err
+	}
+	u.CreatedAt = fromMS(created)
+	return u, nil
+}
+
+// CreateTenant creates a tenant, its owner's dashboard login and its first
+// service key, whose plain text is returned once. A taken tenant name or
+// owner email answers errs.Conflict.
+func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, now time.Time) (Tenant, string, []Change, error) {
+	if err := ValidateNewTenant(name, ownerEmail, ownerPassword); err != nil {
+		return Tenant{}, "", nil, err
+	}
+	now = normTime(now)
+	// Hash before taking the write lock: argon2id is deliberately slow.
+	pwHash, err := HashPassword(ownerPassword)
+	if err != nil {
+		return Tenant{}, "", nil, err
+	}
+	plain, prefix, keyHash, err := GenerateKey(KindServiceKey)
+	if err != nil {
+		return Tenant{}, "", nil, err
+	}
+	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now}
+	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now}
+	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
+
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		taken, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE name = ?`, name)
+		if err != nil {
+			return nil, fmt.Errorf("create tenant: %w", err)
+		}
+		if taken {
+			return nil, errs.Errorf(errs.Conflict, "a tenant named %q already exists", name)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)`,
+			t.ID, t.Name, toMS(t.CreatedAt)); err != nil {
+			return nil, fmt.Errorf("create tenant: %w", err)
+		}
+		if err := insertUser(ctx, tx, owner); err != nil {
+			return nil, err
+		}
+		if err := insertServiceKey(ctx, tx, key); err != nil {
+			return nil, err
+		}
+		return []Change{tenantChange(t), serviceKeyChange(key)}, nil
+	})
+	if err != nil {
+		return Tenant{}, "", nil, err
+	}
+	return t, plain, changes, nil
+}
+
+func tenantChange(t Tenant) Change {
+	return Change{Kind: ChangeTenant, TenantID: t.ID, Tenant: &t}
+}
+
+// GetTenant returns one tenant.
+func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
+	return queryOne(ctx, s.db, scanTenant, "tenant not found", `SELECT `+tenantColumns+` FROM tenants WHERE id = ?`, id)
+}
+
+// ListTenants returns every tenant by name, with the number of its
+// policies, active (unrevoked) consumer and service keys, and users.
+func (s *Store) ListTenants(ctx context.Context) ([]TenantSummary, error) {
+	out, err := queryAll(ctx, s.db, func(sc scanner) (TenantSummary, error) {
+		var t TenantSummary
+		var created int64
+		err := sc.Scan(&t.ID, &t.Name, &created, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
+		t.CreatedAt = fromMS(created)
+		return t, err
+	}, `
+		SELECT t.id, t.name, t.created_at,
+			(SELECT COUNT(*) FROM policies p WHERE p.tenant_id = t.id),
+			(SELECT COUNT(*) FROM consumer_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
+			(SELECT COUNT(*) FROM service_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
+			(SELECT COUNT(*) FROM users u WHERE u.tenant_id = t.id)
+		FROM tenants t ORDER BY t.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// Service keys.
+
+func insertServiceKey(ctx context.Context, tx *sql.Tx, k ServiceKey) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO service_keys (id, tenant_id, prefix, hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		k.ID, k.TenantID, k.Prefix, k.Hash, toMS(k.CreatedAt), optMS(k.RevokedAt))
+	if err != nil {
+		return fmt.Errorf("create service key: %w", err)
+	}
+	return nil
+}
+
+func serviceKeyChange(k ServiceKey) Change {
+	return Change{Kind: ChangeServiceKey, TenantID: k.TenantID, ServiceKey: &ServiceKeyRecord{k}}
+}
+
+// CreateServiceKey issues another service key for a tenant (for rotation)
+// and returns its plain text once.
+func (s *Store) CreateServiceKey(ctx context.Context, tenantID string, now time.Time) (ServiceKey, string, []Change, error) {
+	plain, prefix, hash, err := GenerateKey(KindServiceKey)
+	if err != nil {
+		return ServiceKey{}, "", nil, err
+	}
+	k := ServiceKey{ID: NewID(IDServiceKey), TenantID: tenantID, Prefix: prefix, Hash: hash, CreatedAt: normTime(now)}
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return nil, err
+		}
+		if err := insertServiceKey(ctx, tx, k); err != nil {
+			return nil, err
+		}
+		return []Change{serviceKeyChange(k)}, nil
+	})
+	if err != nil {
+		return ServiceKey{}, "", nil, err
+	}
+	return k, plain, changes, nil
+}
+
+// ListServiceKeys returns a tenant's service keys, oldest first, revoked
+// ones included.
+func (s *Store) ListServiceKeys(ctx context.Context, tenantID string) ([]ServiceKey, error) {
+	out, err := queryAll(ctx, s.db, scanServiceKey,
+		`SELECT `+serviceKeyColumns+` FROM service_keys WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list service keys: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeServiceKey revokes one of a tenant's service keys. Revoking a
+// revoked key changes nothing and returns no changes.
+func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now time.Time) (ServiceKey, []Change, error) {
+	now = normTime(now)
+	var k ServiceKey
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		k, err = queryOne(ctx, tx, scanServiceKey, "service key not found",
+			`SELECT `+serviceKeyColumns+` FROM service_keys WHERE id = ? AND tenant_id = ?`, id, tenantID)
+		if err != nil || k.RevokedAt != nil {
+			return nil, err
+		}
+		k.RevokedAt = &now
+		if _, err := tx.ExecContext(ctx, `UPDATE service_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ?`,
+			toMS(now), id, tenantID); err != nil {
+			return nil, fmt.Errorf("revoke service key: %w", err)
+		}
+		return []Change{serviceKeyChange(k)}, nil
+	})
+	if err != nil {
+		return ServiceKey{}, nil, err
+	}
+	return k, changes, nil
+}
+
+// Users. Dashboard logins are not part of what servers hold, so these
+// writes do not move the config version.
+
+func insertUser(ctx context.Context, tx *sql.Tx, u User) error {
+	taken, err := exists(ctx, tx, `SELECT 1 FROM users WHERE email = ?`, u.Email)
+	if err != nil {
+		return fmt.Errorf("create user: %w", err)
+	}
+	if taken {
+		return errs.Errorf(errs.Conflict, "a user with this email already exists")
+	}
+	var tenant any
+	if u.TenantID != "" {
+		tenant = u.TenantID
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO users (id, tenant_id, email, password_hash, role, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		u.ID, tenant, u.Email, u.PasswordHash, u.Role, toMS(u.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("create user: %w", err)
+	}
+	return nil
+}
+
+// CreateUser adds a dashboard login to a tenant with role RoleOwner or
+// RoleMember. A taken email answers errs.Conflict.
+func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role string, now time.Time) (User, error) {
+	if role != RoleOwner && role != RoleMember {
+		return User{}, invalid("role", "must be owner or member")
+	}
+	if err := ValidateEmail(email); err != nil {
+		return User{}, err
+	}
+	if err := ValidatePassword(password); err != nil {
+		return User{}, err
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return User{}, err
+	}
+	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now)}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		return insertUser(ctx, tx, u)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// ListUsers returns a tenant's dashboard logins, oldest first.
+func (s *Store) ListUsers(ctx context.Context, tenantID string) ([]User, error) {
+	out, err := queryAll(ctx, s.db, scanUser,
+		`SELECT `+userColumns+` FROM users WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return out, nil
+}
+
+// UserByEmail returns the user signing in with email, password hash
+// included; errs.NotFound if there is none.
+func (s *Store) UserByEmail(ctx context.Context, email string) (User, error) {
+	return queryOne(ctx, s.db, scanUser, "user not found",
+		`SELECT `+userColumns+` FROM users WHERE email = ?`, NormalizeEmail(email))
+}
+
+// Authenticate returns the user whose email and password these are, or
+// errs.Unauthenticated without saying which was wrong. An unknown email
+// costs as much time as a wrong password.
+func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	u, err := s.UserByEmail(ctx, email)
+	switch {
+	case errs.Is(err, errs.NotFound):
+		CheckPassword(dummyPasswordHash(), password)
+		return User{}, errs.Errorf(errs.Unauthenticated, "wrong email or password")
+	case err != nil:
+		return User{}, err
+	case !CheckPassword(u.PasswordHash, password):
+		return User{}, errs.Errorf(errs.Unauthenticated, "wrong email or password")
+	}
+	return u, nil
+}
+
+// EnsureOperator creates the operator login with this email, or sets its
+// password if it exists, as configured at start. An email that belongs to
+// a tenant's user answers errs.Conflict.
+func (s *Store) EnsureOperator(ctx context.Context, email, password string, now time.Time) (User, error) {
+	if err := ValidateEmail(email); err != nil {
+		return User{}, err
+	}
+	if err := ValidatePassword(password); err != nil {
+		return User{}, err
+	}
+	email = NormalizeEmail(email)
+	u, err := s.UserByEmail(ctx, email)
+	switch {
+	case err == nil && u.Role != RoleOperator:
+		return User{}, errs.Errorf(errs.Conflict, "a tenant user already has this email")
+	case err == nil && CheckPassword(u.PasswordHash, password):
+		return u, nil
+	case err != nil && !errs.Is(err, errs.NotFound):
+		return User{}, err
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return User{}, err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		cur, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE email = ?`, email)
+		switch {
+		case errs.Is(err, errs.NotFound):
+			u = User{ID: NewID(IDUser), Email: email, PasswordHash: hash, Role: RoleOperator, CreatedAt: normTime(now)}
+			return insertUser(ctx, tx, u)
+		case err != nil:
+			return err
+		case cur.Role != RoleOperator:
+			return errs.Errorf(errs.Conflict, "a tenant user already has this email")
+		}
+		u = cur
+		u.PasswordHash = hash
+		if _, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, u.ID); err != nil {
+			return fmt.Errorf("update operator: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// OperatorTokenHash returns the stored hash of the operator token, or ""
+// if none is set.
+func (s *Store) OperatorTokenHash(ctx context.Context) (string, error) {
+	return setting(ctx, s.db, settingOperatorTokenHash)
+}
+
+// SetOperatorTokenHash stores the operator token's hash. With onlyIfAbsent
+// it does nothing when a hash is already stored (a first start generates a
+// token; later starts keep it). Storing the hash already stored is not a
+// change either. set reports whether the hash was written, in which case
+// change is the one to announce.
+func (s *Store) SetOperatorTokenHash(ctx context.Context, hash string, onlyIfAbsent bool) (set bool, change Change, err error) {
+	if hash == "" {
+		return false, Change{}, errors.New("set operator token: empty hash")
+	}
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		cur, err := setting(ctx, tx, settingOperatorTokenHash)
+		if err != nil {
+			return nil, err
+		}
+		if cur == hash || (cur != "" && onlyIfAbsent) {
+			return nil, nil
+		}
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO settings (key, value) VALUES (?, ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, settingOperatorTokenHash, hash); err != nil {
+			return nil, fmt.Errorf("set operator token: %w", err)
+		}
+		return []Change{{Kind: ChangeOperatorToken, OperatorTokenHash: hash}}, nil
+	})
+	if err != nil || len(changes) == 0 {
+		return false, Change{}, err
+	}
+	return true, changes[0], nil
+}

@@ -1,0 +1,145 @@
+// Package tenants holds Sluice's configuration domain: tenants, dashboard
+// users, service and consumer keys, policies and blocks, with their
+// validation, key and password hashing, and the SQLite store the worker
+// writes them with.
+//
+// Only the worker opens SQLite. Servers receive a Snapshot over NATS when
+// they start and then apply the Changes the worker announces after each
+// committed write, so every type here round-trips through encoding/json
+// without loss. API-facing types never marshal a secret or a hash; the
+// *Record types in snapshot.go are the internal shapes that do carry key
+// hashes, because servers need them to verify keys.
+package tenants
+
+import (
+	"time"
+)
+
+// User roles.
+const (
+	RoleOperator = "operator" // platform operator; belongs to no tenant
+	RoleOwner    = "owner"    // created with the tenant
+	RoleMember   = "member"   // invited by the owner
+)
+
+// Identity kinds.
+const (
+	IdentityIP  = "ip"
+	IdentityKey = "key"
+)
+
+// Policy consistency modes (see DESIGN.md, "Many servers").
+const (
+	ConsistencyExact = "exact"
+	ConsistencyLocal = "local"
+)
+
+// Algorithm names, as the API spells them.
+const (
+	TokenBucket   = "token_bucket"
+	SlidingWindow = "sliding_window"
+	SlidingLog    = "sliding_log"
+	FixedWindow   = "fixed_window"
+)
+
+// MethodAny is the stored method of a policy that matches every method.
+const MethodAny = "*"
+
+// Tenant is one customer of the platform.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TenantSummary is a tenant with the sizes of its configuration, for the
+// operator's tenant list.
+type TenantSummary struct {
+	Tenant
+	Policies     int `json:"policy_count"`
+	ConsumerKeys int `json:"consumer_key_count"`
+	ServiceKeys  int `json:"service_key_count"`
+	Users        int `json:"user_count"`
+}
+
+// User is a dashboard login. TenantID is empty for the operator.
+type User struct {
+	ID           string    `json:"id"`
+	TenantID     string    `json:"tenant_id,omitempty"`
+	Email        string    `json:"email"`
+	PasswordHash string    `json:"-"`
+	Role         string    `json:"role"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// ServiceKey authenticates a tenant's servers on /v1/*. Only its hash is
+// stored; Prefix is what lists show.
+type ServiceKey struct {
+	ID        string     `json:"id"`
+	TenantID  string     `json:"tenant_id"`
+	Prefix    string     `json:"prefix"`
+	Hash      string     `json:"-"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+// Identity is who a check is counted against: a client IP or a consumer key.
+type Identity struct {
+	Kind string `json:"kind"` // IdentityIP or IdentityKey
+	ID   string `json:"id"`
+}
+
+// Policy is one protected endpoint of a tenant's API and its limits per
+// tier. Method is MethodAny or an upper-case HTTP method; Path is a pattern
+// (literal segments, ":name" for one segment, a final "*" for the rest).
+type Policy struct {
+	ID          string            `json:"id"`
+	TenantID    string            `json:"tenant_id"`
+	Name        string            `json:"name"`
+	Method      string            `json:"method"`
+	Path        string            `json:"path"`
+	Query       map[string]string `json:"query,omitempty"`
+	Consistency string            `json:"consistency"`
+	Shadow      bool              `json:"shadow"`
+	Tiers       map[string]Limits `json:"tiers"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+}
+
+// ConsumerKey identifies one of a tenant's end users. Overrides, keyed by
+// policy name, replace the tier's limits for that policy.
+type ConsumerKey struct {
+	ID        string            `json:"id"`
+	TenantID  string            `json:"tenant_id"`
+	Name      string            `json:"name"`
+	Tier      string            `json:"tier"`
+	Prefix    string            `json:"prefix"`
+	Hash      string            `json:"-"`
+	Overrides map[string]Limits `json:"overrides,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at"`
+	RevokedAt *time.Time        `json:"revoked_at"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// Active reports whether the key may be used at now: not revoked and not
+// expired.
+func (k ConsumerKey) Active(now time.Time) bool {
+	return k.RevokedAt == nil && (k.ExpiresAt == nil || now.Before(*k.ExpiresAt))
+}
+
+// Block denies every check of one identity in one tenant until ExpiresAt
+// (nil = until deleted).
+type Block struct {
+	ID        string     `json:"id"`
+	TenantID  string     `json:"tenant_id"`
+	Identity  Identity   `json:"identity"`
+	Reason    string     `json:"reason"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// Active reports whether the block applies at now.
+func (b Block) Active(now time.Time) bool {
+	return b.ExpiresAt == nil || now.Before(*b.ExpiresAt)
+}

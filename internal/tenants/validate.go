@@ -1,0 +1,456 @@
+package tenants
+
+// Validation answers the first problem found as an *errs.Error with code
+// errs.Invalid whose message starts with the JSON path of the offending
+// field ("tiers.pro[1].period: ..."), so the API can pass it through as is.
+// Maps are walked in sorted key order so the same input always names the
+// same field.
+
+import (
+	"fmt"
+	"net/mail"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+// Bounds on configuration values.
+const (
+	MaxLimitsPerTier  = 10
+	MaxTiers          = 64
+	MaxSlidingLog     = 1000 // sliding_log keeps one timestamp per request
+	MaxLimit          = 1_000_000_000_000
+	MinPeriod         = time.Millisecond
+	MaxPeriod         = 366 * 24 * time.Hour
+	MinPasswordLength = 12
+	maxPasswordBytes  = 1024 // bounds the hashing work one request can cause
+	maxEmailLength    = 254
+	maxPathLength     = 1024
+	maxQueryParams    = 20
+	maxQueryLength    = 256
+	maxKeyNameLength  = 128
+	maxOverrides      = 100
+	maxReasonLength   = 500
+	maxIdentityLength = 256
+)
+
+var (
+	tenantNameRE = regexp.MustCompile(`^[a-z0-9_.\- ]{1,64}$`)
+	policyNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	tierNameRE   = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+	limitNameRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+	paramNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+var algorithms = []string{TokenBucket, SlidingWindow, SlidingLog, FixedWindow}
+
+func invalid(field, format string, args ...any) *errs.Error {
+	return errs.Errorf(errs.Invalid, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// ValidateTenantName checks a tenant's name: 1 to 64 characters of a-z,
+// 0-9, "-", "_", "." and space, not starting or ending with a space.
+func ValidateTenantName(name string) error {
+	switch {
+	case name == "":
+		return invalid("name", "required")
+	case !tenantNameRE.MatchString(name):
+		return invalid("name", "must be 1 to 64 characters of a-z, 0-9, -, _, . and space")
+	case strings.TrimSpace(name) != name:
+		return invalid("name", "must not start or end with a space")
+	}
+	return nil
+}
+
+// NormalizeEmail returns the form emails are stored and looked up in.
+func NormalizeEmail(email string) string {
+	return strings.ToLower(strings.TrimSpace(email))
+}
+
+// ValidateEmail checks a bare address such as "ada@example.com" (no
+// display name), after NormalizeEmail.
+func ValidateEmail(email string) error { return validateEmail("email", email) }
+
+func validateEmail(field, email string) error {
+	email = NormalizeEmail(email)
+	if email == "" {
+		return invalid(field, "required")
+	}
+	if len(email) > maxEmailLength {
+		return invalid(field, "must be at most %d characters", maxEmailLength)
+	}
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Name != "" || a.Address != email {
+		return invalid(field, "must be an email address such as ada@example.com")
+	}
+	return nil
+}
+
+// ValidatePassword checks a new password: at least MinPasswordLength
+// characters.
+func ValidatePassword(pw string) error { return validatePassword("password", pw) }
+
+func validatePassword(field, pw string) error {
+	if utf8.RuneCountInString(pw) < MinPasswordLength {
+		return invalid(field, "must be at least %d characters", MinPasswordLength)
+	}
+	if len(pw) > maxPasswordBytes {
+		return invalid(field, "must be at most %d bytes", maxPasswordBytes)
+	}
+	return nil
+}
+
+// ValidateNewTenant checks the fields of POST /v1/admin/tenants.
+func ValidateNewTenant(name, ownerEmail, ownerPassword string) error {
+	if err := ValidateTenantName(name); err != nil {
+		return err
+	}
+	if err := validateEmail("owner_email", ownerEmail); err != nil {
+		return err
+	}
+	return validatePassword("owner_password", ownerPassword)
+}
+
+// Validate checks the limit's own fields; messages name them without a
+// prefix ("period: ...").
+func (l LimitSpec) Validate() error { return l.validate("") }
+
+func (l LimitSpec) validate(prefix string) error {
+	if l.Name != "" && !limitNameRE.MatchString(l.Name) {
+		return invalid(prefix+"name", "must be 1 to 32 characters of A-Z, a-z, 0-9, _ and -")
+	}
+	switch {
+	case l.Algorithm == "":
+		return invalid(prefix+"algorithm", "required")
+	case !slices.Contains(algorithms, l.Algorithm):
+		return invalid(prefix+"algorithm", "must be one of %s", strings.Join(algorithms, ", "))
+	}
+	switch {
+	case l.Limit < 1:
+		return invalid(prefix+"limit", "must be at least 1")
+	case l.Algorithm == SlidingLog && l.Limit > MaxSlidingLog:
+		return invalid(prefix+"limit", "must be at most %d for sliding_log", MaxSlidingLog)
+	case l.Limit > MaxLimit:
+		return invalid(prefix+"limit", "must be at most %d", int64(MaxLimit))
+	}
+	if l.Period == "" {
+		return invalid(prefix+"period", "required")
+	}
+	d, err := l.PeriodDuration()
+	switch {
+	case err != nil:
+		return invalid(prefix+"period", `must be a duration such as "60s" or "1m"`)
+	case d < MinPeriod:
+		return invalid(prefix+"period", "must be at least 1ms")
+	case d > MaxPeriod:
+		return invalid(prefix+"period", "must be at most 366d")
+	}
+	switch {
+	case l.Burst < 0:
+		return invalid(prefix+"burst", "must not be negative")
+	case l.Burst > 0 && l.Algorithm != TokenBucket:
+		return invalid(prefix+"burst", "only token_bucket takes a burst")
+	case l.Burst > MaxLimit:
+		return invalid(prefix+"burst", "must be at most %d", int64(MaxLimit))
+	}
+	return nil
+}
+
+// ValidateLimits checks one tier's (or override's) limits; field is its
+// JSON path, such as "tiers.pro".
+func ValidateLimits(field string, ls Limits) error {
+	switch {
+	case len(ls) == 0:
+		return invalid(field, "must hold at least one limit")
+	case len(ls) > MaxLimitsPerTier:
+		return invalid(field, "must hold at most %d limits", MaxLimitsPerTier)
+	}
+	if len(ls) == 1 && ls[0].Name == "" {
+		return ls[0].validate(field + ".")
+	}
+	seen := make(map[string]bool, len(ls))
+	for i, l := range ls {
+		f := fmt.Sprintf("%s[%d].", field, i)
+		switch {
+		case l.Name == "":
+			return invalid(f+"name", "required when a tier holds several limits")
+		case seen[l.Name]:
+			return invalid(f+"name", "%q is used twice", l.Name)
+		}
+		seen[l.Name] = true
+		if err := l.validate(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Normalize fills a policy's defaults: method "*" when empty, upper-case
+// otherwise; consistency "exact" when empty; no query map when it is empty.
+func (p *Policy) Normalize() {
+	p.Method = strings.ToUpper(p.Method)
+	if p.Method == "" {
+		p.Method = MethodAny
+	}
+	if p.Consistency == "" {
+		p.Consistency = ConsistencyExact
+	}
+	if len(p.Query) == 0 {
+		p.Query = nil
+	}
+}
+
+// Validate checks the policy's fields as Normalize would leave them. ID,
+// TenantID and the times are the store's and are not checked.
+func (p Policy) Validate() error {
+	p.Normalize()
+	switch {
+	case p.Name == "":
+		return invalid("name", "required")
+	case !policyNameRE.MatchString(p.Name):
+		return invalid("name", "must be 1 to 64 characters of A-Z, a-z, 0-9, ., _ and -")
+	}
+	if p.Method != MethodAny && !slices.Contains(methods, p.Method) {
+		return invalid("method", "must be * or one of %s", strings.Join(methods, ", "))
+	}
+	if err := ValidatePathPattern("path", p.Path); err != nil {
+		return err
+	}
+	if len(p.Query) > maxQueryParams {
+		return invalid("query", "must hold at most %d parameters", maxQueryParams)
+	}
+	for _, k := range sortedKeys(p.Query) {
+		v := p.Query[k]
+		switch {
+		case k == "":
+			return invalid("query", "parameter names must not be empty")
+		case len(k) > maxQueryLength:
+			return invalid("query", "parameter names must be at most %d bytes", maxQueryLength)
+		case v == "":
+			return invalid("query."+k, "must not be empty")
+		case len(v) > maxQueryLength:
+			return invalid("query."+k, "must be at most %d bytes", maxQueryLength)
+		}
+	}
+	if p.Consistency != ConsistencyExact && p.Consistency != ConsistencyLocal {
+		return invalid("consistency", "must be exact or local")
+	}
+	switch {
+	case len(p.Tiers) == 0:
+		return invalid("tiers", "must hold at least one tier")
+	case len(p.Tiers) > MaxTiers:
+		return invalid("tiers", "must hold at most %d tiers", MaxTiers)
+	}
+	for _, name := range sortedKeys(p.Tiers) {
+		if !tierNameRE.MatchString(name) {
+			return invalid("tiers", "tier name %q must be 1 to 32 characters of a-z, 0-9, _ and -", name)
+		}
+		if err := ValidateLimits("tiers."+name, p.Tiers[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidatePathPattern checks a policy path pattern: it starts with "/",
+// and its segments are literals, ":name" parameters, or a final "*".
+// Literals are written decoded (requests are percent-decoded before they
+// are matched), and empty or dot segments are refused because a normalized
+// request never contains them, so such a pattern could never match.
+func ValidatePathPattern(field, path string) error {
+	switch {
+	case path == "":
+		return invalid(field, "required")
+	case len(path) > maxPathLength:
+		return invalid(field, "must be at most %d bytes", maxPathLength)
+	case path[0] != '/':
+		return invalid(field, `must start with "/"`)
+	case path == "/":
+		return nil
+	}
+	segs := strings.Split(path[1:], "/")
+	params := map[string]bool{}
+	for i, seg := range segs {
+		switch {
+		case seg == "":
+			return invalid(field, `must not hold empty segments or end with "/"`)
+		case seg == "*":
+			if i != len(segs)-1 {
+				return invalid(field, `"*" may only be the last segment`)
+			}
+		case seg[0] == ':':
+			if !paramNameRE.MatchString(seg[1:]) {
+				return invalid(field, "parameter %q must be : followed by a name of letters, digits and _", seg)
+			}
+			if params[seg] {
+				return invalid(field, "parameter %q is used twice", seg)
+			}
+			params[seg] = true
+		case seg == "." || seg == "..":
+			return invalid(field, "must not hold . or .. segments")
+		default:
+			if strings.ContainsAny(seg, "*?#%") {
+				return invalid(field, `segment %q must not contain "*", "?", "#" or "%%"`, seg)
+			}
+			if strings.ContainsFunc(seg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) || !utf8.ValidString(seg) {
+				return invalid(field, "segment %q must not contain spaces or control characters", seg)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateTier checks a tier name: 1 to 32 characters of a-z, 0-9, _ and -.
+func ValidateTier(field, tier string) error {
+	switch {
+	case tier == "":
+		return invalid(field, "required")
+	case !tierNameRE.MatchString(tier):
+		return invalid(field, "must be 1 to 32 characters of a-z, 0-9, _ and -")
+	}
+	return nil
+}
+
+func validateKeyName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return invalid("name", "required")
+	case utf8.RuneCountInString(name) > maxKeyNameLength:
+		return invalid("name", "must be at most %d characters", maxKeyNameLength)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		return invalid("name", "must not contain control characters")
+	}
+	return nil
+}
+
+func validateFuture(field string, t *time.Time, now time.Time) error {
+	if t != nil && !t.After(now) {
+		return invalid(field, "must be in the future")
+	}
+	return nil
+}
+
+// ValidateOverrides checks a consumer key's overrides: policy names mapped
+// to valid limits. Whether the policies exist is the store's check.
+func ValidateOverrides(overrides map[string]Limits) error {
+	if len(overrides) > maxOverrides {
+		return invalid("overrides", "must hold at most %d policies", maxOverrides)
+	}
+	for _, name := range sortedKeys(overrides) {
+		if !policyNameRE.MatchString(name) {
+			return invalid("overrides", "%q is not a policy name", name)
+		}
+		if err := ValidateLimits("overrides."+name, overrides[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks the fields a client sets on a consumer key: name, tier,
+// expires_at (in the future at now) and overrides.
+func (k ConsumerKey) Validate(now time.Time) error {
+	if err := validateKeyName(k.Name); err != nil {
+		return err
+	}
+	if err := ValidateTier("tier", k.Tier); err != nil {
+		return err
+	}
+	if err := validateFuture("expires_at", k.ExpiresAt, now); err != nil {
+		return err
+	}
+	return ValidateOverrides(k.Overrides)
+}
+
+// Validate checks the fields the patch sets.
+func (p KeyPatch) Validate(now time.Time) error {
+	if p.Name != nil {
+		if err := validateKeyName(*p.Name); err != nil {
+			return err
+		}
+	}
+	if p.Tier != nil {
+		if err := ValidateTier("tier", *p.Tier); err != nil {
+			return err
+		}
+	}
+	if p.ExpiresAt != nil && p.ClearExpiry {
+		return invalid("expires_at", "set a time or null, not both")
+	}
+	if err := validateFuture("expires_at", p.ExpiresAt, now); err != nil {
+		return err
+	}
+	if p.Overrides != nil {
+		return ValidateOverrides(*p.Overrides)
+	}
+	return nil
+}
+
+// ValidateIdentity checks an identity; an IP must be an IPv4 or IPv6
+// literal without a zone.
+func ValidateIdentity(field string, id Identity) error {
+	switch id.Kind {
+	case IdentityIP, IdentityKey:
+	case "":
+		return invalid(field+".kind", "required")
+	default:
+		return invalid(field+".kind", "must be ip or key")
+	}
+	switch {
+	case id.ID == "":
+		return invalid(field+".id", "required")
+	case len(id.ID) > maxIdentityLength:
+		return invalid(field+".id", "must be at most %d bytes", maxIdentityLength)
+	}
+	if id.Kind == IdentityIP {
+		a, err := netip.ParseAddr(id.ID)
+		if err != nil || a.Zone() != "" {
+			return invalid(field+".id", "must be an IPv4 or IPv6 address")
+		}
+	}
+	return nil
+}
+
+// NormalizeIdentity writes an IP in its canonical form (IPv4-mapped IPv6
+// addresses as IPv4, IPv6 compressed and lower-case), so one address has
+// one spelling. Other identities are returned unchanged.
+func NormalizeIdentity(id Identity) Identity {
+	if id.Kind == IdentityIP {
+		if a, err := netip.ParseAddr(id.ID); err == nil && a.Zone() == "" {
+			id.ID = a.Unmap().String()
+		}
+	}
+	return id
+}
+
+// Validate checks a block's tenant, identity, reason (at most 500
+// characters) and expiry (in the future at now).
+func (b Block) Validate(now time.Time) error {
+	if b.TenantID == "" {
+		return invalid("tenant_id", "required")
+	}
+	if err := ValidateIdentity("identity", b.Identity); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(b.Reason) > maxReasonLength {
+		return invalid("reason", "must be at most %d characters", maxReasonLength)
+	}
+	return validateFuture("expires_at", b.ExpiresAt, now)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
