@@ -1,0 +1,191 @@
+package bus
+
+// The config and query requests servers send the worker, and a typed
+// client for them. Every write answers with the config version it
+// committed, so the caller can wait until its own server has applied it.
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Written is the answer to a config write.
+type Written[T any] struct {
+	Result  T     `json:"result"`
+	Version int64 `json:"version"`
+}
+
+// TenantCreate creates a tenant with its owner and first service key.
+type TenantCreate struct {
+	Name          string `json:"name"`
+	OwnerEmail    string `json:"owner_email"`
+	OwnerPassword string `json:"owner_password"`
+}
+
+// TenantCreated is the new tenant and its service key, shown once.
+type TenantCreated struct {
+	Tenant     tenants.Tenant `json:"tenant"`
+	ServiceKey string         `json:"service_key"`
+}
+
+// TenantScoped names a tenant's object (ID may be empty for lists).
+type TenantScoped struct {
+	TenantID string `json:"tenant_id"`
+	ID       string `json:"id,omitempty"`
+}
+
+// PolicyWrite creates (ID empty) or replaces a policy.
+type PolicyWrite struct {
+	TenantID string         `json:"tenant_id"`
+	ID       string         `json:"id,omitempty"`
+	Policy   tenants.Policy `json:"policy"`
+}
+
+// KeyCreate creates a consumer key.
+type KeyCreate struct {
+	TenantID  string                    `json:"tenant_id"`
+	Name      string                    `json:"name"`
+	Tier      string                    `json:"tier"`
+	ExpiresAt *time.Time                `json:"expires_at,omitempty"`
+	Overrides map[string]tenants.Limits `json:"overrides,omitempty"`
+}
+
+// KeyCreated is a new consumer key and its secret, shown once.
+type KeyCreated struct {
+	Key    tenants.ConsumerKey `json:"key"`
+	Secret string              `json:"secret"`
+}
+
+// KeyUpdate patches a consumer key.
+type KeyUpdate struct {
+	TenantID string           `json:"tenant_id"`
+	ID       string           `json:"id"`
+	Patch    tenants.KeyPatch `json:"patch"`
+}
+
+// BucketReset refills one identity's buckets for a policy, by name.
+type BucketReset struct {
+	TenantID string           `json:"tenant_id"`
+	Policy   string           `json:"policy"`
+	Identity tenants.Identity `json:"identity"`
+}
+
+// Bootstrap stores the operator token's hash; with OnlyIfAbsent it does so
+// only on a first start.
+type Bootstrap struct {
+	TokenHash    string `json:"token_hash"`
+	OnlyIfAbsent bool   `json:"only_if_absent"`
+}
+
+// EnsureOperator creates or updates the operator's dashboard login.
+type EnsureOperator struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+// UserCreate invites a member to a tenant.
+type UserCreate struct {
+	TenantID string `json:"tenant_id"`
+	Email    string `json:"email"`
+	Password string `json:"password"`
+	Role     string `json:"role"`
+}
+
+// UserByEmail looks a dashboard user up for sign-in.
+type UserByEmail struct {
+	Email string `json:"email"`
+}
+
+// UserRecord is a user with its password hash, for sign-in checks.
+type UserRecord struct {
+	User         tenants.User `json:"user"`
+	PasswordHash string       `json:"password_hash"`
+}
+
+// Version answers OpVersion.
+type Version struct {
+	Version int64 `json:"version"`
+}
+
+// TimeseriesQuery asks for allowed/denied counts per step, optionally of
+// one policy or one identity.
+type TimeseriesQuery struct {
+	TenantID string            `json:"tenant_id"`
+	From     time.Time         `json:"from"`
+	To       time.Time         `json:"to"`
+	Step     string            `json:"step"`
+	Policy   string            `json:"policy,omitempty"`
+	Identity *tenants.Identity `json:"identity,omitempty"`
+}
+
+// TimeseriesPoint is one step of a timeseries.
+type TimeseriesPoint struct {
+	Start   time.Time `json:"start"`
+	Allowed int64     `json:"allowed"`
+	Denied  int64     `json:"denied"`
+}
+
+// Timeseries answers a TimeseriesQuery.
+type Timeseries struct {
+	From   time.Time         `json:"from"`
+	To     time.Time         `json:"to"`
+	Step   string            `json:"step"`
+	Points []TimeseriesPoint `json:"points"`
+}
+
+// TopQuery asks for identities ranked by denials in one tenant or, with
+// TenantID empty (the operator's abuse report), across all tenants.
+// IdentityKind keeps one kind ("ip" or "key"); IncludeAllowed also ranks
+// identities that were never denied (after those that were), which is how
+// the dashboard learns when each key was last used.
+type TopQuery struct {
+	TenantID       string            `json:"tenant_id,omitempty"`
+	From           time.Time         `json:"from"`
+	To             time.Time         `json:"to"`
+	Limit          int               `json:"limit"`
+	Policy         string            `json:"policy,omitempty"`
+	Identity       *tenants.Identity `json:"identity,omitempty"`
+	IdentityKind   string            `json:"identity_kind,omitempty"`
+	IncludeAllowed bool              `json:"include_allowed,omitempty"`
+}
+
+// TopEntry is one ranked identity.
+type TopEntry struct {
+	TenantID    string           `json:"tenant_id,omitempty"`
+	TenantName  string           `json:"tenant_name,omitempty"`
+	Identity    tenants.Identity `json:"identity"`
+	Allowed     int64            `json:"allowed"`
+	Denied      int64            `json:"denied"`
+	DenialRatio float64          `json:"denial_ratio"`
+	FirstSeen   time.Time        `json:"first_seen"`
+	LastSeen    time.Time        `json:"last_seen"`
+}
+
+// Client sends config and query requests to the worker.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+// NewClient returns a client with a per-request timeout.
+func NewClient(nc *nats.Conn, timeout time.Duration) *Client {
+	return &Client{nc: nc, timeout: timeout}
+}
+
+// Call sends one config operation (an Op constant) and decodes its result.
+func (c *Client) Call(ctx context.Context, op string, req, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return Request(ctx, c.nc, ConfigPrefix+"."+op, req, out)
+}
+
+// Query sends one analytics query ("timeseries" or "top").
+func (c *Client) Query(ctx context.Context, op string, req, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return Request(ctx, c.nc, AnalyticsPrefix+"."+op, req, out)
+}

@@ -1,0 +1,94 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Connect opens a NATS connection that reconnects forever. When ns is not
+// nil the connection is made in-process to that embedded server (no TCP);
+// otherwise url is dialled.
+func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "conn", name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "conn", name, "url", nc.ConnectedUrlRedacted())
+		}),
+	}
+	if ns != nil {
+		opts = append(opts, nats.InProcessServer(ns))
+		url = ns.ClientURL()
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// EnsureStreams creates or updates the state and counter streams. Both are
+// file-backed work queues: a message is removed once the worker acks it.
+// Duplicate detection over two minutes lets a publisher retry a batch with
+// the same message id without it being counted twice.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: StateStream, Subjects: []string{stateSubjects}},
+		{Name: CounterStream, Subjects: []string{counterSubjects}},
+	} {
+		sc.Storage = jetstream.FileStorage
+		sc.Retention = jetstream.WorkQueuePolicy
+		sc.Duplicates = 2 * time.Minute
+		sc.MaxMsgSize = 8 << 20
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// WaitStreams polls until JetStream answers and the streams exist, for
+// processes that start before JetStream (or the worker that creates the
+// streams) is ready.
+func WaitStreams(ctx context.Context, js jetstream.JetStream) error {
+	for {
+		err := EnsureStreams(ctx, js)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Request sends a request with a JSON body and decodes the reply envelope
+// into out. A missing responder or a timeout is reported as unavailable.
+func Request(ctx context.Context, nc *nats.Conn, subject string, req, out any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", subject, err)
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return unavailable(subject, err)
+	}
+	return DecodeReply(msg.Data, out)
+}

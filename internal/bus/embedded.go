@@ -1,0 +1,60 @@
+package bus
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedConfig configures the NATS server a Sluice process runs inside
+// itself when no external NATS URL is given.
+type EmbeddedConfig struct {
+	// DataDir is where JetStream keeps its files (a "nats" folder is made in it).
+	DataDir string
+	// Listen is a host:port for other processes (an external worker, other
+	// servers) to connect to; empty means in-process connections only.
+	Listen string
+	// Name identifies the server in NATS's own monitoring.
+	Name string
+}
+
+// StartEmbedded starts a NATS server with JetStream and waits until it
+// accepts connections.
+func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		JetStream:  true,
+		StoreDir:   filepath.Join(cfg.DataDir, "nats"),
+		NoSigs:     true,
+		NoLog:      true,
+		// Bucket batches are small, but hydration pages can be large.
+		MaxPayload: 8 << 20,
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(15 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("start embedded nats: not ready after 15s")
+	}
+	return ns, nil
+}

@@ -1,0 +1,77 @@
+// Package bus holds everything Sluice's processes say to each other over
+// NATS: subject and stream names, the versioned payloads, the embedded
+// server, and connection helpers. Servers and the worker import it; it
+// imports no other Sluice package but the domain types it carries.
+package bus
+
+// Streams (JetStream). Both use work-queue retention: a message stays until
+// the worker has committed its effect to SQLite and acked it, so a worker
+// that is down loses nothing.
+const (
+	// StateStream carries batches of hot-cache bucket states from allowed
+	// decisions (denied decisions publish nothing).
+	StateStream = "SLUICE_STATE"
+	// StateSubjectPrefix + node id is where one server publishes its batches.
+	StateSubjectPrefix = "sluice.state."
+	stateSubjects      = "sluice.state.>"
+
+	// CounterStream carries batches of per-minute decision counters.
+	CounterStream        = "SLUICE_COUNTERS"
+	CounterSubjectPrefix = "sluice.counters."
+	counterSubjects      = "sluice.counters.>"
+
+	// WorkerDurable is the durable consumer name the worker uses on both streams.
+	WorkerDurable = "sluice-worker"
+)
+
+// Request/reply subjects served by the worker (a nats.go/micro service in
+// a queue group, so several workers would share the load, though Sluice
+// runs one).
+const (
+	ServiceName    = "sluice-worker"
+	ServiceVersion = "1.0.0"
+	// ConfigPrefix + an operation name (see the Op constants) is a config
+	// read or write.
+	ConfigPrefix = "sluice.config"
+	// BucketsSubject answers one page of persisted bucket states (hydration).
+	BucketsSubject = "sluice.worker.buckets"
+	// SyncSubject answers once the worker has committed every message that
+	// was in the streams when the request arrived.
+	SyncSubject = "sluice.worker.sync"
+	// AnalyticsPrefix + an operation name is an analytics query.
+	AnalyticsPrefix = "sluice.analytics"
+)
+
+// ChangesSubject is where the worker announces every committed config
+// change; every server applies it to its cache.
+const ChangesSubject = "sluice.events.config"
+
+// WireVersion is carried in every payload; a receiver rejects versions it
+// does not know rather than misreading them.
+const WireVersion = 1
+
+// Config operations: ConfigPrefix + "." + Op is the subject.
+const (
+	OpSnapshot       = "snapshot"
+	OpVersion        = "version"
+	OpBootstrap      = "operator.bootstrap"
+	OpEnsureOperator = "operator.ensure"
+	OpTenantCreate   = "tenant.create"
+	OpTenantList     = "tenant.list"
+	OpPolicyCreate   = "policy.create"
+	OpPolicyGet      = "policy.get"
+	OpPolicyList     = "policy.list"
+	OpPolicyUpdate   = "policy.update"
+	OpPolicyDelete   = "policy.delete"
+	OpKeyCreate      = "key.create"
+	OpKeyGet         = "key.get"
+	OpKeyList        = "key.list"
+	OpKeyUpdate      = "key.update"
+	OpKeyRevoke      = "key.revoke"
+	OpBlockCreate    = "block.create"
+	OpBlockList      = "block.list"
+	OpBlockDelete    = "block.delete"
+	OpBucketReset    = "bucket.reset"
+	OpUserByEmail    = "user.by_email"
+	OpUserCreate     = "user.create"
+)

@@ -1,0 +1,178 @@
+package bus
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// LimitWire is a quota.Limit on the wire.
+type LimitWire struct {
+	Name      string `json:"n,omitempty"`
+	Algorithm string `json:"a"`
+	Limit     int64  `json:"l"`
+	PeriodNS  int64  `json:"p"`
+	Burst     int64  `json:"b,omitempty"`
+}
+
+// StateWire is a quota.State on the wire.
+type StateWire struct {
+	Tokens float64 `json:"t,omitempty"`
+	Prev   float64 `json:"p,omitempty"`
+	At     int64   `json:"a,omitempty"`
+	Log    []int64 `json:"g,omitempty"`
+}
+
+// BucketRecord is one bucket's persisted form: its key
+// (tenant/policy/identity), the limits it was last decided under, the state
+// of each, and when it is full again (unix ns; 0 = reset, delete it).
+type BucketRecord struct {
+	Key      string      `json:"k"`
+	TenantID string      `json:"tn"`
+	Limits   []LimitWire `json:"l"`
+	States   []StateWire `json:"s"`
+	FullAt   int64       `json:"f"`
+}
+
+// StateBatch is one message on the state stream.
+type StateBatch struct {
+	V       int            `json:"v"`
+	Node    string         `json:"node"`
+	Buckets []BucketRecord `json:"buckets"`
+}
+
+// CounterKey names one analytics cell.
+type CounterKey struct {
+	TenantID     string `json:"tn"`
+	Policy       string `json:"p"`
+	Tier         string `json:"ti"`
+	IdentityKind string `json:"ik"`
+	IdentityID   string `json:"id"`
+	Minute       int64  `json:"m"` // unix minutes
+}
+
+// CounterRow is a delta to add to one cell.
+type CounterRow struct {
+	CounterKey
+	Allowed int64 `json:"a,omitempty"`
+	Denied  int64 `json:"d,omitempty"`
+}
+
+// CounterBatch is one message on the counter stream.
+type CounterBatch struct {
+	V    int          `json:"v"`
+	Node string       `json:"node"`
+	Rows []CounterRow `json:"rows"`
+}
+
+// EncodeLimits converts limits to their wire form.
+func EncodeLimits(limits []quota.Limit) []LimitWire {
+	out := make([]LimitWire, len(limits))
+	for i, l := range limits {
+		out[i] = LimitWire{Name: l.Name, Algorithm: l.Algorithm.String(), Limit: l.Limit, PeriodNS: int64(l.Period), Burst: l.Burst}
+	}
+	return out
+}
+
+// DecodeLimits converts wire limits back, rejecting unknown algorithms.
+func DecodeLimits(ws []LimitWire) ([]quota.Limit, error) {
+	out := make([]quota.Limit, len(ws))
+	for i, w := range ws {
+		a, err := quota.ParseAlgorithm(w.Algorithm)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = quota.Limit{Name: w.Name, Algorithm: a, Limit: w.Limit, Period: time.Duration(w.PeriodNS), Burst: w.Burst}
+	}
+	return out, nil
+}
+
+// EncodeStates copies states to their wire form (Log slices are copied, so
+// the result outlives the cache lock).
+func EncodeStates(states []quota.State) []StateWire {
+	out := make([]StateWire, len(states))
+	for i, s := range states {
+		out[i] = StateWire{Tokens: s.Tokens, Prev: s.Prev, At: s.At}
+		if len(s.Log) > 0 {
+			out[i].Log = append([]int64(nil), s.Log...)
+		}
+	}
+	return out
+}
+
+// DecodeStates converts wire states back.
+func DecodeStates(ws []StateWire) []quota.State {
+	out := make([]quota.State, len(ws))
+	for i, w := range ws {
+		out[i] = quota.State{Tokens: w.Tokens, Prev: w.Prev, At: w.At, Log: w.Log}
+	}
+	return out
+}
+
+// WireError is an *errs.Error on the wire.
+type WireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Reply is the envelope of every request/reply answer: exactly one of
+// Error and Result is set.
+type Reply struct {
+	V      int             `json:"v"`
+	Error  *WireError      `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// EncodeReply builds the reply for a result or an error. Internal errors
+// travel as a generic message; their text stays in the worker's log.
+func EncodeReply(result any, err error) []byte {
+	r := Reply{V: WireVersion}
+	if err != nil {
+		r.Error = &WireError{Code: errs.Code(err), Message: errs.Message(err)}
+	} else if result != nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			r.Error = &WireError{Code: errs.Internal, Message: errs.Message(merr)}
+		} else {
+			r.Result = b
+		}
+	}
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// DecodeReply unpacks a reply into out (which may be nil), turning a wire
+// error back into an *errs.Error.
+func DecodeReply(data []byte, out any) error {
+	var r Reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("decode reply: %w", err)
+	}
+	if r.V != WireVersion {
+		return fmt.Errorf("decode reply: unknown wire version %d", r.V)
+	}
+	if r.Error != nil {
+		return &errs.Error{Code: r.Error.Code, Message: r.Error.Message}
+	}
+	if out != nil && len(r.Result) > 0 {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			return fmt.Errorf("decode reply result: %w", err)
+		}
+	}
+	return nil
+}
+
+func unavailable(subject string, err error) error {
+	return fmt.Errorf("%w (%s: %v)", errs.Errorf(errs.Unavailable, "The Sluice worker is not reachable; try again shortly."), subject, err)
+}
+
+// ChangeMsg is one announcement on ChangesSubject: every change of one
+// committed config write, all with the same version.
+type ChangeMsg struct {
+	V       int              `json:"v"`
+	Changes []tenants.Change `json:"changes"`
+}

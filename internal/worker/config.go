@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// write runs one config write and announces its changes. writeMu keeps
+// commit order and announcement order the same, so servers see versions
+// one by one.
+func write[T any](w *Worker, ctx context.Context, fn func() (T, []tenants.Change, error)) (bus.Written[T], error) {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	res, changes, err := fn()
+	if err != nil {
+		return bus.Written[T]{}, err
+	}
+	out := bus.Written[T]{Result: res}
+	if len(changes) > 0 {
+		out.Version = changes[0].Version
+		w.announce(changes)
+	}
+	return out, nil
+}
+
+func (w *Worker) announce(changes []tenants.Change) {
+	data, err := json.Marshal(bus.ChangeMsg{V: bus.WireVersion, Changes: changes})
+	if err != nil {
+		w.log.Error("encode config change", "err", err)
+		return
+	}
+	// Core NATS: a server that misses this notices the version gap (or its
+	// periodic version check does) and resynchronises from a snapshot.
+	if err := w.nc.Publish(bus.ChangesSubject, data); err != nil {
+		w.log.Warn("announce config change failed; servers will resynchronise", "version", changes[0].Version, "err", err)
+	}
+	for _, c := range changes {
+		w.log.Info("config change committed", "version", c.Version, "kind", c.Kind, "tenant", c.TenantID)
+	}
+}
+
+type none struct{}
+
+func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) error) error {
+	st := w.store
+	now := func() time.Time { return w.cfg.Now() }
+	ops := map[string]micro.Handler{
+		bus.OpSnapshot: handle(w, bus.OpSnapshot, func(ctx context.Context, _ none) (tenants.Snapshot, error) {
+			return st.Snapshot(ctx)
+		}),
+		bus.OpVersion: handle(w, bus.OpVersion, func(ctx context.Context, _ none) (bus.Version, error) {
+			v, err := st.ConfigVersion(ctx)
+			return bus.Version{Version: v}, err
+		}),
+		bus.OpBootstrap: handle(w, bus.OpBootstrap, func(ctx context.Context, r bus.Bootstrap) (bus.Written[bool], error) {
+			return write(w, ctx, func() (bool, []tenants.Change, error) {
+				set, c, err := st.SetOperatorTokenHash(ctx, r.TokenHash, r.OnlyIfAbsent)
+				if err != nil || !set {
+					return set, nil, err
+				}
+				return true, []tenants.Change{c}, nil
+			})
+		}),
+		bus.OpEnsureOperator: handle(w, bus.OpEnsureOperator, func(ctx context.Context, r bus.EnsureOperator) (tenants.User, error) {
+			return st.EnsureOperator(ctx, r.Email, r.Password, now())
+		}),
+		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
+			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
+				t, key, cs, err := st.CreateTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword, now())
+				return bus.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
+			})
+		}),
+		bus.OpTenantList: handle(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
+			return st.ListTenants(ctx)
+		}),
+		bus.OpPolicyCreate: handle(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
+			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
+				return st.CreatePolicy(ctx, r.TenantID, r.Policy, now())
+			})
+		}),
+		bus.OpPolicyUpdate: handle(w, bus.OpPolicyUpdate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
+			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
+				return st.UpdatePolicy(ctx, r.TenantID, r.ID, r.Policy, now())
+			})
+		}),
+		bus.OpPolicyGet: handle(w, bus.OpPolicyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Policy, error) {
+			return st.GetPolicy(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpPolicyList: handle(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
+			return nonNil(st.ListPolicies(ctx, r.TenantID))
+		}),
+		bus.OpPolicyDelete: handle(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
+			return write(w, ctx, func() (none, []tenants.Change, error) {
+				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID)
+				return none{}, cs, err
+			})
+		}),
+		bus.OpKeyCreate: handle(w, bus.OpKeyCreate, func(ctx context.Context, r bus.KeyCreate) (bus.Written[bus.KeyCreated], error) {
+			return write(w, ctx, func() (bus.KeyCreated, []tenants.Change, error) {
+				k, secret, cs, err := st.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, now())
+				return bus.KeyCreated{Key: k, Secret: secret}, cs, err
+			})
+		}),
+		bus.OpKeyGet: handle(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
+			return st.GetConsumerKey(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpKeyList: handle(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
+			return nonNil(st.ListConsumerKeys(ctx, r.TenantID))
+		}),
+		bus.OpKeyUpdate: handle(w, bus.OpKeyUpdate, func(ctx context.Context, r bus.KeyUpdate) (bus.Written[tenants.ConsumerKey], error) {
+			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
+				return st.UpdateConsumerKey(ctx, r.TenantID, r.ID, r.Patch, now())
+			})
+		}),
+		bus.OpKeyRevoke: handle(w, bus.OpKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.ConsumerKey], error) {
+			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
+				return st.RevokeConsumerKey(ctx, r.TenantID, r.ID, now())
+			})
+		}),
+		bus.OpBlockCreate: handle(w, bus.OpBlockCreate, func(ctx context.Context, b tenants.Block) (bus.Written[tenants.Block], error) {
+			return write(w, ctx, func() (tenants.Block, []tenants.Change, error) {
+				return st.CreateBlock(ctx, b, now())
+			})
+		}),
+		bus.OpBlockList: handle(w, bus.OpBlockList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Block, error) {
+			return nonNil(st.ListBlocks(ctx, r.TenantID))
+		}),
+		bus.OpBlockDelete: handle(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
+			return write(w, ctx, func() (none, []tenants.Change, error) {
+				cs, err := st.DeleteBlock(ctx, r.ID)
+				return none{}, cs, err
+			})
+		}),
+		bus.OpBucketReset: handle(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (bus.Written[none], error) {
+			return write(w, ctx, func() (none, []tenants.Change, error) {
+				cs, err := st.ResetBuckets(ctx, r.TenantID, r.Policy, r.Identity)
+				if err == nil {
+					w.deleteResetBuckets(ctx, cs)
+				}
+				return none{}, cs, err
+			})
+		}),
+		bus.OpUserCreate: handle(w, bus.OpUserCreate, func(ctx context.Context, r bus.UserCreate) (tenants.User, error) {
+			return st.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, now())
+		}),
+		bus.OpUserByEmail: handle(w, bus.OpUserByEmail, func(ctx context.Context, r bus.UserByEmail) (bus.UserRecord, error) {
+			u, err := st.UserByEmail(ctx, r.Email)
+			return bus.UserRecord{User: u, PasswordHash: u.PasswordHash}, err
+		}),
+	}
+	for op, h := range ops {
+		if err := add(bus.ConfigPrefix+"."+op, "config_"+safeName(op), h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteResetBuckets removes a reset identity's persisted buckets, so a
+// server hydrating later does not bring the old consumption back.
+func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
+	for _, c := range cs {
+		if c.BucketReset == nil {
+			continue
+		}
+		key := c.TenantID + "/" + c.BucketReset.PolicyID + "/" + c.BucketReset.Identity.Kind + ":" + c.BucketReset.Identity.ID
+		if _, err := w.db.ExecContext(ctx, `DELETE FROM buckets WHERE key = ?`, key); err != nil {
+			w.log.Error("delete reset bucket", "key", key, "err", err)
+		}
+	}
+}
+
+func nonNil[T any](s []T, err error) ([]T, error) {
+	if s == nil && err == nil {
+		s = []T{}
+	}
+	return s, err
+}
+
+func safeName(op string) string {
+	b := []byte(op)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,301 @@
+package worker
+
+// The flush protocol, worker side. Each stream is read by one durable pull
+// consumer. A fetched batch of messages is applied in ONE SQLite transaction
+// that also records each message's stream sequence in stream_applied; only
+// after COMMIT are the messages acked. A worker that dies between commit and
+// ack gets those messages redelivered (after AckWait, possibly after newer
+// ones), and stream_applied makes each redelivery a no-op, so a decision is
+// counted exactly once. Bucket rows remember the sequence that wrote them
+// and only a newer sequence may overwrite them, so a late redelivery never
+// brings back an older state.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/internal/bus"
+)
+
+// consume runs one stream's fetch/apply/ack loop until ctx ends.
+func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) error {
+	// The consumer is made anew at every start: messages a previous,
+	// killed worker had fetched but not acked are then delivered at once
+	// instead of after AckWait, so a restart after kill -9 hydrates servers
+	// without waiting. Nothing is lost: a work-queue stream keeps every
+	// message until it is acked, and stream_applied skips what was already
+	// committed. (Sluice runs one worker; two would steal each other's
+	// consumer.)
+	if err := w.js.DeleteConsumer(ctx, stream, bus.WorkerDurable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.log.Warn("reset consumer failed", "stream", stream, "err", err)
+	}
+	var cons jetstream.Consumer
+	for {
+		var err error
+		cons, err = w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:       bus.WorkerDurable,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.AckWait,
+			MaxAckPending: 10000,
+		})
+		if err == nil {
+			break
+		}
+		w.log.Warn("create consumer failed; retrying", "stream", stream, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(w.cfg.FetchBatch, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.log.Warn("fetch failed", "stream", stream, "err", err)
+			sleepCtx(ctx, 250*time.Millisecond)
+			continue
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			w.log.Debug("fetch ended with error", "stream", stream, "err", err)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := w.applyBatch(ctx, stream, msgs, apply); err != nil {
+			// Not acked: JetStream redelivers after AckWait; nothing is lost.
+			w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
+			for _, m := range msgs {
+				_ = m.Nak()
+			}
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		for _, m := range msgs {
+			if err := m.Ack(); err != nil {
+				w.log.Warn("ack failed; message will be redelivered and skipped", "stream", stream, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// payload is one message's data and its stream sequence.
+type payload struct {
+	seq  uint64
+	data []byte
+}
+
+// applyFunc writes the effect of several messages, in stream order, within
+// tx, and returns how many rows it wrote.
+type applyFunc func(tx *sql.Tx, msgs []payload) (int, error)
+
+func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream.Msg, apply applyFunc) error {
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	mark, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO stream_applied (stream, seq) VALUES (?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer mark.Close()
+	var fresh []payload
+	for _, m := range msgs {
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		res, err := mark.ExecContext(ctx, stream, md.Sequence.Stream)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // a redelivery of a message already committed
+		}
+		fresh = append(fresh, payload{seq: md.Sequence.Stream, data: m.Data()})
+	}
+	rows, err := apply(tx, fresh)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
+	if stream == bus.StateStream {
+		w.stateRows.Add(uint64(rows))
+	} else {
+		w.counterRows.Add(uint64(rows))
+	}
+	w.metrics.batches.WithLabelValues(stream).Inc()
+	return nil
+}
+
+// pruneApplied forgets applied sequences at or below the consumer's ack
+// floor: JetStream never redelivers those.
+func (w *Worker) pruneApplied(ctx context.Context) {
+	for _, stream := range []string{bus.StateStream, bus.CounterStream} {
+		c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable)
+		if err != nil {
+			continue
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			continue
+		}
+		if _, err := w.db.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ? AND seq <= ?`, stream, info.AckFloor.Stream); err != nil {
+			w.log.Warn("prune applied sequences", "stream", stream, "err", err)
+		}
+	}
+}
+
+// decodeBatches decodes each payload into a fresh T, logging and skipping
+// what no version of Sluice can read: retrying such a message forever would
+// stall the stream behind it.
+func decodeBatches[T any](w *Worker, payloads []payload, version func(*T) int) []*T {
+	out := make([]*T, 0, len(payloads))
+	for _, p := range payloads {
+		v := new(T)
+		if err := json.Unmarshal(p.data, v); err != nil {
+			w.log.Error("dropping unreadable stream message", "err", err)
+			continue
+		}
+		if ver := version(v); ver != bus.WireVersion {
+			w.log.Error("dropping stream message of unknown wire version", "version", ver)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// applyState upserts bucket states. Within one transaction a key is written
+// once, with its newest state (payloads are in stream order). A bucket that
+// is full again (or was reset) is deleted instead: storage holds only
+// active identities.
+func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
+	type versioned struct {
+		rec *bus.BucketRecord
+		seq uint64
+	}
+	latest := map[string]versioned{}
+	var order []string
+	for _, p := range payloads {
+		for _, b := range decodeBatches(w, []payload{p}, func(b *bus.StateBatch) int { return b.V }) {
+			for i := range b.Buckets {
+				rec := &b.Buckets[i]
+				cur, seen := latest[rec.Key]
+				if !seen {
+					order = append(order, rec.Key)
+				}
+				if !seen || p.seq >= cur.seq {
+					latest[rec.Key] = versioned{rec, p.seq}
+				}
+			}
+		}
+	}
+	if len(order) == 0 {
+		return 0, nil
+	}
+	now := w.cfg.Now().UnixNano()
+	// A bucket that is full again is written too (not deleted), so that its
+	// sequence keeps older redeliveries out; the sweep deletes it later.
+	upsert, err := tx.Prepare(`INSERT INTO buckets (key, tenant_id, state, full_at, seq, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
+		WHERE excluded.seq > buckets.seq`)
+	if err != nil {
+		return 0, err
+	}
+	defer upsert.Close()
+	for _, key := range order {
+		v := latest[key]
+		state, err := json.Marshal(persistedBucket{Limits: v.rec.Limits, States: v.rec.States})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := upsert.Exec(v.rec.Key, v.rec.TenantID, string(state), v.rec.FullAt, int64(v.seq), now); err != nil {
+			return 0, err
+		}
+	}
+	return len(order), nil
+}
+
+// persistedBucket is the JSON in buckets.state.
+type persistedBucket struct {
+	Limits []bus.LimitWire `json:"limits"`
+	States []bus.StateWire `json:"states"`
+}
+
+// applyCounters adds counter deltas, summed per cell first so a cell is
+// written once per transaction.
+func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
+	batches := decodeBatches(w, payloads, func(b *bus.CounterBatch) int { return b.V })
+	sums := map[bus.CounterKey]*bus.CounterRow{}
+	var order []bus.CounterKey
+	for _, b := range batches {
+		for _, r := range b.Rows {
+			cur := sums[r.CounterKey]
+			if cur == nil {
+				cur = &bus.CounterRow{CounterKey: r.CounterKey}
+				sums[r.CounterKey] = cur
+				order = append(order, r.CounterKey)
+			}
+			cur.Allowed += r.Allowed
+			cur.Denied += r.Denied
+		}
+	}
+	if len(order) == 0 {
+		return 0, nil
+	}
+	st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
+		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied`)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	for _, k := range order {
+		r := sums[k]
+		if _, err := st.Exec(r.TenantID, r.Minute, r.Policy, r.Tier, r.IdentityKind, r.IdentityID, r.Allowed, r.Denied); err != nil {
+			return 0, err
+		}
+	}
+	return len(order), nil
+}
+
+// sweep deletes persisted buckets that are full again, once no redelivery
+// of an older state can arrive for them (a few AckWaits after their last
+// write), and prunes the applied-sequence log.
+func (w *Worker) sweep(ctx context.Context) {
+	w.pruneApplied(ctx)
+	now := w.cfg.Now()
+	res, err := w.db.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ?`, now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano())
+	if err != nil {
+		w.log.Error("bucket sweep failed", "err", err)
+		return
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		w.log.Debug("bucket sweep", "deleted", n)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,310 @@
+// Package worker is Sluice's only SQLite writer. It consumes the bucket
+// state and decision counter streams (see streams.go for the flush
+// protocol), serves config reads and writes, hydration pages and analytics
+// over NATS request/reply, announces every committed config change, and
+// sweeps buckets that are full again. cmd/worker runs it as its own process;
+// cmd/server runs the same code in-process by default.
+package worker
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Config tunes a Worker. The zero value of each field means its default.
+type Config struct {
+	// FetchBatch is how many stream messages one transaction applies at most.
+	FetchBatch int
+	// AckWait is how long JetStream waits for an ack before redelivering a
+	// message: how long a killed worker's in-flight batch waits before its
+	// successor gets it. Default 10s.
+	AckWait time.Duration
+	// SweepInterval is how often full buckets are deleted from SQLite.
+	SweepInterval time.Duration
+	// Now is the clock; time.Now by default.
+	Now func() time.Time
+	// Log receives the worker's structured logs.
+	Log *slog.Logger
+	// Registerer receives the worker's metrics; none are exported when nil.
+	Registerer prometheus.Registerer
+}
+
+// Worker is the SQLite writer. Create it with New, start it with Run.
+type Worker struct {
+	cfg     Config
+	db      *sql.DB
+	store   *tenants.Store
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	metrics workerMetrics
+	writeMu sync.Mutex // serialises config writes so versions are announced in order
+
+	stateRows   atomic.Uint64
+	counterRows atomic.Uint64
+}
+
+// Stats are the worker's running totals of SQLite rows written.
+type Stats struct {
+	StateRows   uint64 // bucket rows upserted or deleted
+	CounterRows uint64 // counter rows upserted
+}
+
+// Stats returns the running totals.
+func (w *Worker) Stats() Stats {
+	return Stats{StateRows: w.stateRows.Load(), CounterRows: w.counterRows.Load()}
+}
+
+type workerMetrics struct {
+	rowsWritten *prometheus.CounterVec
+	batches     *prometheus.CounterVec
+	configOps   *prometheus.CounterVec
+}
+
+// New prepares a worker over an open, migrated database and a NATS
+// connection.
+func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
+	if cfg.FetchBatch <= 0 {
+		cfg.FetchBatch = 256
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 10 * time.Second
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 30 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
+	w.metrics = workerMetrics{
+		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
+		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
+		configOps:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_config_requests_total", Help: "Config and query requests served, by operation and outcome."}, []string{"op", "code"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("worker: register metrics: %w", err)
+			}
+		}
+	}
+	return w, nil
+}
+
+// Store gives the worker's config store, for bootstrap steps a process
+// takes before serving.
+func (w *Worker) Store() *tenants.Store { return w.store }
+
+// Run serves until ctx ends, then stops fetching; a batch in flight is
+// committed and acked before Run returns.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := bus.WaitStreams(ctx, w.js); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	svc, err := micro.AddService(w.nc, micro.Config{
+		Name:        bus.ServiceName,
+		Version:     bus.ServiceVersion,
+		Description: "Sluice's SQLite writer: config, hydration and analytics.",
+		QueueGroup:  bus.ServiceName,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: add service: %w", err)
+	}
+	defer svc.Stop()
+	if err := w.registerEndpoints(svc); err != nil {
+		return err
+	}
+	w.log.Info("worker started")
+	defer w.log.Info("worker stopped")
+
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
+	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.sweep(ctx)
+			}
+		}
+	})
+	wg.Wait()
+	return nil
+}
+
+// handler adapts a typed function to a micro endpoint: it decodes the
+// request, runs fn, and replies with the envelope. Each call runs in its own
+// goroutine so a slow request (a sync wait) does not hold up the others.
+func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var req Req
+			var res Res
+			var err error
+			if len(r.Data()) > 0 {
+				if jerr := json.Unmarshal(r.Data(), &req); jerr != nil {
+					err = errs.Errorf(errs.Invalid, "malformed request: %v", jerr)
+				}
+			}
+			if err == nil {
+				res, err = fn(ctx, req)
+			}
+			code := "ok"
+			if err != nil {
+				code = errs.Code(err)
+				if code == errs.Internal {
+					w.log.Error("request failed", "op", op, "err", err)
+				}
+			}
+			w.metrics.configOps.WithLabelValues(op, code).Inc()
+			if rerr := r.Respond(bus.EncodeReply(res, err)); rerr != nil {
+				w.log.Warn("reply failed", "op", op, "err", rerr)
+			}
+		}()
+	})
+}
+
+func (w *Worker) registerEndpoints(svc micro.Service) error {
+	add := func(subject, name string, h micro.Handler) error {
+		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
+	}
+	if err := add(bus.BucketsSubject, "buckets", handle(w, "buckets", w.bucketsPage)); err != nil {
+		return err
+	}
+	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
+		return err
+	}
+	if err := add(bus.AnalyticsPrefix+".timeseries", "analytics_timeseries", handle(w, "timeseries", w.timeseries)); err != nil {
+		return err
+	}
+	if err := add(bus.AnalyticsPrefix+".top", "analytics_top", handle(w, "top", w.top)); err != nil {
+		return err
+	}
+	return w.registerConfig(add)
+}
+
+// BucketsRequest asks for one page of persisted buckets after a key.
+type BucketsRequest struct {
+	After string `json:"after"`
+	Limit int    `json:"limit"`
+}
+
+// BucketsPage is one page of persisted buckets; Next is empty on the last.
+type BucketsPage struct {
+	Buckets []bus.BucketRecord `json:"buckets"`
+	Next    string             `json:"next,omitempty"`
+}
+
+// bucketsPage answers hydration. The first page waits until every state
+// batch already in the stream is committed, so a restarted server never
+// hydrates from state older than what it published before it died.
+func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPage, error) {
+	if req.After == "" {
+		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
+			return BucketsPage{}, err
+		}
+	}
+	if req.Limit <= 0 || req.Limit > 5000 {
+		req.Limit = 5000
+	}
+	rows, err := w.db.QueryContext(ctx, `SELECT key, tenant_id, state, full_at FROM buckets
+		WHERE key > ? AND full_at > ? ORDER BY key LIMIT ?`, req.After, w.cfg.Now().UnixNano(), req.Limit)
+	if err != nil {
+		return BucketsPage{}, err
+	}
+	defer rows.Close()
+	var page BucketsPage
+	for rows.Next() {
+		var rec bus.BucketRecord
+		var state string
+		if err := rows.Scan(&rec.Key, &rec.TenantID, &state, &rec.FullAt); err != nil {
+			return BucketsPage{}, err
+		}
+		var pb persistedBucket
+		if err := json.Unmarshal([]byte(state), &pb); err != nil {
+			w.log.Error("skipping unreadable bucket", "key", rec.Key, "err", err)
+			continue
+		}
+		rec.Limits, rec.States = pb.Limits, pb.States
+		page.Buckets = append(page.Buckets, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return BucketsPage{}, err
+	}
+	if len(page.Buckets) == req.Limit {
+		page.Next = page.Buckets[len(page.Buckets)-1].Key
+	}
+	return page, nil
+}
+
+// SyncReply reports the stream sequences the worker has committed.
+type SyncReply struct {
+	State    uint64 `json:"state"`
+	Counters uint64 `json:"counters"`
+}
+
+// syncRequest waits until every message that was in the two streams when
+// it arrived has been committed and acked.
+func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error) {
+	var out SyncReply
+	for i, stream := range []string{bus.StateStream, bus.CounterStream} {
+		s, err := w.js.Stream(ctx, stream)
+		if err != nil {
+			return out, fmt.Errorf("sync: %w", err)
+		}
+		target := s.CachedInfo().State.LastSeq
+		for {
+			c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable)
+			var floor uint64
+			if err == nil {
+				info, ierr := c.Info(ctx)
+				if ierr == nil {
+					floor = info.AckFloor.Stream
+				}
+			}
+			if floor >= target {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return out, errs.Errorf(errs.Unavailable, "The worker is still catching up with its backlog; try again shortly.")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if i == 0 {
+			out.State = target
+		} else {
+			out.Counters = target
+		}
+	}
+	return out, nil
+}
