@@ -1,0 +1,51 @@
+// Command server runs Sluice: the check API, the dashboard, an embedded
+// NATS server and the SQLite worker in one process by default. See the
+// README's configuration table for flags and their SLUICE_* twins.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicehq/sluice/internal/app"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := app.DefaultConfig()
+	if err := cfg.ParseFlags("server", os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(os.Stderr, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	m := app.NewMain(cfg, log)
+	if err := m.Run(ctx); err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		_ = m.Close(closeCtx)
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := m.Close(closeCtx); err != nil {
+		log.Error("shutdown incomplete", "err", err)
+		return err
+	}
+	log.Info("stopped cleanly")
+	return nil
+}

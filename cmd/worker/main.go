@@ -1,0 +1,94 @@
+// Command worker runs Sluice's SQLite writer as its own process, for
+// servers started with --worker=external. It connects to the same NATS
+// (--nats-url) and owns the SQLite file under --data.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/worker"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func run() error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	data := fs.String("data", env("SLUICE_DATA", "./data"), "data directory holding sluice.db (SLUICE_DATA)")
+	natsURL := fs.String("nats-url", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (SLUICE_NATS_URL)")
+	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
+	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	log, err := app.NewLogger(os.Stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if err := os.MkdirAll(*data, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	db, err := sqlitedb.Open(ctx, filepath.Join(*data, "sluice.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	nc, err := bus.Connect(*natsURL, nil, "sluice-worker", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg}, db, nc)
+	if err != nil {
+		return err
+	}
+	if *metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
+		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	log.Info("sluice worker starting", "data", *data, "nats", *natsURL)
+	return w.Run(ctx)
+}

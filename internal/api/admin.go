@@ -1,0 +1,89 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+func (h *handler) createTenant(c echo.Context) error {
+	var b bus.TenantCreate
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	var w bus.Written[bus.TenantCreated]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantCreate, b, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	t := w.Result.Tenant
+	return c.JSON(http.StatusCreated, map[string]any{"id": t.ID, "name": t.Name, "created_at": t.CreatedAt, "service_key": w.Result.ServiceKey})
+}
+
+func (h *handler) listTenants(c echo.Context) error {
+	ts := []tenants.TenantSummary{}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tenants": ts})
+}
+
+func (h *handler) abuse(c echo.Context) error {
+	from, to, err := timeRange(c)
+	if err != nil {
+		return err
+	}
+	n, err := limitParam(c)
+	if err != nil {
+		return err
+	}
+	entries := []bus.TopEntry{}
+	if err := h.Worker.Query(c.Request().Context(), "top", bus.TopQuery{From: from, To: to, Limit: n}, &entries); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"identities": entries})
+}
+
+func (h *handler) createBlock(c echo.Context) error {
+	var b struct {
+		TenantID  string           `json:"tenant_id"`
+		Identity  tenants.Identity `json:"identity"`
+		Reason    string           `json:"reason"`
+		ExpiresAt *time.Time       `json:"expires_at"`
+	}
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	if b.TenantID == "" {
+		return errs.Errorf(errs.Invalid, "tenant_id: required")
+	}
+	var w bus.Written[tenants.Block]
+	blk := tenants.Block{TenantID: b.TenantID, Identity: b.Identity, Reason: b.Reason, ExpiresAt: b.ExpiresAt}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockCreate, blk, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusCreated, w.Result)
+}
+
+func (h *handler) listBlocks(c echo.Context) error {
+	bs := []tenants.Block{}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockList, bus.TenantScoped{TenantID: c.QueryParam("tenant_id")}, &bs); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"blocks": bs})
+}
+
+func (h *handler) deleteBlock(c echo.Context) error {
+	var w bus.Written[struct{}]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockDelete, bus.TenantScoped{ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,205 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+type checkBody struct {
+	APIKey string `json:"api_key"`
+	IP     string `json:"ip"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Cost   *int64 `json:"cost"`
+	Peek   bool   `json:"peek"`
+}
+
+func (b *checkBody) request(field string) (engine.CheckRequest, error) {
+	r := engine.CheckRequest{APIKey: b.APIKey, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
+	if b.Cost != nil {
+		if *b.Cost < 1 {
+			return r, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)
+		}
+		r.Cost = *b.Cost
+	}
+	return r, nil
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func (h *handler) check(c echo.Context) error {
+	now := h.Now()
+	var body checkBody
+	if err := bind(c, &body); err != nil {
+		return err
+	}
+	req, err := body.request("")
+	if err != nil {
+		return err
+	}
+	a, err := h.Engine.Check(tenantID(c), &req, now)
+	if err != nil {
+		return err
+	}
+	setRateLimitHeaders(c.Response().Header(), &a)
+	buf := bufPool.Get().(*[]byte)
+	out := appendAnswer((*buf)[:0], &a)
+	err = c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
+	*buf = out
+	bufPool.Put(buf)
+	return err
+}
+
+func (h *handler) checkBatch(c echo.Context) error {
+	now := h.Now()
+	var body struct {
+		Checks []checkBody `json:"checks"`
+	}
+	if err := bind(c, &body); err != nil {
+		return err
+	}
+	if len(body.Checks) < 1 || len(body.Checks) > 1000 {
+		return errs.Errorf(errs.Invalid, "checks: must hold between 1 and 1000 checks")
+	}
+	reqs := make([]engine.CheckRequest, len(body.Checks))
+	for i := range body.Checks {
+		r, err := body.Checks[i].request("checks[" + strconv.Itoa(i) + "].")
+		if err != nil {
+			return err
+		}
+		reqs[i] = r
+	}
+	answers, err := h.Engine.CheckBatch(tenantID(c), reqs, now)
+	if err != nil {
+		return err
+	}
+	out := []byte(`{"results":[`)
+	for i := range answers {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendAnswer(out, &answers[i])
+	}
+	out = append(out, "]}"...)
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
+}
+
+// ceilSeconds rounds a duration up to whole seconds, as Retry-After and the
+// reset headers need: rounding down would invite a retry that is denied.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// setRateLimitHeaders writes the IETF draft headers for every limit of the
+// decided tier, the conventional X-RateLimit-* for the reported limit, and
+// Retry-After on a denial.
+func setRateLimitHeaders(h http.Header, a *engine.Answer) {
+	if len(a.Limits) > 0 {
+		var pol, rl []byte
+		for i, l := range a.Limits {
+			if i > 0 {
+				pol = append(pol, ", "...)
+				rl = append(rl, ", "...)
+			}
+			pol = strconv.AppendQuote(pol, l.Name)
+			pol = append(pol, ";q="...)
+			pol = strconv.AppendInt(pol, l.Limit, 10)
+			pol = append(pol, ";w="...)
+			pol = strconv.AppendInt(pol, ceilSeconds(l.Period), 10)
+			rl = strconv.AppendQuote(rl, l.Name)
+			rl = append(rl, ";r="...)
+			rl = strconv.AppendInt(rl, l.Remaining, 10)
+			rl = append(rl, ";t="...)
+			rl = strconv.AppendInt(rl, ceilSeconds(l.Reset), 10)
+		}
+		h["Ratelimit-Policy"] = []string{string(pol)}
+		h["Ratelimit"] = []string{string(rl)}
+		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(a.Limit, 10)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(a.Remaining, 10)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(a.Reset), 10)}
+	}
+	if !a.Allowed && a.RetryAfter > 0 {
+		h["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(a.RetryAfter), 10)}
+	}
+}
+
+// appendAnswer encodes an answer as API.md's JSON without reflection: this
+// is the hot path. Every string it writes is escaped.
+func appendAnswer(b []byte, a *engine.Answer) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, a.Allowed)
+	b = append(b, `,"reason":`...)
+	b = appendString(b, a.Reason)
+	b = append(b, `,"policy":`...)
+	if a.Policy == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendString(b, a.Policy)
+	}
+	b = append(b, `,"tier":`...)
+	if a.Tier == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendString(b, a.Tier)
+	}
+	b = append(b, `,"identity":{"kind":`...)
+	b = appendString(b, a.IdentityKind)
+	b = append(b, `,"id":`...)
+	b = appendString(b, a.IdentityID)
+	b = append(b, `},"limit":`...)
+	b = strconv.AppendInt(b, a.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, a.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, millis(a.Reset), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	switch {
+	case a.Allowed:
+		b = append(b, '0')
+	case a.RetryAfter == quota.Never:
+		// The request costs more than the bucket can ever hold.
+		b = append(b, "null"...)
+	default:
+		b = strconv.AppendInt(b, millis(a.RetryAfter), 10)
+	}
+	if a.ShadowDenied {
+		b = append(b, `,"shadow_denied":true`...)
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}

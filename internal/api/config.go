@@ -1,0 +1,231 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// applied waits (briefly) until this server enforces a write it just made,
+// so a client that writes and then checks sees its own write.
+func (h *handler) applied(c echo.Context, version int64) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
+	defer cancel()
+	h.Engine.WaitVersion(ctx, version)
+}
+
+// policyBody is a policy as API clients write it.
+type policyBody struct {
+	Name        string                    `json:"name"`
+	Method      string                    `json:"method"`
+	Path        string                    `json:"path"`
+	Query       map[string]string         `json:"query"`
+	Consistency string                    `json:"consistency"`
+	Shadow      bool                      `json:"shadow"`
+	Tiers       map[string]tenants.Limits `json:"tiers"`
+}
+
+func (b policyBody) policy() tenants.Policy {
+	return tenants.Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers}
+}
+
+func (h *handler) createPolicy(c echo.Context) error {
+	var b policyBody
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	var w bus.Written[tenants.Policy]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID(c), Policy: b.policy()}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusCreated, w.Result)
+}
+
+func (h *handler) updatePolicy(c echo.Context) error {
+	var b policyBody
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	var w bus.Written[tenants.Policy]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID(c), ID: c.Param("id"), Policy: b.policy()}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, w.Result)
+}
+
+func (h *handler) getPolicy(c echo.Context) error {
+	var p tenants.Policy
+	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyGet, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &p); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}
+
+func (h *handler) listPolicies(c echo.Context) error {
+	ps := []tenants.Policy{}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyList, bus.TenantScoped{TenantID: tenantID(c)}, &ps); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"policies": ps})
+}
+
+func (h *handler) deletePolicy(c echo.Context) error {
+	var w bus.Written[struct{}]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyDelete, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// keyAnswer is a consumer key as the API shows it, with the secret only on
+// creation.
+type keyAnswer struct {
+	tenants.ConsumerKey
+	Key string `json:"key,omitempty"`
+}
+
+func (h *handler) createKey(c echo.Context) error {
+	var b struct {
+		Name      string                    `json:"name"`
+		Tier      string                    `json:"tier"`
+		ExpiresAt *time.Time                `json:"expires_at"`
+		Overrides map[string]tenants.Limits `json:"overrides"`
+	}
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	var w bus.Written[bus.KeyCreated]
+	req := bus.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyCreate, req, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusCreated, keyAnswer{ConsumerKey: w.Result.Key, Key: w.Result.Secret})
+}
+
+func (h *handler) getKey(c echo.Context) error {
+	var k tenants.ConsumerKey
+	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyGet, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &k); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, k)
+}
+
+func (h *handler) listKeys(c echo.Context) error {
+	ks := []tenants.ConsumerKey{}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyList, bus.TenantScoped{TenantID: tenantID(c)}, &ks); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": ks})
+}
+
+func (h *handler) updateKey(c echo.Context) error {
+	var p tenants.KeyPatch
+	if err := bind(c, &p); err != nil {
+		return err
+	}
+	var w bus.Written[tenants.ConsumerKey]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyUpdate, bus.KeyUpdate{TenantID: tenantID(c), ID: c.Param("id"), Patch: p}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, w.Result)
+}
+
+func (h *handler) revokeKey(c echo.Context) error {
+	var w bus.Written[tenants.ConsumerKey]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyRevoke, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, w.Result)
+}
+
+func (h *handler) resetBucket(c echo.Context) error {
+	var b struct {
+		Policy   string           `json:"policy"`
+		Identity tenants.Identity `json:"identity"`
+	}
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	var w bus.Written[struct{}]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpBucketReset, bus.BucketReset{TenantID: tenantID(c), Policy: b.Policy, Identity: b.Identity}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, map[string]any{"reset": true})
+}
+
+// timeRange reads from/to (RFC 3339) query parameters.
+func timeRange(c echo.Context) (time.Time, time.Time, error) {
+	parse := func(name string) (time.Time, error) {
+		v := c.QueryParam(name)
+		if v == "" {
+			return time.Time{}, errs.Errorf(errs.Invalid, "%s: required, an RFC 3339 time", name)
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return time.Time{}, errs.Errorf(errs.Invalid, "%s: must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name)
+		}
+		return t, nil
+	}
+	from, err := parse("from")
+	if err != nil {
+		return from, from, err
+	}
+	to, err := parse("to")
+	return from, to, err
+}
+
+func (h *handler) timeseries(c echo.Context) error {
+	from, to, err := timeRange(c)
+	if err != nil {
+		return err
+	}
+	var ts bus.Timeseries
+	q := bus.TimeseriesQuery{TenantID: tenantID(c), From: from, To: to, Step: c.QueryParam("step"), Policy: c.QueryParam("policy")}
+	if err := h.Worker.Query(c.Request().Context(), "timeseries", q, &ts); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ts)
+}
+
+func limitParam(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return 20, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, errs.Errorf(errs.Invalid, "limit: must be an integer between 1 and 1000")
+	}
+	return n, nil
+}
+
+func (h *handler) top(c echo.Context) error {
+	from, to, err := timeRange(c)
+	if err != nil {
+		return err
+	}
+	n, err := limitParam(c)
+	if err != nil {
+		return err
+	}
+	entries := []bus.TopEntry{}
+	q := bus.TopQuery{TenantID: tenantID(c), From: from, To: to, Limit: n, Policy: c.QueryParam("policy")}
+	if err := h.Worker.Query(c.Request().Context(), "top", q, &entries); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"identities": entries})
+}

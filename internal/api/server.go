@@ -1,0 +1,312 @@
+// Package api is Sluice's public HTTP API (API.md) on Echo: thin handlers
+// that parse, call the engine or the worker, and encode. One error handler
+// turns every failure, Echo's own included, into the API's error envelope.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// MaxBody is the largest request body accepted (API.md: 1 MiB).
+const MaxBody = 1 << 20
+
+// Engine is what the API needs from the data plane.
+type Engine interface {
+	Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
+	CheckBatch(tenantID string, reqs []engine.CheckRequest, now time.Time) ([]engine.Answer, error)
+	TenantForServiceKey(key string) (string, bool)
+	OperatorTokenHash() string
+	Ready() bool
+	WaitVersion(ctx context.Context, v int64)
+}
+
+// Worker is what the API needs from the worker: config operations and
+// analytics queries, sent over NATS.
+type Worker interface {
+	Call(ctx context.Context, op string, req, out any) error
+	Query(ctx context.Context, op string, req, out any) error
+}
+
+// Config wires the API.
+type Config struct {
+	Engine   Engine
+	Worker   Worker
+	Gatherer prometheus.Gatherer
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+type handler struct {
+	Config
+}
+
+// New returns the Echo instance serving the API. Other packages (the
+// dashboard) may add their routes to it.
+func New(cfg Config) *echo.Echo {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{cfg}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = h.errorHandler
+	e.Use(middleware.Recover())
+	e.Use(middleware.BodyLimit("1M"))
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", h.readyz)
+	if cfg.Gatherer != nil {
+		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	}
+
+	// Middleware is attached per route, not per group: an Echo group with
+	// middleware answers 404 for every unknown method under it, and API.md
+	// wants 405 for a known path with the wrong method.
+	svc := []echo.MiddlewareFunc{h.requireJSON, h.serviceAuth}
+	e.POST("/v1/check", h.check, svc...)
+	e.POST("/v1/check/batch", h.checkBatch, svc...)
+	e.POST("/v1/policies", h.createPolicy, svc...)
+	e.GET("/v1/policies", h.listPolicies, svc...)
+	e.GET("/v1/policies/:id", h.getPolicy, svc...)
+	e.PUT("/v1/policies/:id", h.updatePolicy, svc...)
+	e.DELETE("/v1/policies/:id", h.deletePolicy, svc...)
+	e.POST("/v1/keys", h.createKey, svc...)
+	e.GET("/v1/keys", h.listKeys, svc...)
+	e.GET("/v1/keys/:id", h.getKey, svc...)
+	e.PATCH("/v1/keys/:id", h.updateKey, svc...)
+	e.DELETE("/v1/keys/:id", h.revokeKey, svc...)
+	e.POST("/v1/buckets/reset", h.resetBucket, svc...)
+	e.GET("/v1/analytics/timeseries", h.timeseries, svc...)
+	e.GET("/v1/analytics/top", h.top, svc...)
+
+	adm := []echo.MiddlewareFunc{h.requireJSON, h.operatorAuth}
+	e.POST("/v1/admin/tenants", h.createTenant, adm...)
+	e.GET("/v1/admin/tenants", h.listTenants, adm...)
+	e.GET("/v1/admin/abuse", h.abuse, adm...)
+	e.POST("/v1/admin/blocks", h.createBlock, adm...)
+	e.GET("/v1/admin/blocks", h.listBlocks, adm...)
+	e.DELETE("/v1/admin/blocks/:id", h.deleteBlock, adm...)
+	return e
+}
+
+func (h *handler) readyz(c echo.Context) error {
+	if !h.Engine.Ready() {
+		return errs.Errorf(errs.Unavailable, "Not ready: the hot cache is not hydrated or NATS is not connected.")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// tenantKey is the context key of the authenticated tenant's id.
+const tenantKey = "sluice.tenant"
+
+func tenantID(c echo.Context) string { s, _ := c.Get(tenantKey).(string); return s }
+
+func bearer(c echo.Context) (string, bool) {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// serviceAuth admits a request bearing an active service key. Keys are
+// looked up by their SHA-256, so the secret is never compared directly.
+func (h *handler) serviceAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if !ok {
+			return errs.Errorf(errs.Unauthenticated, "Send a service key as \"Authorization: Bearer sk_...\".")
+		}
+		if !h.Engine.Ready() {
+			return errs.Errorf(errs.Unavailable, "Sluice is starting and not ready to answer yet.")
+		}
+		id, ok := h.Engine.TenantForServiceKey(token)
+		if !ok {
+			return errs.Errorf(errs.Unauthenticated, "The service key is unknown or revoked.")
+		}
+		c.Set(tenantKey, id)
+		return next(c)
+	}
+}
+
+// operatorAuth admits a request bearing the operator token, compared by
+// hash in constant time.
+func (h *handler) operatorAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if !ok {
+			return errs.Errorf(errs.Unauthenticated, "Send the operator token as \"Authorization: Bearer ...\".")
+		}
+		want := h.Engine.OperatorTokenHash()
+		got := tenants.HashToken(token)
+		if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(got)) != 1 {
+			return errs.Errorf(errs.Unauthenticated, "The operator token is not valid.")
+		}
+		return next(c)
+	}
+}
+
+// requireJSON rejects bodies that are not declared as JSON.
+func (h *handler) requireJSON(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength == 0 && r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
+			return next(c)
+		}
+		ct := r.Header.Get(echo.HeaderContentType)
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return errs.Errorf(errs.UnsupportedMedia, "Send the body as JSON with \"Content-Type: application/json\".")
+		}
+		return next(c)
+	}
+}
+
+// bind decodes a JSON body strictly: unknown fields, trailing data and
+// type mismatches are errors that name the field.
+func bind(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return errs.Errorf(errs.Invalid, "body: must hold one JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errs.Errorf(errs.Invalid, "body: must hold one JSON value")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var mbe *http.MaxBytesError
+	var ae *errs.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &mbe):
+		return errs.Errorf(errs.TooLarge, "The request body is larger than 1 MiB.")
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return errs.Errorf(errs.Invalid, "%s: must be %s", field, jsonKind(te.Type.Kind().String()))
+	case errors.As(err, &se):
+		return errs.Errorf(errs.Invalid, "body: malformed JSON at byte %d", se.Offset)
+	case errors.Is(err, io.EOF):
+		return errs.Errorf(errs.Invalid, "body: required, a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errs.Errorf(errs.Invalid, "body: truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return errs.Errorf(errs.Invalid, "%s: unknown field", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), "\""))
+	}
+	if strings.Contains(err.Error(), "http: request body too large") {
+		return errs.Errorf(errs.TooLarge, "The request body is larger than 1 MiB.")
+	}
+	return errs.Errorf(errs.Invalid, "body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"):
+		return "an integer"
+	case strings.HasPrefix(k, "float"):
+		return "a number"
+	case k == "string":
+		return "a string"
+	case k == "bool":
+		return "true or false"
+	case k == "slice", k == "array":
+		return "an array"
+	case k == "map", k == "struct":
+		return "an object"
+	}
+	return "of another type"
+}
+
+var statusOf = map[string]int{
+	errs.Invalid:          http.StatusBadRequest,
+	errs.Unauthenticated:  http.StatusUnauthorized,
+	errs.Forbidden:        http.StatusForbidden,
+	errs.NotFound:         http.StatusNotFound,
+	errs.Conflict:         http.StatusConflict,
+	errs.TooLarge:         http.StatusRequestEntityTooLarge,
+	errs.UnsupportedMedia: http.StatusUnsupportedMediaType,
+	errs.RateLimited:      http.StatusTooManyRequests,
+	errs.Unavailable:      http.StatusServiceUnavailable,
+	errs.Internal:         http.StatusInternalServerError,
+	codeMethodNotAllowed:  http.StatusMethodNotAllowed,
+}
+
+// codeMethodNotAllowed answers a known path with a method it does not serve.
+const codeMethodNotAllowed = "method_not_allowed"
+
+// errorHandler writes the API's error envelope for every failure and logs
+// only internal ones, without ever putting their text in the body.
+func (h *handler) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code, msg := errs.Code(err), errs.Message(err)
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			code, msg = errs.NotFound, "No such endpoint."
+		case http.StatusMethodNotAllowed:
+			code, msg = codeMethodNotAllowed, "This endpoint does not accept that method."
+		case http.StatusRequestEntityTooLarge:
+			code, msg = errs.TooLarge, "The request body is larger than 1 MiB."
+		case http.StatusUnsupportedMediaType:
+			code, msg = errs.UnsupportedMedia, "Send the body as JSON with \"Content-Type: application/json\"."
+		case http.StatusBadRequest:
+			code, msg = errs.Invalid, "The request is malformed."
+		case http.StatusUnauthorized:
+			code, msg = errs.Unauthenticated, "Authentication required."
+		case http.StatusForbidden:
+			code, msg = errs.Forbidden, "Not allowed."
+		default:
+			code = errs.Internal
+		}
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if status >= 500 && code != errs.Unavailable {
+		h.Log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		msg = "An internal error occurred."
+	}
+	body := map[string]any{"error": map[string]string{"code": code, "message": msg}}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, body)
+}

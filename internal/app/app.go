@@ -1,0 +1,274 @@
+// Package app wires a Sluice server process together: the embedded or
+// external NATS, the in-process worker (by default), the engine, and the
+// HTTP API. cmd/server only parses flags and calls it, so tests boot the
+// whole product on port 0 with a temp data dir exactly as users run it.
+//
+// Start order: NATS, worker, engine, HTTP. The HTTP listener opens at once
+// (/healthz answers, /readyz says 503) while the engine hydrates. Stop order
+// on SIGTERM is the reverse: HTTP drains, the engine publishes everything
+// pending and waits for the worker to commit it, then the worker, SQLite and
+// NATS close.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/internal/api"
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker"
+)
+
+// Main is one running server process.
+type Main struct {
+	Config Config
+	Log    *slog.Logger
+	// Out receives the one-time operator token announcement.
+	Out io.Writer
+
+	ns       *server.Server
+	nc       *nats.Conn
+	workerNC *nats.Conn
+	worker   *worker.Worker
+	stopWork context.CancelFunc
+	workDone chan struct{}
+	closeDB  func() error
+	engine   *engine.Engine
+	http     *http.Server
+	ln       net.Listener
+	bg       sync.WaitGroup
+	bgCancel context.CancelFunc
+	registry *prometheus.Registry
+}
+
+// NewMain returns a Main for cfg.
+func NewMain(cfg Config, log *slog.Logger) *Main {
+	return &Main{Config: cfg, Log: log, Out: os.Stdout}
+}
+
+// Run starts every part and returns once the HTTP listener is open; the
+// engine keeps hydrating in the background until /readyz turns 200.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := m.Config
+	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	m.registry = prometheus.NewRegistry()
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	url := cfg.NatsURL
+	if url == "" {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: cfg.Data, Listen: cfg.NatsListen, Name: cfg.Node})
+		if err != nil {
+			return err
+		}
+		m.ns = ns
+		m.Log.Info("embedded nats started", "listen", cfg.NatsListen, "store", filepath.Join(cfg.Data, "nats"))
+	}
+	nc, err := bus.Connect(url, m.ns, "sluice-server-"+cfg.Node, m.Log)
+	if err != nil {
+		return err
+	}
+	m.nc = nc
+
+	if cfg.Worker == "embedded" {
+		if err := m.startWorker(ctx, url); err != nil {
+			return err
+		}
+	}
+
+	eng, err := engine.New(engine.Config{
+		Node:          cfg.Node,
+		FlushInterval: cfg.FlushInterval,
+		Log:           m.Log,
+		Registerer:    m.registry,
+	}, nc)
+	if err != nil {
+		return err
+	}
+	m.engine = eng
+	client := bus.NewClient(nc, 5*time.Second)
+
+	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	m.ln = ln
+	m.http = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	go func() {
+		if err := m.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.Log.Error("http server stopped", "err", err)
+		}
+	}()
+	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg))
+
+	bgCtx, cancel := context.WithCancel(context.Background())
+	m.bgCancel = cancel
+	m.bg.Go(func() {
+		// The operator token is settled before the engine hydrates, so a
+		// server that reports ready accepts it.
+		m.bootstrap(bgCtx, client)
+		if err := eng.Start(bgCtx); err != nil && bgCtx.Err() == nil {
+			m.Log.Error("engine failed to start", "err", err)
+		}
+	})
+	return nil
+}
+
+func natsDesc(cfg Config) string {
+	if cfg.NatsURL != "" {
+		return cfg.NatsURL
+	}
+	return "embedded"
+}
+
+func (m *Main) startWorker(ctx context.Context, url string) error {
+	db, err := sqlitedb.Open(ctx, filepath.Join(m.Config.Data, "sluice.db"))
+	if err != nil {
+		return err
+	}
+	m.closeDB = db.Close
+	wnc, err := bus.Connect(url, m.ns, "sluice-worker-"+m.Config.Node, m.Log)
+	if err != nil {
+		return err
+	}
+	m.workerNC = wnc
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry}, db, wnc)
+	if err != nil {
+		return err
+	}
+	m.worker = w
+	wctx, cancel := context.WithCancel(context.Background())
+	m.stopWork = cancel
+	m.workDone = make(chan struct{})
+	go func() {
+		defer close(m.workDone)
+		if err := w.Run(wctx); err != nil {
+			m.Log.Error("worker stopped with error", "err", err)
+		}
+	}()
+	return nil
+}
+
+// bootstrap makes sure an operator token exists: the configured one, or on
+// a first start a generated one printed once (only its hash is stored).
+func (m *Main) bootstrap(ctx context.Context, client *bus.Client) {
+	cfg := m.Config
+	token, generated := cfg.OperatorToken, false
+	if token == "" {
+		token, generated = "op_"+rand.Text(), true
+	} else if err := tenants.ValidateOperatorToken(token); err != nil {
+		m.Log.Error("SLUICE_OPERATOR_TOKEN rejected; operator API disabled until it is fixed", "err", err)
+		return
+	}
+	retry(ctx, m.Log, "operator bootstrap", func() error {
+		var w bus.Written[bool]
+		err := client.Call(ctx, bus.OpBootstrap, bus.Bootstrap{TokenHash: tenants.HashToken(token), OnlyIfAbsent: generated}, &w)
+		if err == nil && generated && w.Result {
+			fmt.Fprintf(m.Out, "\nSluice operator token (shown once, store it now): %s\n\n", token)
+		}
+		return err
+	})
+	if cfg.OperatorEmail != "" {
+		retry(ctx, m.Log, "operator login bootstrap", func() error {
+			var u tenants.User
+			return client.Call(ctx, bus.OpEnsureOperator, bus.EnsureOperator{Email: cfg.OperatorEmail, Password: cfg.OperatorPassword}, &u)
+		})
+	}
+}
+
+func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) {
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if code := errorCode(err); code != "unavailable" {
+			log.Error(what+" failed", "err", err)
+			return
+		}
+		if attempt == 4 {
+			log.Warn(what+" waiting for the worker", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Addr is the HTTP listener's address (useful with --addr 127.0.0.1:0).
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// Engine gives tests access to the data plane.
+func (m *Main) Engine() *engine.Engine { return m.engine }
+
+// Close shuts down in reverse start order within ctx.
+func (m *Main) Close(ctx context.Context) error {
+	var errs []error
+	if m.http != nil {
+		if err := m.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	}
+	if m.bgCancel != nil {
+		m.bgCancel()
+		m.bg.Wait()
+	}
+	if m.engine != nil {
+		if err := m.engine.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.stopWork != nil {
+		m.stopWork()
+		select {
+		case <-m.workDone:
+		case <-ctx.Done():
+			errs = append(errs, errors.New("worker did not stop in time"))
+		}
+	}
+	if m.workerNC != nil {
+		_ = m.workerNC.Drain()
+	}
+	if m.closeDB != nil {
+		if err := m.closeDB(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.nc != nil {
+		m.nc.Close()
+	}
+	if m.ns != nil {
+		m.ns.Shutdown()
+		m.ns.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}

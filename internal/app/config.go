@@ -1,0 +1,137 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Config is everything a Sluice server process is told at start. Every
+// field has a flag and a SLUICE_* environment twin; the flag wins.
+type Config struct {
+	Addr            string        // --addr, SLUICE_ADDR
+	Data            string        // --data, SLUICE_DATA
+	NatsURL         string        // --nats-url, SLUICE_NATS_URL; empty = embedded server
+	NatsListen      string        // --nats-listen, SLUICE_NATS_LISTEN; embedded server's client port, empty = in-process only
+	Worker          string        // --worker, SLUICE_WORKER: embedded | external
+	Node            string        // --node, SLUICE_NODE
+	FlushInterval   time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
+	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
+	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
+
+	// Operator bootstrap, from the environment only (secrets stay out of
+	// process listings).
+	OperatorToken    string // SLUICE_OPERATOR_TOKEN
+	OperatorEmail    string // SLUICE_OPERATOR_EMAIL
+	OperatorPassword string // SLUICE_OPERATOR_PASSWORD
+}
+
+// DefaultConfig is what `go run ./cmd/server` runs with.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	host = sanitizeNode(host)
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		Data:            "./data",
+		Worker:          "embedded",
+		Node:            host,
+		FlushInterval:   200 * time.Millisecond,
+		ShutdownTimeout: 15 * time.Second,
+		LogLevel:        "info",
+	}
+}
+
+// ParseFlags fills c from args, falling back to getenv for each flag that
+// is not given. Unknown flags and bad values are errors.
+func (c *Config) ParseFlags(name string, args []string, getenv func(string) string, out io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	envDur := func(k string, def time.Duration) (time.Duration, error) {
+		v := getenv(k)
+		if v == "" {
+			return def, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", k, err)
+		}
+		return d, nil
+	}
+	flush, err := envDur("SLUICE_FLUSH_INTERVAL", c.FlushInterval)
+	if err != nil {
+		return err
+	}
+	shutdown, err := envDur("SLUICE_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	if err != nil {
+		return err
+	}
+	fs.StringVar(&c.Addr, "addr", env("SLUICE_ADDR", c.Addr), "HTTP listen address (SLUICE_ADDR)")
+	fs.StringVar(&c.Data, "data", env("SLUICE_DATA", c.Data), "data directory for SQLite and embedded NATS (SLUICE_DATA)")
+	fs.StringVar(&c.NatsURL, "nats-url", env("SLUICE_NATS_URL", c.NatsURL), "external NATS URL; empty runs an embedded NATS server (SLUICE_NATS_URL)")
+	fs.StringVar(&c.NatsListen, "nats-listen", env("SLUICE_NATS_LISTEN", c.NatsListen), "host:port where the embedded NATS server accepts other processes; empty = in-process only (SLUICE_NATS_LISTEN)")
+	fs.StringVar(&c.Worker, "worker", env("SLUICE_WORKER", c.Worker), "embedded: run the SQLite worker in this process; external: a cmd/worker process does (SLUICE_WORKER)")
+	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS (SLUICE_NODE)")
+	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.OperatorToken = getenv("SLUICE_OPERATOR_TOKEN")
+	c.OperatorEmail = getenv("SLUICE_OPERATOR_EMAIL")
+	c.OperatorPassword = getenv("SLUICE_OPERATOR_PASSWORD")
+	return c.Validate()
+}
+
+// Validate rejects contradictory settings.
+func (c *Config) Validate() error {
+	if c.Worker != "embedded" && c.Worker != "external" {
+		return fmt.Errorf("--worker must be embedded or external, not %q", c.Worker)
+	}
+	if c.Worker == "external" && c.NatsURL == "" && c.NatsListen == "" {
+		return fmt.Errorf("--worker=external needs a NATS the worker can reach: set --nats-url, or --nats-listen for the embedded server")
+	}
+	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
+		return fmt.Errorf("--flush-interval must be between 10ms and 1m, not %s", c.FlushInterval)
+	}
+	if c.Data == "" {
+		return fmt.Errorf("--data must not be empty")
+	}
+	if c.Node == "" {
+		return fmt.Errorf("--node must not be empty")
+	}
+	for _, r := range c.Node {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("--node %q: use letters, digits, - and _ only", c.Node)
+		}
+	}
+	if (c.OperatorEmail == "") != (c.OperatorPassword == "") {
+		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
+	}
+	return nil
+}
+
+// sanitizeNode turns a host name into a valid node name.
+func sanitizeNode(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	if len(b) == 0 {
+		return "server"
+	}
+	return string(b)
+}

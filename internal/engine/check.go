@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// Reasons a check answers with.
+const (
+	ReasonOK          = "ok"
+	ReasonRateLimited = "rate_limited"
+	ReasonInvalidKey  = "invalid_key"
+	ReasonBlocked     = "blocked"
+)
+
+// Tier names with a fixed meaning.
+const (
+	TierAnonymous = "anonymous"
+	TierDefault   = "default"
+)
+
+// MaxLimits bounds the limits of one tier (validation enforces it), so a
+// decision fits in fixed-size arrays on the stack.
+const MaxLimits = 10
+
+// CheckRequest is one question: may this caller do this now?
+type CheckRequest struct {
+	APIKey string
+	IP     string
+	Method string
+	Path   string
+	Cost   int64
+	Peek   bool
+}
+
+// LimitStatus describes one limit of the decided tier, for headers.
+type LimitStatus struct {
+	Name      string // "<policy>" or "<policy>.<limit>"
+	Limit     int64
+	Period    time.Duration
+	Remaining int64
+	Reset     time.Duration
+}
+
+// Answer is a decided check.
+type Answer struct {
+	Allowed      bool
+	Reason       string
+	Policy       string // "" when no policy matched
+	Tier         string
+	IdentityKind string
+	IdentityID   string
+	Limit        int64
+	Remaining    int64
+	Reset        time.Duration
+	RetryAfter   time.Duration // quota.Never when no wait helps
+	ShadowDenied bool
+	// Limits lists every limit of the decided tier (empty when none applied).
+	Limits []LimitStatus
+}
+
+// validate fills defaults and rejects bad input, naming the field.
+func (r *CheckRequest) validate(field string) error {
+	if r.Path == "" {
+		return errs.Errorf(errs.Invalid, "%spath: required, the raw request target", field)
+	}
+	if len(r.Path) > 8192 {
+		return errs.Errorf(errs.Invalid, "%spath: longer than 8192 bytes", field)
+	}
+	if r.Method == "" {
+		r.Method = "GET"
+	} else if len(r.Method) > 32 || strings.ContainsAny(r.Method, " \t\r\n") {
+		return errs.Errorf(errs.Invalid, "%smethod: must be an HTTP method such as \"GET\"", field)
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	} else if r.Cost < 1 || r.Cost > 1_000_000 {
+		return errs.Errorf(errs.Invalid, "%scost: must be an integer between 1 and 1000000", field)
+	}
+	if r.APIKey == "" && r.IP == "" {
+		return errs.Errorf(errs.Invalid, "%sip: required when api_key is absent", field)
+	}
+	if len(r.APIKey) > 256 {
+		return errs.Errorf(errs.Invalid, "%sapi_key: longer than 256 bytes", field)
+	}
+	return nil
+}
+
+// Check decides one request for a tenant at now. It never blocks on I/O:
+// everything it reads is in memory. Errors are input errors only.
+func (e *Engine) Check(tenantID string, req *CheckRequest, now time.Time) (Answer, error) {
+	return e.check(tenantID, req, now, "")
+}
+
+// CheckBatch decides several requests in order; an input error in any of
+// them fails the whole batch before anything is decided.
+func (e *Engine) CheckBatch(tenantID string, reqs []CheckRequest, now time.Time) ([]Answer, error) {
+	for i := range reqs {
+		if err := reqs[i].validate(batchField(i)); err != nil {
+			return nil, err
+		}
+		if reqs[i].APIKey == "" {
+			if _, ok := NormalizeIP(reqs[i].IP); !ok {
+				return nil, errs.Errorf(errs.Invalid, "%sip: must be an IPv4 or IPv6 address", batchField(i))
+			}
+		}
+	}
+	out := make([]Answer, len(reqs))
+	for i := range reqs {
+		a, err := e.check(tenantID, &reqs[i], now, batchField(i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+func batchField(i int) string {
+	return "checks[" + itoa(i) + "]."
+}
+
+func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field string) (Answer, error) {
+	start := time.Now()
+	if err := req.validate(field); err != nil {
+		return Answer{}, err
+	}
+	v := e.view.Load()
+	tv := v.compiled[tenantID]
+	if tv == nil {
+		return Answer{}, errs.Errorf(errs.Unauthenticated, "The service key's tenant no longer exists.")
+	}
+	nowNS := now.UnixNano()
+
+	// Identity: a presented consumer key is verified, never downgraded to IP.
+	var a Answer
+	var key *keyView
+	if req.APIKey != "" {
+		key = v.ckHash[hashKey(req.APIKey)]
+		a.IdentityKind = KindKey
+		if key == nil || key.tenantID != tenantID || key.revoked || (key.expiresAt != 0 && nowNS >= key.expiresAt) {
+			a.Reason = ReasonInvalidKey
+			a.IdentityID = keyPrefix(req.APIKey)
+			if key != nil && key.tenantID == tenantID {
+				a.IdentityID = key.id
+			}
+			a.Tier = ""
+			e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+			return a, nil
+		}
+		a.IdentityID = key.id
+	} else {
+		ip, ok := NormalizeIP(req.IP)
+		if !ok {
+			return Answer{}, errs.Errorf(errs.Invalid, "%sip: must be an IPv4 or IPv6 address", field)
+		}
+		a.IdentityKind, a.IdentityID = KindIP, ip
+	}
+
+	if b, ok := tv.activeBlock(a.IdentityKind, a.IdentityID, now); ok {
+		a.Reason = ReasonBlocked
+		if b.ExpiresAt != nil {
+			a.RetryAfter = b.ExpiresAt.Sub(now)
+		}
+		e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+		return a, nil
+	}
+
+	target := quota.NormalizeTarget(req.Path)
+	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
+	if idx < 0 {
+		a.Allowed, a.Reason = true, ReasonOK
+		e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+		return a, nil
+	}
+	pv := tv.policies[idx]
+	a.Policy = pv.name
+
+	// Tier: the key's tier, else default; an IP uses anonymous, else default.
+	var tl *tierLimits
+	if key != nil {
+		a.Tier = key.tier
+		if o := key.overrides[pv.name]; o != nil {
+			tl = o
+		} else if tl = pv.tiers[key.tier]; tl == nil {
+			a.Tier, tl = TierDefault, pv.tiers[TierDefault]
+		}
+	} else {
+		a.Tier = TierAnonymous
+		if tl = pv.tiers[TierAnonymous]; tl == nil {
+			a.Tier, tl = TierDefault, pv.tiers[TierDefault]
+		}
+	}
+	if tl == nil || len(tl.limits) == 0 {
+		// The policy sets no limit for this tier.
+		a.Allowed, a.Reason = true, ReasonOK
+		e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start)
+		return a, nil
+	}
+
+	var outs [MaxLimits]quota.Outcome
+	n := len(tl.limits)
+	if n > MaxLimits {
+		n = MaxLimits
+	}
+	buf := e.keyBuf.Get().(*[]byte)
+	k := append((*buf)[:0], tenantID...)
+	k = append(k, '/')
+	k = append(k, pv.id...)
+	k = append(k, '/')
+	k = append(k, a.IdentityKind...)
+	k = append(k, ':')
+	k = append(k, a.IdentityID...)
+	allowed, report := e.decide(k, pv, tl.limits[:n], nowNS, req.Cost, !req.Peek, outs[:n])
+	*buf = k
+	e.keyBuf.Put(buf)
+
+	r := outs[report]
+	a.Allowed = allowed
+	a.Limit, a.Remaining, a.Reset = r.Limit, r.Remaining, r.Reset
+	if allowed {
+		a.Reason = ReasonOK
+	} else {
+		a.Reason = ReasonRateLimited
+		// With several limits denying, the caller must wait for the last.
+		a.RetryAfter = quota.CombinedRetryAfter(outs[:n])
+	}
+	a.Limits = make([]LimitStatus, n)
+	for i := 0; i < n; i++ {
+		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+	}
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start)
+	if !allowed && pv.shadow {
+		// Shadow mode: decided and recorded as a denial, answered as allowed.
+		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
+	}
+	return a, nil
+}
+
+// decide runs the decision for one bucket key in the hot cache. It is the
+// seam where cluster ownership will route a key to its owner node.
+func (e *Engine) decide(key []byte, _ *policyView, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
+	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
+}
+
+// record counts a decision for analytics and metrics. Peeks are not
+// decisions and are not counted.
+func (e *Engine) record(tenantID, policy, tier string, a *Answer, peek bool, nowNS int64, start time.Time) {
+	e.metrics.observe(a.Reason, a.Allowed, time.Since(start))
+	if peek {
+		return
+	}
+	e.counters.add(tenantID, policy, tier, a.IdentityKind, a.IdentityID, nowNS, a.Allowed)
+}
+
+// keyPrefix is what an answer may say about a presented key that is not
+// this tenant's: its first 8 characters, keeping only the characters a key
+// can contain so the answer never echoes arbitrary bytes.
+func keyPrefix(k string) string {
+	var b [8]byte
+	n := 0
+	for i := 0; i < len(k) && n < len(b); i++ {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' {
+			b[n] = c
+			n++
+		}
+	}
+	return string(b[:n])
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	p := len(b)
+	for i > 0 {
+		p--
+		b[p] = byte('0' + i%10)
+		i /= 10
+	}
+	return string(b[p:])
+}

@@ -1,0 +1,73 @@
+package engine
+
+// Decision counters for analytics. Every decision adds one to its cell
+// (tenant, policy, tier, identity, minute) in a sharded in-memory map; the
+// flusher swaps the maps out every interval and publishes the deltas. A
+// batch that fails to publish is kept, with its message id, and retried
+// until JetStream acks it; the id makes a retry of a batch that did arrive
+// a duplicate JetStream drops, so every decision is counted exactly once.
+
+import (
+	"hash/maphash"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/bus"
+)
+
+const counterShards = 64
+
+type counterCell struct{ allowed, denied int64 }
+
+type counterShard struct {
+	mu    sync.Mutex
+	cells map[bus.CounterKey]*counterCell
+	_     [40]byte // keep shards on separate cache lines
+}
+
+type counterAgg struct {
+	seed   maphash.Seed
+	shards [counterShards]counterShard
+}
+
+func newCounterAgg() *counterAgg {
+	c := &counterAgg{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].cells = map[bus.CounterKey]*counterCell{}
+	}
+	return c
+}
+
+func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool) {
+	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
+	s := &c.shards[maphash.String(c.seed, id)%counterShards]
+	s.mu.Lock()
+	cell := s.cells[k]
+	if cell == nil {
+		cell = &counterCell{}
+		s.cells[k] = cell
+	}
+	if allowed {
+		cell.allowed++
+	} else {
+		cell.denied++
+	}
+	s.mu.Unlock()
+}
+
+// drain removes and returns every cell counted since the last drain.
+func (c *counterAgg) drain() []bus.CounterRow {
+	var rows []bus.CounterRow
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		cells := s.cells
+		if len(cells) > 0 {
+			s.cells = make(map[bus.CounterKey]*counterCell, len(cells))
+		}
+		s.mu.Unlock()
+		for k, v := range cells {
+			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied})
+		}
+	}
+	return rows
+}

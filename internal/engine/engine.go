@@ -1,0 +1,412 @@
+// Package engine is a Sluice server's data plane: it holds the config
+// cache (view.go) and the hot cache of buckets, decides checks in memory
+// (check.go), and keeps both in step with the worker over NATS: it hydrates
+// at start, applies announced config changes, and flushes the state of
+// allowed decisions and the decision counters in batches (flush.go).
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Config tunes an Engine. Zero fields take their defaults.
+type Config struct {
+	// Node names this server in published batches and logs.
+	Node string
+	// FlushInterval is how often allowed decisions' bucket states are
+	// published; it bounds what a kill -9 can lose. Default 200ms.
+	FlushInterval time.Duration
+	// CounterInterval is how often decision counters are published. Default 1s.
+	CounterInterval time.Duration
+	// SweepInterval is how often buckets that are full again leave memory. Default 10s.
+	SweepInterval time.Duration
+	// ResyncInterval is how often the server checks it has not missed a
+	// config change. Default 2s.
+	ResyncInterval time.Duration
+	// Now is the clock; time.Now by default.
+	Now func() time.Time
+	Log *slog.Logger
+	// Registerer receives the engine's metrics; none when nil.
+	Registerer prometheus.Registerer
+}
+
+// Engine is the data plane of one server. It is safe for concurrent use.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cache    *quota.Cache
+	view     atomic.Pointer[view]
+	counters *counterAgg
+	metrics  engineMetrics
+	keyBuf   sync.Pool
+
+	hydrated atomic.Bool
+	applyMu  sync.Mutex // serialises view swaps
+	resyncCh chan struct{}
+
+	flushMu         sync.Mutex // one flush at a time
+	pendingStates   map[string]bus.BucketRecord
+	pendingCounters []pendingBatch
+	batchSeq        atomic.Uint64
+	epoch           int64
+
+	statesPublished atomic.Uint64
+	rowsPublished   atomic.Uint64
+
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+	closed atomic.Bool
+}
+
+// New creates an engine over a NATS connection. Call Start before serving.
+func New(cfg Config, nc *nats.Conn) (*Engine, error) {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 200 * time.Millisecond
+	}
+	if cfg.CounterInterval <= 0 {
+		cfg.CounterInterval = time.Second
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 10 * time.Second
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = 2 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Node == "" {
+		cfg.Node = "server"
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("engine: jetstream: %w", err)
+	}
+	e := &Engine{
+		cfg:           cfg,
+		log:           cfg.Log.With("component", "engine"),
+		nc:            nc,
+		js:            js,
+		cache:         quota.NewCache(),
+		counters:      newCounterAgg(),
+		pendingStates: map[string]bus.BucketRecord{},
+		resyncCh:      make(chan struct{}, 1),
+		epoch:         time.Now().UnixNano(),
+	}
+	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
+	e.view.Store(emptyView())
+	e.metrics = newEngineMetrics(e)
+	if cfg.Registerer != nil {
+		for _, c := range e.metrics.collectors() {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("engine: register metrics: %w", err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// Ready reports whether the engine may answer checks: hydrated and
+// connected to NATS.
+func (e *Engine) Ready() bool {
+	return e.hydrated.Load() && e.nc.IsConnected()
+}
+
+// Start subscribes to config changes, hydrates the config and the hot cache
+// from the worker (retrying until it answers or ctx ends), and starts the
+// background loops. Checks may be served once Ready reports true.
+func (e *Engine) Start(ctx context.Context) error {
+	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
+		return fmt.Errorf("engine: subscribe to config changes: %w", err)
+	}
+	if err := bus.WaitStreams(ctx, e.js); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		err := e.hydrate(ctx)
+		if err == nil {
+			break
+		}
+		// At a normal start the in-process worker registers a moment after
+		// the engine asks; only a lasting failure deserves a warning.
+		lvl := slog.LevelDebug
+		if attempt%10 == 0 {
+			lvl = slog.LevelWarn
+		}
+		e.log.Log(ctx, lvl, "hydration waiting for the worker", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.done.Go(func() { e.loop(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
+	e.done.Go(func() { e.loop(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
+	e.done.Go(func() {
+		e.loop(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
+	})
+	e.done.Go(func() { e.resyncLoop(loopCtx) })
+	return nil
+}
+
+func (e *Engine) loop(ctx context.Context, every time.Duration, fn func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// hydrate loads the config snapshot and every persisted bucket.
+func (e *Engine) hydrate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := e.resync(ctx); err != nil {
+		return err
+	}
+	n := 0
+	req := struct {
+		After string `json:"after"`
+		Limit int    `json:"limit"`
+	}{Limit: 5000}
+	for {
+		var page struct {
+			Buckets []bus.BucketRecord `json:"buckets"`
+			Next    string             `json:"next"`
+		}
+		if err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page); err != nil {
+			return fmt.Errorf("load buckets: %w", err)
+		}
+		for _, rec := range page.Buckets {
+			limits, err := bus.DecodeLimits(rec.Limits)
+			if err != nil {
+				e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
+				continue
+			}
+			e.cache.Load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
+			n++
+		}
+		if page.Next == "" {
+			break
+		}
+		req.After = page.Next
+	}
+	e.hydrated.Store(true)
+	e.log.Info("hot cache hydrated", "buckets", n, "config_version", e.view.Load().version)
+	return nil
+}
+
+// resync replaces the view with a fresh snapshot.
+func (e *Engine) resync(ctx context.Context) error {
+	var snap tenants.Snapshot
+	if err := bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpSnapshot, struct{}{}, &snap); err != nil {
+		return fmt.Errorf("load config snapshot: %w", err)
+	}
+	v, err := viewFromSnapshot(snap)
+	if err != nil {
+		return fmt.Errorf("build config view: %w", err)
+	}
+	e.applyMu.Lock()
+	defer e.applyMu.Unlock()
+	if cur := e.view.Load(); cur.version > v.version {
+		return nil // changes applied meanwhile are newer than this snapshot
+	}
+	e.view.Store(v)
+	return nil
+}
+
+// onChange applies an announced config change (all the changes of one
+// committed write, one version) in version order; a gap (a message missed
+// during a disconnect) triggers a resync.
+func (e *Engine) onChange(m *nats.Msg) {
+	var msg bus.ChangeMsg
+	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.V != bus.WireVersion || len(msg.Changes) == 0 {
+		e.log.Error("unreadable config change", "err", err)
+		e.requestResync()
+		return
+	}
+	version := msg.Changes[0].Version
+	e.applyMu.Lock()
+	cur := e.view.Load()
+	switch {
+	case version <= cur.version:
+		e.applyMu.Unlock()
+		return
+	case version > cur.version+1:
+		e.applyMu.Unlock()
+		e.log.Info("config change gap; resynchronising", "have", cur.version, "got", version)
+		e.requestResync()
+		return
+	}
+	nv := cur
+	for _, c := range msg.Changes {
+		var err error
+		if nv, err = nv.apply(c); err != nil {
+			e.applyMu.Unlock()
+			e.log.Error("apply config change failed; resynchronising", "version", version, "err", err)
+			e.requestResync()
+			return
+		}
+	}
+	e.view.Store(nv)
+	e.applyMu.Unlock()
+	for _, c := range msg.Changes {
+		if c.Kind == tenants.ChangeBucketReset && c.BucketReset != nil {
+			e.cache.Reset(BucketKey(c.TenantID, c.BucketReset.PolicyID, c.BucketReset.Identity.Kind, c.BucketReset.Identity.ID))
+		}
+		e.log.Info("config change applied", "version", version, "kind", c.Kind, "tenant", c.TenantID)
+	}
+}
+
+// BucketKey is the hot-cache key of one identity's bucket for one policy.
+func BucketKey(tenantID, policyID, kind, id string) string {
+	if kind == KindIP {
+		if n, ok := NormalizeIP(id); ok {
+			id = n
+		}
+	}
+	return tenantID + "/" + policyID + "/" + kind + ":" + id
+}
+
+func (e *Engine) requestResync() {
+	select {
+	case e.resyncCh <- struct{}{}:
+	default:
+	}
+}
+
+// resyncLoop resynchronises on request and, every ResyncInterval, asks the
+// worker for its config version so a server that missed the last change
+// (and so saw no gap) still catches up.
+func (e *Engine) resyncLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.ResyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.resyncCh:
+		case <-t.C:
+			var ver struct {
+				Version int64 `json:"version"`
+			}
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver)
+			cancel()
+			if err != nil || ver.Version <= e.view.Load().version {
+				continue
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := e.resync(rctx); err != nil {
+			e.log.Warn("config resync failed", "err", err)
+		} else {
+			e.metrics.resyncs.Inc()
+			e.log.Info("config resynchronised", "version", e.view.Load().version)
+		}
+		cancel()
+	}
+}
+
+// Close stops the loops, publishes everything pending, and waits until the
+// worker has committed it (bounded by ctx). It is the SIGTERM path.
+func (e *Engine) Close(ctx context.Context) error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if e.stop != nil {
+		e.stop()
+	}
+	e.done.Wait()
+	if !e.hydrated.Load() {
+		return nil
+	}
+	var errsOut []error
+	for attempt := 0; ; attempt++ {
+		e.flushStates(ctx)
+		e.flushCounters(ctx)
+		if e.pendingCount() == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			errsOut = append(errsOut, fmt.Errorf("engine: %d batches still unpublished at shutdown", e.pendingCount()))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var synced struct {
+		State uint64 `json:"state"`
+	}
+	if err := bus.Request(ctx, e.nc, bus.SyncSubject, struct{}{}, &synced); err != nil {
+		errsOut = append(errsOut, fmt.Errorf("engine: wait for the worker to commit: %w", err))
+	}
+	return errors.Join(errsOut...)
+}
+
+// TenantForServiceKey returns the tenant a service key belongs to.
+func (e *Engine) TenantForServiceKey(key string) (string, bool) {
+	id, ok := e.view.Load().svcHash[tenants.HashKey(key)]
+	return id, ok
+}
+
+// OperatorTokenHash returns the stored hash of the operator token.
+func (e *Engine) OperatorTokenHash() string { return e.view.Load().operatorHash }
+
+// ConfigVersion is the config version this server has applied.
+func (e *Engine) ConfigVersion() int64 { return e.view.Load().version }
+
+// WaitVersion blocks until the server has applied config version v or ctx
+// ends, so an API write can answer only once its own server enforces it.
+func (e *Engine) WaitVersion(ctx context.Context, v int64) {
+	for e.view.Load().version < v {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Cache exposes the hot cache to tests and benchmarks.
+func (e *Engine) Cache() *quota.Cache { return e.cache }
+
+// Stats are the engine's running totals, for tests and load reports.
+type Stats struct {
+	// StatesPublished counts bucket states acked by JetStream: the state
+	// writes this server caused. Only allowed checks cause them.
+	StatesPublished uint64
+	// CounterRowsPublished counts analytics counter rows acked by JetStream.
+	CounterRowsPublished uint64
+}
+
+// Stats returns the running totals.
+func (e *Engine) Stats() Stats {
+	return Stats{StatesPublished: e.statesPublished.Load(), CounterRowsPublished: e.rowsPublished.Load()}
+}

@@ -1,0 +1,132 @@
+package engine
+
+// The flush protocol, server side. Allowed, consuming decisions mark their
+// bucket dirty in the hot cache; denied ones and peeks do not, so abuse
+// costs no writes. Every FlushInterval the dirty buckets are drained into
+// a pending map (a newer state of a key replaces an older one still
+// pending), published to the state stream in batches, and removed from the
+// pending map only once JetStream has acked them. Publishing failures leave
+// them pending for the next round, so nothing is dropped while NATS or the
+// worker is away; a kill -9 loses at most what was drained in the last
+// FlushInterval and not yet acked.
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+const (
+	maxBucketsPerBatch = 1000
+	maxRowsPerBatch    = 2000
+)
+
+type pendingBatch struct {
+	id   string
+	data []byte
+	rows int
+	at   time.Time
+}
+
+func (e *Engine) pendingCount() int {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	return len(e.pendingStates) + len(e.pendingCounters)
+}
+
+func (e *Engine) nextMsgID(kind string) string {
+	return e.cfg.Node + "-" + strconv.FormatInt(e.epoch, 36) + "-" + kind + "-" + strconv.FormatUint(e.batchSeq.Add(1), 10)
+}
+
+func (e *Engine) flushStates(ctx context.Context) {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	e.cache.DrainDirty(func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		tenant, _, _ := strings.Cut(key, "/")
+		e.pendingStates[key] = bus.BucketRecord{
+			Key: key, TenantID: tenant,
+			Limits: bus.EncodeLimits(limits), States: bus.EncodeStates(states), FullAt: fullAt,
+		}
+	})
+	if len(e.pendingStates) == 0 {
+		return
+	}
+	batch := make([]bus.BucketRecord, 0, min(len(e.pendingStates), maxBucketsPerBatch))
+	publish := func() bool {
+		data, err := json.Marshal(bus.StateBatch{V: bus.WireVersion, Node: e.cfg.Node, Buckets: batch})
+		if err != nil {
+			e.log.Error("encode state batch", "err", err)
+			return false
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = e.js.Publish(pctx, bus.StateSubjectPrefix+e.cfg.Node, data, jetstream.WithMsgID(e.nextMsgID("s")))
+		cancel()
+		if err != nil {
+			e.metrics.flushFailures.WithLabelValues(bus.StateStream).Inc()
+			e.log.Warn("state flush failed; will retry", "buckets", len(batch), "pending", len(e.pendingStates), "err", err)
+			return false
+		}
+		for _, r := range batch {
+			// Only drop what was sent: a newer state drained meanwhile
+			// cannot be here, as draining holds flushMu too.
+			delete(e.pendingStates, r.Key)
+		}
+		e.metrics.published.Add(float64(len(batch)))
+		e.statesPublished.Add(uint64(len(batch)))
+		e.metrics.flushBuckets.Observe(float64(len(batch)))
+		batch = batch[:0]
+		return true
+	}
+	for _, rec := range e.pendingStates {
+		batch = append(batch, rec)
+		if len(batch) == maxBucketsPerBatch && !publish() {
+			return
+		}
+	}
+	if len(batch) > 0 {
+		publish()
+	}
+}
+
+func (e *Engine) flushCounters(ctx context.Context) {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	rows := e.counters.drain()
+	now := time.Now()
+	for len(rows) > 0 {
+		n := min(len(rows), maxRowsPerBatch)
+		data, err := json.Marshal(bus.CounterBatch{V: bus.WireVersion, Node: e.cfg.Node, Rows: rows[:n]})
+		if err != nil {
+			e.log.Error("encode counter batch", "err", err)
+			break
+		}
+		e.pendingCounters = append(e.pendingCounters, pendingBatch{id: e.nextMsgID("c"), data: data, rows: n, at: now})
+		rows = rows[n:]
+	}
+	if len(e.pendingCounters) > 0 {
+		e.metrics.natsLag.Set(time.Since(e.pendingCounters[0].at).Seconds())
+	} else {
+		e.metrics.natsLag.Set(0)
+	}
+	for len(e.pendingCounters) > 0 {
+		b := e.pendingCounters[0]
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := e.js.Publish(pctx, bus.CounterSubjectPrefix+e.cfg.Node, b.data, jetstream.WithMsgID(b.id))
+		cancel()
+		if err != nil {
+			e.metrics.flushFailures.WithLabelValues(bus.CounterStream).Inc()
+			e.log.Warn("counter flush failed; will retry", "batches", len(e.pendingCounters), "err", err)
+			return
+		}
+		e.metrics.flushCounters.Observe(float64(b.rows))
+		e.rowsPublished.Add(uint64(b.rows))
+		e.pendingCounters = e.pendingCounters[1:]
+	}
+}

@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type engineMetrics struct {
+	checks        *prometheus.CounterVec
+	latency       prometheus.Histogram
+	flushBuckets  prometheus.Histogram
+	flushCounters prometheus.Histogram
+	flushFailures *prometheus.CounterVec
+	published     prometheus.Counter
+	pending       prometheus.GaugeFunc
+	buckets       prometheus.GaugeFunc
+	configVersion prometheus.GaugeFunc
+	resyncs       prometheus.Counter
+	natsLag       prometheus.Gauge
+	byReason      checkCounters
+}
+
+func newEngineMetrics(e *Engine) engineMetrics {
+	m := engineMetrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_checks_total", Help: "Decided checks by outcome (allowed/denied) and reason.",
+		}, []string{"outcome", "reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_decision_seconds", Help: "Time to decide one check in memory (identity, match, bucket).",
+			Buckets: []float64{250e-9, 500e-9, 1e-6, 2e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 1e-3},
+		}),
+		flushBuckets: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_flush_buckets", Help: "Bucket states published per state flush.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		flushCounters: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_flush_counter_rows", Help: "Counter rows published per counter flush.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		flushFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_flush_failures_total", Help: "Flushes that failed to publish and will be retried.",
+		}, []string{"stream"}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_bucket_states_published_total", Help: "Bucket states published to the state stream (state writes caused by allowed checks).",
+		}),
+		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_flush_pending", Help: "Bucket states and counter batches waiting to be published.",
+		}, func() float64 { return float64(e.pendingCount()) }),
+		buckets: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_hot_cache_buckets", Help: "Buckets in the hot cache.",
+		}, func() float64 { return float64(e.cache.Len()) }),
+		configVersion: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_config_version", Help: "Config version this server has applied.",
+		}, func() float64 { return float64(e.view.Load().version) }),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_config_resyncs_total", Help: "Full config resynchronisations after a missed change.",
+		}),
+		natsLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_nats_publish_lag_seconds", Help: "Age of the oldest unpublished state or counter data at the last flush.",
+		}),
+	}
+	m.byReason = newCheckCounters(m.checks)
+	return m
+}
+
+func (m engineMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag}
+}
+
+// checkCounters resolves the label values once, so counting a decision on
+// the hot path is one atomic add.
+type checkCounters struct {
+	ok, rateLimited, invalidKey, blocked prometheus.Counter
+}
+
+func newCheckCounters(v *prometheus.CounterVec) checkCounters {
+	return checkCounters{
+		ok:          v.WithLabelValues("allowed", ReasonOK),
+		rateLimited: v.WithLabelValues("denied", ReasonRateLimited),
+		invalidKey:  v.WithLabelValues("denied", ReasonInvalidKey),
+		blocked:     v.WithLabelValues("denied", ReasonBlocked),
+	}
+}
+
+func (m *engineMetrics) observe(reason string, allowed bool, d time.Duration) {
+	switch {
+	case allowed:
+		m.byReason.ok.Inc()
+	case reason == ReasonRateLimited:
+		m.byReason.rateLimited.Inc()
+	case reason == ReasonInvalidKey:
+		m.byReason.invalidKey.Inc()
+	default:
+		m.byReason.blocked.Inc()
+	}
+	m.latency.Observe(d.Seconds())
+}

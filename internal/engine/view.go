@@ -1,0 +1,324 @@
+package engine
+
+// The config cache. A server holds the whole configuration it needs to
+// decide checks (tenants, keys by hash, compiled policy routers, blocks) as
+// one immutable view behind an atomic pointer: the check path reads it with
+// one atomic load and no lock. A config change builds a new view, copying
+// only the maps the change touches and recompiling only the affected
+// tenant, and swaps the pointer. Changes arrive in version order from the
+// worker; a gap makes the server resynchronise from a fresh snapshot.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+type view struct {
+	version      int64
+	operatorHash string
+
+	tenants      map[string]tenants.Tenant
+	serviceKeys  map[string]tenants.ServiceKeyRecord  // by id
+	consumerKeys map[string]tenants.ConsumerKeyRecord // by id
+	policies     map[string]tenants.Policy            // by id
+	blocks       map[string]tenants.Block             // by id
+
+	compiled map[string]*tenantView // by tenant id
+	svcHash  map[string]string      // service key hash -> tenant id (active keys only)
+	ckHash   map[[32]byte]*keyView  // consumer key SHA-256 -> key
+}
+
+// tenantView is one tenant's compiled configuration.
+type tenantView struct {
+	id       string
+	policies []*policyView // aligned with the router's patterns
+	byName   map[string]*policyView
+	router   *quota.Router
+	blocks   map[identityRef][]tenants.Block
+}
+
+type identityRef struct{ kind, id string }
+
+type policyView struct {
+	id, name    string
+	consistency string
+	shadow      bool
+	tiers       map[string]*tierLimits
+}
+
+// tierLimits is one tier's limits, compiled once per policy version; the
+// slice identity tells the hot cache when a policy changed.
+type tierLimits struct {
+	limits []quota.Limit
+	names  []string // header names: "<policy>" or "<policy>.<limit>"
+}
+
+type keyView struct {
+	hash                       [32]byte
+	id, tenantID, tier, prefix string
+	expiresAt                  int64 // unix ns; 0 = never
+	revoked                    bool
+	overrides                  map[string]*tierLimits // by policy name
+}
+
+func emptyView() *view {
+	return &view{
+		tenants:      map[string]tenants.Tenant{},
+		serviceKeys:  map[string]tenants.ServiceKeyRecord{},
+		consumerKeys: map[string]tenants.ConsumerKeyRecord{},
+		policies:     map[string]tenants.Policy{},
+		blocks:       map[string]tenants.Block{},
+		compiled:     map[string]*tenantView{},
+		svcHash:      map[string]string{},
+		ckHash:       map[[32]byte]*keyView{},
+	}
+}
+
+// viewFromSnapshot builds a complete view.
+func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
+	v := emptyView()
+	v.version = s.Version
+	v.operatorHash = s.OperatorTokenHash
+	for _, t := range s.Tenants {
+		v.tenants[t.ID] = t
+	}
+	for _, k := range s.ServiceKeys {
+		v.serviceKeys[k.ID] = k
+		if k.RevokedAt == nil {
+			v.svcHash[k.Hash] = k.TenantID
+		}
+	}
+	for _, p := range s.Policies {
+		v.policies[p.ID] = p
+	}
+	for _, b := range s.Blocks {
+		v.blocks[b.ID] = b
+	}
+	for _, k := range s.ConsumerKeys {
+		v.consumerKeys[k.ID] = k
+		kv, err := compileKey(k)
+		if err != nil {
+			return nil, err
+		}
+		v.ckHash[kv.hash] = kv
+	}
+	for id := range v.tenants {
+		tv, err := v.compileTenant(id)
+		if err != nil {
+			return nil, err
+		}
+		v.compiled[id] = tv
+	}
+	return v, nil
+}
+
+// apply returns a new view with one change applied. It never mutates v.
+func (v *view) apply(c tenants.Change) (*view, error) {
+	n := *v
+	n.version = c.Version
+	recompile := ""
+	switch c.Kind {
+	case tenants.ChangeTenant:
+		if c.Tenant == nil {
+			return nil, fmt.Errorf("change %d: tenant missing", c.Version)
+		}
+		n.tenants = maps.Clone(v.tenants)
+		n.tenants[c.Tenant.ID] = *c.Tenant
+		recompile = c.Tenant.ID
+	case tenants.ChangeServiceKey:
+		if c.ServiceKey == nil {
+			return nil, fmt.Errorf("change %d: service key missing", c.Version)
+		}
+		k := *c.ServiceKey
+		n.serviceKeys = maps.Clone(v.serviceKeys)
+		n.serviceKeys[k.ID] = k
+		n.svcHash = maps.Clone(v.svcHash)
+		delete(n.svcHash, k.Hash)
+		if k.RevokedAt == nil {
+			n.svcHash[k.Hash] = k.TenantID
+		}
+	case tenants.ChangeConsumerKey:
+		if c.ConsumerKey == nil {
+			return nil, fmt.Errorf("change %d: consumer key missing", c.Version)
+		}
+		k := *c.ConsumerKey
+		kv, err := compileKey(k)
+		if err != nil {
+			return nil, err
+		}
+		n.consumerKeys = maps.Clone(v.consumerKeys)
+		n.consumerKeys[k.ID] = k
+		n.ckHash = maps.Clone(v.ckHash)
+		n.ckHash[kv.hash] = kv
+	case tenants.ChangePolicy:
+		if c.Policy == nil {
+			return nil, fmt.Errorf("change %d: policy missing", c.Version)
+		}
+		n.policies = maps.Clone(v.policies)
+		n.policies[c.Policy.ID] = *c.Policy
+		recompile = c.Policy.TenantID
+	case tenants.ChangePolicyDeleted:
+		n.policies = maps.Clone(v.policies)
+		delete(n.policies, c.ID)
+		recompile = c.TenantID
+	case tenants.ChangeBlock:
+		if c.Block == nil {
+			return nil, fmt.Errorf("change %d: block missing", c.Version)
+		}
+		n.blocks = maps.Clone(v.blocks)
+		n.blocks[c.Block.ID] = *c.Block
+		recompile = c.Block.TenantID
+	case tenants.ChangeBlockDeleted:
+		n.blocks = maps.Clone(v.blocks)
+		delete(n.blocks, c.ID)
+		recompile = c.TenantID
+	case tenants.ChangeOperatorToken:
+		n.operatorHash = c.OperatorTokenHash
+	default:
+		// Kinds this server does not keep in its view (users, bucket resets
+		// handled by the caller) only advance the version.
+	}
+	if recompile != "" {
+		tv, err := n.compileTenant(recompile)
+		if err != nil {
+			return nil, err
+		}
+		n.compiled = maps.Clone(v.compiled)
+		n.compiled[recompile] = tv
+	}
+	return &n, nil
+}
+
+// compileTenant builds the router and lookups of one tenant. Policies are
+// ordered by creation so that equal specificity resolves the same way on
+// every server.
+func (v *view) compileTenant(tenantID string) (*tenantView, error) {
+	tv := &tenantView{id: tenantID, byName: map[string]*policyView{}, blocks: map[identityRef][]tenants.Block{}}
+	var ps []tenants.Policy
+	for _, p := range v.policies {
+		if p.TenantID == tenantID {
+			ps = append(ps, p)
+		}
+	}
+	sortPolicies(ps)
+	patterns := make([]quota.Pattern, 0, len(ps))
+	for _, p := range ps {
+		pat, err := quota.CompilePattern(p.Method, p.Path, p.Query)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+		}
+		pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}}
+		for tier, specs := range p.Tiers {
+			tl, err := compileLimits(p.Name, specs)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s tier %s: %w", p.ID, tier, err)
+			}
+			pv.tiers[tier] = tl
+		}
+		patterns = append(patterns, pat)
+		tv.policies = append(tv.policies, pv)
+		tv.byName[p.Name] = pv
+	}
+	tv.router = quota.NewRouter(patterns)
+	for _, b := range v.blocks {
+		if b.TenantID != tenantID {
+			continue
+		}
+		id := b.Identity.ID
+		if b.Identity.Kind == KindIP {
+			if n, ok := NormalizeIP(id); ok {
+				id = n
+			} else if n, err := NormalizeIdentity("identity", KindIP, id); err == nil {
+				id = n
+			}
+		}
+		ref := identityRef{b.Identity.Kind, id}
+		tv.blocks[ref] = append(tv.blocks[ref], b)
+	}
+	return tv, nil
+}
+
+func sortPolicies(ps []tenants.Policy) {
+	// Insertion sort keeps this allocation-free and stable; tenants have
+	// tens of policies, not thousands.
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && policyLess(ps[j], ps[j-1]); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+func policyLess(a, b tenants.Policy) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.Before(b.CreatedAt)
+	}
+	return a.ID < b.ID
+}
+
+func compileLimits(policy string, specs tenants.Limits) (*tierLimits, error) {
+	tl := &tierLimits{limits: make([]quota.Limit, len(specs)), names: make([]string, len(specs))}
+	for i, s := range specs {
+		alg, err := quota.ParseAlgorithm(s.Algorithm)
+		if err != nil {
+			return nil, err
+		}
+		d, err := s.PeriodDuration()
+		if err != nil {
+			return nil, err
+		}
+		tl.limits[i] = quota.Limit{Name: s.Name, Algorithm: alg, Limit: s.Limit, Period: d, Burst: s.Burst}
+		if len(specs) == 1 && s.Name == "" {
+			tl.names[i] = policy
+		} else {
+			name := s.Name
+			if name == "" {
+				name = fmt.Sprint(i)
+			}
+			tl.names[i] = policy + "." + name
+		}
+	}
+	return tl, nil
+}
+
+func compileKey(k tenants.ConsumerKeyRecord) (*keyView, error) {
+	kv := &keyView{id: k.ID, tenantID: k.TenantID, tier: k.Tier, prefix: k.Prefix, revoked: k.RevokedAt != nil}
+	h, err := hex.DecodeString(k.Hash)
+	if err != nil || len(h) != len(kv.hash) {
+		return nil, fmt.Errorf("key %s: malformed hash", k.ID)
+	}
+	copy(kv.hash[:], h)
+	if k.ExpiresAt != nil {
+		kv.expiresAt = k.ExpiresAt.UnixNano()
+	}
+	if len(k.Overrides) > 0 {
+		kv.overrides = make(map[string]*tierLimits, len(k.Overrides))
+		for pol, specs := range k.Overrides {
+			tl, err := compileLimits(pol, specs)
+			if err != nil {
+				return nil, fmt.Errorf("key %s override %s: %w", k.ID, pol, err)
+			}
+			kv.overrides[pol] = tl
+		}
+	}
+	return kv, nil
+}
+
+// activeBlock returns the block on an identity at now, if any.
+func (tv *tenantView) activeBlock(kind, id string, now time.Time) (tenants.Block, bool) {
+	for _, b := range tv.blocks[identityRef{kind, id}] {
+		if b.Active(now) {
+			return b, true
+		}
+	}
+	return tenants.Block{}, false
+}
+
+// hashKey is the SHA-256 of a presented key; keys are looked up by hash, so
+// the secret itself is never compared or kept.
+func hashKey(k string) [32]byte { return sha256.Sum256([]byte(k)) }
