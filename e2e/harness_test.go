@@ -420,3 +420,5 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

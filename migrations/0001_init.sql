@@ -78,16 +78,19 @@ CREATE TABLE settings (
 -- JSON of the bucket's limits and per-limit state; full_at (unix ns) is when
 -- the bucket is full again, after which the TTL sweep deletes the row; seq
 -- is the state stream sequence that wrote it, so a redelivered older state
--- never overwrites a newer one.
+-- never overwrites a newer one; part is the key's cluster partition
+-- (bus.Partition), so a server taking a partition over loads only its rows.
 CREATE TABLE buckets (
     key        TEXT PRIMARY KEY,
     tenant_id  TEXT NOT NULL,
+    part       INTEGER NOT NULL,
     state      TEXT NOT NULL,
     full_at    INTEGER NOT NULL,
     seq        INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
 );
 CREATE INDEX buckets_full_at ON buckets(full_at);
+CREATE INDEX buckets_part ON buckets(part, key);
 
 -- Decision counts per tenant, policy, tier, identity and minute.
 CREATE TABLE counters (

@@ -29,6 +29,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if cfg.CheckConfig {
+		fmt.Println("configuration ok")
+		return nil
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	m := app.NewMain(cfg, log)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -45,6 +46,7 @@ func run() error {
 	natsURL := fs.String("nats-url", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (SLUICE_NATS_URL)")
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	checkConfig := fs.Bool("check-config", false, "validate flags and environment, print the result and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -54,6 +56,18 @@ func run() error {
 	log, err := app.NewLogger(os.Stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: %w", *metricsAddr, err)
+		}
+	}
+	if *natsURL == "" {
+		return fmt.Errorf("--nats-url must not be empty")
+	}
+	if *checkConfig {
+		fmt.Println("configuration ok")
+		return nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

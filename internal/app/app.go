@@ -31,6 +31,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -52,6 +53,7 @@ type Main struct {
 	workDone chan struct{}
 	closeDB  func() error
 	engine   *engine.Engine
+	cluster  *cluster.Cluster
 	http     *http.Server
 	ln       net.Listener
 	bg       sync.WaitGroup
@@ -105,6 +107,19 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.engine = eng
+	if cfg.clusterOn() {
+		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Log: m.Log, Registerer: m.registry}, nc, cluster.Hooks{
+			Acquired:  eng.LoadPartition,
+			Releasing: func(ctx context.Context, _ int) error { return eng.FlushAndSync(ctx) },
+		})
+		if err != nil {
+			return err
+		}
+		if err := eng.SetCluster(cl); err != nil {
+			return err
+		}
+		m.cluster = cl
+	}
 	client := bus.NewClient(nc, 5*time.Second)
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
@@ -126,7 +141,7 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Log.Error("http server stopped", "err", err)
 		}
 	}()
-	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg))
+	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "cluster", cfg.clusterOn())
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
@@ -134,8 +149,16 @@ func (m *Main) Run(ctx context.Context) error {
 		// The operator token is settled before the engine hydrates, so a
 		// server that reports ready accepts it.
 		m.bootstrap(bgCtx, client)
-		if err := eng.Start(bgCtx); err != nil && bgCtx.Err() == nil {
-			m.Log.Error("engine failed to start", "err", err)
+		if err := eng.Start(bgCtx); err != nil {
+			if bgCtx.Err() == nil {
+				m.Log.Error("engine failed to start", "err", err)
+			}
+			return
+		}
+		if m.cluster != nil {
+			if err := m.cluster.Start(bgCtx); err != nil && bgCtx.Err() == nil {
+				m.Log.Error("cluster failed to start", "err", err)
+			}
 		}
 	})
 	return nil
@@ -241,6 +264,9 @@ func (m *Main) Close(ctx context.Context) error {
 	if m.bgCancel != nil {
 		m.bgCancel()
 		m.bg.Wait()
+	}
+	if m.cluster != nil {
+		m.cluster.Close(ctx) // gives partitions back, flushing their state first
 	}
 	if m.engine != nil {
 		if err := m.engine.Close(ctx); err != nil {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -17,15 +18,21 @@ type Config struct {
 	NatsListen      string        // --nats-listen, SLUICE_NATS_LISTEN; embedded server's client port, empty = in-process only
 	Worker          string        // --worker, SLUICE_WORKER: embedded | external
 	Node            string        // --node, SLUICE_NODE
+	Cluster         string        // --cluster, SLUICE_CLUSTER: auto | on | off
 	FlushInterval   time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
 	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
 	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
+	CheckConfig     bool          // --check-config: validate the configuration and exit
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
 	OperatorToken    string // SLUICE_OPERATOR_TOKEN
 	OperatorEmail    string // SLUICE_OPERATOR_EMAIL
 	OperatorPassword string // SLUICE_OPERATOR_PASSWORD
+	// SessionKey signs dashboard sessions (SLUICE_SESSION_KEY, 64 hex
+	// characters). Servers behind one load balancer must share it; when it
+	// is unset each server keeps its own in <data>/session.key.
+	SessionKey []byte
 }
 
 // DefaultConfig is what `go run ./cmd/server` runs with.
@@ -36,6 +43,7 @@ func DefaultConfig() Config {
 		Addr:            "127.0.0.1:8080",
 		Data:            "./data",
 		Worker:          "embedded",
+		Cluster:         "auto",
 		Node:            host,
 		FlushInterval:   200 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
@@ -78,10 +86,12 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.NatsURL, "nats-url", env("SLUICE_NATS_URL", c.NatsURL), "external NATS URL; empty runs an embedded NATS server (SLUICE_NATS_URL)")
 	fs.StringVar(&c.NatsListen, "nats-listen", env("SLUICE_NATS_LISTEN", c.NatsListen), "host:port where the embedded NATS server accepts other processes; empty = in-process only (SLUICE_NATS_LISTEN)")
 	fs.StringVar(&c.Worker, "worker", env("SLUICE_WORKER", c.Worker), "embedded: run the SQLite worker in this process; external: a cmd/worker process does (SLUICE_WORKER)")
+	fs.StringVar(&c.Cluster, "cluster", env("SLUICE_CLUSTER", c.Cluster), "auto: share bucket ownership with other servers when --nats-url is set; on; off (SLUICE_CLUSTER)")
 	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS (SLUICE_NODE)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -91,6 +101,13 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	c.OperatorToken = getenv("SLUICE_OPERATOR_TOKEN")
 	c.OperatorEmail = getenv("SLUICE_OPERATOR_EMAIL")
 	c.OperatorPassword = getenv("SLUICE_OPERATOR_PASSWORD")
+	if v := getenv("SLUICE_SESSION_KEY"); v != "" {
+		k, err := hex.DecodeString(v)
+		if err != nil || len(k) != 32 {
+			return fmt.Errorf("SLUICE_SESSION_KEY must be 64 hex characters (32 random bytes), e.g. from: openssl rand -hex 32")
+		}
+		c.SessionKey = k
+	}
 	return c.Validate()
 }
 
@@ -98,6 +115,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 func (c *Config) Validate() error {
 	if c.Worker != "embedded" && c.Worker != "external" {
 		return fmt.Errorf("--worker must be embedded or external, not %q", c.Worker)
+	}
+	if c.Cluster != "auto" && c.Cluster != "on" && c.Cluster != "off" {
+		return fmt.Errorf("--cluster must be auto, on or off, not %q", c.Cluster)
 	}
 	if c.Worker == "external" && c.NatsURL == "" && c.NatsListen == "" {
 		return fmt.Errorf("--worker=external needs a NATS the worker can reach: set --nats-url, or --nats-listen for the embedded server")
@@ -134,4 +154,11 @@ func sanitizeNode(s string) string {
 		return "server"
 	}
 	return string(b)
+}
+
+// clusterOn reports whether this server shares bucket ownership: always
+// with --cluster=on, with an external NATS under auto (where other servers
+// may be), never with --cluster=off.
+func (c *Config) clusterOn() bool {
+	return c.Cluster == "on" || (c.Cluster == "auto" && c.NatsURL != "")
 }

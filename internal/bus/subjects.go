@@ -75,3 +75,26 @@ const (
 	OpUserByEmail    = "user.by_email"
 	OpUserCreate     = "user.create"
 )
+
+// Partitions is the fixed number of bucket-key partitions whose ownership
+// servers share. Every process must agree on it.
+const Partitions = 64
+
+// Partition maps a bucket key to its partition (FNV-1a, the same on every
+// process and platform).
+func Partition(key []byte) int {
+	h := uint32(2166136261)
+	for _, b := range key {
+		h ^= uint32(b)
+		h *= 16777619
+	}
+	return int(h % Partitions)
+}
+
+// Cluster subjects: ForwardPrefix + node receives checks forwarded to that
+// node; LocalPrefix + node carries a node's consumption deltas of "local"
+// consistency policies.
+const (
+	ForwardPrefix = "sluice.cluster.fwd."
+	LocalPrefix   = "sluice.cluster.local."
+)

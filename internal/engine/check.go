@@ -181,10 +181,11 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 
 	// Tier: the key's tier, else default; an IP uses anonymous, else default.
 	var tl *tierLimits
+	overrideKey := ""
 	if key != nil {
 		a.Tier = key.tier
 		if o := key.overrides[pv.name]; o != nil {
-			tl = o
+			tl, overrideKey = o, key.id
 		} else if tl = pv.tiers[key.tier]; tl == nil {
 			a.Tier, tl = TierDefault, pv.tiers[TierDefault]
 		}
@@ -214,9 +215,12 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 	k = append(k, a.IdentityKind...)
 	k = append(k, ':')
 	k = append(k, a.IdentityID...)
-	allowed, report := e.decide(k, pv, tl.limits[:n], nowNS, req.Cost, !req.Peek, outs[:n])
+	allowed, report, err := e.decide(k, tenantID, pv, a.Tier, overrideKey, tl.limits[:n], nowNS, req.Cost, !req.Peek, outs[:n])
 	*buf = k
 	e.keyBuf.Put(buf)
+	if err != nil {
+		return Answer{}, err
+	}
 
 	r := outs[report]
 	a.Allowed = allowed
@@ -238,12 +242,6 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
 	}
 	return a, nil
-}
-
-// decide runs the decision for one bucket key in the hot cache. It is the
-// seam where cluster ownership will route a key to its owner node.
-func (e *Engine) decide(key []byte, _ *policyView, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
-	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
 }
 
 // record counts a decision for analytics and metrics. Peeks are not

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -67,6 +68,9 @@ type Engine struct {
 	batchSeq        atomic.Uint64
 	epoch           int64
 
+	cluster *cluster.Cluster
+	deltas  deltaAgg
+
 	statesPublished atomic.Uint64
 	rowsPublished   atomic.Uint64
 
@@ -111,6 +115,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		counters:      newCounterAgg(),
 		pendingStates: map[string]bus.BucketRecord{},
 		resyncCh:      make(chan struct{}, 1),
+		deltas:        deltaAgg{m: map[string]*delta{}},
 		epoch:         time.Now().UnixNano(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
@@ -168,6 +173,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.loop(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
 	e.done.Go(func() { e.resyncLoop(loopCtx) })
+	if e.cluster != nil {
+		e.done.Go(func() { e.loop(loopCtx, LocalFlushInterval, e.flushDeltas) })
+	}
 	return nil
 }
 
@@ -349,6 +357,9 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	}
 	var errsOut []error
+	if e.cluster != nil {
+		e.flushDeltas()
+	}
 	for attempt := 0; ; attempt++ {
 		e.flushStates(ctx)
 		e.flushCounters(ctx)

@@ -32,6 +32,7 @@ type view struct {
 	compiled map[string]*tenantView // by tenant id
 	svcHash  map[string]string      // service key hash -> tenant id (active keys only)
 	ckHash   map[[32]byte]*keyView  // consumer key SHA-256 -> key
+	ckByID   map[string]*keyView    // consumer key id -> key
 }
 
 // tenantView is one tenant's compiled configuration.
@@ -39,6 +40,7 @@ type tenantView struct {
 	id       string
 	policies []*policyView // aligned with the router's patterns
 	byName   map[string]*policyView
+	byID     map[string]*policyView
 	router   *quota.Router
 	blocks   map[identityRef][]tenants.Block
 }
@@ -77,6 +79,7 @@ func emptyView() *view {
 		compiled:     map[string]*tenantView{},
 		svcHash:      map[string]string{},
 		ckHash:       map[[32]byte]*keyView{},
+		ckByID:       map[string]*keyView{},
 	}
 }
 
@@ -107,6 +110,7 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 			return nil, err
 		}
 		v.ckHash[kv.hash] = kv
+		v.ckByID[kv.id] = kv
 	}
 	for id := range v.tenants {
 		tv, err := v.compileTenant(id)
@@ -156,6 +160,8 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.consumerKeys[k.ID] = k
 		n.ckHash = maps.Clone(v.ckHash)
 		n.ckHash[kv.hash] = kv
+		n.ckByID = maps.Clone(v.ckByID)
+		n.ckByID[kv.id] = kv
 	case tenants.ChangePolicy:
 		if c.Policy == nil {
 			return nil, fmt.Errorf("change %d: policy missing", c.Version)
@@ -199,7 +205,7 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 // ordered by creation so that equal specificity resolves the same way on
 // every server.
 func (v *view) compileTenant(tenantID string) (*tenantView, error) {
-	tv := &tenantView{id: tenantID, byName: map[string]*policyView{}, blocks: map[identityRef][]tenants.Block{}}
+	tv := &tenantView{id: tenantID, byName: map[string]*policyView{}, byID: map[string]*policyView{}, blocks: map[identityRef][]tenants.Block{}}
 	var ps []tenants.Policy
 	for _, p := range v.policies {
 		if p.TenantID == tenantID {
@@ -224,6 +230,7 @@ func (v *view) compileTenant(tenantID string) (*tenantView, error) {
 		patterns = append(patterns, pat)
 		tv.policies = append(tv.policies, pv)
 		tv.byName[p.Name] = pv
+		tv.byID[p.ID] = pv
 	}
 	tv.router = quota.NewRouter(patterns)
 	for _, b := range v.blocks {
@@ -322,3 +329,28 @@ func (tv *tenantView) activeBlock(kind, id string, now time.Time) (tenants.Block
 // hashKey is the SHA-256 of a presented key; keys are looked up by hash, so
 // the secret itself is never compared or kept.
 func hashKey(k string) [32]byte { return sha256.Sum256([]byte(k)) }
+
+// limitsFor resolves the limits a forwarded or replicated decision names:
+// the key's override for the policy if keyID is set and has one, else the
+// tier's. It returns nil when this server's config has none.
+func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
+	tv := v.compiled[tenantID]
+	if tv == nil {
+		return nil
+	}
+	pv := tv.byID[policyID]
+	if pv == nil {
+		return nil
+	}
+	if keyID != "" {
+		if kv := v.ckByID[keyID]; kv != nil && kv.tenantID == tenantID {
+			if o := kv.overrides[pv.name]; o != nil {
+				return o.limits
+			}
+		}
+	}
+	if tl := pv.tiers[tier]; tl != nil {
+		return tl.limits
+	}
+	return nil
+}

@@ -213,7 +213,7 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 	now := w.cfg.Now().UnixNano()
 	// A bucket that is full again is written too (not deleted), so that its
 	// sequence keeps older redeliveries out; the sweep deletes it later.
-	upsert, err := tx.Prepare(`INSERT INTO buckets (key, tenant_id, state, full_at, seq, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+	upsert, err := tx.Prepare(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
 		WHERE excluded.seq > buckets.seq`)
 	if err != nil {
@@ -226,7 +226,7 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if _, err := upsert.Exec(v.rec.Key, v.rec.TenantID, string(state), v.rec.FullAt, int64(v.seq), now); err != nil {
+		if _, err := upsert.Exec(v.rec.Key, v.rec.TenantID, bus.Partition([]byte(v.rec.Key)), string(state), v.rec.FullAt, int64(v.seq), now); err != nil {
 			return 0, err
 		}
 	}

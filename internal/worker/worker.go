@@ -216,6 +216,8 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 type BucketsRequest struct {
 	After string `json:"after"`
 	Limit int    `json:"limit"`
+	// Partition, when set, limits the page to one cluster partition.
+	Partition *int `json:"partition,omitempty"`
 }
 
 // BucketsPage is one page of persisted buckets; Next is empty on the last.
@@ -236,8 +238,13 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	if req.Limit <= 0 || req.Limit > 5000 {
 		req.Limit = 5000
 	}
-	rows, err := w.db.QueryContext(ctx, `SELECT key, tenant_id, state, full_at FROM buckets
-		WHERE key > ? AND full_at > ? ORDER BY key LIMIT ?`, req.After, w.cfg.Now().UnixNano(), req.Limit)
+	query := `SELECT key, tenant_id, state, full_at FROM buckets WHERE key > ? AND full_at > ?`
+	args := []any{req.After, w.cfg.Now().UnixNano()}
+	if req.Partition != nil {
+		query += ` AND part = ?`
+		args = append(args, *req.Partition)
+	}
+	rows, err := w.db.QueryContext(ctx, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
 	if err != nil {
 		return BucketsPage{}, err
 	}

@@ -1,0 +1,521 @@
+// Package cluster gives every bucket key exactly one owner server at a
+// time, agreed through NATS, and carries checks from the server that
+// received them to the owner (forward.go).
+//
+// Partitions. A bucket key belongs to one of bus.Partitions partitions
+// (bus.Partition, the same function on every process). Each partition has
+// a lease in the JetStream KV bucket "sluice_owners": key "p.<n>", value
+// {node, expires}. A server takes a free or expired lease with KV
+// compare-and-set (Create, or Update at the revision it read), renews it
+// every RenewInterval with Update at its revision, and treats itself as the
+// owner only while its own clock is LeaseTTL-Margin inside the lease, so a
+// server cut off from NATS stops deciding before anyone else may start.
+//
+// Balance. Servers also heartbeat in "sluice_members". Each aims to own
+// ceil(partitions / live servers): it takes free leases up to that share
+// and gives back the excess. Giving back is graceful: the server stops
+// deciding for the partition, flushes its state through NATS and waits for
+// the worker to commit it, then deletes the lease. Taking over loads the
+// partition's persisted state from the worker before deciding for it, so
+// consumption survives a hand-over; a server that died loses at most its
+// last flush interval, as on a single server.
+//
+// Hand-over time is bounded by LeaseTTL + RenewInterval (+ the load): with
+// the defaults, 3 s + 0.5 s.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/bus"
+)
+
+// KV buckets of the cluster.
+const (
+	OwnersBucket  = "sluice_owners"
+	MembersBucket = "sluice_members"
+)
+
+// Config tunes a Cluster. Zero fields take their defaults.
+type Config struct {
+	Node          string
+	LeaseTTL      time.Duration // default 3s
+	RenewInterval time.Duration // default 500ms
+	// Margin is how long before its lease runs out a server stops deciding
+	// for the partition (clock skew allowance). Default 500ms.
+	Margin time.Duration
+	Now    func() time.Time
+	Log    *slog.Logger
+	// Registerer receives the cluster's metrics; none when nil.
+	Registerer prometheus.Registerer
+}
+
+// Hooks are what the engine does around ownership changes.
+type Hooks struct {
+	// Acquired loads partition p's persisted state; it runs before the
+	// server decides for p. An error gives the lease back.
+	Acquired func(ctx context.Context, p int) error
+	// Releasing publishes p's pending state and waits until the worker has
+	// committed it; it runs after the server stopped deciding for p and
+	// before the lease is deleted.
+	Releasing func(ctx context.Context, p int) error
+}
+
+type lease struct {
+	Node    string `json:"node"`
+	Expires int64  `json:"expires"` // unix ms
+}
+
+type ownerEntry struct {
+	node     string
+	expires  int64 // unix ms
+	revision uint64
+}
+
+// Cluster is one server's view of partition ownership. It is safe for
+// concurrent use.
+type Cluster struct {
+	cfg   Config
+	log   *slog.Logger
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	hooks Hooks
+
+	mu      sync.Mutex
+	owners  [bus.Partitions]ownerEntry // from the KV watch and our own writes
+	members map[string]int64           // node -> expires (unix ms)
+
+	// mine[p] is the unix ns until which this server decides for p; 0 when
+	// it does not own p (or has not finished loading it).
+	mine [bus.Partitions]atomic.Int64
+	// ownerOf[p] is the owner node other servers forward p's checks to.
+	ownerOf [bus.Partitions]atomic.Pointer[string]
+
+	owners_, members_ jetstream.KeyValue
+	fwd               *forwarder
+	metrics           clusterMetrics
+	changed           chan struct{} // closed and replaced on every ownership change
+	changedMu         sync.Mutex
+	stop              context.CancelFunc
+	done              sync.WaitGroup
+}
+
+type clusterMetrics struct {
+	owned     prometheus.GaugeFunc
+	handovers *prometheus.CounterVec
+	forwards  prometheus.Counter
+	fwdBatch  prometheus.Histogram
+	fwdTime   prometheus.Histogram
+	served    prometheus.Counter
+}
+
+// New prepares a cluster member; Start joins.
+func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 3 * time.Second
+	}
+	if cfg.RenewInterval <= 0 {
+		cfg.RenewInterval = 500 * time.Millisecond
+	}
+	if cfg.Margin <= 0 {
+		cfg.Margin = 500 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
+		members: map[string]int64{}, changed: make(chan struct{})}
+	c.metrics = clusterMetrics{
+		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
+			func() float64 { return float64(c.OwnedCount()) }),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_handovers_total", Help: "Partition leases taken over or given back."}, []string{"direction"}),
+		forwards:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_forwards_total", Help: "Checks forwarded to their partition's owner."}),
+		fwdBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_batch_size", Help: "Checks per forward request.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		fwdTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_seconds", Help: "Round trip of a forward request to the owner.",
+			Buckets: []float64{50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}}),
+		served: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_forwarded_checks_served_total", Help: "Checks other servers forwarded to this one."}),
+	}
+	if cfg.Registerer != nil {
+		for _, m := range []prometheus.Collector{c.metrics.owned, c.metrics.handovers, c.metrics.forwards, c.metrics.fwdBatch, c.metrics.fwdTime, c.metrics.served} {
+			if err := cfg.Registerer.Register(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c.fwd = newForwarder(c)
+	return c, nil
+}
+
+// Node is this server's name.
+func (c *Cluster) Node() string { return c.cfg.Node }
+
+// Start joins the cluster: it opens the KV buckets, starts watching leases
+// and runs the lease loop in the background until Close.
+func (c *Cluster) Start(ctx context.Context) error {
+	if err := c.openBuckets(ctx); err != nil {
+		return err
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	c.done.Go(func() { c.watch(loopCtx) })
+	c.done.Go(func() { c.loop(loopCtx) })
+	return nil
+}
+
+func (c *Cluster) openBuckets(ctx context.Context) error {
+	for {
+		o, err1 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage})
+		m, err2 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage})
+		if err := errors.Join(err1, err2); err == nil {
+			c.owners_, c.members_ = o, m
+			return nil
+		} else if ctx.Err() != nil {
+			return fmt.Errorf("cluster: open kv: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func partKey(p int) string { return "p." + strconv.Itoa(p) }
+
+func partOf(key string) (int, bool) {
+	if len(key) < 3 || key[:2] != "p." {
+		return 0, false
+	}
+	n, err := strconv.Atoi(key[2:])
+	return n, err == nil && n >= 0 && n < bus.Partitions
+}
+
+// watch keeps the owner table current from the KV bucket, reopening the
+// watch when NATS comes back after an outage.
+func (c *Cluster) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := c.owners_.WatchAll(ctx)
+		if err != nil {
+			sleep(ctx, 250*time.Millisecond)
+			if ctx.Err() == nil {
+				_ = c.openBuckets(ctx)
+			}
+			continue
+		}
+		for ctx.Err() == nil {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case <-ctx.Done():
+			case e, ok = <-w.Updates():
+				if !ok {
+					goto reopen
+				}
+			case <-time.After(5 * time.Second):
+				if !c.nc.IsConnected() {
+					goto reopen
+				}
+				continue
+			}
+			if e == nil {
+				continue // end of the initial values
+			}
+			p, ok := partOf(e.Key())
+			if !ok {
+				continue
+			}
+			c.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				var l lease
+				if json.Unmarshal(e.Value(), &l) == nil {
+					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision()}
+				}
+			} else {
+				c.owners[p] = ownerEntry{revision: e.Revision()}
+			}
+			c.mu.Unlock()
+			c.publishOwner(p)
+		}
+	reopen:
+		_ = w.Stop()
+	}
+}
+
+// publishOwner refreshes the forward target of p from the table.
+func (c *Cluster) publishOwner(p int) {
+	now := c.cfg.Now().UnixMilli()
+	c.mu.Lock()
+	e := c.owners[p]
+	c.mu.Unlock()
+	if e.node == "" || e.expires <= now {
+		c.ownerOf[p].Store(nil)
+	} else {
+		n := e.node
+		c.ownerOf[p].Store(&n)
+	}
+	c.signal()
+}
+
+func (c *Cluster) signal() {
+	c.changedMu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.changedMu.Unlock()
+}
+
+// Changed returns a channel closed at the next ownership change.
+func (c *Cluster) Changed() <-chan struct{} {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	return c.changed
+}
+
+func (c *Cluster) loop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		c.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick renews membership and leases, then moves toward this server's share.
+func (c *Cluster) tick(ctx context.Context) {
+	now := c.cfg.Now()
+	exp := now.Add(c.cfg.LeaseTTL).UnixMilli()
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
+	defer cancel()
+
+	// Membership.
+	if b, err := json.Marshal(lease{Node: c.cfg.Node, Expires: exp}); err == nil {
+		_, _ = c.members_.Put(rctx, c.cfg.Node, b)
+	}
+	live := 1
+	if keys, err := c.members_.ListKeys(rctx); err == nil {
+		live = 0
+		for k := range keys.Keys() {
+			if e, err := c.members_.Get(rctx, k); err == nil {
+				var l lease
+				if json.Unmarshal(e.Value(), &l) == nil && l.Expires > now.UnixMilli() {
+					live++
+				}
+			}
+		}
+		live = max(live, 1)
+	}
+	share := (bus.Partitions + live - 1) / live
+
+	// Renew what we hold; losing a renewal means losing the partition.
+	owned := 0
+	for p := range bus.Partitions {
+		c.mu.Lock()
+		e := c.owners[p]
+		c.mu.Unlock()
+		if e.node != c.cfg.Node || c.mine[p].Load() == 0 {
+			if c.mine[p].Load() != 0 {
+				c.lose(p, "lease taken by another server")
+			}
+			continue
+		}
+		if c.setLease(rctx, p, e.revision, exp) {
+			owned++
+		} else {
+			c.lose(p, "lease renewal failed")
+		}
+	}
+
+	// Give back the excess, gracefully.
+	for p := range bus.Partitions {
+		if owned <= share {
+			break
+		}
+		if c.mine[p].Load() != 0 {
+			c.release(ctx, p)
+			owned--
+		}
+	}
+	// Take free or expired leases up to our share, starting at a point of
+	// our own so servers do not all race for the same partitions.
+	start := int(bus.Partition([]byte(c.cfg.Node)))
+	for i := range bus.Partitions {
+		if owned >= share || ctx.Err() != nil {
+			break
+		}
+		p := (start + i) % bus.Partitions
+		if c.mine[p].Load() != 0 {
+			continue
+		}
+		c.mu.Lock()
+		e := c.owners[p]
+		c.mu.Unlock()
+		if e.node != "" && e.expires > now.UnixMilli() {
+			continue
+		}
+		if c.acquire(ctx, p, e, exp) {
+			owned++
+		}
+	}
+}
+
+// setLease writes our lease for p at the revision we hold.
+func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bool {
+	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp})
+	nrev, err := c.owners_.Update(ctx, partKey(p), b, rev)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev}
+	c.mu.Unlock()
+	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+	return true
+}
+
+func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64) bool {
+	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp})
+	actx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
+	var rev uint64
+	var err error
+	if seen.revision != 0 {
+		rev, err = c.owners_.Update(actx, partKey(p), b, seen.revision)
+	}
+	if seen.revision == 0 || (err != nil && seen.node == "") {
+		// Never written, or deleted (a delete marker's revision is not
+		// always accepted by Update): Create succeeds only if it is free.
+		rev, err = c.owners_.Create(actx, partKey(p), b)
+	}
+	cancel()
+	if err != nil {
+		return false // someone else was faster: their write reaches us by the watch
+	}
+	c.mu.Lock()
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev}
+	c.mu.Unlock()
+	// Load the partition before deciding for it. Meanwhile forwarded checks
+	// for p are refused as "not ready" and retried by their senders.
+	if c.hooks.Acquired != nil {
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
+		err := c.hooks.Acquired(lctx, p)
+		cancel()
+		if err != nil {
+			c.log.Warn("loading a taken-over partition failed; giving it back", "partition", p, "err", err)
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(rev))
+			cancel()
+			return false
+		}
+	}
+	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+	c.publishOwner(p)
+	c.metrics.handovers.WithLabelValues("acquired").Inc()
+	prev := seen.node
+	if prev == "" {
+		prev = "none"
+	}
+	c.log.Info("partition acquired", "partition", p, "previous_owner", prev)
+	return true
+}
+
+func (c *Cluster) lose(p int, why string) {
+	c.mine[p].Store(0)
+	c.publishOwner(p)
+	c.metrics.handovers.WithLabelValues("lost").Inc()
+	c.log.Warn("partition lost", "partition", p, "reason", why)
+}
+
+func (c *Cluster) release(ctx context.Context, p int) {
+	c.mine[p].Store(0)
+	if c.hooks.Releasing != nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := c.hooks.Releasing(rctx, p); err != nil {
+			c.log.Warn("flushing a released partition failed; its lease will expire instead", "partition", p, "err", err)
+			cancel()
+			return
+		}
+		cancel()
+	}
+	c.mu.Lock()
+	rev := c.owners[p].revision
+	c.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(rev))
+	cancel()
+	c.metrics.handovers.WithLabelValues("released").Inc()
+	c.log.Info("partition released", "partition", p)
+}
+
+// Owns reports whether this server decides for partition p at now.
+func (c *Cluster) Owns(p int, now time.Time) bool {
+	until := c.mine[p].Load()
+	return until != 0 && now.UnixNano() < until
+}
+
+// Owner returns the server other servers should forward p's checks to.
+func (c *Cluster) Owner(p int) (string, bool) {
+	n := c.ownerOf[p].Load()
+	if n == nil {
+		return "", false
+	}
+	return *n, true
+}
+
+// OwnedCount is how many partitions this server decides for now.
+func (c *Cluster) OwnedCount() int {
+	now := c.cfg.Now()
+	n := 0
+	for p := range bus.Partitions {
+		if c.Owns(p, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// Close gives every partition back gracefully and leaves the cluster.
+func (c *Cluster) Close(ctx context.Context) {
+	if c.stop != nil {
+		c.stop()
+		c.done.Wait()
+	}
+	for p := range bus.Partitions {
+		if c.mine[p].Load() != 0 {
+			c.release(ctx, p)
+		}
+	}
+	if c.members_ != nil {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = c.members_.Delete(dctx, c.cfg.Node)
+		cancel()
+	}
+	c.fwd.close()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,204 @@
+package cluster
+
+// Forwarding. A check whose bucket another server owns travels to that
+// owner as a NATS request on ForwardPrefix+owner. Concurrent forwards to
+// one owner are batched: the first goes out at once, and checks arriving
+// while requests are in flight ride together in the next one, so batching
+// adds no wait when idle and saves round trips under load. The owner
+// decides every item in its own hot cache and answers them in order.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/internal/bus"
+)
+
+// Item is one forwarded decision. The owner resolves the limits from its
+// own config view (Policy, Tier, and the consumer key's override if KeyID
+// is set), so policy changes apply the same way on every server.
+type Item struct {
+	Key     string `json:"k"`
+	Tenant  string `json:"t"`
+	Policy  string `json:"p"`
+	Tier    string `json:"ti,omitempty"`
+	KeyID   string `json:"ki,omitempty"`
+	Cost    int64  `json:"c"`
+	Consume bool   `json:"n,omitempty"`
+	Now     int64  `json:"w"`
+}
+
+// Result statuses.
+const (
+	StatusOK       = 0
+	StatusNotOwner = 1 // the receiver does not (or does not yet) decide for this partition
+	StatusNoLimits = 2 // the receiver's config has no limits for the item
+)
+
+// Outcome is a quota.Outcome on the wire.
+type Outcome struct {
+	Allowed    bool  `json:"a,omitempty"`
+	Limit      int64 `json:"l"`
+	Remaining  int64 `json:"r"`
+	Reset      int64 `json:"s"`
+	RetryAfter int64 `json:"ra,omitempty"`
+}
+
+// Result answers one Item.
+type Result struct {
+	Status   int       `json:"st,omitempty"`
+	Allowed  bool      `json:"a,omitempty"`
+	Report   int       `json:"rp,omitempty"`
+	Outcomes []Outcome `json:"o,omitempty"`
+}
+
+type forwardMsg struct {
+	V     int      `json:"v"`
+	Items []Item   `json:"items,omitempty"`
+	Res   []Result `json:"results,omitempty"`
+}
+
+const (
+	maxBatch    = 512
+	maxInflight = 4
+	fwdTimeout  = 2 * time.Second
+)
+
+type call struct {
+	item Item
+	res  Result
+	err  error
+	done chan struct{}
+}
+
+type ownerQueue struct {
+	owner    string
+	mu       sync.Mutex
+	pending  []*call
+	inflight int
+}
+
+type forwarder struct {
+	c   *Cluster
+	mu  sync.Mutex
+	qs  map[string]*ownerQueue
+	sub *nats.Subscription
+}
+
+func newForwarder(c *Cluster) *forwarder { return &forwarder{c: c, qs: map[string]*ownerQueue{}} }
+
+// Forward sends one item to owner and waits for its result.
+func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, error) {
+	f := c.fwd
+	f.mu.Lock()
+	q := f.qs[owner]
+	if q == nil {
+		q = &ownerQueue{owner: owner}
+		f.qs[owner] = q
+	}
+	f.mu.Unlock()
+	cl := &call{item: it, done: make(chan struct{})}
+	q.mu.Lock()
+	q.pending = append(q.pending, cl)
+	start := q.inflight < maxInflight
+	if start {
+		q.inflight++
+	}
+	q.mu.Unlock()
+	if start {
+		go f.send(q)
+	}
+	select {
+	case <-cl.done:
+		return cl.res, cl.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// send drains q's pending calls in batches until none are left.
+func (f *forwarder) send(q *ownerQueue) {
+	for {
+		q.mu.Lock()
+		n := min(len(q.pending), maxBatch)
+		if n == 0 {
+			q.inflight--
+			q.mu.Unlock()
+			return
+		}
+		batch := make([]*call, n)
+		copy(batch, q.pending)
+		q.pending = append(q.pending[:0], q.pending[n:]...)
+		q.mu.Unlock()
+
+		msg := forwardMsg{V: bus.WireVersion, Items: make([]Item, n)}
+		for i, cl := range batch {
+			msg.Items[i] = cl.item
+		}
+		res, err := f.roundTrip(q.owner, msg)
+		for i, cl := range batch {
+			if err == nil && i < len(res) {
+				cl.res = res[i]
+			} else if err == nil {
+				cl.err = fmt.Errorf("forward to %s: short answer", q.owner)
+			} else {
+				cl.err = err
+			}
+			close(cl.done)
+		}
+	}
+}
+
+func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	reply, err := f.c.nc.Request(bus.ForwardPrefix+owner, data, fwdTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("forward to %s: %w", owner, err)
+	}
+	f.c.metrics.fwdTime.Observe(time.Since(start).Seconds())
+	f.c.metrics.fwdBatch.Observe(float64(len(msg.Items)))
+	f.c.metrics.forwards.Add(float64(len(msg.Items)))
+	var out forwardMsg
+	if err := json.Unmarshal(reply.Data, &out); err != nil || out.V != bus.WireVersion {
+		return nil, fmt.Errorf("forward to %s: unreadable answer", owner)
+	}
+	return out.Res, nil
+}
+
+// Serve answers checks forwarded to this server with decide, one goroutine
+// per request so both cores work.
+func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
+	sub, err := c.nc.Subscribe(bus.ForwardPrefix+c.cfg.Node, func(m *nats.Msg) {
+		go func() {
+			var in forwardMsg
+			if err := json.Unmarshal(m.Data, &in); err != nil || in.V != bus.WireVersion {
+				return // the sender times out and retries
+			}
+			out := forwardMsg{V: bus.WireVersion, Res: make([]Result, len(in.Items))}
+			decide(in.Items, out.Res)
+			c.metrics.served.Add(float64(len(in.Items)))
+			data, _ := json.Marshal(out)
+			_ = m.Respond(data)
+		}()
+	})
+	if err != nil {
+		return err
+	}
+	c.fwd.sub = sub
+	return nil
+}
+
+func (f *forwarder) close() {
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+	}
+}

@@ -1,0 +1,236 @@
+package engine
+
+// Where a decision runs. On a single server, in this server's hot cache.
+// In a cluster (SetCluster), a policy's consistency chooses:
+//   - exact: the bucket's partition owner decides; this server decides only
+//     the partitions it owns and forwards the rest. While a partition has no
+//     owner (a hand-over), the check waits for one up to HandoverWait and then
+//     answers 503 unavailable, so the tenant's SDK applies its fail-open or
+//     fail-closed choice; it never admits blindly.
+//   - local: this server decides from its own cache and tells the others what
+//     it admitted (LocalFlushInterval); they force that consumption into their
+//     own buckets, so overshoot is bounded by what the servers admit before
+//     they hear of each other.
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+const (
+	// HandoverWait is how long a check waits for its partition to get an owner.
+	HandoverWait = 2 * time.Second
+	// LocalFlushInterval is how often local-mode consumption is shared.
+	LocalFlushInterval = 50 * time.Millisecond
+)
+
+type delta struct {
+	Key    string `json:"k"`
+	Tenant string `json:"t"`
+	Policy string `json:"p"`
+	Tier   string `json:"ti,omitempty"`
+	KeyID  string `json:"ki,omitempty"`
+	Cost   int64  `json:"c"`
+}
+
+type deltaMsg struct {
+	V      int     `json:"v"`
+	Node   string  `json:"node"`
+	Deltas []delta `json:"deltas"`
+}
+
+type deltaAgg struct {
+	mu sync.Mutex
+	m  map[string]*delta
+}
+
+func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
+	c := e.cluster
+	if c == nil {
+		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
+		return allowed, report, nil
+	}
+	if pv.consistency == "local" {
+		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
+		if allowed && consume {
+			e.addDelta(string(key), tenantID, pv.id, tier, keyID, cost)
+		}
+		return allowed, report, nil
+	}
+	p := bus.Partition(key)
+	deadline := time.Now().Add(HandoverWait)
+	for {
+		if c.Owns(p, time.Now()) {
+			allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
+			return allowed, report, nil
+		}
+		if owner, ok := c.Owner(p); ok && owner != c.Node() {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			res, err := c.Forward(ctx, owner, cluster.Item{Key: string(key), Tenant: tenantID, Policy: pv.id, Tier: tier, KeyID: keyID, Cost: cost, Consume: consume, Now: now})
+			cancel()
+			if err == nil {
+				switch res.Status {
+				case cluster.StatusOK:
+					for i := range out {
+						if i < len(res.Outcomes) {
+							o := res.Outcomes[i]
+							out[i] = quota.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: time.Duration(o.Reset), RetryAfter: time.Duration(o.RetryAfter)}
+						}
+					}
+					return res.Allowed, res.Report, nil
+				case cluster.StatusNoLimits:
+					// The owner has not seen this policy version yet (< 1 s);
+					// decide here rather than fail.
+					allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
+					return allowed, report, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
+		}
+		select {
+		case <-c.Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// serveForward decides checks forwarded by other servers.
+func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
+	v := e.view.Load()
+	var outs [MaxLimits]quota.Outcome
+	for i, it := range items {
+		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), time.Now()) {
+			res[i].Status = cluster.StatusNotOwner
+			continue
+		}
+		limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
+		if len(limits) == 0 || len(limits) > MaxLimits {
+			res[i].Status = cluster.StatusNoLimits
+			continue
+		}
+		n := len(limits)
+		allowed, report := e.cache.Check(it.Key, limits, it.Now, it.Cost, it.Consume, outs[:n])
+		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
+		for k := 0; k < n; k++ {
+			o := outs[k]
+			r.Outcomes[k] = cluster.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: int64(o.Reset), RetryAfter: int64(o.RetryAfter)}
+		}
+		res[i] = r
+	}
+}
+
+func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost int64) {
+	e.deltas.mu.Lock()
+	d := e.deltas.m[key]
+	if d == nil {
+		d = &delta{Key: key, Tenant: tenant, Policy: policy, Tier: tier, KeyID: keyID}
+		e.deltas.m[key] = d
+	}
+	d.Cost += cost
+	e.deltas.mu.Unlock()
+}
+
+// flushDeltas tells the other servers what local-mode policies admitted here.
+func (e *Engine) flushDeltas() {
+	e.deltas.mu.Lock()
+	m := e.deltas.m
+	if len(m) == 0 {
+		e.deltas.mu.Unlock()
+		return
+	}
+	e.deltas.m = make(map[string]*delta, len(m))
+	e.deltas.mu.Unlock()
+	msg := deltaMsg{V: bus.WireVersion, Node: e.cfg.Node, Deltas: make([]delta, 0, len(m))}
+	for _, d := range m {
+		msg.Deltas = append(msg.Deltas, *d)
+	}
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return
+	}
+	if err := e.nc.Publish(bus.LocalPrefix+e.cfg.Node, data); err != nil {
+		e.log.Warn("local-mode deltas not shared", "err", err)
+	}
+}
+
+// onDeltas forces other servers' local-mode consumption into this cache.
+func (e *Engine) onDeltas(m *nats.Msg) {
+	var msg deltaMsg
+	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.V != bus.WireVersion || msg.Node == e.cfg.Node {
+		return
+	}
+	v := e.view.Load()
+	now := e.cfg.Now().UnixNano()
+	for _, d := range msg.Deltas {
+		if limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID); len(limits) > 0 {
+			e.cache.Force(d.Key, limits, now, d.Cost)
+		}
+	}
+}
+
+// SetCluster makes the engine a cluster member: exact policies go to their
+// partition's owner, local ones share their consumption. Call before Start.
+func (e *Engine) SetCluster(c *cluster.Cluster) error {
+	e.cluster = c
+	if err := c.Serve(e.serveForward); err != nil {
+		return err
+	}
+	if _, err := e.nc.Subscribe(bus.LocalPrefix+"*", e.onDeltas); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LoadPartition replaces partition p's buckets with what the worker has
+// persisted: the cluster calls it when this server takes p over.
+func (e *Engine) LoadPartition(ctx context.Context, p int) error {
+	req := struct {
+		After     string `json:"after"`
+		Limit     int    `json:"limit"`
+		Partition *int   `json:"partition"`
+	}{Limit: 5000, Partition: &p}
+	for {
+		var page struct {
+			Buckets []bus.BucketRecord `json:"buckets"`
+			Next    string             `json:"next"`
+		}
+		if err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page); err != nil {
+			return err
+		}
+		for _, rec := range page.Buckets {
+			if limits, err := bus.DecodeLimits(rec.Limits); err == nil {
+				e.cache.Load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		req.After = page.Next
+	}
+}
+
+// FlushAndSync publishes every pending bucket state and waits until the
+// worker has committed it: the cluster calls it before giving a partition
+// back, so the next owner loads the latest state.
+func (e *Engine) FlushAndSync(ctx context.Context) error {
+	time.Sleep(5 * time.Millisecond) // let decisions that passed the ownership test finish
+	e.flushStates(ctx)
+	if e.pendingCount() > 0 {
+		e.flushStates(ctx)
+	}
+	var synced struct {
+		State uint64 `json:"state"`
+	}
+	return bus.Request(ctx, e.nc, bus.SyncSubject, struct{}{}, &synced)
+}

@@ -1,0 +1,81 @@
+package quota
+
+import (
+	"hash/maphash"
+	"strings"
+)
+
+// Force records cost units consumed elsewhere — by another server deciding
+// a "local" consistency policy from its own cache — even past the limit, so
+// that every server's bucket reflects the whole cluster's consumption.
+//
+// A token bucket may go into debt (negative tokens) down to -capacity: the
+// debt is repaid by refill before this server admits again, which keeps the
+// cluster's sustained rate at the limit's rate instead of one rate per
+// server. Window counts may exceed the limit; a sliding log keeps its newest
+// Limit entries.
+func (l *Limit) Force(s *State, now int64, cost int64) {
+	if !l.usable() || cost <= 0 {
+		return
+	}
+	c := float64(cost)
+	switch l.Algorithm {
+	case TokenBucket:
+		tokens, base := l.tbLevel(s, now)
+		s.Tokens, s.At = max(tokens-c, -float64(l.Capacity())), base
+	case FixedWindow:
+		start, count := l.fwCount(s, now)
+		s.Tokens, s.At = count+c, start
+	case SlidingWindow:
+		w := l.swinOf(s, now)
+		s.Tokens, s.Prev, s.At = w.curr+c, w.prev, w.start
+	default:
+		cut := now - int64(l.Period)
+		log := s.Log[:0:0]
+		for _, t := range s.Log {
+			if t > cut {
+				log = append(log, t)
+			}
+		}
+		stamp := now
+		if len(log) > 0 && log[len(log)-1] > stamp {
+			stamp = log[len(log)-1] // keep the log sorted
+		}
+		for range min(cost, l.Limit) {
+			log = append(log, stamp)
+		}
+		if over := int64(len(log)) - l.Limit; over > 0 {
+			log = log[over:]
+		}
+		s.Log = log
+	}
+}
+
+// Force applies Limit.Force to every limit of key's bucket (creating it if
+// absent) and marks it dirty, so the combined consumption is persisted.
+func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
+	if len(limits) == 0 || cost <= 0 {
+		return
+	}
+	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
+	sh := &c.shards[h1&(numShards-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(h1, h2)
+	if i < 0 {
+		i = sh.create(h1, h2, strings.Clone(key), limits)
+	}
+	s := &sh.slots[i]
+	if s.first != &limits[0] || int(s.n) != len(limits) {
+		sh.adopt(s, limits, now)
+	}
+	for k := range limits {
+		var st State
+		s.get(k, &st)
+		limits[k].Force(&st, now, cost)
+		s.put(k, &st)
+	}
+	if !s.dirty {
+		sh.markDirty(i)
+	}
+}
