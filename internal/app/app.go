@@ -35,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -123,6 +124,9 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
+	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Log: m.Log}); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)

@@ -1,0 +1,243 @@
+package ui
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// adminHandler serves the operator's pages.
+type adminHandler struct {
+	config    configCaller
+	analytics analyticsQuerier
+	wait      versionWaiter
+	now       func() time.Time
+}
+
+// maxUsageTenants bounds the per-tenant usage queries of the tenant list.
+const maxUsageTenants = 200
+
+var blockExpiries = []struct {
+	value, label string
+	d            time.Duration
+}{
+	{"1h", "1 hour", time.Hour},
+	{"24h", "1 day", 24 * time.Hour},
+	{"7d", "7 days", 7 * 24 * time.Hour},
+	{"30d", "30 days", 30 * 24 * time.Hour},
+	{"never", "Until unblocked", 0},
+}
+
+func expiryChoices(current string) []views.Choice {
+	if current == "" {
+		current = "24h"
+	}
+	out := make([]views.Choice, 0, len(blockExpiries))
+	for _, e := range blockExpiries {
+		out = append(out, views.Choice{Value: e.value, Label: e.label, Current: e.value == current})
+	}
+	return out
+}
+
+func (h *adminHandler) listTenants(c echo.Context) ([]tenants.TenantSummary, error) {
+	var ts []tenants.TenantSummary
+	err := h.config.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts)
+	return ts, err
+}
+
+func (h *adminHandler) tenants(c echo.Context) error {
+	return h.renderTenants(c, http.StatusOK, views.TenantForm{}, nil)
+}
+
+func (h *adminHandler) renderTenants(c echo.Context, status int, form views.TenantForm, created *views.CreatedTenant) error {
+	ctx := c.Request().Context()
+	ts, err := h.listTenants(c)
+	if err != nil {
+		return err
+	}
+	v := views.TenantsView{Form: form, Created: created}
+	from, to := window(24*time.Hour, time.Minute, h.now())
+	for i, t := range ts {
+		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
+		if i < maxUsageTenants {
+			pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: t.ID, From: from, To: to, Step: stepParam(to.Sub(from))})
+			if err != nil {
+				v.Error = userMessage(err)
+			}
+			for _, p := range pts {
+				row.Allowed += p.Allowed
+				row.Denied += p.Denied
+			}
+		}
+		v.Tenants = append(v.Tenants, row)
+	}
+	return render(c, status, views.Tenants(page(c, "Tenants", views.NavTenants), v))
+}
+
+func (h *adminHandler) createTenant(c echo.Context) error {
+	f := views.TenantForm{Name: strings.TrimSpace(c.FormValue("name")), OwnerEmail: strings.TrimSpace(c.FormValue("owner_email"))}
+	req := bus.TenantCreate{Name: f.Name, OwnerEmail: f.OwnerEmail, OwnerPassword: c.FormValue("owner_password")}
+	var w bus.Written[bus.TenantCreated]
+	if err := h.config.Call(c.Request().Context(), bus.OpTenantCreate, req, &w); err != nil {
+		if !isInvalid(err) {
+			return err
+		}
+		fe := fieldErrors{}
+		if errs.Is(err, errs.Conflict) {
+			f.FormError = errs.Message(err)
+		} else {
+			f.FormError = formError(err, fe, "name", "owner_email", "owner_password")
+		}
+		f.Errors = fe
+		return h.renderTenants(c, http.StatusBadRequest, f, nil)
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	t := w.Result.Tenant
+	created := &views.CreatedTenant{ID: t.ID, Name: t.Name, OwnerEmail: tenants.NormalizeEmail(f.OwnerEmail), ServiceKey: w.Result.ServiceKey}
+	return h.renderTenants(c, http.StatusCreated, views.TenantForm{}, created)
+}
+
+func (h *adminHandler) abuse(c echo.Context) error {
+	r := pickRange(analyticsRanges, c.QueryParam("range"))
+	if c.QueryParam("range") == "" {
+		r = pickRange(analyticsRanges, "24h")
+	}
+	from, to := window(r.length, time.Minute, h.now())
+	v := views.AbuseView{Range: r.value, Ranges: rangeTabs(analyticsRanges, r, "/ui/admin/abuse", nil), Expiries: expiryChoices("")}
+	ctx := c.Request().Context()
+	entries, err := top(ctx, h.analytics, bus.TopQuery{From: from, To: to, Limit: 100})
+	if err != nil {
+		v.Error = userMessage(err)
+	}
+	v.Rows = offenders(entries, nil, false)
+	// Callers blocked already get a note instead of a second block form.
+	var bs []tenants.Block
+	if err := h.config.Call(ctx, bus.OpBlockList, bus.TenantScoped{}, &bs); err == nil {
+		now := h.now()
+		until := map[[3]string]string{}
+		for _, b := range bs {
+			if b.Active(now) {
+				until[[3]string{b.TenantID, b.Identity.Kind, blockedID(b.Identity)}] = "until " + views.FormatOptTime(b.ExpiresAt, "unblocked by hand")
+			}
+		}
+		for i := range v.Rows {
+			o := &v.Rows[i]
+			o.BlockedUntil = until[[3]string{o.TenantID, o.Kind, o.ID}]
+		}
+	}
+	return render(c, http.StatusOK, views.Abuse(page(c, "Abuse report", views.NavAbuse), v))
+}
+
+// blockedID is the identity a block applies to as analytics name it: an
+// IPv6 block covers its /64.
+func blockedID(id tenants.Identity) string {
+	if id.Kind == tenants.IdentityIP {
+		if n, ok := engine.NormalizeIP(id.ID); ok {
+			return n
+		}
+	}
+	return id.ID
+}
+
+func (h *adminHandler) blocks(c echo.Context) error {
+	return h.renderBlocks(c, http.StatusOK, views.BlockForm{})
+}
+
+func (h *adminHandler) renderBlocks(c echo.Context, status int, f views.BlockForm) error {
+	ctx := c.Request().Context()
+	ts, err := h.listTenants(c)
+	if err != nil {
+		return err
+	}
+	var bs []tenants.Block
+	if err := h.config.Call(ctx, bus.OpBlockList, bus.TenantScoped{}, &bs); err != nil {
+		return err
+	}
+	names := map[string]string{}
+	for _, t := range ts {
+		names[t.ID] = t.Name
+		f.Tenants = append(f.Tenants, views.Choice{Value: t.ID, Label: t.Name, Current: t.ID == f.TenantID})
+	}
+	f.Expiries = expiryChoices(f.Expiry)
+	now := h.now()
+	v := views.BlocksView{Form: f}
+	for _, b := range bs {
+		v.Blocks = append(v.Blocks, views.BlockRow{
+			ID: b.ID, TenantID: b.TenantID, TenantName: names[b.TenantID],
+			Kind: b.Identity.Kind, IdentityID: b.Identity.ID, Reason: b.Reason,
+			ExpiresAt: b.ExpiresAt, CreatedAt: b.CreatedAt, Active: b.Active(now),
+		})
+	}
+	return render(c, status, views.Blocks(page(c, "Blocks", views.NavBlocks), v))
+}
+
+func (h *adminHandler) createBlock(c echo.Context) error {
+	f := views.BlockForm{
+		TenantID: c.FormValue("tenant_id"), Kind: c.FormValue("kind"), ID: strings.TrimSpace(c.FormValue("id")),
+		Reason: strings.TrimSpace(c.FormValue("reason")), Expiry: c.FormValue("expiry"),
+	}
+	b := tenants.Block{TenantID: f.TenantID, Identity: tenants.Identity{Kind: f.Kind, ID: f.ID}, Reason: f.Reason}
+	if p, err := netip.ParsePrefix(f.ID); err == nil && f.Kind == tenants.IdentityIP {
+		// The report names IPv6 callers by their /64; a block on any
+		// address of it blocks the whole /64.
+		b.Identity.ID = p.Masked().Addr().String()
+	}
+	fe := fieldErrors{}
+	found := false
+	for _, e := range blockExpiries {
+		if e.value == f.Expiry {
+			found = true
+			if e.d > 0 {
+				t := h.now().Add(e.d)
+				b.ExpiresAt = &t
+			}
+		}
+	}
+	if !found {
+		fe.add("expires_at", "choose how long the block lasts")
+	}
+	if f.TenantID == "" {
+		fe.add("tenant_id", "choose a tenant")
+	}
+	var w bus.Written[tenants.Block]
+	if len(fe) == 0 {
+		if err := h.config.Call(c.Request().Context(), bus.OpBlockCreate, b, &w); err != nil {
+			if !isInvalid(err) && !errs.Is(err, errs.NotFound) {
+				return err
+			}
+			if errs.Is(err, errs.NotFound) {
+				fe.add("tenant_id", "no such tenant")
+			} else {
+				f.FormError = formError(err, fe, "tenant_id", "identity.kind", "identity.id", "reason", "expires_at")
+			}
+		}
+	}
+	if len(fe) > 0 || f.FormError != "" {
+		f.Errors = fe
+		return h.renderBlocks(c, http.StatusBadRequest, f)
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	back := "/ui/admin/blocks"
+	if c.FormValue("from") == "abuse" {
+		back = "/ui/admin/abuse"
+	}
+	return seeOther(c, back, "blocked")
+}
+
+func (h *adminHandler) deleteBlock(c echo.Context) error {
+	var w bus.Written[struct{}]
+	if err := h.config.Call(c.Request().Context(), bus.OpBlockDelete, bus.TenantScoped{ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, "/ui/admin/blocks", "unblocked")
+}

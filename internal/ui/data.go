@@ -1,0 +1,129 @@
+package ui
+
+import (
+	"context"
+	"net/url"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// Reads shared by several pages.
+
+func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery) ([]views.ChartPoint, error) {
+	var ts bus.Timeseries
+	if err := q.Query(ctx, "timeseries", tq, &ts); err != nil {
+		return nil, err
+	}
+	out := make([]views.ChartPoint, len(ts.Points))
+	for i, p := range ts.Points {
+		out[i] = views.ChartPoint{Start: p.Start, Allowed: p.Allowed, Denied: p.Denied}
+	}
+	return out, nil
+}
+
+func top(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]bus.TopEntry, error) {
+	var out []bus.TopEntry
+	if err := q.Query(ctx, "top", tq, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// offenders turns ranked entries into rows, naming keys and linking to
+// each identity's history when drill is true.
+func offenders(entries []bus.TopEntry, names map[string]string, drill bool) []views.Offender {
+	out := make([]views.Offender, 0, len(entries))
+	for _, e := range entries {
+		o := views.Offender{
+			TenantID: e.TenantID, TenantName: e.TenantName,
+			Kind: e.Identity.Kind, ID: e.Identity.ID, Label: names[e.Identity.ID],
+			Allowed: e.Allowed, Denied: e.Denied, Ratio: e.DenialRatio,
+			FirstSeen: e.FirstSeen, LastSeen: e.LastSeen,
+		}
+		if drill {
+			o.DrillURL = identityURL(e.Identity.Kind, e.Identity.ID, "", "")
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func identityURL(kind, id, rng, policy string) string {
+	q := url.Values{"kind": {kind}, "id": {id}}
+	if rng != "" {
+		q.Set("range", rng)
+	}
+	if policy != "" {
+		q.Set("policy", policy)
+	}
+	return "/ui/analytics/identity?" + q.Encode()
+}
+
+func listPolicies(ctx context.Context, c configCaller, tenantID string) ([]tenants.Policy, error) {
+	var ps []tenants.Policy
+	err := c.Call(ctx, bus.OpPolicyList, bus.TenantScoped{TenantID: tenantID}, &ps)
+	return ps, err
+}
+
+func listKeys(ctx context.Context, c configCaller, tenantID string) ([]tenants.ConsumerKey, error) {
+	var ks []tenants.ConsumerKey
+	err := c.Call(ctx, bus.OpKeyList, bus.TenantScoped{TenantID: tenantID}, &ks)
+	return ks, err
+}
+
+// keyNames maps key ids to names, for labelling identities.
+func keyNames(ks []tenants.ConsumerKey) map[string]string {
+	m := make(map[string]string, len(ks))
+	for _, k := range ks {
+		m[k.ID] = k.Name
+	}
+	return m
+}
+
+func policyNames(ps []tenants.Policy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// tierNames lists every tier the tenant's policies define, for the key
+// forms' suggestions.
+func tierNames(ps []tenants.Policy) []string {
+	out := []string{"default"}
+	seen := map[string]bool{"default": true, "anonymous": true}
+	for _, p := range ps {
+		for _, t := range sortedTiers(p.Tiers) {
+			if !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// applied waits (at most a second) until this server enforces a write, so
+// the page after a save already reflects it, as the API does.
+func applied(ctx context.Context, w versionWaiter, version int64) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	w.WaitVersion(ctx, version)
+}
+
+// userMessage is an error as a sentence for a page; unexpected failures
+// stay generic.
+func userMessage(err error) string {
+	switch errs.Code(err) {
+	case errs.Unavailable:
+		return "Sluice's worker is not reachable right now; the numbers below may be missing. Try again in a moment."
+	case errs.Internal:
+		return "Something went wrong loading this data."
+	}
+	return errs.Message(err)
+}

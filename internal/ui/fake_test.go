@@ -1,0 +1,174 @@
+package ui
+
+// A stand-in for the worker and the engine, for tests about the handlers
+// themselves (sign-in, sessions, form tokens). Tests about data go through
+// the whole product instead (handlers_test.go).
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"golang.org/x/net/html"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+const (
+	fakeEmail    = "owner@fake.test"
+	fakePassword = "a long passphrase"
+)
+
+var fakeHash = sync.OnceValue(func() string {
+	h, err := tenants.HashPassword(fakePassword)
+	if err != nil {
+		panic(err)
+	}
+	return h
+})
+
+// fakeWorker knows one owner and answers every list with nothing.
+type fakeWorker struct {
+	mu      sync.Mutex
+	lookups int
+}
+
+func (f *fakeWorker) Call(_ context.Context, op string, req, out any) error {
+	switch op {
+	case bus.OpUserByEmail:
+		f.mu.Lock()
+		f.lookups++
+		f.mu.Unlock()
+		if req.(bus.UserByEmail).Email != fakeEmail {
+			return errs.Errorf(errs.NotFound, "user not found")
+		}
+		*out.(*bus.UserRecord) = bus.UserRecord{
+			User:         tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner},
+			PasswordHash: fakeHash(),
+		}
+		return nil
+	case bus.OpTenantList:
+		*out.(*[]tenants.TenantSummary) = []tenants.TenantSummary{{Tenant: tenants.Tenant{ID: "ten_1", Name: "fake"}}}
+		return nil
+	}
+	return json.Unmarshal([]byte("null"), out)
+}
+
+func (f *fakeWorker) Query(_ context.Context, _ string, _, out any) error {
+	return json.Unmarshal([]byte("null"), out)
+}
+
+type fakeEngine struct{}
+
+func (fakeEngine) Check(string, *engine.CheckRequest, time.Time) (engine.Answer, error) {
+	return engine.Answer{Allowed: true, Reason: engine.ReasonOK}, nil
+}
+
+func (fakeEngine) WaitVersion(context.Context, int64) {}
+
+// testUI is the dashboard on a bare Echo with the fakes and a clock the
+// test moves.
+type testUI struct {
+	t    *testing.T
+	e    *echo.Echo
+	key  []byte
+	now  time.Time
+	work *fakeWorker
+}
+
+func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
+	t.Helper()
+	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}}
+	err := Register(u.e, Deps{
+		Engine: fakeEngine{}, Worker: u.work, SessionKey: u.key,
+		LoginLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
+		LoginIPLimit: quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
+		Now:          func() time.Time { return u.now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// sessions is the same signer the handlers use.
+func (u *testUI) sessions() *sessions {
+	return newSessions(u.key, 12*time.Hour, func() time.Time { return u.now })
+}
+
+// do serves one request; cookies are sent as given.
+func (u *testUI) do(method, target string, form url.Values, cookies ...*http.Cookie) *httptest.ResponseRecorder {
+	u.t.Helper()
+	var body *strings.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	} else {
+		body = strings.NewReader("")
+	}
+	r := httptest.NewRequest(method, target, body)
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for _, c := range cookies {
+		r.AddCookie(c)
+	}
+	w := httptest.NewRecorder()
+	u.e.ServeHTTP(w, r)
+	return w
+}
+
+func cookieNamed(w *httptest.ResponseRecorder, name string) *http.Cookie {
+	for _, c := range w.Result().Cookies() {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// formToken reads the _csrf input of a page.
+func formTokenIn(t *testing.T, body string) string {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok string
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && n.Data == "input" && attr(n, "name") == csrfField && tok == "" {
+			tok = attr(n, "value")
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(doc)
+	if tok == "" {
+		t.Fatalf("no form token in page:\n%s", body)
+	}
+	return tok
+}
+
+func attr(n *html.Node, name string) string {
+	for _, a := range n.Attr {
+		if a.Key == name {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+var tlsState = tls.ConnectionState{HandshakeComplete: true}

@@ -1,0 +1,170 @@
+package ui
+
+import (
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+func TestPolicyFormRoundTrip(t *testing.T) {
+	form := url.Values{
+		"name": {" heavy "}, "method": {"get"}, "path": {"/api/x"}, "query": {"mode = heavy\n\n b=2 "},
+		"consistency": {"local"}, "shadow": {"on"}, "tiers": {"4"},
+		"tier.0.name": {"anonymous"}, "tier.0.limits": {"2"},
+		"tier.0.limit.0.algorithm": {"token_bucket"}, "tier.0.limit.0.limit": {"10"}, "tier.0.limit.0.period": {"60s"}, "tier.0.limit.0.burst": {"20"},
+		"tier.0.limit.1.algorithm": {"token_bucket"},                                                           // blank: dropped
+		"tier.1.name":              {""}, "tier.1.limits": {"1"}, "tier.1.limit.0.algorithm": {"fixed_window"}, // blank tier: dropped
+		"tier.2.name": {"pro"}, "tier.2.limits": {"2"},
+		"tier.2.limit.0.name": {"burst"}, "tier.2.limit.0.algorithm": {"sliding_window"}, "tier.2.limit.0.limit": {"100"}, "tier.2.limit.0.period": {"1m"},
+		"tier.2.limit.1.name": {"daily"}, "tier.2.limit.1.algorithm": {"evil"}, "tier.2.limit.1.limit": {"1_000"}, "tier.2.limit.1.period": {"1d"},
+		"tier.3.name": {"free"}, "tier.3.limits": {"99"},
+	}
+	f := readPolicyForm(form)
+	if len(f.Tiers) != 4 || len(f.Tiers[3].Limits) != 10 {
+		t.Fatalf("counts are bounded: %d tiers, %d limits", len(f.Tiers), len(f.Tiers[3].Limits))
+	}
+	if f.Tiers[2].Limits[1].Algorithm != "token_bucket" {
+		t.Errorf("an unknown algorithm is read as the default, got %q", f.Tiers[2].Limits[1].Algorithm)
+	}
+	f.Tiers = f.Tiers[:3]
+	p, groups, fe := policyOfForm(f)
+	if len(fe) > 0 {
+		t.Fatalf("errors: %v", fe)
+	}
+	if p.Name != "heavy" || p.Method != "GET" || p.Query["mode"] != "heavy" || p.Query["b"] != "2" || !p.Shadow || p.Consistency != "local" {
+		t.Errorf("policy %+v", p)
+	}
+	if len(p.Tiers) != 2 || len(p.Tiers["anonymous"]) != 1 || p.Tiers["anonymous"][0].Burst != 20 || len(p.Tiers["pro"]) != 2 || p.Tiers["pro"][1].Limit != 1000 {
+		t.Errorf("tiers %+v", p.Tiers)
+	}
+	if g := groups["pro"]; g.key != "tier.2" || len(g.limits) != 2 || g.limits[1] != "tier.2.limit.1" {
+		t.Errorf("groups %+v", groups)
+	}
+	back := formOfPolicy(p)
+	if back.Tiers[0].Name != "anonymous" || back.Tiers[1].Name != "pro" || back.Query != "b=2\nmode=heavy" {
+		t.Errorf("form of policy: %+v", back)
+	}
+}
+
+func TestPolicyFormErrors(t *testing.T) {
+	f := views.PolicyForm{Name: "x", Path: "/x", Query: "novalue\nk=v\nk=w", Tiers: []views.TierRow{
+		{Name: "", Limits: []views.LimitRow{{Limit: "5", Period: "1s"}}},
+		{Name: "pro", Limits: []views.LimitRow{{Limit: "ten", Period: "1s", Burst: "x"}}},
+		{Name: "pro", Limits: []views.LimitRow{{Limit: "1", Period: "1s"}}},
+		{Name: "free", Limits: []views.LimitRow{{Period: "1s"}}},
+	}}
+	_, _, fe := policyOfForm(f)
+	want := map[string]string{
+		"query":                "line 1: write name=value, such as mode=heavy",
+		"tier.0.name":          "required: anonymous, default, or the tier your keys carry",
+		"tier.1.limit.0.limit": "must be a whole number such as 100",
+		"tier.1.limit.0.burst": "must be a whole number, or empty",
+		"tier.2.name":          "is used by another tier above",
+		"tier.3.limit.0.limit": "required",
+	}
+	for k, v := range want {
+		if fe[k] != v {
+			t.Errorf("%s: %q, want %q", k, fe[k], v)
+		}
+	}
+	if len(fe) != len(want) {
+		t.Errorf("errors %v", fe)
+	}
+}
+
+func TestWorkerErrorsFindTheirInput(t *testing.T) {
+	groups := map[string]limitGroup{
+		"pro":  {key: "tier.3", limits: []string{"tier.3.limit.0", "tier.3.limit.2"}},
+		"free": {key: "tier.1", limits: []string{"tier.1.limit.1"}},
+	}
+	for msg, want := range map[string]string{
+		`tiers.pro[1].period: must be a duration such as "60s" or "1m"`: "tier.3.limit.2.period",
+		`tiers.pro[0].name: "a" is used twice`:                          "tier.3.limit.0.name",
+		`tiers.free.limit: must be at least 1`:                          "tier.1.limit.1.limit",
+		`tiers.free: must hold at least one limit`:                      "tier.1",
+		`tiers: tier name "Pro" must be 1 to 32 characters`:             "tiers",
+		`path: must start with "/"`:                                     "path",
+		`query.mode: must not be empty`:                                 "query",
+	} {
+		fe, formErr := policyErrors(errs.Errorf(errs.Invalid, "%s", msg), groups)
+		if _, ok := fe[want]; !ok || formErr != "" {
+			t.Errorf("%s: errors %v, form error %q; want input %s", msg, fe, formErr, want)
+		}
+	}
+	if fe, formErr := policyErrors(errs.Errorf(errs.Invalid, "something else entirely"), groups); len(fe) != 0 || formErr == "" {
+		t.Errorf("unmapped message: %v %q", fe, formErr)
+	}
+	if fe, _ := policyErrors(errs.Errorf(errs.Conflict, "a policy named x exists"), groups); fe["name"] == "" {
+		t.Errorf("conflict: %v", fe)
+	}
+	// Policy names may hold dots: the longest name that fits wins.
+	og := map[string]limitGroup{"api": {key: "override.0.policy", limits: []string{"override.0"}}, "api.v1": {key: "override.1.policy", limits: []string{"override.1", "override.2"}}}
+	if got, _ := mapGroupPath("api.v1[1].period", og); got != "override.2.period" {
+		t.Errorf("dotted policy name: %q", got)
+	}
+	if got, _ := mapGroupPath("api.period", og); got != "override.0.period" {
+		t.Errorf("short policy name: %q", got)
+	}
+}
+
+func TestEditTiers(t *testing.T) {
+	f := views.PolicyForm{Tiers: []views.TierRow{{Name: "a", Limits: []views.LimitRow{{Limit: "1"}}}}}
+	editTiers(&f, "add-tier", nil)
+	editTiers(&f, "add-limit", []int{0})
+	editTiers(&f, "remove-limit", []int{0, 0})
+	editTiers(&f, "remove-tier", []int{7}) // out of range: ignored
+	if len(f.Tiers) != 2 || len(f.Tiers[0].Limits) != 1 || f.Tiers[0].Limits[0].Limit != "" || len(f.Tiers[1].Limits) != 1 {
+		t.Fatalf("%+v", f.Tiers)
+	}
+	editTiers(&f, "remove-tier", []int{0})
+	if len(f.Tiers) != 1 {
+		t.Fatalf("%+v", f.Tiers)
+	}
+	if act, args := action(url.Values{"do": {"remove-limit:2:x"}}); act != "save" || args != nil {
+		t.Errorf("malformed action read as %q %v", act, args)
+	}
+}
+
+func TestLoginLimiterForgets(t *testing.T) {
+	l := newLoginLimiter(quota.Limit{Algorithm: quota.TokenBucket, Limit: 2, Period: time.Minute}, quota.Limit{Algorithm: quota.TokenBucket, Limit: 100, Period: time.Minute})
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 2 {
+		if ok, _ := l.allow("a@x", "192.0.2.1", now); !ok {
+			t.Fatalf("attempt %d refused", i)
+		}
+	}
+	ok, wait := l.allow("a@x", "192.0.2.1", now)
+	if ok || wait <= 0 || wait > 30*time.Second {
+		t.Fatalf("third attempt: %v, wait %s", ok, wait)
+	}
+	if ok, _ := l.allow("b@x", "192.0.2.1", now); !ok {
+		t.Fatal("another email was refused")
+	}
+	// Full buckets leave memory once a sweep runs.
+	later := now.Add(10 * time.Minute)
+	l.allow("c@x", "2001:db8::1", later)
+	if n := l.cache.Len(); n != 2 {
+		t.Errorf("%d buckets after the sweep, want the 2 of the newest attempt", n)
+	}
+}
+
+func TestWindowAndSteps(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 7, 30, 0, time.UTC)
+	from, to := window(time.Hour, 15*time.Minute, now)
+	if !to.Equal(time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC)) || to.Sub(from) != time.Hour {
+		t.Errorf("window %s – %s", from, to)
+	}
+	if stepParam(24*time.Hour) != "1440m" {
+		t.Errorf("step %q", stepParam(24*time.Hour))
+	}
+	if d, ok := pickStep("6h", time.Minute); !ok || d != 6*time.Hour {
+		t.Errorf("6h: %s %v", d, ok)
+	}
+	if _, ok := pickStep("7m", time.Minute); ok {
+		t.Error("an unlisted step was accepted")
+	}
+}

@@ -1,0 +1,351 @@
+package ui
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// keyHandler serves the consumer key pages.
+type keyHandler struct {
+	config    configCaller
+	analytics analyticsQuerier
+	wait      versionWaiter
+	now       func() time.Time
+}
+
+// lastUsedWindow is how far back "last used" looks.
+const lastUsedWindow = 30 * 24 * time.Hour
+
+// inputTime is the datetime-local format; the forms say the zone is UTC.
+const inputTime = "2006-01-02T15:04"
+
+func keyURL(id string) string { return "/ui/keys/" + url.PathEscape(id) }
+
+func keyStatus(k tenants.ConsumerKey, now time.Time) string {
+	switch {
+	case k.RevokedAt != nil:
+		return "revoked"
+	case !k.Active(now):
+		return "expired"
+	}
+	return "active"
+}
+
+// lastUsed asks the analytics for the newest minute each key was seen in.
+// It is best effort: without it the list shows "—".
+func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Time) map[string]time.Time {
+	entries, err := top(ctx, h.analytics, bus.TopQuery{
+		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute),
+		Limit: 1000, IdentityKind: tenants.IdentityKey, IncludeAllowed: true,
+	})
+	if err != nil {
+		return nil
+	}
+	m := make(map[string]time.Time, len(entries))
+	for _, e := range entries {
+		m[e.Identity.ID] = e.LastSeen
+	}
+	return m
+}
+
+func (h *keyHandler) keyRow(k tenants.ConsumerKey, used map[string]time.Time, now time.Time) views.KeyRow {
+	r := views.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Tier: k.Tier, Status: keyStatus(k, now), ExpiresAt: k.ExpiresAt, CreatedAt: k.CreatedAt, URL: keyURL(k.ID), Overrides: len(k.Overrides)}
+	if t, ok := used[k.ID]; ok {
+		r.LastUsed = &t
+	}
+	return r
+}
+
+// keySorts are the list's sortable columns.
+var keySorts = []struct{ key, label string }{
+	{"name", "Name"}, {"prefix", "Prefix"}, {"tier", "Tier"}, {"expires", "Expires"}, {"last_used", "Last used"},
+}
+
+func (h *keyHandler) list(c echo.Context) error {
+	return h.renderList(c, http.StatusOK, views.KeyForm{}, nil)
+}
+
+func (h *keyHandler) renderList(c echo.Context, status int, form views.KeyForm, created *views.CreatedKey) error {
+	s := mustSession(c)
+	ctx := c.Request().Context()
+	now := h.now()
+	ks, err := listKeys(ctx, h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	ps, err := listPolicies(ctx, h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	used := h.lastUsed(ctx, s.TenantID, now)
+	v := views.KeysView{
+		Total:       len(ks),
+		Filter:      strings.TrimSpace(c.QueryParam("q")),
+		ShowRevoked: c.QueryParam("revoked") != "",
+		Create:      form,
+		Created:     created,
+		Tiers:       tierNames(ps),
+	}
+	needle := strings.ToLower(v.Filter)
+	for _, k := range ks {
+		r := h.keyRow(k, used, now)
+		if r.Status == "revoked" && !v.ShowRevoked {
+			continue
+		}
+		if needle != "" && !strings.Contains(strings.ToLower(r.Name+" "+r.Prefix+" "+r.Tier), needle) {
+			continue
+		}
+		v.Keys = append(v.Keys, r)
+	}
+	sortBy := c.QueryParam("sort")
+	sortKeys(v.Keys, sortBy)
+	for _, col := range keySorts {
+		q := url.Values{"sort": {col.key}}
+		if v.Filter != "" {
+			q.Set("q", v.Filter)
+		}
+		if v.ShowRevoked {
+			q.Set("revoked", "1")
+		}
+		v.Columns = append(v.Columns, views.SortColumn{Label: col.label, URL: "/ui/keys?" + q.Encode(), Current: col.key == sortBy || (sortBy == "" && col.key == "name")})
+	}
+	return render(c, status, views.Keys(page(c, "Keys", views.NavKeys), v))
+}
+
+func sortKeys(ks []views.KeyRow, by string) {
+	optTime := func(t *time.Time, missing time.Time) time.Time {
+		if t == nil {
+			return missing
+		}
+		return *t
+	}
+	far := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	slices.SortStableFunc(ks, func(a, b views.KeyRow) int {
+		switch by {
+		case "prefix":
+			return strings.Compare(a.Prefix, b.Prefix)
+		case "tier":
+			return strings.Compare(a.Tier, b.Tier)
+		case "expires": // soonest first; keys that never expire last
+			return optTime(a.ExpiresAt, far).Compare(optTime(b.ExpiresAt, far))
+		case "last_used": // most recent first; unused keys last
+			return optTime(b.LastUsed, time.Time{}).Compare(optTime(a.LastUsed, time.Time{}))
+		}
+		return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
+	})
+}
+
+// parseExpiry reads an optional datetime-local value as UTC.
+func parseExpiry(v string, fe fieldErrors) *time.Time {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	t, err := time.ParseInLocation(inputTime, v, time.UTC)
+	if err != nil {
+		if t, err = time.Parse(time.RFC3339, v); err != nil {
+			fe.add("expires_at", "must be a date and time such as 2027-01-01T00:00")
+			return nil
+		}
+	}
+	return &t
+}
+
+// formError puts a worker error next to its input when it names one.
+func formError(err error, fe fieldErrors, known ...string) string {
+	path, text, ok := splitMessage(errs.Message(err))
+	if ok && slices.Contains(known, path) {
+		fe.add(path, text)
+		return ""
+	}
+	return errs.Message(err)
+}
+
+func (h *keyHandler) create(c echo.Context) error {
+	f := views.KeyForm{Name: strings.TrimSpace(c.FormValue("name")), Tier: strings.TrimSpace(c.FormValue("tier")), ExpiresAt: c.FormValue("expires_at")}
+	fe := fieldErrors{}
+	exp := parseExpiry(f.ExpiresAt, fe)
+	if len(fe) > 0 {
+		f.Errors = fe
+		return h.renderList(c, http.StatusBadRequest, f, nil)
+	}
+	var w bus.Written[bus.KeyCreated]
+	req := bus.KeyCreate{TenantID: mustSession(c).TenantID, Name: f.Name, Tier: f.Tier, ExpiresAt: exp}
+	if err := h.config.Call(c.Request().Context(), bus.OpKeyCreate, req, &w); err != nil {
+		if !isInvalid(err) {
+			return err
+		}
+		f.FormError = formError(err, fe, "name", "tier", "expires_at")
+		f.Errors = fe
+		return h.renderList(c, http.StatusBadRequest, f, nil)
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	k := w.Result.Key
+	// The secret is in this answer only: it is neither stored nor put in a
+	// URL, so this page is rendered directly instead of redirecting.
+	created := &views.CreatedKey{Name: k.Name, Tier: k.Tier, Prefix: k.Prefix, Secret: w.Result.Secret, URL: keyURL(k.ID)}
+	return h.renderList(c, http.StatusCreated, views.KeyForm{}, created)
+}
+
+func (h *keyHandler) get(c echo.Context) (tenants.ConsumerKey, error) {
+	var k tenants.ConsumerKey
+	err := h.config.Call(c.Request().Context(), bus.OpKeyGet, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &k)
+	return k, err
+}
+
+func (h *keyHandler) show(c echo.Context) error {
+	k, err := h.get(c)
+	if err != nil {
+		return err
+	}
+	return h.renderKey(c, http.StatusOK, k, nil)
+}
+
+// keyPage carries a failed form back into the key's page.
+type keyPage struct {
+	edit      *views.KeyForm
+	overrides *views.OverridesForm
+	reset     *views.ResetForm
+}
+
+func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey, back *keyPage) error {
+	s := mustSession(c)
+	ctx := c.Request().Context()
+	now := h.now()
+	ps, err := listPolicies(ctx, h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	v := views.KeyView{
+		Key:          h.keyRow(k, h.lastUsedOne(ctx, s.TenantID, k.ID, now), now),
+		RevokedAt:    k.RevokedAt,
+		UpdatedAt:    k.UpdatedAt,
+		Tiers:        tierNames(ps),
+		AnalyticsURL: identityURL(tenants.IdentityKey, k.ID, "", ""),
+		Edit:         views.KeyForm{Name: k.Name, Tier: k.Tier},
+		Overrides:    overridesFormOf(k),
+		Reset:        views.ResetForm{Kind: tenants.IdentityKey, ID: k.ID},
+	}
+	if k.ExpiresAt != nil {
+		v.Edit.ExpiresAt = k.ExpiresAt.UTC().Format(inputTime)
+	}
+	if back != nil {
+		if back.edit != nil {
+			v.Edit = *back.edit
+		}
+		if back.overrides != nil {
+			v.Overrides = *back.overrides
+		}
+		if back.reset != nil {
+			v.Reset = *back.reset
+		}
+	}
+	v.Overrides.Policies, v.Overrides.Algorithms = policyNames(ps), algorithms
+	v.Reset.Policies, v.Reset.Action = policyNames(ps), keyURL(k.ID)+"/reset"
+	return render(c, status, views.KeyDetail(page(c, "Key "+k.Name, views.NavKeys), v))
+}
+
+func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now time.Time) map[string]time.Time {
+	entries, err := top(ctx, h.analytics, bus.TopQuery{
+		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute), Limit: 1,
+		Identity: &tenants.Identity{Kind: tenants.IdentityKey, ID: id}, IncludeAllowed: true,
+	})
+	if err != nil || len(entries) == 0 {
+		return nil
+	}
+	return map[string]time.Time{id: entries[0].LastSeen}
+}
+
+func (h *keyHandler) update(c echo.Context) error {
+	k, err := h.get(c)
+	if err != nil {
+		return err
+	}
+	f := views.KeyForm{Name: strings.TrimSpace(c.FormValue("name")), Tier: strings.TrimSpace(c.FormValue("tier")), ExpiresAt: c.FormValue("expires_at")}
+	fe := fieldErrors{}
+	exp := parseExpiry(f.ExpiresAt, fe)
+	if len(fe) > 0 {
+		f.Errors = fe
+		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{edit: &f})
+	}
+	patch := tenants.KeyPatch{Name: &f.Name, Tier: &f.Tier}
+	switch {
+	case exp != nil && (k.ExpiresAt == nil || !exp.Equal(*k.ExpiresAt)):
+		patch.ExpiresAt = exp
+	case exp == nil && k.ExpiresAt != nil:
+		patch.ClearExpiry = true
+	}
+	var w bus.Written[tenants.ConsumerKey]
+	if err := h.config.Call(c.Request().Context(), bus.OpKeyUpdate, bus.KeyUpdate{TenantID: k.TenantID, ID: k.ID, Patch: patch}, &w); err != nil {
+		if !isInvalid(err) {
+			return err
+		}
+		f.FormError = formError(err, fe, "name", "tier", "expires_at")
+		f.Errors = fe
+		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{edit: &f})
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, keyURL(k.ID), "key-saved")
+}
+
+func (h *keyHandler) revoke(c echo.Context) error {
+	var w bus.Written[tenants.ConsumerKey]
+	if err := h.config.Call(c.Request().Context(), bus.OpKeyRevoke, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	// Answer once this server refuses the key; the others follow within a second.
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, keyURL(w.Result.ID), "key-revoked")
+}
+
+func (h *keyHandler) reset(c echo.Context) error {
+	k, err := h.get(c)
+	if err != nil {
+		return err
+	}
+	r := views.ResetForm{Kind: tenants.IdentityKey, ID: k.ID, Policy: c.FormValue("policy")}
+	if err := resetBucket(c, h.config, h.wait, r); err != nil {
+		if !isInvalid(err) && !errs.Is(err, errs.NotFound) {
+			return err
+		}
+		r.Error = resetError(err)
+		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{reset: &r})
+	}
+	return seeOther(c, keyURL(k.ID), "reset")
+}
+
+// resetBucket refills one identity's bucket for a policy of the session's
+// tenant.
+func resetBucket(c echo.Context, config configCaller, wait versionWaiter, r views.ResetForm) error {
+	if r.Policy == "" {
+		return errs.Errorf(errs.Invalid, "policy: choose a policy")
+	}
+	var w bus.Written[struct{}]
+	req := bus.BucketReset{TenantID: mustSession(c).TenantID, Policy: r.Policy, Identity: tenants.Identity{Kind: r.Kind, ID: r.ID}}
+	if err := config.Call(c.Request().Context(), bus.OpBucketReset, req, &w); err != nil {
+		return err
+	}
+	applied(c.Request().Context(), wait, w.Version)
+	return nil
+}
+
+func resetError(err error) string {
+	if errs.Is(err, errs.NotFound) {
+		return "No policy has this name any more."
+	}
+	if _, text, ok := splitMessage(errs.Message(err)); ok {
+		return text
+	}
+	return errs.Message(err)
+}

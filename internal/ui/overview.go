@@ -1,0 +1,82 @@
+package ui
+
+import (
+	"cmp"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// overviewHandler serves a tenant's landing page.
+type overviewHandler struct {
+	config    configCaller
+	analytics analyticsQuerier
+	now       func() time.Time
+}
+
+// maxPolicyStats bounds the per-policy queries of the overview.
+const maxPolicyStats = 50
+
+func (h *overviewHandler) show(c echo.Context) error {
+	s := mustSession(c)
+	if s.TenantID == "" {
+		return c.Redirect(http.StatusSeeOther, "/ui/admin/tenants")
+	}
+	ctx := c.Request().Context()
+	r := pickRange(overviewRanges, c.QueryParam("range"))
+	from, to := window(r.length, r.step, h.now())
+
+	policies, err := listPolicies(ctx, h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	keys, err := listKeys(ctx, h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	v := views.OverviewView{
+		Ranges:       rangeTabs(overviewRanges, r, "/ui/", nil),
+		RangeLabel:   r.phrase,
+		PolicyCount:  len(policies),
+		KeyCount:     len(keys),
+		AnalyticsURL: "/ui/analytics?" + url.Values{"range": {r.value}}.Encode(),
+	}
+	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step)})
+	if err != nil {
+		v.Error = userMessage(err)
+	}
+	v.Chart = views.NewChart("Allowed and denied checks "+r.phrase, points, r.step)
+	v.Totals = v.Chart.Totals
+
+	if v.Totals.Denied > 0 {
+		whole := stepParam(to.Sub(from))
+		for _, p := range policies[:min(len(policies), maxPolicyStats)] {
+			pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: whole, Policy: p.Name})
+			if err != nil {
+				break
+			}
+			st := views.PolicyStat{Name: p.Name, URL: "/ui/policies/" + url.PathEscape(p.ID)}
+			for _, pt := range pts {
+				st.Allowed += pt.Allowed
+				st.Denied += pt.Denied
+			}
+			if st.Denied > 0 {
+				v.TopPolicies = append(v.TopPolicies, st)
+			}
+		}
+		slices.SortStableFunc(v.TopPolicies, func(a, b views.PolicyStat) int { return cmp.Compare(b.Denied, a.Denied) })
+		v.TopPolicies = v.TopPolicies[:min(len(v.TopPolicies), 5)]
+
+		entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 5})
+		if err == nil {
+			v.TopIdentities = offenders(entries, keyNames(keys), true)
+		}
+	}
+	return render(c, http.StatusOK, views.Overview(page(c, "Overview", views.NavOverview), v))
+}

@@ -1,0 +1,270 @@
+package ui
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// policyHandler serves the policy list, the policy form and the path
+// tester.
+type policyHandler struct {
+	config configCaller
+	engine checker
+	wait   versionWaiter
+	now    func() time.Time
+}
+
+func (h *policyHandler) list(c echo.Context) error {
+	return h.renderList(c, http.StatusOK, views.PathTest{Method: "GET"})
+}
+
+func (h *policyHandler) renderList(c echo.Context, status int, test views.PathTest) error {
+	s := mustSession(c)
+	ps, err := listPolicies(c.Request().Context(), h.config, s.TenantID)
+	if err != nil {
+		return err
+	}
+	v := views.PoliciesView{Test: test}
+	v.Test.Methods = methods
+	for _, p := range ps {
+		v.Policies = append(v.Policies, policyRow(p))
+	}
+	slices.SortFunc(v.Policies, func(a, b views.PolicyRow) int { return strings.Compare(a.Name, b.Name) })
+	if test.Result != nil && test.Result.Matched {
+		for _, p := range ps {
+			if p.Name == test.Result.Policy {
+				test.Result.PolicyURL = policyURL(p.ID)
+			}
+		}
+	}
+	return render(c, status, views.Policies(page(c, "Policies", views.NavPolicies), v))
+}
+
+func policyURL(id string) string { return "/ui/policies/" + url.PathEscape(id) }
+
+func policyRow(p tenants.Policy) views.PolicyRow {
+	r := views.PolicyRow{ID: p.ID, Name: p.Name, Method: p.Method, Path: p.Path, Consistency: p.Consistency, Shadow: p.Shadow, UpdatedAt: p.UpdatedAt, URL: policyURL(p.ID)}
+	if r.Method == tenants.MethodAny {
+		r.Method = "ANY"
+	}
+	var q []string
+	for _, k := range slices.Sorted(maps.Keys(p.Query)) {
+		q = append(q, k+"="+p.Query[k])
+	}
+	r.Query = strings.Join(q, "&")
+	for _, t := range sortedTiers(p.Tiers) {
+		r.Tiers = append(r.Tiers, views.TierSummary{Name: t, Limits: describeLimits(p.Tiers[t])})
+	}
+	return r
+}
+
+// describeLimits writes a tier's limits in words: "10 per 60s (burst 20)".
+func describeLimits(ls tenants.Limits) string {
+	parts := make([]string, 0, len(ls))
+	for _, l := range ls {
+		s := fmt.Sprintf("%s per %s", views.FormatCount(l.Limit), l.Period)
+		if l.Burst > 0 {
+			s += fmt.Sprintf(" (burst %s)", views.FormatCount(l.Burst))
+		}
+		if l.Algorithm != tenants.TokenBucket {
+			s += ", " + strings.ReplaceAll(l.Algorithm, "_", " ")
+		}
+		if l.Name != "" {
+			s = l.Name + ": " + s
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (h *policyHandler) newForm(c echo.Context) error {
+	f := views.PolicyForm{
+		Method: "*", Consistency: tenants.ConsistencyExact,
+		Tiers: []views.TierRow{
+			{Name: "anonymous", Limits: []views.LimitRow{{Algorithm: tenants.TokenBucket}}},
+			{Name: "default", Limits: []views.LimitRow{{Algorithm: tenants.TokenBucket}}},
+		},
+	}
+	return h.renderForm(c, http.StatusOK, f)
+}
+
+func (h *policyHandler) edit(c echo.Context) error {
+	p, err := h.get(c)
+	if err != nil {
+		return err
+	}
+	return h.renderForm(c, http.StatusOK, formOfPolicy(p))
+}
+
+func (h *policyHandler) get(c echo.Context) (tenants.Policy, error) {
+	var p tenants.Policy
+	err := h.config.Call(c.Request().Context(), bus.OpPolicyGet, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &p)
+	return p, err
+}
+
+func (h *policyHandler) renderForm(c echo.Context, status int, f views.PolicyForm) error {
+	f.Methods, f.Algorithms = methods, algorithms
+	title := "New policy"
+	f.Action = "/ui/policies"
+	if f.ID != "" {
+		title = "Policy " + f.Name
+		f.Action = policyURL(f.ID)
+		f.DeleteURL = f.Action + "/delete"
+	}
+	return render(c, status, views.PolicyEdit(page(c, title, views.NavPolicies), f))
+}
+
+func (h *policyHandler) create(c echo.Context) error { return h.save(c, "") }
+
+func (h *policyHandler) update(c echo.Context) error {
+	// The id must be the tenant's before the form is even shown back.
+	if _, err := h.get(c); err != nil {
+		return err
+	}
+	return h.save(c, c.Param("id"))
+}
+
+func (h *policyHandler) save(c echo.Context, id string) error {
+	form, err := c.FormParams()
+	if err != nil {
+		return errs.Errorf(errs.Invalid, "The form could not be read.")
+	}
+	f := readPolicyForm(form)
+	f.ID = id
+	if act, args := action(form); act != "save" {
+		editTiers(&f, act, args)
+		return h.renderForm(c, http.StatusOK, f)
+	}
+	p, groups, fe := policyOfForm(f)
+	if len(fe) > 0 {
+		f.Errors = fe
+		return h.renderForm(c, http.StatusBadRequest, f)
+	}
+	var w bus.Written[tenants.Policy]
+	req := bus.PolicyWrite{TenantID: mustSession(c).TenantID, ID: id, Policy: p}
+	op, done := bus.OpPolicyCreate, "policy-created"
+	if id != "" {
+		op, done = bus.OpPolicyUpdate, "policy-saved"
+	}
+	if err := h.config.Call(c.Request().Context(), op, req, &w); err != nil {
+		if !isInvalid(err) {
+			return err
+		}
+		f.Errors, f.FormError = policyErrors(err, groups)
+		return h.renderForm(c, http.StatusBadRequest, f)
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, "/ui/policies", done)
+}
+
+func (h *policyHandler) delete(c echo.Context) error {
+	var w bus.Written[struct{}]
+	if err := h.config.Call(c.Request().Context(), bus.OpPolicyDelete, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, "/ui/policies", "policy-deleted")
+}
+
+// test answers the path tester with a peek: the engine decides as a check
+// would, but consumes nothing and records nothing.
+func (h *policyHandler) test(c echo.Context) error {
+	t := views.PathTest{Method: strings.ToUpper(strings.TrimSpace(c.FormValue("method"))), Path: strings.TrimSpace(c.FormValue("path")), Caller: strings.TrimSpace(c.FormValue("caller"))}
+	if t.Method == "" || t.Method == "*" {
+		t.Method = "GET"
+	}
+	req := engine.CheckRequest{Method: t.Method, Path: t.Path, Peek: true}
+	switch {
+	case t.Path == "":
+		t.Error = "Enter a path such as /api/example?mode=heavy."
+	case strings.HasPrefix(t.Caller, tenants.KindConsumerKey):
+		req.APIKey = t.Caller
+	case t.Caller == "":
+		req.IP = "192.0.2.1" // documentation address: a caller nobody is
+	default:
+		req.IP = t.Caller
+	}
+	if t.Error != "" {
+		return h.renderList(c, http.StatusBadRequest, t)
+	}
+	a, err := h.engine.Check(mustSession(c).TenantID, &req, h.now())
+	if err != nil {
+		if errs.Is(err, errs.Invalid) {
+			t.Error = testError(err)
+			return h.renderList(c, http.StatusBadRequest, t)
+		}
+		t.Error = "Sluice is still starting and cannot decide yet. Try again in a moment."
+		return h.renderList(c, http.StatusServiceUnavailable, t)
+	}
+	target := quota.NormalizeTarget(t.Path)
+	r := &views.PathTestResult{
+		Target:       t.Method + " " + t.Path,
+		Normalized:   target.Path,
+		Matched:      a.Policy != "",
+		Policy:       a.Policy,
+		Tier:         a.Tier,
+		Identity:     a.IdentityKind + ":" + a.IdentityID,
+		Reason:       a.Reason,
+		Allowed:      a.Allowed,
+		ShadowDenied: a.ShadowDenied,
+		Limit:        a.Limit,
+		Remaining:    a.Remaining,
+		Reset:        humanDuration(a.Reset),
+		NoLimit:      a.Policy != "" && len(a.Limits) == 0 && a.Reason == engine.ReasonOK,
+	}
+	if !a.Allowed {
+		switch {
+		case a.RetryAfter == quota.Never:
+			r.RetryAfter = "never: the cost exceeds the limit"
+		case a.RetryAfter > 0:
+			r.RetryAfter = humanDuration(a.RetryAfter)
+		}
+	}
+	t.Result = r
+	return h.renderList(c, http.StatusOK, t)
+}
+
+func testError(err error) string {
+	path, text, ok := splitMessage(errs.Message(err))
+	if !ok {
+		return errs.Message(err)
+	}
+	switch path {
+	case "ip":
+		return "Caller: " + text + " (or a consumer key starting with ck_)."
+	case "path":
+		return "Path: " + text + "."
+	case "method":
+		return "Method: " + text + "."
+	}
+	return errs.Message(err)
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "now"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return d.Round(time.Minute).String()
+	}
+}

@@ -1,0 +1,316 @@
+// Package ui is Sluice's browser dashboard: server-rendered pages (templ
+// components in package views) for tenants to manage policies and keys and
+// read their analytics, and for the operator to manage tenants and block
+// abusers. It is added to the API's Echo instance under /ui.
+//
+// Handlers are thin: they read the form, call the worker (config and
+// analytics over NATS) or the engine (the path tester's peek), and render a
+// view value. Each handler type declares the few methods it needs, so a
+// test can give it a double where the test is about the handler itself.
+//
+// Every page but sign-in needs a session (session.go); every POST needs
+// the session's form token; tenant pages act on the session's tenant only,
+// so another tenant's ids answer 404 exactly as the API's do.
+package ui
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+	"github.com/sluicehq/sluice/web/static"
+)
+
+// Engine is what the dashboard needs from the data plane.
+type Engine interface {
+	checker
+	versionWaiter
+}
+
+// Worker is what the dashboard needs from the worker.
+type Worker interface {
+	configCaller
+	analyticsQuerier
+}
+
+// The small interfaces handlers declare.
+type (
+	configCaller interface {
+		Call(ctx context.Context, op string, req, out any) error
+	}
+	analyticsQuerier interface {
+		Query(ctx context.Context, op string, req, out any) error
+	}
+	checker interface {
+		Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
+	}
+	versionWaiter interface {
+		WaitVersion(ctx context.Context, v int64)
+	}
+)
+
+// Deps wires the dashboard.
+type Deps struct {
+	Engine Engine
+	Worker Worker
+	// DataDir holds session.key, the secret session tokens are signed with.
+	DataDir string
+	// SessionKey, when set, is used instead of the data directory's key.
+	SessionKey []byte
+	// SessionTTL is how long a sign-in lasts; 12 hours when zero.
+	SessionTTL time.Duration
+	// LoginLimit and LoginIPLimit bound sign-in attempts per email and per
+	// client address; 5 and 20 per 5 minutes when zero.
+	LoginLimit, LoginIPLimit quota.Limit
+	Now                      func() time.Time
+	Log                      *slog.Logger
+}
+
+// Register adds the dashboard's routes under /ui to e and makes e's error
+// handler answer /ui paths with HTML pages.
+func Register(e *echo.Echo, d Deps) error {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.SessionTTL <= 0 {
+		d.SessionTTL = 12 * time.Hour
+	}
+	if d.LoginLimit.Algorithm == 0 {
+		d.LoginLimit = defaultUserLimit
+	}
+	if d.LoginIPLimit.Algorithm == 0 {
+		d.LoginIPLimit = defaultIPLimit
+	}
+	key := d.SessionKey
+	if key == nil {
+		var err error
+		if key, err = loadSessionKey(d.DataDir); err != nil {
+			return err
+		}
+	}
+	sess := newSessions(key, d.SessionTTL, d.Now)
+
+	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), now: d.Now, log: d.Log}
+	gate := &gate{sess: sess}
+	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
+	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
+	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+	mem := &memberHandler{config: d.Worker}
+	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+
+	prev := e.HTTPErrorHandler
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if isUI(c.Request().URL.Path) {
+			renderError(c, err, d.Log)
+			return
+		}
+		prev(err, c)
+	}
+
+	// Middleware is attached per route, as the API does (see api.New).
+	pub := []echo.MiddlewareFunc{securityHeaders}
+	signedIn := []echo.MiddlewareFunc{securityHeaders, gate.session, gate.formToken}
+	tenant := append(signedIn[:len(signedIn):len(signedIn)], requireTenant)
+	owner := append(signedIn[:len(signedIn):len(signedIn)], requireOwner)
+	operator := append(signedIn[:len(signedIn):len(signedIn)], requireOperator)
+
+	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") }, pub...)
+	e.GET("/ui/static/:hash/:name", serveStatic)
+	e.GET("/ui/login", auth.form, pub...)
+	e.POST("/ui/login", auth.login, pub...)
+	e.POST("/ui/logout", auth.logout, signedIn...)
+
+	e.GET("/ui/", over.show, signedIn...)
+	e.GET("/ui/policies", pol.list, tenant...)
+	e.GET("/ui/policies/new", pol.newForm, tenant...)
+	e.POST("/ui/policies", pol.create, tenant...)
+	e.POST("/ui/policies/test", pol.test, tenant...)
+	e.GET("/ui/policies/:id", pol.edit, tenant...)
+	e.POST("/ui/policies/:id", pol.update, tenant...)
+	e.POST("/ui/policies/:id/delete", pol.delete, tenant...)
+
+	e.GET("/ui/keys", keys.list, tenant...)
+	e.POST("/ui/keys", keys.create, tenant...)
+	e.GET("/ui/keys/:id", keys.show, tenant...)
+	e.POST("/ui/keys/:id", keys.update, tenant...)
+	e.POST("/ui/keys/:id/overrides", keys.overrides, tenant...)
+	e.POST("/ui/keys/:id/revoke", keys.revoke, tenant...)
+	e.POST("/ui/keys/:id/reset", keys.reset, tenant...)
+
+	e.GET("/ui/analytics", an.show, tenant...)
+	e.GET("/ui/analytics/identity", an.identity, tenant...)
+	e.POST("/ui/analytics/reset", an.reset, tenant...)
+
+	e.GET("/ui/members", mem.show, owner...)
+	e.POST("/ui/members", mem.invite, owner...)
+
+	e.GET("/ui/admin/tenants", adm.tenants, operator...)
+	e.POST("/ui/admin/tenants", adm.createTenant, operator...)
+	e.GET("/ui/admin/abuse", adm.abuse, operator...)
+	e.GET("/ui/admin/blocks", adm.blocks, operator...)
+	e.POST("/ui/admin/blocks", adm.createBlock, operator...)
+	e.POST("/ui/admin/blocks/:id/delete", adm.deleteBlock, operator...)
+	return nil
+}
+
+func isUI(path string) bool { return path == "/ui" || strings.HasPrefix(path, "/ui/") }
+
+// securityHeaders keeps pages out of frames and caches and allows only
+// the dashboard's own scripts and styles.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// serveStatic serves an embedded asset. A URL with the current hash may be
+// cached for a year; an older hash still gets the current file (a page
+// rendered before a deploy), but not cached.
+func serveStatic(c echo.Context) error {
+	a, ok := static.Lookup(c.Param("name"))
+	if !ok {
+		return errs.Errorf(errs.NotFound, "No such file.")
+	}
+	h := c.Response().Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	if c.Param("hash") == a.Hash {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		h.Set("Cache-Control", "no-cache")
+	}
+	return c.Blob(http.StatusOK, a.ContentType, a.Body)
+}
+
+var assets = views.Assets{
+	CSS:     "/ui/static/" + static.Path("app.css"),
+	JS:      "/ui/static/" + static.Path("app.js"),
+	Logo:    "/ui/static/" + static.Path("logo.svg"),
+	Favicon: "/ui/static/" + static.Path("favicon.svg"),
+}
+
+// page builds the frame of a page for the signed-in user.
+func page(c echo.Context, title, nav string) views.Page {
+	p := views.Page{Title: title, Nav: nav, Assets: assets}
+	if s, ok := currentSession(c); ok {
+		p.User = &views.UserInfo{
+			Email:      s.Email,
+			Role:       s.Role,
+			TenantName: s.TenantName,
+			Operator:   s.Role == tenants.RoleOperator,
+			Owner:      s.Role == tenants.RoleOwner,
+		}
+		p.CSRF = formTokenOf(c)
+	}
+	p.Flash = flashes[c.QueryParam("done")]
+	return p
+}
+
+// render writes a component as the whole answer. It renders to a buffer
+// first, so a failing component produces an error page, not half a page.
+func render(c echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request().Context(), &buf); err != nil {
+		return err
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// seeOther redirects after a successful POST, with a notice code.
+func seeOther(c echo.Context, path, done string) error {
+	if done != "" {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		path += sep + "done=" + url.QueryEscape(done)
+	}
+	return c.Redirect(http.StatusSeeOther, path)
+}
+
+// flashes are the notices a redirect may ask for; codes, not text, travel
+// in the URL, so a link cannot make the dashboard say anything else.
+var flashes = map[string]string{
+	"policy-created": "Policy created. Every server enforces it within a second.",
+	"policy-saved":   "Policy saved. Every server enforces it within a second.",
+	"policy-deleted": "Policy deleted.",
+	"key-saved":      "Key saved.",
+	"key-revoked":    "Key revoked. Checks with it now answer invalid_key.",
+	"overrides":      "Overrides saved.",
+	"reset":          "Bucket reset: the caller starts again with a full bucket.",
+	"blocked":        "Blocked. Checks from this caller now answer blocked.",
+	"unblocked":      "Unblocked.",
+	"signed-out":     "You are signed out.",
+}
+
+// renderError answers a failed /ui request with an HTML page.
+func renderError(c echo.Context, err error, log *slog.Logger) {
+	if c.Response().Committed {
+		return
+	}
+	status, title, msg := http.StatusInternalServerError, "Something went wrong", "An internal error occurred. Try again in a moment."
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+		status = he.Code
+		switch he.Code {
+		case http.StatusNotFound:
+			title, msg = "Page not found", "There is no such page, or it belongs to someone else."
+		case http.StatusMethodNotAllowed:
+			title, msg = "Not here", "This address does not take that kind of request."
+		case http.StatusRequestEntityTooLarge:
+			title, msg = "Too large", "The form was larger than 1 MiB."
+		default:
+			title, msg = http.StatusText(he.Code), "The request could not be handled."
+		}
+	default:
+		code := errs.Code(err)
+		switch code {
+		case errs.NotFound:
+			status, title, msg = http.StatusNotFound, "Not found", "There is no such page, or it belongs to someone else."
+		case errs.Forbidden:
+			status, title, msg = http.StatusForbidden, "Not allowed", errs.Message(err)
+		case errs.Invalid:
+			status, title, msg = http.StatusBadRequest, "Bad request", errs.Message(err)
+		case errs.Unavailable:
+			status, title, msg = http.StatusServiceUnavailable, "Temporarily unavailable", "Sluice's worker is not reachable right now. Try again in a moment."
+		case errs.RateLimited:
+			status, title, msg = http.StatusTooManyRequests, "Too many requests", errs.Message(err)
+		case errs.Unauthenticated:
+			status, title, msg = http.StatusUnauthorized, "Sign in again", errs.Message(err)
+		default:
+			log.Error("dashboard request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		}
+	}
+	p := page(c, title, "")
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	if err := render(c, status, views.ErrorPage(p, views.ErrorView{Status: status, Title: title, Message: msg})); err != nil {
+		_ = c.String(status, msg)
+	}
+}

@@ -1,0 +1,132 @@
+package views
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatCount writes n with thin separators between thousands: 12 345.
+func FormatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString("\u202f")
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// FormatRatio writes a share as a percentage with one decimal.
+func FormatRatio(r float64) string {
+	return strconv.FormatFloat(r*100, 'f', 1, 64) + "%"
+}
+
+// FormatTime writes an instant in UTC, to the minute.
+func FormatTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}
+
+// FormatOptTime writes an optional instant, or what its absence means.
+func FormatOptTime(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	return FormatTime(*t)
+}
+
+// isoTime is the machine-readable form for <time datetime>.
+func isoTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func ratioWidth(r float64) string {
+	return strconv.FormatFloat(min(max(r, 0), 1)*100, 'f', 0, 64)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// fieldID is the id of the input posting name: "tier.0.name" → "f-tier-0-name".
+func fieldID(name string) string {
+	return "f-" + strings.NewReplacer(".", "-", "[", "-", "]", "", ":", "-").Replace(name)
+}
+
+func errOf(m map[string]string, name string) string { return m[name] }
+
+func kindLabel(kind string) string {
+	if kind == "key" {
+		return "Key"
+	}
+	return "IP"
+}
+
+func statusClass(status string) string {
+	switch status {
+	case "active":
+		return "badge badge-ok"
+	case "revoked":
+		return "badge badge-denied"
+	default:
+		return "badge badge-muted"
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b string) int { return cmp.Compare(fieldOrder(a), fieldOrder(b)) })
+	return ks
+}
+
+// fieldOrder sorts form errors in the order the inputs appear.
+func fieldOrder(k string) string {
+	top := map[string]string{"name": "0", "method": "1", "path": "2", "query": "3", "consistency": "4", "tiers": "5"}
+	if o, ok := top[k]; ok {
+		return o
+	}
+	// Pad indexes so that tier.10 sorts after tier.9.
+	parts := strings.Split(k, ".")
+	for i, p := range parts {
+		if _, err := strconv.Atoi(p); err == nil {
+			parts[i] = strings.Repeat("0", max(0, 4-len(p))) + p
+		}
+	}
+	return "6" + strings.Join(parts, ".")
+}
+
+// describeField names an input in words: "tier.0.limit.1.period" is
+// "Tier 1, limit 2, period".
+func describeField(k string) string {
+	parts := strings.Split(k, ".")
+	var out []string
+	for i := 0; i < len(parts); i++ {
+		p := parts[i]
+		if i+1 < len(parts) {
+			if n, err := strconv.Atoi(parts[i+1]); err == nil {
+				out = append(out, p+" "+strconv.Itoa(n+1))
+				i++
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	s := strings.Join(out, ", ")
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,392 @@
+// Package views renders the dashboard's pages as templ components. Every
+// component takes plain view values built by the handlers in package ui;
+// nothing here knows about services, the worker or Echo, so a view can be
+// rendered to a buffer and inspected in a test by its data-testid
+// attributes.
+package views
+
+import "time"
+
+// Page is what every page's frame needs: the signed-in user, the form
+// token, the asset URLs and a one-line notice after a redirect.
+type Page struct {
+	Title  string
+	Nav    string    // the active navigation entry, one of the Nav* constants
+	User   *UserInfo // nil when nobody is signed in
+	CSRF   string    // the token every form posts back as _csrf
+	Assets Assets
+	Flash  string // a confirmation such as "Key revoked."
+}
+
+// Navigation entries.
+const (
+	NavOverview  = "overview"
+	NavPolicies  = "policies"
+	NavKeys      = "keys"
+	NavAnalytics = "analytics"
+	NavMembers   = "members"
+	NavTenants   = "tenants"
+	NavAbuse     = "abuse"
+	NavBlocks    = "blocks"
+)
+
+// UserInfo is the signed-in user as the frame shows it.
+type UserInfo struct {
+	Email      string
+	Role       string
+	TenantName string
+	Operator   bool
+	Owner      bool
+}
+
+// Assets are the cache-busted URLs of the static files.
+type Assets struct {
+	CSS, JS, Logo, Favicon string
+}
+
+// Choice is one option of a select or one tab of a picker.
+type Choice struct {
+	Value, Label string
+	URL          string // for tabs and links
+	Current      bool
+}
+
+// LoginView is the sign-in form.
+type LoginView struct {
+	Email string
+	Next  string
+	CSRF  string
+	Error string
+}
+
+// ErrorView is a page that explains a failure.
+type ErrorView struct {
+	Status  int
+	Title   string
+	Message string
+}
+
+// ChartPoint is one step of allowed/denied counts.
+type ChartPoint struct {
+	Start   time.Time
+	Allowed int64
+	Denied  int64
+}
+
+// Totals sums a range.
+type Totals struct {
+	Allowed, Denied int64
+}
+
+// Ratio is the share of denied decisions, 0 when there were none.
+func (t Totals) Ratio() float64 {
+	if n := t.Allowed + t.Denied; n > 0 {
+		return float64(t.Denied) / float64(n)
+	}
+	return 0
+}
+
+// Offender is one identity ranked by denials.
+type Offender struct {
+	TenantID   string
+	TenantName string
+	Kind       string // "ip" or "key"
+	ID         string
+	Label      string // the key's name, when known
+	Allowed    int64
+	Denied     int64
+	Ratio      float64
+	FirstSeen  time.Time
+	LastSeen   time.Time
+	DrillURL   string // the identity's history; empty on operator pages
+	// BlockedUntil says how long an active block on the caller lasts
+	// (operator pages only); empty when it is not blocked.
+	BlockedUntil string
+}
+
+// PolicyStat is one policy's decisions in a range.
+type PolicyStat struct {
+	Name    string
+	URL     string
+	Allowed int64
+	Denied  int64
+}
+
+// OverviewView is the tenant's landing page.
+type OverviewView struct {
+	Ranges        []Choice
+	RangeLabel    string
+	Chart         Chart
+	Totals        Totals
+	TopPolicies   []PolicyStat
+	TopIdentities []Offender
+	PolicyCount   int
+	KeyCount      int
+	AnalyticsURL  string
+	Error         string
+}
+
+// PolicyRow is one policy in the list.
+type PolicyRow struct {
+	ID, Name, Method, Path, Query string
+	Consistency                   string
+	Shadow                        bool
+	Tiers                         []TierSummary
+	UpdatedAt                     time.Time
+	URL                           string
+}
+
+// TierSummary describes one tier's limits in words ("10 per 60s").
+type TierSummary struct {
+	Name   string
+	Limits string
+}
+
+// PoliciesView is the list of policies with the path tester.
+type PoliciesView struct {
+	Policies []PolicyRow
+	Test     PathTest
+}
+
+// PathTest is the "test this path" box and its answer.
+type PathTest struct {
+	Method  string
+	Path    string
+	Caller  string // an IP address or a consumer key
+	Methods []string
+	Error   string
+	Result  *PathTestResult
+}
+
+// PathTestResult says what a sample request would hit.
+type PathTestResult struct {
+	Target       string // the request as given: "GET /api/x"
+	Normalized   string // the path after normalization
+	Matched      bool
+	Policy       string
+	PolicyURL    string
+	Tier         string
+	Identity     string
+	Reason       string // ok, rate_limited, invalid_key, blocked
+	Allowed      bool
+	ShadowDenied bool
+	Limit        int64
+	Remaining    int64
+	Reset        string
+	RetryAfter   string
+	NoLimit      bool // the policy defines no limit for the tier
+}
+
+// PolicyForm is the create/edit form of a policy. Errors are keyed by the
+// input's name ("path", "tier.0.limit.1.period"); FormError is a problem
+// that belongs to no single input.
+type PolicyForm struct {
+	ID          string // empty for a new policy
+	Name        string
+	Method      string
+	Path        string
+	Query       string // one "name=value" per line
+	Consistency string
+	Shadow      bool
+	Tiers       []TierRow
+	Methods     []string
+	Algorithms  []string
+	Errors      map[string]string
+	FormError   string
+	Action      string // the form's URL
+	DeleteURL   string
+}
+
+// TierRow is one tier in the form.
+type TierRow struct {
+	Name   string
+	Limits []LimitRow
+}
+
+// LimitRow is one limit in the form; numbers stay text so a mistyped
+// value is shown back as typed.
+type LimitRow struct {
+	Name, Algorithm, Limit, Period, Burst string
+}
+
+// KeyRow is one consumer key.
+type KeyRow struct {
+	ID, Name, Prefix, Tier string
+	Status                 string // active, revoked, expired
+	ExpiresAt              *time.Time
+	LastUsed               *time.Time
+	CreatedAt              time.Time
+	URL                    string
+	Overrides              int
+}
+
+// SortColumn is a sortable column header.
+type SortColumn struct {
+	Label   string
+	URL     string
+	Current bool
+}
+
+// KeysView is the key list with the create form.
+type KeysView struct {
+	Keys        []KeyRow
+	Total       int // keys before filtering
+	Filter      string
+	ShowRevoked bool
+	Columns     []SortColumn
+	Create      KeyForm
+	Created     *CreatedKey
+	Tiers       []string
+}
+
+// KeyForm is the create or edit form of a key.
+type KeyForm struct {
+	Name      string
+	Tier      string
+	ExpiresAt string // datetime-local text, UTC
+	Errors    map[string]string
+	FormError string
+}
+
+// CreatedKey shows a new key's secret, once.
+type CreatedKey struct {
+	Name, Tier, Prefix, Secret, URL string
+}
+
+// KeyView is one key's page.
+type KeyView struct {
+	Key          KeyRow
+	RevokedAt    *time.Time
+	UpdatedAt    time.Time
+	Edit         KeyForm
+	Overrides    OverridesForm
+	Reset        ResetForm
+	Tiers        []string
+	AnalyticsURL string
+}
+
+// OverridesForm edits a key's per-policy limits.
+type OverridesForm struct {
+	Rows       []OverrideRow
+	Policies   []string
+	Algorithms []string
+	Errors     map[string]string
+	FormError  string
+}
+
+// OverrideRow is one limit of one policy's override.
+type OverrideRow struct {
+	Policy string
+	LimitRow
+}
+
+// ResetForm refills one identity's bucket for a policy.
+type ResetForm struct {
+	Action   string
+	Kind, ID string
+	Policies []string
+	Policy   string
+	Error    string
+}
+
+// AnalyticsView is the analytics page.
+type AnalyticsView struct {
+	Ranges    []Choice
+	Steps     []Choice
+	Policies  []Choice
+	Range     string
+	Step      string
+	Policy    string
+	Chart     Chart
+	Offenders []Offender
+	Error     string
+}
+
+// IdentityView is one identity's history.
+type IdentityView struct {
+	Kind, ID, Label string
+	KeyURL          string
+	Ranges          []Choice
+	Policies        []Choice
+	Range           string
+	Policy          string
+	Chart           Chart
+	Totals          Totals
+	Summary         *Offender
+	Reset           ResetForm
+	BackURL         string
+	Error           string
+}
+
+// MembersView is the owner's invitation form.
+type MembersView struct {
+	Form    MemberForm
+	Invited string
+}
+
+// MemberForm invites a member.
+type MemberForm struct {
+	Email  string
+	Errors map[string]string
+}
+
+// TenantRow is one tenant in the operator's list.
+type TenantRow struct {
+	ID, Name                           string
+	CreatedAt                          time.Time
+	Policies, Keys, ServiceKeys, Users int
+	Allowed, Denied                    int64
+}
+
+// TenantsView is the operator's tenant list.
+type TenantsView struct {
+	Tenants []TenantRow
+	Form    TenantForm
+	Created *CreatedTenant
+	Error   string
+}
+
+// TenantForm creates a tenant.
+type TenantForm struct {
+	Name, OwnerEmail string
+	Errors           map[string]string
+	FormError        string
+}
+
+// CreatedTenant shows a new tenant's service key, once.
+type CreatedTenant struct {
+	ID, Name, OwnerEmail, ServiceKey string
+}
+
+// AbuseView is the cross-tenant abuse report.
+type AbuseView struct {
+	Ranges   []Choice
+	Range    string
+	Rows     []Offender
+	Expiries []Choice
+	Error    string
+}
+
+// BlockRow is one block.
+type BlockRow struct {
+	ID, TenantID, TenantName string
+	Kind, IdentityID, Reason string
+	ExpiresAt                *time.Time
+	CreatedAt                time.Time
+	Active                   bool
+}
+
+// BlocksView lists blocks with a form to add one.
+type BlocksView struct {
+	Blocks []BlockRow
+	Form   BlockForm
+}
+
+// BlockForm blocks an identity.
+type BlockForm struct {
+	TenantID, Kind, ID, Reason, Expiry string
+	Tenants                            []Choice
+	Expiries                           []Choice
+	Errors                             map[string]string
+	FormError                          string
+}

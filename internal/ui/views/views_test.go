@@ -1,0 +1,459 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a-h/templ"
+	"golang.org/x/net/html"
+)
+
+// dom renders a component and parses it as a browser would.
+type dom struct {
+	t    *testing.T
+	root *html.Node
+	raw  string
+}
+
+func renderDOM(t *testing.T, c templ.Component) dom {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := c.Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	root, err := html.Parse(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dom{t: t, root: root, raw: buf.String()}
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+// all returns the elements matching pred, in document order.
+func (d dom) all(pred func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && pred(n) {
+			out = append(out, n)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(d.root)
+	return out
+}
+
+func (d dom) byTestID(id string) []*html.Node {
+	return d.all(func(n *html.Node) bool { return attr(n, "data-testid") == id })
+}
+
+func (d dom) one(id string) *html.Node {
+	d.t.Helper()
+	ns := d.byTestID(id)
+	if len(ns) != 1 {
+		d.t.Fatalf("%d elements with data-testid=%q, want 1", len(ns), id)
+	}
+	return ns[0]
+}
+
+func (d dom) none(id string) {
+	d.t.Helper()
+	if ns := d.byTestID(id); len(ns) != 0 {
+		d.t.Fatalf("unexpected data-testid=%q", id)
+	}
+}
+
+func (d dom) byID(id string) *html.Node {
+	d.t.Helper()
+	ns := d.all(func(n *html.Node) bool { return attr(n, "id") == id })
+	if len(ns) != 1 {
+		d.t.Fatalf("%d elements with id=%q, want 1", len(ns), id)
+	}
+	return ns[0]
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+var (
+	owner    = Page{Title: "t", CSRF: "tok", User: &UserInfo{Email: "o@a.test", Role: "owner", TenantName: "acme", Owner: true}, Assets: Assets{CSS: "/c.css", JS: "/a.js", Logo: "/l.svg", Favicon: "/f.svg"}}
+	operator = Page{Title: "t", CSRF: "tok", User: &UserInfo{Email: "op@x.test", Role: "operator", Operator: true}}
+	t0       = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+)
+
+// Every input has a label that names it, and every form posts its token.
+func checkAccessible(t *testing.T, d dom) {
+	t.Helper()
+	labels := map[string]bool{}
+	for _, l := range d.all(func(n *html.Node) bool { return n.Data == "label" }) {
+		if f := attr(l, "for"); f != "" {
+			labels[f] = true
+		}
+	}
+	for _, in := range d.all(func(n *html.Node) bool {
+		return (n.Data == "input" && attr(n, "type") != "hidden") || n.Data == "select" || n.Data == "textarea"
+	}) {
+		if attr(in, "class") == "default-submit" {
+			continue
+		}
+		id := attr(in, "id")
+		if id == "" || !labels[id] {
+			if in.Parent == nil || in.Parent.Data != "label" {
+				t.Errorf("<%s name=%q> has no label", in.Data, attr(in, "name"))
+			}
+		}
+	}
+	for _, f := range d.all(func(n *html.Node) bool { return n.Data == "form" && attr(n, "method") == "post" }) {
+		found := false
+		for _, in := range (dom{root: f}).all(func(n *html.Node) bool { return n.Data == "input" && attr(n, "name") == "_csrf" }) {
+			found = found || attr(in, "value") != ""
+		}
+		if !found {
+			t.Errorf("form to %s has no _csrf token", attr(f, "action"))
+		}
+	}
+}
+
+func TestLayoutNavigation(t *testing.T) {
+	d := renderDOM(t, Overview(owner, OverviewView{}))
+	d.one("nav-policies")
+	d.one("nav-members")
+	d.none("nav-tenants")
+	if got := text(d.one("signed-in-as")); !strings.Contains(got, "o@a.test") || !strings.Contains(got, "acme") {
+		t.Errorf("header: %q", got)
+	}
+	d.one("sign-out")
+
+	op := operator
+	op.Nav = NavTenants
+	d = renderDOM(t, Tenants(op, TenantsView{}))
+	d.one("nav-tenants")
+	d.none("nav-policies")
+	if attr(d.one("nav-tenants"), "aria-current") != "page" {
+		t.Error("the current page is not marked")
+	}
+
+	member := owner
+	member.User = &UserInfo{Email: "m@a.test", Role: "member"}
+	d = renderDOM(t, Overview(member, OverviewView{}))
+	d.none("nav-members")
+
+	// Signed out: no navigation.
+	d = renderDOM(t, Login(Page{Title: "Sign in"}, LoginView{CSRF: "x", Error: "Wrong email or password."}))
+	d.none("nav-overview")
+	d.none("sign-out")
+	if got := text(d.one("login-error")); got != "Wrong email or password." {
+		t.Errorf("login error %q", got)
+	}
+	checkAccessible(t, d)
+}
+
+func TestOverviewEmptyStates(t *testing.T) {
+	d := renderDOM(t, Overview(owner, OverviewView{Chart: NewChart("c", nil, time.Minute)}))
+	d.one("empty-policies")
+	d.one("chart-empty")
+	d.none("empty-traffic")
+
+	d = renderDOM(t, Overview(owner, OverviewView{PolicyCount: 1, Chart: NewChart("c", []ChartPoint{{Start: t0}}, time.Minute)}))
+	d.none("empty-policies")
+	d.one("empty-traffic")
+
+	pts := []ChartPoint{{Start: t0, Allowed: 10}, {Start: t0.Add(time.Minute), Allowed: 2, Denied: 7}}
+	d = renderDOM(t, Overview(owner, OverviewView{
+		PolicyCount: 1, Chart: NewChart("c", pts, time.Minute), Totals: Totals{Allowed: 12, Denied: 7},
+		TopPolicies:   []PolicyStat{{Name: "heavy", URL: "/ui/policies/pol_1", Denied: 7, Allowed: 12}},
+		TopIdentities: []Offender{{Kind: "ip", ID: "203.0.113.7", Denied: 7, Ratio: 0.7, DrillURL: "/ui/analytics/identity?kind=ip&id=203.0.113.7"}},
+	}))
+	d.none("empty-traffic")
+	if got := text(d.one("stat-denied")); got != "7" {
+		t.Errorf("denied stat %q", got)
+	}
+	if got := text(d.one("top-policies")); !strings.Contains(got, "heavy") || !strings.Contains(got, "36.8%") {
+		t.Errorf("top policies %q", got)
+	}
+	if got := attr(d.one("identity-link"), "href"); got != "/ui/analytics/identity?kind=ip&id=203.0.113.7" {
+		t.Errorf("drill link %q", got)
+	}
+}
+
+func TestChart(t *testing.T) {
+	pts := []ChartPoint{{Start: t0, Allowed: 30}, {Start: t0.Add(time.Minute)}, {Start: t0.Add(2 * time.Minute), Allowed: 1, Denied: 9}}
+	c := NewChart("Allowed and denied", pts, time.Minute)
+	if c.Totals != (Totals{Allowed: 31, Denied: 9}) || c.Peak != 30 {
+		t.Fatalf("totals %+v peak %d", c.Totals, c.Peak)
+	}
+	if c.YTicks[4].Label != "40" || c.YTicks[0].Label != "0" {
+		t.Errorf("axis %v", c.YTicks)
+	}
+	d := renderDOM(t, ChartView(c))
+	chart := d.one("chart")
+	if attr(chart, "data-allowed") != "31" || attr(chart, "data-denied") != "9" {
+		t.Errorf("chart totals %q %q", attr(chart, "data-allowed"), attr(chart, "data-denied"))
+	}
+	bars := d.byTestID("chart-bar")
+	if len(bars) != 3 || attr(bars[2], "data-denied") != "9" {
+		t.Fatalf("%d bars", len(bars))
+	}
+	if got := text(bars[2]); got != "12:02: 1 allowed, 9 denied" {
+		t.Errorf("bar title %q", got)
+	}
+	svg := d.all(func(n *html.Node) bool { return n.Data == "svg" && attr(n, "role") == "img" })
+	if len(svg) != 1 || !strings.Contains(attr(svg[0], "aria-label"), "31 allowed and 9 denied") {
+		t.Error("the chart has no accessible summary")
+	}
+	// The data table lists the steps with decisions only.
+	rows := d.all(func(n *html.Node) bool { return n.Data == "tr" })
+	if len(rows) != 3 { // header + 2 steps
+		t.Errorf("%d table rows", len(rows))
+	}
+	for _, tc := range []struct{ in, want int64 }{{0, 4}, {4, 4}, {5, 8}, {9, 12}, {30, 40}, {101, 120}, {999, 1200}, {12345, 20000}} {
+		if got := niceCeil(tc.in); got != tc.want {
+			t.Errorf("niceCeil(%d) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPolicyFormShowsErrorsByItsInputs(t *testing.T) {
+	f := PolicyForm{
+		Name: "x", Path: "/x", Action: "/ui/policies", Methods: []string{"GET"}, Algorithms: []string{"token_bucket", "sliding_window"},
+		Tiers: []TierRow{
+			{Name: "anonymous", Limits: []LimitRow{{Algorithm: "token_bucket", Limit: "5", Period: "60s"}}},
+			{Name: "pro", Limits: []LimitRow{{Name: "a", Algorithm: "sliding_window", Limit: "1", Period: "1m"}, {Name: "b", Algorithm: "token_bucket", Limit: "2", Period: "soon"}}},
+		},
+		Errors: map[string]string{"tier.1.limit.1.period": `must be a duration such as "60s" or "1m"`, "path": `must start with "/"`},
+	}
+	d := renderDOM(t, PolicyEdit(owner, f))
+	checkAccessible(t, d)
+	if got := len(d.byTestID("tier-card")); got != 2 {
+		t.Fatalf("%d tier cards", got)
+	}
+	if got := len(d.byTestID("limit-row")); got != 3 {
+		t.Fatalf("%d limit rows", got)
+	}
+	msg := d.one("error-tier.1.limit.1.period")
+	if !strings.Contains(text(msg), "duration") {
+		t.Errorf("period error %q", text(msg))
+	}
+	in := d.byID("f-tier-1-limit-1-period")
+	if attr(in, "aria-invalid") != "true" || !strings.Contains(attr(in, "aria-describedby"), attr(msg, "id")) || attr(in, "value") != "soon" {
+		t.Errorf("the invalid input: %v", in.Attr)
+	}
+	// The error sits in the same field wrapper as its input.
+	if in.Parent != msg.Parent {
+		t.Error("the message is not next to its input")
+	}
+	summary := text(d.one("form-errors"))
+	if !strings.Contains(summary, "Path") || !strings.Contains(summary, "Tier 2, limit 2, period") {
+		t.Errorf("summary %q", summary)
+	}
+	// Path comes before the tier in the summary, as on the page.
+	if strings.Index(summary, "Path") > strings.Index(summary, "Tier 2") {
+		t.Errorf("summary order %q", summary)
+	}
+	d.none("policy-delete")
+
+	f.ID, f.DeleteURL, f.Errors = "pol_1", "/ui/policies/pol_1/delete", nil
+	d = renderDOM(t, PolicyEdit(owner, f))
+	d.one("policy-delete")
+	d.none("form-errors")
+	if attr(d.byID("f-shadow"), "checked") != "" {
+		t.Error("shadow is not set")
+	}
+}
+
+func TestPoliciesAndPathTester(t *testing.T) {
+	d := renderDOM(t, Policies(owner, PoliciesView{Test: PathTest{Methods: []string{"GET"}}}))
+	d.one("empty-policies")
+	d.none("path-test-result")
+	checkAccessible(t, d)
+
+	d = renderDOM(t, Policies(owner, PoliciesView{
+		Policies: []PolicyRow{{ID: "pol_1", Name: "heavy", Method: "GET", Path: "/api/x", Query: "mode=heavy", Shadow: true, URL: "/ui/policies/pol_1", Tiers: []TierSummary{{Name: "anonymous", Limits: "10 per 60s"}}}},
+		Test:     PathTest{Methods: []string{"GET"}, Result: &PathTestResult{Matched: true, Policy: "heavy", PolicyURL: "/ui/policies/pol_1", Tier: "anonymous", Reason: "ok", Allowed: true, Limit: 10, Remaining: 9, Reset: "6 s"}},
+	}))
+	d.none("empty-policies")
+	if got := text(d.one("policy-row")); !strings.Contains(got, "heavy") || !strings.Contains(got, "anonymous 10 per 60s") || !strings.Contains(got, "shadow") {
+		t.Errorf("row %q", got)
+	}
+	r := d.one("path-test-result")
+	if attr(r, "data-policy") != "heavy" || attr(r, "data-tier") != "anonymous" || !strings.Contains(text(r), "9 of 10") {
+		t.Errorf("result %q", text(r))
+	}
+}
+
+func TestKeysPage(t *testing.T) {
+	d := renderDOM(t, Keys(owner, KeysView{}))
+	d.one("empty-keys")
+	d.none("key-created")
+	checkAccessible(t, d)
+
+	exp := t0.Add(24 * time.Hour)
+	d = renderDOM(t, Keys(owner, KeysView{
+		Total:   2,
+		Keys:    []KeyRow{{ID: "ckey_1", Name: "app", Prefix: "ck_AbCd1", Tier: "pro", Status: "active", ExpiresAt: &exp, LastUsed: &t0, URL: "/ui/keys/ckey_1"}, {ID: "ckey_2", Name: "old", Prefix: "ck_zzzz", Tier: "free", Status: "revoked", URL: "/ui/keys/ckey_2"}},
+		Created: &CreatedKey{Name: "app", Tier: "pro", Secret: "ck_secret", URL: "/ui/keys/ckey_1"},
+		Create:  KeyForm{Errors: map[string]string{"tier": "required"}},
+	}))
+	if got := text(d.one("key-secret")); got != "ck_secret" {
+		t.Errorf("secret %q", got)
+	}
+	rows := d.byTestID("key-row")
+	if len(rows) != 2 || !strings.Contains(text(rows[0]), "2026-03-01 12:00 UTC") || !strings.Contains(text(rows[1]), "—") {
+		t.Errorf("rows %d", len(rows))
+	}
+	if got := text(d.one("error-tier")); got != "required" {
+		t.Errorf("tier error %q", got)
+	}
+	// The copy button stays hidden until the script shows it.
+	btn := d.all(func(n *html.Node) bool { return attr(n, "data-copy") == "new-key-secret" })
+	if len(btn) != 1 || !hasAttr(btn[0], "hidden") {
+		t.Error("copy button")
+	}
+}
+
+func hasAttr(n *html.Node, key string) bool {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func TestKeyDetail(t *testing.T) {
+	v := KeyView{
+		Key:       KeyRow{ID: "ckey_1", Name: "app", Prefix: "ck_AbCd1", Tier: "pro", Status: "active", URL: "/ui/keys/ckey_1"},
+		Overrides: OverridesForm{Policies: []string{"heavy"}, Algorithms: []string{"token_bucket"}, Rows: []OverrideRow{{Policy: "heavy", LimitRow: LimitRow{Algorithm: "token_bucket", Limit: "5", Period: "1m"}}}, Errors: map[string]string{"override.0.period": "bad"}},
+		Reset:     ResetForm{Action: "/ui/keys/ckey_1/reset", Kind: "key", ID: "ckey_1", Policies: []string{"heavy"}},
+	}
+	d := renderDOM(t, KeyDetail(owner, v))
+	checkAccessible(t, d)
+	d.one("key-edit-form")
+	d.one("overrides-form")
+	d.one("reset-form")
+	d.one("key-revoke")
+	if got := text(d.one("error-override.0.period")); got != "bad" {
+		t.Errorf("override error %q", got)
+	}
+	v.Key.Status = "revoked"
+	d = renderDOM(t, KeyDetail(owner, v))
+	d.none("key-revoke")
+	d.none("key-edit-form")
+	if got := text(d.one("key-status")); got != "revoked" {
+		t.Errorf("status %q", got)
+	}
+}
+
+func TestAnalyticsAndAbuse(t *testing.T) {
+	off := []Offender{{TenantID: "ten_1", TenantName: "acme", Kind: "ip", ID: "203.0.113.7", Allowed: 10, Denied: 30, Ratio: 0.75, FirstSeen: t0, LastSeen: t0.Add(time.Hour), DrillURL: "/ui/analytics/identity?kind=ip&id=203.0.113.7"}}
+	d := renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute), Offenders: off}))
+	checkAccessible(t, d)
+	row := d.one("offender-row")
+	if attr(row, "data-identity") != "203.0.113.7" || !strings.Contains(text(row), "75.0%") || !strings.Contains(text(row), "2026-03-01 13:00 UTC") {
+		t.Errorf("offender %q", text(row))
+	}
+	d = renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute)}))
+	d.one("offenders-empty")
+
+	off[0].DrillURL = ""
+	d = renderDOM(t, Abuse(operator, AbuseView{Rows: off, Expiries: []Choice{{Value: "24h", Label: "1 day", Current: true}}}))
+	checkAccessible(t, d)
+	r := d.one("abuse-row")
+	if attr(r, "data-tenant-id") != "ten_1" || !strings.Contains(text(r), "acme") {
+		t.Errorf("abuse row %q", text(r))
+	}
+	d.one("block-form")
+	if got := attr(d.one("block-reason"), "value"); got != "abuse report: 30 denied" {
+		t.Errorf("default reason %q", got)
+	}
+	off[0].BlockedUntil = "until never"
+	d = renderDOM(t, Abuse(operator, AbuseView{Rows: off}))
+	d.none("block-form")
+	d.one("already-blocked")
+}
+
+func TestOperatorPages(t *testing.T) {
+	d := renderDOM(t, Tenants(operator, TenantsView{}))
+	d.one("empty-tenants")
+	checkAccessible(t, d)
+	d = renderDOM(t, Tenants(operator, TenantsView{
+		Tenants: []TenantRow{{ID: "ten_1", Name: "acme", Policies: 2, Keys: 3, Users: 1, Allowed: 5, Denied: 1}},
+		Created: &CreatedTenant{Name: "acme", ServiceKey: "sk_x", OwnerEmail: "o@a.test"},
+		Form:    TenantForm{Errors: map[string]string{"owner_password": "must be at least 12 characters"}},
+	}))
+	if got := text(d.one("service-key")); got != "sk_x" {
+		t.Errorf("service key %q", got)
+	}
+	if got := text(d.one("tenant-row")); !strings.Contains(got, "acme") || !strings.Contains(got, "6") {
+		t.Errorf("tenant row %q", got)
+	}
+	d.one("error-owner_password")
+
+	d = renderDOM(t, Blocks(operator, BlocksView{Form: BlockForm{Tenants: []Choice{{Value: "ten_1", Label: "acme"}}}}))
+	d.one("empty-blocks")
+	d.one("manual-block-form")
+	checkAccessible(t, d)
+	d = renderDOM(t, Blocks(operator, BlocksView{Blocks: []BlockRow{{ID: "blk_1", TenantName: "acme", Kind: "ip", IdentityID: "203.0.113.7", Reason: "abuse", CreatedAt: t0, Active: true}}}))
+	if got := text(d.one("block-row")); !strings.Contains(got, "unblocked by hand") {
+		t.Errorf("block row %q", got)
+	}
+	d.one("unblock")
+}
+
+func TestMembersAndErrors(t *testing.T) {
+	d := renderDOM(t, Members(owner, MembersView{Invited: "m@a.test"}))
+	checkAccessible(t, d)
+	if got := text(d.one("member-invited")); !strings.Contains(got, "m@a.test") {
+		t.Errorf("invited %q", got)
+	}
+	d = renderDOM(t, ErrorPage(owner, ErrorView{Status: 404, Title: "Page not found", Message: "No."}))
+	if got := text(d.one("error-page")); !strings.Contains(got, "Page not found") {
+		t.Errorf("error page %q", got)
+	}
+	p := owner
+	p.Flash = "Key revoked."
+	d = renderDOM(t, Members(p, MembersView{}))
+	if got := text(d.one("flash")); got != "Key revoked." {
+		t.Errorf("flash %q", got)
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	if got := FormatCount(1234567); got != "1\u202f234\u202f567" {
+		t.Errorf("FormatCount %q", got)
+	}
+	if got := FormatCount(-1000); got != "-1\u202f000" {
+		t.Errorf("FormatCount %q", got)
+	}
+	if got := describeField("tier.0.limit.11.period"); got != "Tier 1, limit 12, period" {
+		t.Errorf("describeField %q", got)
+	}
+	if got := sortedKeys(map[string]string{"tier.10.name": "", "tier.9.name": "", "path": "", "name": ""}); strings.Join(got, " ") != "name path tier.9.name tier.10.name" {
+		t.Errorf("sortedKeys %v", got)
+	}
+}

@@ -1,0 +1,71 @@
+// Sluice dashboard: the few behaviours plain HTML lacks. Every page works
+// without this file; it adds copy buttons, confirmation of destructive
+// forms and a periodic refresh of live regions.
+(function () {
+  "use strict";
+
+  // Copy buttons: <button data-copy="element-id" hidden>. They stay hidden
+  // where scripts do not run, since they could not work there.
+  document.querySelectorAll("button[data-copy]").forEach(function (btn) {
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      var src = document.getElementById(btn.getAttribute("data-copy"));
+      if (!src) return;
+      var text = (src.value !== undefined ? src.value : src.textContent).trim();
+      var done = function () {
+        var label = btn.textContent;
+        btn.textContent = "Copied";
+        btn.setAttribute("aria-live", "polite");
+        setTimeout(function () { btn.textContent = label; }, 2000);
+      };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(done, function () { select(src); });
+      } else {
+        select(src);
+        try { document.execCommand("copy"); done(); } catch (e) { /* selected for manual copy */ }
+      }
+    });
+  });
+
+  function select(el) {
+    if (el.select) { el.focus(); el.select(); return; }
+    var r = document.createRange();
+    r.selectNodeContents(el);
+    var s = window.getSelection();
+    s.removeAllRanges();
+    s.addRange(r);
+  }
+
+  // Destructive forms: <form data-confirm="Revoke this key?">.
+  document.querySelectorAll("form[data-confirm]").forEach(function (f) {
+    f.addEventListener("submit", function (ev) {
+      if (!window.confirm(f.getAttribute("data-confirm"))) ev.preventDefault();
+    });
+  });
+
+  // Live regions: <section data-live="15" id="...">. Every N seconds the
+  // page is fetched again and the region's content replaced, unless the
+  // tab is hidden, the visitor turned refreshing off, or focus is inside
+  // the region (replacing it would move the focus away).
+  var toggle = document.querySelector("input[data-live-toggle]");
+  if (toggle) {
+    var wrap = toggle.closest("[hidden]");
+    if (wrap) wrap.hidden = false;
+  }
+  document.querySelectorAll("[data-live]").forEach(function (region) {
+    var every = parseInt(region.getAttribute("data-live"), 10) * 1000;
+    if (!every || !region.id) return;
+    setInterval(function () {
+      if (document.hidden || (toggle && !toggle.checked) || region.contains(document.activeElement)) return;
+      fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "refresh" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          var fresh = doc.getElementById(region.id);
+          if (fresh) region.innerHTML = fresh.innerHTML;
+        })
+        .catch(function () { /* keep the current content */ });
+    }, every);
+  });
+})();
