@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// newTestEngine builds an engine on a real embedded NATS with a config view
+// made from snap (no worker: these tests exercise decisions only).
+func newTestEngine(tb testing.TB, snap tenants.Snapshot) *Engine {
+	tb.Helper()
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: tb.TempDir(), Name: "engine-test"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	e, err := New(Config{Node: "test"}, nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v, err := viewFromSnapshot(snap)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.view.Store(v)
+	return e
+}
+
+func limit(alg string, n int64, period string) tenants.Limits {
+	return tenants.Limits{{Algorithm: alg, Limit: n, Period: period}}
+}
+
+func snapshot(tb testing.TB) (tenants.Snapshot, string) {
+	_, _, hash, err := tenants.GenerateKey("ck_")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tenants.Snapshot{
+		Version: 1,
+		Tenants: []tenants.Tenant{{ID: "ten_a", Name: "a"}, {ID: "ten_b", Name: "b"}},
+		Policies: []tenants.Policy{
+			{ID: "pol_1", TenantID: "ten_a", Name: "heavy", Method: "GET", Path: "/api/example", Query: map[string]string{"mode": "heavy"},
+				Consistency: "exact", CreatedAt: t0, Tiers: map[string]tenants.Limits{
+					"anonymous": limit("token_bucket", 10, "60s"),
+					"default":   limit("token_bucket", 100, "60s"),
+					"pro": {
+						{Name: "burst", Algorithm: "token_bucket", Limit: 5, Period: "1s"},
+						{Name: "daily", Algorithm: "fixed_window", Limit: 1000, Period: "1d"},
+					},
+				}},
+			{ID: "pol_2", TenantID: "ten_a", Name: "shadowed", Method: "*", Path: "/shadow/*", Shadow: true, CreatedAt: t0,
+				Tiers: map[string]tenants.Limits{"anonymous": limit("fixed_window", 1, "1h")}},
+			{ID: "pol_3", TenantID: "ten_a", Name: "wide", Method: "*", Path: "/bench/*", CreatedAt: t0,
+				Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 1_000_000_000, "1s")}},
+		},
+		Blocks: []tenants.Block{{ID: "blk_1", TenantID: "ten_a", Identity: tenants.Identity{Kind: "ip", ID: "2001:db8:1:2::1"}, Reason: "abuse", CreatedAt: t0}},
+	}, hash
+}
+
+func TestCheckDecisions(t *testing.T) {
+	snap, _ := snapshot(t)
+	plain, prefix, hash, _ := tenants.GenerateKey("ck_")
+	exp := t0.Add(time.Hour)
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_pro", TenantID: "ten_a", Tier: "pro", Prefix: prefix, Hash: hash, ExpiresAt: &exp}},
+	}
+	e := newTestEngine(t, snap)
+	check := func(r CheckRequest, at time.Time) Answer {
+		t.Helper()
+		a, err := e.Check("ten_a", &r, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	// Anonymous IP: 10 per 60 s, then a denial with the wait for one token.
+	for i := 0; i < 10; i++ {
+		if a := check(CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, t0); !a.Allowed || a.Tier != "anonymous" {
+			t.Fatalf("check %d: %+v", i, a)
+		}
+	}
+	a := check(CheckRequest{IP: "192.0.2.1", Path: "/api/example.json?mode=heavy"}, t0)
+	if a.Allowed || a.Reason != ReasonRateLimited || a.RetryAfter != 6*time.Second || a.Limits[0].Name != "heavy" {
+		t.Fatalf("11th: %+v", a)
+	}
+
+	// A pro key has two named limits; the answer lists both and reports
+	// the one with the least remaining.
+	a = check(CheckRequest{APIKey: plain, Path: "/api/example?mode=heavy"}, t0)
+	if !a.Allowed || a.Tier != "pro" || len(a.Limits) != 2 || a.Limits[0].Name != "heavy.burst" || a.Limits[1].Name != "heavy.daily" || a.Limit != 5 || a.Remaining != 4 {
+		t.Fatalf("pro key: %+v", a)
+	}
+	// The key expires: invalid_key, never downgraded to the IP.
+	a = check(CheckRequest{APIKey: plain, IP: "192.0.2.9", Path: "/api/example?mode=heavy"}, exp)
+	if a.Allowed || a.Reason != ReasonInvalidKey || a.IdentityID != "ckey_pro" {
+		t.Fatalf("expired key: %+v", a)
+	}
+	// Another tenant's engine view does not know the key at all.
+	if a, _ := e.Check("ten_b", &CheckRequest{APIKey: plain, Path: "/x"}, t0); a.Reason != ReasonInvalidKey || a.IdentityID == "ckey_pro" {
+		t.Fatalf("key in another tenant: %+v", a)
+	}
+
+	// An IPv6 block covers the whole /64.
+	if a := check(CheckRequest{IP: "2001:db8:1:2:ffff::7", Path: "/anything"}, t0); a.Reason != ReasonBlocked || a.IdentityID != "2001:db8:1:2::/64" {
+		t.Fatalf("blocked /64: %+v", a)
+	}
+	// Shadow: the second check would be denied but is answered allowed.
+	check(CheckRequest{IP: "192.0.2.2", Path: "/shadow/a"}, t0)
+	if a := check(CheckRequest{IP: "192.0.2.2", Path: "/shadow/b"}, t0); !a.Allowed || !a.ShadowDenied {
+		t.Fatalf("shadow: %+v", a)
+	}
+	// No policy: allowed, no policy named.
+	if a := check(CheckRequest{IP: "192.0.2.3", Path: "/api/example?mode=light"}, t0); !a.Allowed || a.Policy != "" {
+		t.Fatalf("no policy: %+v", a)
+	}
+	// Peek consumes nothing.
+	for i := 0; i < 3; i++ {
+		if a := check(CheckRequest{IP: "192.0.2.4", Path: "/api/example?mode=heavy", Peek: true}, t0); a.Remaining != 9 {
+			t.Fatalf("peek %d: remaining %d", i, a.Remaining)
+		}
+	}
+}
+
+func TestCheckRejectsBadInput(t *testing.T) {
+	snap, _ := snapshot(t)
+	e := newTestEngine(t, snap)
+	for _, r := range []CheckRequest{
+		{IP: "192.0.2.1"},
+		{Path: "/x"},
+		{IP: "nope", Path: "/x"},
+		{IP: "fe80::1%eth0", Path: "/x"},
+		{IP: "192.0.2.1", Path: "/x", Cost: -1},
+		{IP: "192.0.2.1", Path: "/x", Method: "GE T"},
+	} {
+		if _, err := e.Check("ten_a", &r, t0); err == nil {
+			t.Errorf("%+v: accepted", r)
+		}
+	}
+}
+
+// BenchmarkEngineCheck is the whole in-memory decision for one request:
+// request validation, identity, block lookup, target normalization, policy
+// match, bucket key and hot-cache decision, counters.
+func BenchmarkEngineCheck(b *testing.B) {
+	snap, _ := snapshot(b)
+	e := newTestEngine(b, snap)
+	for _, n := range []int{1, 10_000} {
+		ips := make([]string, n)
+		for i := range ips {
+			ips[i] = fmt.Sprintf("10.0.%d.%d", i>>8, i&255)
+		}
+		b.Run(fmt.Sprintf("identities=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			now := t0
+			i := 0
+			for b.Loop() {
+				r := CheckRequest{IP: ips[i%n], Path: "/bench/items?page=2", Method: "GET"}
+				if _, err := e.Check("ten_a", &r, now); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+	_ = quota.Never
+}
