@@ -3,6 +3,7 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+COPY sdk/go.mod sdk/go.sum ./sdk/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=1 GOWORK=off go build -trimpath -ldflags="-s -w" -o /out/sluice-server ./cmd/server \

@@ -58,3 +58,7 @@ require (
 )
 
 tool github.com/a-h/templ/cmd/templ
+
+require github.com/sluicehq/sluice/sdk v0.0.0
+
+replace github.com/sluicehq/sluice/sdk => ./sdk

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,13 +30,18 @@ func boot(t *testing.T) *Main {
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	var once sync.Once
+	closeMain := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := m.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(closeMain)
+	closers.Store(m, closeMain)
 	deadline := time.Now().Add(20 * time.Second)
 	for !m.Engine().Ready() {
 		if time.Now().After(deadline) {
@@ -44,6 +50,19 @@ func boot(t *testing.T) *Main {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return m
+}
+
+// closers holds each booted Main's close-once function, for stop.
+var closers sync.Map
+
+// stop shuts a booted Main down now rather than at cleanup.
+func stop(t *testing.T, m *Main) {
+	t.Helper()
+	f, ok := closers.Load(m)
+	if !ok {
+		t.Fatal("stop: not booted")
+	}
+	f.(func())()
 }
 
 func do(t *testing.T, m *Main, method, path, token string, body any) map[string]any {

@@ -1,0 +1,425 @@
+package app
+
+// The Go SDK against the real product: a whole server started in-process
+// (embedded NATS, worker, SQLite in a temp dir), driven only through the
+// SDK's calls and middleware.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/sdk"
+)
+
+// sdkTenant creates a tenant and returns an SDK client holding its service
+// key, with opts applied.
+func sdkTenant(t *testing.T, m *Main, name string, opts ...sdk.Option) (c *sdk.Client, tenantID, serviceKey string) {
+	t.Helper()
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{
+		"name": name, "owner_email": "owner@" + name + ".test", "owner_password": "a long passphrase",
+	})
+	serviceKey = tn["service_key"].(string)
+	c = sdk.New("http://"+m.Addr(), serviceKey, opts...)
+	t.Cleanup(c.CloseIdleConnections)
+	return c, tn["id"].(string), serviceKey
+}
+
+// serveVia runs r through the middleware and returns the recorded answer.
+func serveVia(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Write([]byte("ok"))
+})
+
+func TestSDKAgainstServer(t *testing.T) {
+	m := boot(t)
+	ctx := context.Background()
+	c, tenantID, sk := sdkTenant(t, m, "sdkco", sdk.WithTimeout(2*time.Second))
+
+	// Management calls: nobody hand-writes JSON.
+	pol, err := c.CreatePolicy(ctx, sdk.Policy{
+		Name: "heavy", Method: "GET", Path: "/api/heavy",
+		Tiers: map[string]sdk.Limits{
+			"anonymous": {{Algorithm: "token_bucket", Limit: 3, Period: "60s"}},
+			"pro": {
+				{Name: "burst", Algorithm: "token_bucket", Limit: 5, Period: "1s"},
+				{Name: "daily", Algorithm: "fixed_window", Limit: 1000, Period: "24h"},
+			},
+		},
+	})
+	if err != nil || pol.ID == "" || len(pol.Tiers["pro"]) != 2 {
+		t.Fatalf("CreatePolicy = %+v, %v", pol, err)
+	}
+	if _, err := c.CreatePolicy(ctx, sdk.Policy{Name: "bad", Path: "no-slash"}); err == nil {
+		t.Fatal("CreatePolicy accepted an invalid policy")
+	} else if e := (*sdk.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code == "" {
+		t.Fatalf("invalid policy error = %#v", err)
+	}
+	pols, err := c.ListPolicies(ctx)
+	if err != nil || len(pols) != 1 || pols[0].Name != "heavy" {
+		t.Fatalf("ListPolicies = %+v, %v", pols, err)
+	}
+	key, err := c.CreateKey(ctx, sdk.NewKey{Name: "mobile", Tier: "pro"})
+	if err != nil || !strings.HasPrefix(key.Secret, "ck_") || key.Tier != "pro" {
+		t.Fatalf("CreateKey = %+v, %v", key, err)
+	}
+	keys, err := c.ListKeys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].Secret != "" || keys[0].ID != key.ID {
+		t.Fatalf("ListKeys = %+v, %v (secrets must not be listed)", keys, err)
+	}
+
+	mw := c.Middleware(okHandler)
+
+	t.Run("headers and 429 body", func(t *testing.T) {
+		for i := 1; i <= 4; i++ {
+			r := httptest.NewRequest("GET", "/api/heavy", nil)
+			r.RemoteAddr = "203.0.113.7:41000"
+			w := serveVia(mw, r)
+			h := w.Header()
+			if got := h.Get("RateLimit-Policy"); got != `"heavy";q=3;w=60` {
+				t.Errorf("check %d: RateLimit-Policy = %q", i, got)
+			}
+			items, err := sdk.ParseRateLimitHeader(h.Get("RateLimit"))
+			if err != nil || len(items) != 1 || items[0].Name != "heavy" {
+				t.Fatalf("check %d: RateLimit = %q: %+v, %v", i, h.Get("RateLimit"), items, err)
+			}
+			wantRemaining := int64(max(3-i, 0))
+			if r, _ := items[0].Int("r"); r != wantRemaining {
+				t.Errorf("check %d: RateLimit r = %d, want %d", i, r, wantRemaining)
+			}
+			if h.Get("X-RateLimit-Limit") != "3" || h.Get("X-RateLimit-Remaining") != itoa(wantRemaining) {
+				t.Errorf("check %d: X-RateLimit-* = %q/%q", i, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
+			}
+			if i <= 3 {
+				if w.Code != 200 || w.Body.String() != "ok" || h.Get("Retry-After") != "" {
+					t.Errorf("check %d: %d %q Retry-After=%q, want 200 ok", i, w.Code, w.Body, h.Get("Retry-After"))
+				}
+				continue
+			}
+			if w.Code != http.StatusTooManyRequests || h.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("check 4: %d %s, want 429 problem", w.Code, h.Get("Content-Type"))
+			}
+			// 1 token per 20 s refills: the next one is due in (0, 20] s.
+			if ra := h.Get("Retry-After"); ra == "" || ra == "0" || len(ra) > 2 {
+				t.Errorf("Retry-After = %q", ra)
+			}
+			var p struct {
+				Type     string   `json:"type"`
+				Status   int      `json:"status"`
+				Violated []string `json:"violated-policies"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatalf("429 body %q: %v", w.Body, err)
+			}
+			if p.Type != sdk.ProblemQuotaExceeded || p.Status != 429 || len(p.Violated) != 1 || p.Violated[0] != "heavy" {
+				t.Errorf("429 body = %+v", p)
+			}
+		}
+	})
+
+	t.Run("key tier with two limits", func(t *testing.T) {
+		r := httptest.NewRequest("GET", "/api/heavy", nil)
+		r.Header.Set("Authorization", "Bearer "+key.Secret)
+		w := serveVia(mw, r)
+		if w.Code != 200 {
+			t.Fatalf("key check: %d %s", w.Code, w.Body)
+		}
+		items, err := sdk.ParseRateLimitHeader(w.Header().Get("RateLimit-Policy"))
+		if err != nil || len(items) != 2 || items[0].Name != "heavy.burst" || items[1].Name != "heavy.daily" {
+			t.Fatalf("RateLimit-Policy = %q: %+v, %v", w.Header().Get("RateLimit-Policy"), items, err)
+		}
+		if q, _ := items[1].Int("q"); q != 1000 {
+			t.Errorf("daily q = %d", q)
+		}
+	})
+
+	t.Run("invalid key answers 401", func(t *testing.T) {
+		r := httptest.NewRequest("GET", "/api/heavy", nil)
+		r.Header.Set("X-API-Key", "ck_"+strings.Repeat("x", 40))
+		w := serveVia(mw, r)
+		if w.Code != http.StatusUnauthorized || w.Header().Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(w.Body.String(), sdk.ProblemInvalidKey) {
+			t.Fatalf("invalid key: %d %s %s", w.Code, w.Header().Get("Content-Type"), w.Body)
+		}
+	})
+
+	t.Run("blocked caller answers 403", func(t *testing.T) {
+		do(t, m, "POST", "/v1/admin/blocks", testToken, map[string]any{
+			"tenant_id": tenantID, "identity": map[string]string{"kind": "ip", "id": "198.51.100.66"}, "reason": "sdk test",
+		})
+		waitUntil(t, 2*time.Second, "block applied", func() bool {
+			d, _ := c.Peek(ctx, sdk.CheckRequest{IP: "198.51.100.66", Path: "/api/heavy"})
+			return d.Reason == sdk.ReasonBlocked
+		})
+		r := httptest.NewRequest("GET", "/api/heavy", nil)
+		r.RemoteAddr = "198.51.100.66:5000"
+		w := serveVia(mw, r)
+		if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), sdk.ProblemBlocked) {
+			t.Fatalf("blocked: %d %s", w.Code, w.Body)
+		}
+	})
+
+	t.Run("raw target defeats path variants", func(t *testing.T) {
+		// Each variant is sent verbatim; Sluice normalizes them into one
+		// bucket, so the fourth request is denied whatever its spelling.
+		variants := []string{"/api/heavy", "/api//heavy/", "/api/%68eavy", "/api/./heavy.json"}
+		for i, target := range variants {
+			r := httptest.NewRequest("GET", target, nil)
+			r.RemoteAddr = "203.0.113.99:1"
+			w := serveVia(mw, r)
+			want := 200
+			if i == 3 {
+				want = 429
+			}
+			if w.Code != want {
+				t.Errorf("%s: %d, want %d", target, w.Code, want)
+			}
+		}
+	})
+
+	t.Run("peek consumes nothing", func(t *testing.T) {
+		req := sdk.CheckRequest{IP: "192.0.2.44", Path: "/api/heavy"}
+		for range 3 {
+			d, err := c.Peek(ctx, req)
+			if err != nil || !d.Allowed || d.Remaining != 2 || d.Local {
+				t.Fatalf("Peek = %+v, %v", d, err)
+			}
+		}
+		d, err := c.Check(ctx, req)
+		if err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("Check after peeks = %+v, %v", d, err)
+		}
+		d, _ = c.Peek(ctx, req)
+		if d.Remaining != 1 {
+			t.Fatalf("Peek after check: remaining %d, want 1", d.Remaining)
+		}
+	})
+
+	t.Run("batch answers in order", func(t *testing.T) {
+		reqs := []sdk.CheckRequest{
+			{IP: "192.0.2.1", Path: "/api/heavy"},
+			{APIKey: key.Secret, Path: "/api/heavy"},
+			{APIKey: "ck_" + strings.Repeat("z", 40), Path: "/api/heavy"},
+			{IP: "2001:db8::1", Path: "/api/heavy", Cost: 3},
+			{IP: "2001:db8::1", Path: "/api/heavy"},
+			{IP: "192.0.2.2", Path: "/not/limited"},
+		}
+		ds, err := c.CheckBatch(ctx, reqs)
+		if err != nil || len(ds) != len(reqs) {
+			t.Fatalf("CheckBatch = %d decisions, %v", len(ds), err)
+		}
+		want := []struct {
+			allowed bool
+			reason  string
+			kind    string
+		}{
+			{true, "ok", "ip"}, {true, "ok", "key"}, {false, "invalid_key", "key"},
+			{true, "ok", "ip"}, {false, "rate_limited", "ip"}, {true, "ok", "ip"},
+		}
+		for i, w := range want {
+			d := ds[i]
+			if d.Allowed != w.allowed || d.Reason != w.reason || (w.reason != "invalid_key" && d.Identity.Kind != w.kind) {
+				t.Errorf("result %d = %+v, want allowed=%v reason=%s kind=%s", i, d, w.allowed, w.reason, w.kind)
+			}
+		}
+		if ds[1].Tier != "pro" || ds[0].Tier != "anonymous" || ds[5].Policy != "" {
+			t.Errorf("tiers/policies: %q %q %q", ds[0].Tier, ds[1].Tier, ds[5].Policy)
+		}
+		if _, err := c.CheckBatch(ctx, make([]sdk.CheckRequest, sdk.MaxBatch+1)); err == nil {
+			t.Error("an oversized batch was sent")
+		}
+	})
+
+	t.Run("forwarded headers only from trusted proxies", func(t *testing.T) {
+		// No proxies trusted: X-Forwarded-For is the caller's own claim.
+		req := func(peer, xff string) *http.Request {
+			r := httptest.NewRequest("GET", "/api/heavy", nil)
+			r.RemoteAddr = peer
+			if xff != "" {
+				r.Header.Set("X-Forwarded-For", xff)
+			}
+			return r
+		}
+		for i := range 4 {
+			// A fresh spoofed address each time must not buy fresh quota.
+			w := serveVia(mw, req("198.51.100.20:999", "203.0.113."+itoa(int64(100+i))))
+			if want := map[bool]int{true: 200, false: 429}[i < 3]; w.Code != want {
+				t.Errorf("spoofed XFF %d: %d, want %d", i, w.Code, want)
+			}
+		}
+		d, _ := c.Decide(req("198.51.100.20:999", "203.0.113.200"))
+		if d.Identity.ID != "198.51.100.20" {
+			t.Errorf("untrusted peer counted as %q", d.Identity.ID)
+		}
+
+		// A client that trusts 10.0.0.0/8 takes the client from the header
+		// when the peer is a proxy, and ignores it otherwise.
+		pc := sdk.New("http://"+m.Addr(), sk, sdk.WithTrustedProxies("10.0.0.0/8"))
+		defer pc.CloseIdleConnections()
+		d, _ = pc.Decide(req("10.1.2.3:80", "192.0.2.250, 10.9.9.9"))
+		if d.Identity.ID != "192.0.2.250" {
+			t.Errorf("via trusted proxies counted as %q, want 192.0.2.250", d.Identity.ID)
+		}
+		d, _ = pc.Decide(req("198.51.100.21:80", "192.0.2.251"))
+		if d.Identity.ID != "198.51.100.21" {
+			t.Errorf("untrusted peer with XFF counted as %q", d.Identity.ID)
+		}
+	})
+}
+
+// The denial memory answers a hammering caller locally, and never admits
+// what Sluice would deny: over a run, the SDK's admissions stay within the
+// bucket's bound and equal what Sluice itself counted as allowed.
+func TestSDKDenialMemoryAgainstServer(t *testing.T) {
+	m := boot(t)
+	ctx := context.Background()
+	c, _, _ := sdkTenant(t, m, "hammer", sdk.WithDenialCache(1024))
+	if _, err := c.CreatePolicy(ctx, sdk.Policy{
+		Name: "fast", Path: "/api/fast",
+		Tiers: map[string]sdk.Limits{"anonymous": {{Algorithm: "token_bucket", Limit: 4, Period: "1s", Burst: 2}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	req := sdk.CheckRequest{IP: "203.0.113.5", Path: "/api/fast"}
+	start := time.Now()
+	var allowed, denied int
+	for time.Since(start) < 1500*time.Millisecond {
+		d, err := c.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	st := c.Stats()
+	t.Logf("allowed %d, denied %d (%d locally) in %.2fs", allowed, denied, st.LocalDenials, elapsed)
+	if bound := 2 + int(4*elapsed) + 1; allowed > bound {
+		t.Errorf("allowed %d > burst + rate×elapsed = %d", allowed, bound)
+	}
+	if st.LocalDenials == 0 || st.LocalDenials > uint64(denied) {
+		t.Errorf("local denials %d of %d: the memory did not answer", st.LocalDenials, denied)
+	}
+	// The memory must not starve the caller either: a token refills every
+	// 250 ms, so a 1.5 s run admits burst + 6 at best; 5 leaves room for a slow machine.
+	if allowed < 5 {
+		t.Errorf("allowed %d: the denial memory held the caller back past its retry-after", allowed)
+	}
+}
+
+// Failure behaviour with the real server stopped: fail-open admits and
+// counts, fail-closed denies with 503, and neither waits past the timeout.
+func TestSDKServerStopped(t *testing.T) {
+	m := boot(t)
+	ctx := context.Background()
+	open, _, sk := sdkTenant(t, m, "failer", sdk.WithTimeout(100*time.Millisecond), sdk.FailOpen())
+	if _, err := open.CreatePolicy(ctx, sdk.Policy{
+		Name: "p", Path: "/api/p",
+		Tiers: map[string]sdk.Limits{"anonymous": {{Algorithm: "token_bucket", Limit: 1, Period: "60s"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	closed := sdk.New("http://"+m.Addr(), sk, sdk.WithTimeout(100*time.Millisecond), sdk.FailClosed())
+	defer closed.CloseIdleConnections()
+	if d, err := closed.Check(ctx, sdk.CheckRequest{IP: "192.0.2.9", Path: "/api/p"}); err != nil || !d.Allowed || d.Local {
+		t.Fatalf("before stop: %+v, %v", d, err)
+	}
+
+	stop(t, m)
+
+	req := sdk.CheckRequest{IP: "192.0.2.9", Path: "/api/p"}
+	d, err := open.Check(ctx, req)
+	if err == nil || !d.Allowed || d.Reason != sdk.ReasonUnavailable || !d.Local {
+		t.Errorf("fail-open with server stopped = %+v, %v", d, err)
+	}
+	d, err = closed.Check(ctx, req)
+	if err == nil || d.Allowed || d.Reason != sdk.ReasonUnavailable {
+		t.Errorf("fail-closed with server stopped = %+v, %v", d, err)
+	}
+	w := serveVia(closed.Middleware(okHandler), httptest.NewRequest("GET", "/api/p", nil))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("fail-closed middleware: %d Retry-After=%q", w.Code, w.Header().Get("Retry-After"))
+	}
+	w = serveVia(open.Middleware(okHandler), httptest.NewRequest("GET", "/api/p", nil))
+	if w.Code != 200 || w.Body.String() != "ok" {
+		t.Errorf("fail-open middleware: %d %q", w.Code, w.Body)
+	}
+	if s := open.Stats(); s.Failures < 2 {
+		t.Errorf("fail-open failures counted = %d, want ≥ 2", s.Failures)
+	}
+}
+
+// A Sluice address that accepts connections and never answers (a hung
+// server) costs a check no more than the configured timeout.
+func TestSDKTimeoutHonoured(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	c := sdk.New("http://"+ln.Addr().String(), "sk_unused", sdk.WithTimeout(80*time.Millisecond))
+	defer c.CloseIdleConnections()
+	for _, name := range []string{"check", "batch"} {
+		start := time.Now()
+		var err error
+		var d sdk.Decision
+		if name == "check" {
+			d, err = c.Check(context.Background(), sdk.CheckRequest{IP: "192.0.2.1", Path: "/"})
+		} else {
+			var ds []sdk.Decision
+			ds, err = c.CheckBatch(context.Background(), []sdk.CheckRequest{{IP: "192.0.2.1", Path: "/"}})
+			d = ds[0]
+		}
+		took := time.Since(start)
+		if err == nil || !d.Allowed || d.Reason != sdk.ReasonUnavailable {
+			t.Errorf("%s against a hung server = %+v, %v", name, d, err)
+		}
+		if took < 70*time.Millisecond || took > 600*time.Millisecond {
+			t.Errorf("%s took %v with an 80ms timeout", name, took)
+		}
+	}
+	// A shorter deadline on the caller's context wins.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Check(ctx, sdk.CheckRequest{IP: "192.0.2.1", Path: "/"}); err == nil {
+		t.Error("check succeeded against a hung server")
+	}
+	if took := time.Since(start); took > 300*time.Millisecond {
+		t.Errorf("context deadline 20ms: took %v", took)
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,30 @@
+// Package echomw is Sluice's quota middleware for Echo (v4). It does what
+// sdk.Client.Middleware does for net/http, with the same logic: the same
+// caller identification, header fields and problem answers.
+package echomw
+
+import (
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/sdk"
+)
+
+// New returns middleware that checks every request with client before the
+// handler runs. Rate-limit header fields are set on every response; a
+// denied request is answered with the problem body sdk.WriteProblem
+// writes, and the handler is not called. Echo's own IP extraction is not
+// used: the client's trusted-proxy settings decide the caller's address.
+func New(client *sdk.Client) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			d, _ := client.Decide(c.Request()) // failures are counted and logged by the client
+			w := c.Response()
+			sdk.WriteHeaders(w.Header(), d)
+			if !d.Allowed {
+				sdk.WriteProblem(w, d)
+				return nil
+			}
+			return next(c)
+		}
+	}
+}
