@@ -47,3 +47,30 @@ func TestReadmeWalkthrough(t *testing.T) {
 		}
 	}
 }
+
+// CI must run exactly the README's test command: the quick start's second
+// line, comment stripped, is the command .ci/run ends by exec'ing.
+func TestCIRunsReadmeTestCommand(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, quick, ok := strings.Cut(string(readme), "## Quick start\n\n```sh\n")
+	if !ok {
+		t.Fatal("README has no quick start block")
+	}
+	lines := strings.Split(quick, "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "go run ./cmd/server") {
+		t.Fatalf("quick start does not open with go run ./cmd/server: %q", lines[0])
+	}
+	testCmd, _, _ := strings.Cut(lines[1], "#")
+	testCmd = strings.TrimSpace(testCmd)
+	ci, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ciLines := strings.Split(strings.TrimSpace(string(ci)), "\n")
+	if last := ciLines[len(ciLines)-1]; last != "exec "+testCmd {
+		t.Fatalf(".ci/run ends with %q, README's test command is %q", last, testCmd)
+	}
+}
