@@ -61,9 +61,12 @@ func (c *counterAgg) drain() []bus.CounterRow {
 		s := &c.shards[i]
 		s.mu.Lock()
 		cells := s.cells
-		if len(cells) > 0 {
-			s.cells = make(map[bus.CounterKey]*counterCell, len(cells))
+		if len(cells) == 0 {
+			// Nothing to take; the map stays, and is not read unlocked.
+			s.mu.Unlock()
+			continue
 		}
+		s.cells = make(map[bus.CounterKey]*counterCell, len(cells))
 		s.mu.Unlock()
 		for k, v := range cells {
 			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied})
