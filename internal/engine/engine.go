@@ -59,8 +59,12 @@ type Engine struct {
 	keyBuf   sync.Pool
 
 	hydrated atomic.Bool
-	applyMu  sync.Mutex // serialises view swaps
-	resyncCh chan struct{}
+	// connected mirrors nc.IsConnected, kept by watchConn: asking the
+	// connection itself takes its lock, which publishing holds, so checks
+	// would queue behind every flush.
+	connected atomic.Bool
+	applyMu   sync.Mutex // serialises view swaps
+	resyncCh  chan struct{}
 
 	flushMu         sync.Mutex // one flush at a time
 	pendingStates   map[string]bus.BucketRecord
@@ -134,13 +138,35 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 // Ready reports whether the engine may answer checks: hydrated and
 // connected to NATS.
 func (e *Engine) Ready() bool {
-	return e.hydrated.Load() && e.nc.IsConnected()
+	return e.hydrated.Load() && e.connected.Load()
+}
+
+// watchConn keeps e.connected current: at once on a status change, and
+// every 100 ms in case a change was dropped from the full status channel.
+func (e *Engine) watchConn(ctx context.Context) {
+	ch := e.nc.StatusChanged()
+	defer e.nc.RemoveStatusListener(ch)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		e.connected.Store(e.nc.IsConnected())
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-t.C:
+		}
+	}
 }
 
 // Start subscribes to config changes, hydrates the config and the hot cache
 // from the worker (retrying until it answers or ctx ends), and starts the
 // background loops. Checks may be served once Ready reports true.
 func (e *Engine) Start(ctx context.Context) error {
+	loopCtx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.connected.Store(e.nc.IsConnected())
+	e.done.Go(func() { e.watchConn(loopCtx) })
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
@@ -165,8 +191,6 @@ func (e *Engine) Start(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	loopCtx, cancel := context.WithCancel(context.Background())
-	e.stop = cancel
 	e.done.Go(func() { e.loop(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
 	e.done.Go(func() { e.loop(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
 	e.done.Go(func() {
