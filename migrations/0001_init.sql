@@ -80,6 +80,10 @@ CREATE TABLE settings (
 -- is the state stream sequence that wrote it, so a redelivered older state
 -- never overwrites a newer one; part is the key's cluster partition
 -- (bus.Partition), so a server taking a partition over loads only its rows.
+-- Every allowed check ends in an upsert here, so the table is clustered on
+-- its key (WITHOUT ROWID: one B-tree instead of two) and full_at, which
+-- changes on every upsert, has no index: the sweep scans the table every
+-- 30 s instead of every upsert paying for index churn.
 CREATE TABLE buckets (
     key        TEXT PRIMARY KEY,
     tenant_id  TEXT NOT NULL,
@@ -88,9 +92,8 @@ CREATE TABLE buckets (
     full_at    INTEGER NOT NULL,
     seq        INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
-);
-CREATE INDEX buckets_full_at ON buckets(full_at);
-CREATE INDEX buckets_part ON buckets(part, key);
+) WITHOUT ROWID;
+CREATE INDEX buckets_part ON buckets(part);
 
 -- Decision counts per tenant, policy, tier, identity and minute.
 CREATE TABLE counters (

@@ -53,26 +53,41 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 		case <-time.After(time.Second):
 		}
 	}
+	// Fetched messages wait in pending until ApplyInterval has passed since
+	// the first of them, FetchBatch of them are there, or a sync is waiting;
+	// then they are applied in one transaction and acked.
+	var pending []jetstream.Msg
+	var since time.Time
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(w.cfg.FetchBatch, jetstream.FetchMaxWait(200*time.Millisecond))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		wait := 200 * time.Millisecond
+		if len(pending) > 0 {
+			wait = min(wait, time.Until(since.Add(w.cfg.ApplyInterval)))
+		}
+		if !w.applyDue(pending, wait) {
+			batch, err := cons.Fetch(w.cfg.FetchBatch-len(pending), jetstream.FetchMaxWait(max(wait, time.Millisecond)))
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				w.log.Warn("fetch failed", "stream", stream, "err", err)
+				sleepCtx(ctx, 250*time.Millisecond)
+				continue
 			}
-			w.log.Warn("fetch failed", "stream", stream, "err", err)
-			sleepCtx(ctx, 250*time.Millisecond)
-			continue
+			for m := range batch.Messages() {
+				if len(pending) == 0 {
+					since = time.Now()
+				}
+				pending = append(pending, m)
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+				w.log.Debug("fetch ended with error", "stream", stream, "err", err)
+			}
+			if !w.applyDue(pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
+				continue
+			}
 		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			w.log.Debug("fetch ended with error", "stream", stream, "err", err)
-		}
-		if len(msgs) == 0 {
-			continue
-		}
+		msgs := pending
+		pending = nil
 		if err := w.applyBatch(ctx, stream, msgs, apply); err != nil {
 			// Not acked: JetStream redelivers after AckWait; nothing is lost.
 			w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
@@ -88,7 +103,13 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 			}
 		}
 	}
+	// Messages still pending were not acked: the next worker gets them.
 	return nil
+}
+
+// applyDue reports whether pending messages should be applied now.
+func (w *Worker) applyDue(pending []jetstream.Msg, left time.Duration) bool {
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.cfg.FetchBatch || w.syncing.Load() > 0)
 }
 
 // payload is one message's data and its stream sequence.

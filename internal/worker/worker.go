@@ -30,6 +30,11 @@ import (
 type Config struct {
 	// FetchBatch is how many stream messages one transaction applies at most.
 	FetchBatch int
+	// ApplyInterval is how long fetched messages may wait to be applied, so
+	// that one transaction writes a bucket or counter cell once for several
+	// server flushes. They are safe in JetStream meanwhile, and a sync
+	// (hydration, hand-over, shutdown) applies them at once. Default 1s.
+	ApplyInterval time.Duration
 	// AckWait is how long JetStream waits for an ack before redelivering a
 	// message: how long a killed worker's in-flight batch waits before its
 	// successor gets it. Default 10s.
@@ -57,6 +62,9 @@ type Worker struct {
 
 	stateRows   atomic.Uint64
 	counterRows atomic.Uint64
+	// syncing counts sync requests waiting: while any is, fetched messages
+	// are applied without waiting for ApplyInterval.
+	syncing atomic.Int32
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -85,6 +93,10 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 10 * time.Second
 	}
+	if cfg.ApplyInterval <= 0 {
+		cfg.ApplyInterval = time.Second
+	}
+	cfg.ApplyInterval = min(cfg.ApplyInterval, cfg.AckWait/4)
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 30 * time.Second
 	}
@@ -282,6 +294,8 @@ type SyncReply struct {
 // syncRequest waits until every message that was in the two streams when
 // it arrived has been committed and acked.
 func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error) {
+	w.syncing.Add(1)
+	defer w.syncing.Add(-1)
 	var out SyncReply
 	for i, stream := range []string{bus.StateStream, bus.CounterStream} {
 		s, err := w.js.Stream(ctx, stream)
