@@ -38,7 +38,10 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 func (h *handler) check(c echo.Context) error {
 	now := h.Now()
 	var body checkBody
-	if err := bind(c, &body); err != nil {
+	buf := bufPool.Get().(*[]byte)
+	err := bindCheck(c, &body, buf)
+	bufPool.Put(buf)
+	if err != nil {
 		return err
 	}
 	req, err := body.request("")
@@ -50,7 +53,7 @@ func (h *handler) check(c echo.Context) error {
 		return err
 	}
 	setRateLimitHeaders(c.Response().Header(), &a)
-	buf := bufPool.Get().(*[]byte)
+	buf = bufPool.Get().(*[]byte)
 	out := appendAnswer((*buf)[:0], &a)
 	err = c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 	*buf = out

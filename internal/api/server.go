@@ -187,7 +187,13 @@ func (h *handler) requireJSON(next echo.HandlerFunc) echo.HandlerFunc {
 // bind decodes a JSON body strictly: unknown fields, trailing data and
 // type mismatches are errors that name the field.
 func bind(c echo.Context, v any) error {
-	dec := json.NewDecoder(c.Request().Body)
+	return bindReader(c.Request().Body, v)
+}
+
+// bindReader decodes exactly one JSON value from r into v, refusing
+// unknown fields.
+func bindReader(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
