@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -56,6 +57,7 @@ type Main struct {
 	engine   *engine.Engine
 	cluster  *cluster.Cluster
 	http     *http.Server
+	pprof    *http.Server
 	ln       net.Listener
 	bg       sync.WaitGroup
 	bgCancel context.CancelFunc
@@ -145,6 +147,11 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Log.Error("http server stopped", "err", err)
 		}
 	}()
+	if cfg.PprofAddr != "" {
+		if err := m.startPprof(cfg.PprofAddr); err != nil {
+			return err
+		}
+	}
 	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "cluster", cfg.clusterOn())
 
 	bgCtx, cancel := context.WithCancel(context.Background())
@@ -251,6 +258,25 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 	}
 }
 
+// startPprof serves the runtime profiles on their own loopback listener,
+// never on the API's.
+func (m *Main) startPprof(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("pprof listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	m.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go m.pprof.Serve(ln)
+	m.Log.Info("pprof listening", "addr", ln.Addr().String())
+	return nil
+}
+
 // Addr is the HTTP listener's address (useful with --addr 127.0.0.1:0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
@@ -260,6 +286,9 @@ func (m *Main) Engine() *engine.Engine { return m.engine }
 // Close shuts down in reverse start order within ctx.
 func (m *Main) Close(ctx context.Context) error {
 	var errs []error
+	if m.pprof != nil {
+		_ = m.pprof.Close()
+	}
 	if m.http != nil {
 		if err := m.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))

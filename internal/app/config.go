@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 )
@@ -22,6 +23,7 @@ type Config struct {
 	FlushInterval   time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
 	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
 	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
+	PprofAddr       string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
 	CheckConfig     bool          // --check-config: validate the configuration and exit
 
 	// Operator bootstrap, from the environment only (secrets stay out of
@@ -91,6 +93,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -124,6 +127,12 @@ func (c *Config) Validate() error {
 	}
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
 		return fmt.Errorf("--flush-interval must be between 10ms and 1m, not %s", c.FlushInterval)
+	}
+	if c.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(c.PprofAddr)
+		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			return fmt.Errorf("--pprof-addr %q: must be a loopback host:port such as 127.0.0.1:6060 (profiles reveal internals)", c.PprofAddr)
+		}
 	}
 	if c.Data == "" {
 		return fmt.Errorf("--data must not be empty")
