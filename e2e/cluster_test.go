@@ -29,7 +29,7 @@ var natsBin struct {
 }
 
 // buildNATS builds the real nats-server from its Go module.
-func buildNATS(t *testing.T) string {
+func buildNATS(t testing.TB) string {
 	t.Helper()
 	build(t)
 	natsBin.once.Do(func() {
@@ -49,7 +49,7 @@ func buildNATS(t *testing.T) string {
 // topology is docker-compose.yml's, as processes: one NATS with JetStream,
 // one worker, and servers that all use them.
 type topology struct {
-	t        *testing.T
+	t        testing.TB
 	natsAddr string
 	natsDir  string
 	nats     *proc
@@ -74,7 +74,7 @@ func (tp *topology) startNATS() {
 
 // startTopology starts NATS, a worker and servers. Cluster tests do not run
 // in parallel with each other: each starts five processes on two cores.
-func startTopology(t *testing.T, servers int, natsURLFor func(i int, direct string) string) *topology {
+func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct string) string) *topology {
 	t.Helper()
 	tp := &topology{t: t, natsAddr: freeAddr(t), natsDir: t.TempDir(), data: t.TempDir()}
 	tp.startNATS()
@@ -156,7 +156,7 @@ func (tp *topology) ownerOf(key string) string {
 
 // spread sends n checks concurrently (conc at a time), round-robin over the
 // servers, and counts allowed answers and errors.
-func spread(t *testing.T, servers []*server, tn tenant, n, conc int, body func(i int) map[string]any) (allowed, failed int64) {
+func spread(t testing.TB, servers []*server, tn tenant, n, conc int, body func(i int) map[string]any) (allowed, failed int64) {
 	t.Helper()
 	var a, f atomic.Int64
 	sem := make(chan struct{}, conc)
@@ -398,7 +398,7 @@ func TestClusterWorkerOutage(t *testing.T) {
 	t.Logf("%d allowed and %d denied decisions, all in SQLite", a, d)
 }
 
-func analyticsTotals(t *testing.T, s *server, tn tenant, from time.Time) (allowed, denied int64) {
+func analyticsTotals(t testing.TB, s *server, tn tenant, from time.Time) (allowed, denied int64) {
 	q := "from=" + from.Format(time.RFC3339) + "&to=" + time.Now().Add(time.Minute).UTC().Format(time.RFC3339) + "&step=1m"
 	r := call(t, "GET", s.base+"/v1/analytics/timeseries?"+q, tn.Key, nil)
 	var ts struct {
@@ -472,7 +472,7 @@ func readyz(s *server) int {
 
 // proxy is a loopback TCP proxy whose connections the test can cut.
 type proxy struct {
-	t      *testing.T
+	t      testing.TB
 	addr   string
 	target string
 	mu     sync.Mutex
@@ -481,7 +481,7 @@ type proxy struct {
 	closed bool
 }
 
-func newProxy(t *testing.T, target string) *proxy {
+func newProxy(t testing.TB, target string) *proxy {
 	p := &proxy{t: t, target: target, addr: freeAddr(t)}
 	p.listen()
 	t.Cleanup(p.cut)

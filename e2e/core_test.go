@@ -98,7 +98,7 @@ func TestIdleDoesNotReset(t *testing.T) {
 
 // drainThenCount drains one IP's bucket, runs between (a restart), and then
 // counts how many of 6 checks pass; refill over the elapsed time bounds it.
-func drainThenCount(t *testing.T, s *server, tn tenant, ip string, between func()) (allowed int, elapsed time.Duration) {
+func drainThenCount(t testing.TB, s *server, tn tenant, ip string, between func()) (allowed int, elapsed time.Duration) {
 	t.Helper()
 	start := time.Now()
 	if got := burst(t, s, tn, 20, func(int) map[string]any { return ipCheck(ip, "/api/example?mode=heavy") }); got != 10 {

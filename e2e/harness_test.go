@@ -33,7 +33,7 @@ var bins struct {
 }
 
 // build compiles the two commands once per test binary run.
-func build(t *testing.T) (server, worker string) {
+func build(t testing.TB) (server, worker string) {
 	t.Helper()
 	bins.once.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-e2e-bin-")
@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -80,7 +80,7 @@ func freeAddr(t *testing.T) string {
 
 // proc is one started process.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	logs *logBuffer
@@ -104,7 +104,7 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-func start(t *testing.T, name, bin string, args []string, env ...string) *proc {
+func start(t testing.TB, name, bin string, args []string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -175,7 +175,7 @@ type serverOpts struct {
 	noWait bool // do not wait for /readyz (an external worker starts later)
 }
 
-func startServer(t *testing.T, o serverOpts) *server {
+func startServer(t testing.TB, o serverOpts) *server {
 	t.Helper()
 	bin, _ := build(t)
 	if o.data == "" {
@@ -195,21 +195,21 @@ func startServer(t *testing.T, o serverOpts) *server {
 }
 
 // startWorker starts cmd/worker against a NATS URL with a data dir.
-func startWorker(t *testing.T, natsURL, data string) *proc {
+func startWorker(t testing.TB, natsURL, data string) *proc {
 	t.Helper()
 	_, bin := build(t)
 	return start(t, "worker", bin, []string{"--nats-url", natsURL, "--data", data})
 }
 
 // restart starts the same server again (same data, address and flags).
-func (s *server) restart(t *testing.T) {
+func (s *server) restart(t testing.TB) {
 	t.Helper()
 	bin, _ := build(t)
 	s.proc = start(t, "server", bin, s.args, s.env...)
 	s.waitReady(t, 60*time.Second)
 }
 
-func (s *server) waitReady(t *testing.T, d time.Duration) {
+func (s *server) waitReady(t testing.TB, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
@@ -260,7 +260,7 @@ func (r response) errCode() string { return r.str("error", "code") }
 
 // call sends one request; body may be nil, a string (sent raw) or a value
 // (sent as JSON).
-func call(t *testing.T, method, url, token string, body any, headers ...string) response {
+func call(t testing.TB, method, url, token string, body any, headers ...string) response {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -306,7 +306,7 @@ func call(t *testing.T, method, url, token string, body any, headers ...string) 
 	return r
 }
 
-func mustStatus(t *testing.T, r response, want int) response {
+func mustStatus(t testing.TB, r response, want int) response {
 	t.Helper()
 	if r.Status != want {
 		t.Fatalf("status %d, want %d: %s", r.Status, want, r.Raw)
@@ -319,7 +319,7 @@ type tenant struct {
 	ID, Key string
 }
 
-func createTenant(t *testing.T, s *server, name string) tenant {
+func createTenant(t testing.TB, s *server, name string) tenant {
 	t.Helper()
 	r := mustStatus(t, call(t, "POST", s.base+"/v1/admin/tenants", operatorToken, map[string]any{
 		"name": name, "owner_email": name + "@example.com", "owner_password": "correct horse battery staple",
@@ -336,7 +336,7 @@ var heavyPolicy = map[string]any{
 	},
 }
 
-func createPolicy(t *testing.T, s *server, tn tenant, p map[string]any) string {
+func createPolicy(t testing.TB, s *server, tn tenant, p map[string]any) string {
 	t.Helper()
 	r := mustStatus(t, call(t, "POST", s.base+"/v1/policies", tn.Key, p), 201)
 	return r.str("id")
@@ -353,7 +353,7 @@ type checkResult struct {
 	RetryAfterMS *int64 `json:"retry_after_ms"`
 }
 
-func check(t *testing.T, s *server, tn tenant, body map[string]any) (checkResult, response) {
+func check(t testing.TB, s *server, tn tenant, body map[string]any) (checkResult, response) {
 	t.Helper()
 	r := mustStatus(t, call(t, "POST", s.base+"/v1/check", tn.Key, body), 200)
 	var c checkResult
@@ -364,7 +364,7 @@ func check(t *testing.T, s *server, tn tenant, body map[string]any) (checkResult
 }
 
 // burst sends n checks concurrently and counts the allowed ones.
-func burst(t *testing.T, s *server, tn tenant, n int, body func(i int) map[string]any) (allowed int) {
+func burst(t testing.TB, s *server, tn tenant, n int, body func(i int) map[string]any) (allowed int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -406,7 +406,7 @@ func ipCheck(ip, path string) map[string]any {
 }
 
 // waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < d {
