@@ -69,6 +69,37 @@ func BenchmarkClusterCheck(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+
+	// The transport's own floor: one NATS request/reply through the same
+	// nats-server, between two connections, with a forward-sized payload.
+	b.Run("nats-request-reply", func(b *testing.B) {
+		resp, err := nats.Connect(tp.natsURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Close()
+		if _, err := resp.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+			b.Fatal(err)
+		}
+		resp.Flush()
+		req, err := nats.Connect(tp.natsURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer req.Close()
+		payload := make([]byte, 160)
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			if _, err := req.Request("bench.echo", payload, 2*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	})
 }
 
 // partitionOwners reads every partition's lease: partition → node.

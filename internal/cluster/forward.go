@@ -67,6 +67,7 @@ const (
 	maxBatch    = 512
 	maxInflight = 4
 	fwdTimeout  = 2 * time.Second
+	inlineServe = 16 // forwarded checks answered without a goroutine of their own
 )
 
 type call struct {
@@ -111,7 +112,9 @@ func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, e
 	}
 	q.mu.Unlock()
 	if start {
-		go f.send(q)
+		// The caller carries the first batch itself: when idle, a forward
+		// costs no hand-over to another goroutine.
+		f.send(q, cl)
 	}
 	select {
 	case <-cl.done:
@@ -121,14 +124,21 @@ func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, e
 	}
 }
 
-// send drains q's pending calls in batches until none are left.
-func (f *forwarder) send(q *ownerQueue) {
+// send drains q's pending calls in batches until none are left. With mine
+// set (a caller sending on its own goroutine), it returns once mine is
+// answered and leaves any calls still pending to a new goroutine.
+func (f *forwarder) send(q *ownerQueue, mine *call) {
 	for {
 		q.mu.Lock()
 		n := min(len(q.pending), maxBatch)
 		if n == 0 {
 			q.inflight--
 			q.mu.Unlock()
+			return
+		}
+		if mine != nil && isDone(mine) {
+			q.mu.Unlock()
+			go f.send(q, nil) // keeps the inflight slot
 			return
 		}
 		batch := make([]*call, n)
@@ -154,6 +164,15 @@ func (f *forwarder) send(q *ownerQueue) {
 	}
 }
 
+func isDone(cl *call) bool {
+	select {
+	case <-cl.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	data, err := json.Marshal(msg)
 	if err != nil {
@@ -174,21 +193,27 @@ func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	return out.Res, nil
 }
 
-// Serve answers checks forwarded to this server with decide, one goroutine
-// per request so both cores work.
+// Serve answers checks forwarded to this server with decide. Small
+// requests are answered on the subscription's goroutine, which saves a
+// hand-over; large batches get their own goroutine so both cores work.
 func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
 	sub, err := c.nc.Subscribe(bus.ForwardPrefix+c.cfg.Node, func(m *nats.Msg) {
-		go func() {
-			var in forwardMsg
-			if err := json.Unmarshal(m.Data, &in); err != nil || in.V != bus.WireVersion {
-				return // the sender times out and retries
-			}
+		var in forwardMsg
+		if err := json.Unmarshal(m.Data, &in); err != nil || in.V != bus.WireVersion {
+			return // the sender times out and retries
+		}
+		answer := func() {
 			out := forwardMsg{V: bus.WireVersion, Res: make([]Result, len(in.Items))}
 			decide(in.Items, out.Res)
 			c.metrics.served.Add(float64(len(in.Items)))
 			data, _ := json.Marshal(out)
 			_ = m.Respond(data)
-		}()
+		}
+		if len(in.Items) <= inlineServe {
+			answer()
+		} else {
+			go answer()
+		}
 	})
 	if err != nil {
 		return err
