@@ -75,6 +75,9 @@ type Decision struct {
 	// then derives what it can from the fields above. Treat it as
 	// read-only: a remembered denial shares it.
 	Header http.Header
+
+	// violated caches violatedPolicies for a remembered denial.
+	violated []string
 }
 
 // PolicyItems parses the decision's RateLimit-Policy field.

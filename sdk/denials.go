@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +45,18 @@ type denial struct {
 	cost  int       // the denied check's cost
 	d     Decision
 	items []RateLimitItem // d's RateLimit field, parsed once; nil if absent
+
+	// last is the most recent local answer's header and violated names.
+	// Their values change only when a countdown crosses a whole second,
+	// so a caller hammering within one second is answered without
+	// building anything.
+	last atomic.Pointer[denialAnswer]
+}
+
+type denialAnswer struct {
+	elapsed, retry, reset int64 // whole seconds the header was built for
+	h                     http.Header
+	violated              []string
 }
 
 func newDenialCache(size int) *denialCache {
@@ -143,6 +156,11 @@ func (e *denial) answer(now time.Time) Decision {
 	if e.d.Header == nil {
 		return d
 	}
+	secs, retry, reset := int64(elapsed/time.Second), ceilSeconds(d.RetryAfter), ceilSeconds(d.Reset)
+	if a := e.last.Load(); a != nil && a.elapsed == secs && a.retry == retry && a.reset == reset {
+		d.Header, d.violated = a.h, a.violated
+		return d
+	}
 	h := make(http.Header, 6)
 	for _, k := range [...]string{hdrPolicy, hdrXLimit, hdrXRemaining} {
 		if vs, ok := e.d.Header[k]; ok {
@@ -156,7 +174,7 @@ func (e *denial) answer(now time.Time) Decision {
 			if t, ok := it.Int("t"); ok {
 				// t was rounded up by Sluice; subtracting whole elapsed
 				// seconds keeps it an upper bound.
-				items[i].setParam("t", max(t-int64(elapsed/time.Second), 0))
+				items[i].setParam("t", max(t-secs, 0))
 			}
 		}
 		if s, err := FormatRateLimitHeader(items); err == nil {
@@ -164,10 +182,12 @@ func (e *denial) answer(now time.Time) Decision {
 		}
 	}
 	if _, ok := e.d.Header[hdrXReset]; ok {
-		h[hdrXReset] = []string{strconv.FormatInt(ceilSeconds(d.Reset), 10)}
+		h[hdrXReset] = []string{strconv.FormatInt(reset, 10)}
 	}
-	h[hdrRetryAfter] = []string{strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)}
+	h[hdrRetryAfter] = []string{strconv.FormatInt(retry, 10)}
 	d.Header = h
+	d.violated = violatedPolicies(d)
+	e.last.Store(&denialAnswer{elapsed: secs, retry: retry, reset: reset, h: h, violated: d.violated})
 	return d
 }
 

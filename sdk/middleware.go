@@ -252,6 +252,13 @@ func WriteHeaders(h http.Header, d Decision) {
 	}
 }
 
+// Shared header values: a handler that changes them with Header().Set or
+// Add gets a slice of its own, so sharing them is safe.
+var (
+	problemContentType = []string{"application/problem+json"}
+	noSniff            = []string{"nosniff"}
+)
+
 var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // WriteProblem answers a denied decision: the status, Retry-After where it
@@ -311,8 +318,8 @@ func WriteProblem(w http.ResponseWriter, d Decision) {
 		}
 		b = append(b, "]}"...)
 	}
-	h["Content-Type"] = []string{"application/problem+json"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
+	h["Content-Type"] = problemContentType
+	h["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
 	w.Write(b)
 	*bp = b
@@ -331,6 +338,9 @@ func appendProblemHead(b []byte, typ, title string, status int) []byte {
 // violatedPolicies names the limits that denied: the RateLimit items with
 // nothing remaining, else the decision's policy.
 func violatedPolicies(d Decision) []string {
+	if d.violated != nil {
+		return d.violated
+	}
 	var names []string
 	if items, err := d.LimitItems(); err == nil {
 		for _, it := range items {

@@ -18,7 +18,7 @@ import (
 const testToken = "op_app_test_token_0123456789abcdef"
 
 // boot starts the whole product in-process on a free port with a temp dir.
-func boot(t *testing.T) *Main {
+func boot(t testing.TB) *Main {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
@@ -65,7 +65,7 @@ func stop(t *testing.T, m *Main) {
 	f.(func())()
 }
 
-func do(t *testing.T, m *Main, method, path, token string, body any) map[string]any {
+func do(t testing.TB, m *Main, method, path, token string, body any) map[string]any {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {

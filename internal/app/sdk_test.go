@@ -20,7 +20,7 @@ import (
 
 // sdkTenant creates a tenant and returns an SDK client holding its service
 // key, with opts applied.
-func sdkTenant(t *testing.T, m *Main, name string, opts ...sdk.Option) (c *sdk.Client, tenantID, serviceKey string) {
+func sdkTenant(t testing.TB, m *Main, name string, opts ...sdk.Option) (c *sdk.Client, tenantID, serviceKey string) {
 	t.Helper()
 	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{
 		"name": name, "owner_email": "owner@" + name + ".test", "owner_password": "a long passphrase",
