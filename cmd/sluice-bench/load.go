@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -54,7 +55,9 @@ type workerStats struct {
 // its duration even when the target hangs.
 const requestTimeout = 5 * time.Second
 
-// Load runs cfg's load against baseURL for cfg.Duration.
+// Load runs cfg's load against baseURL for cfg.Duration. baseURL may list
+// several servers separated by commas (a cluster); worker w sends to the
+// w-th, round-robin.
 func Load(ctx context.Context, cfg Config, target, baseURL, key string) Result {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -64,9 +67,13 @@ func Load(ctx context.Context, cfg Config, target, baseURL, key string) Result {
 	}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: requestTimeout}
-	endpoint := baseURL + "/v1/check"
-	if cfg.Mode == "batch" {
-		endpoint += "/batch"
+	var endpoints []string
+	for _, u := range strings.Split(baseURL, ",") {
+		e := strings.TrimRight(u, "/") + "/v1/check"
+		if cfg.Mode == "batch" {
+			e += "/batch"
+		}
+		endpoints = append(endpoints, e)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -85,6 +92,7 @@ func Load(ctx context.Context, cfg Config, target, baseURL, key string) Result {
 	for w := range cfg.Workers {
 		wg.Go(func() {
 			st := &stats[w]
+			endpoint := endpoints[w%len(endpoints)]
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			var body []byte
 			for {

@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	var cfg Config
 	fs := flag.NewFlagSet("sluice-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.URL, "url", envOr("SLUICE_URL", "http://127.0.0.1:8080"), "Sluice base URL (loopback only) [SLUICE_URL]")
+	fs.StringVar(&cfg.URL, "url", envOr("SLUICE_URL", "http://127.0.0.1:8080"), "Sluice base URL (loopback only); several, comma-separated, to load a cluster round-robin [SLUICE_URL]")
 	fs.StringVar(&cfg.Key, "key", os.Getenv("SLUICE_SERVICE_KEY"), "service key sk_… [SLUICE_SERVICE_KEY]")
 	fs.IntVar(&cfg.Workers, "workers", 16, "concurrent keep-alive clients")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long each target is loaded")
@@ -92,7 +92,12 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	case cfg.Rate < 0:
 		return cfg, errors.New("-rate must not be negative")
 	}
-	return cfg, checkLoopback(cfg.URL)
+	for _, u := range strings.Split(cfg.URL, ",") {
+		if err := checkLoopback(u); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
 }
 
 // checkLoopback refuses targets off this machine: a load test pointed at
@@ -143,7 +148,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		results = append(results, r)
 	}
 	if ctx.Err() == nil {
-		results = append(results, Load(ctx, cfg, "sluice", strings.TrimRight(cfg.URL, "/"), cfg.Key))
+		results = append(results, Load(ctx, cfg, "sluice", cfg.URL, cfg.Key))
 	}
 	printTable(stdout, results)
 	return nil
