@@ -117,21 +117,28 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 			return d, nil
 		}
 	}
-	k.body = appendCheck(k.body[:0], req)
-	hdr, body, err := c.post(ctx, c.checkURL, c.timeout, k)
 	var d Decision
-	if err == nil {
-		s := scanner{b: body}
-		err = c.decodeDecision(&s, &d, req)
+	var err error
+	if c.batch != nil {
+		d, err = c.batch.check(ctx, req)
+	} else {
+		k.body = appendCheck(k.body[:0], req)
+		var hdr http.Header
+		var body []byte
+		hdr, body, err = c.post(ctx, c.checkURL, c.timeout, k)
 		if err == nil {
-			err = s.end()
+			s := scanner{b: body}
+			err = c.decodeDecision(&s, &d, req)
+			if err == nil {
+				err = s.end()
+			}
 		}
+		d.Header = hdr
 	}
 	if err != nil {
 		putCall(k)
 		return c.failure(ctx, err, 1), fmt.Errorf("sluice: check: %w", err)
 	}
-	d.Header = hdr
 	if c.denials != nil && !d.Allowed && d.RetryAfter > 0 {
 		c.denials.insert(k.key, req.cost(), d, now)
 	}

@@ -58,6 +58,7 @@ type Client struct {
 	proxyHeader string // canonical: "X-Forwarded-For" or "Forwarded"
 
 	denials *denialCache // nil when disabled
+	batch   *batcher     // nil unless WithBatching
 	strs    interner     // reasons, policy names, tiers, identity kinds
 	ids     interner     // identity ids that are not the request's own
 	now     func() time.Time
@@ -81,6 +82,7 @@ type options struct {
 	proxies     []string
 	proxyHeader string
 	keyHeader   string
+	batching    bool
 }
 
 // WithTimeout bounds each check (Check, Peek) to d; default 100 ms. A batch
@@ -198,6 +200,9 @@ func New(baseURL, serviceKey string, opts ...Option) *Client {
 	}
 	if o.denialSize > 0 {
 		c.denials = newDenialCache(o.denialSize)
+	}
+	if o.batching {
+		c.batch = &batcher{c: c}
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -422,4 +423,56 @@ func TestSDKTimeoutHonoured(t *testing.T) {
 func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// With request sharing, 100 concurrent checks for one caller at limit 10
+// still admit exactly 10, each caller gets its own decision, and an idle
+// check still carries Sluice's header fields.
+func TestSDKBatchingAgainstServer(t *testing.T) {
+	m := boot(t)
+	ctx := context.Background()
+	c, _, _ := sdkTenant(t, m, "sharing", sdk.WithBatching(), sdk.WithDenialCache(0), sdk.WithTimeout(5*time.Second))
+	if _, err := c.CreatePolicy(ctx, sdk.Policy{
+		Name: "ten", Path: "/api/ten",
+		Tiers: map[string]sdk.Limits{"anonymous": {{Algorithm: "token_bucket", Limit: 10, Period: "60s"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Check(ctx, sdk.CheckRequest{IP: "192.0.2.200", Path: "/api/ten"})
+	if err != nil || !d.Allowed || d.Header.Get("RateLimit-Policy") != `"ten";q=10;w=60` {
+		t.Fatalf("idle check = %+v, %v", d, err)
+	}
+
+	const n = 100
+	var wg sync.WaitGroup
+	results := make([]sdk.Decision, n)
+	errsSeen := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			ip := "203.0.113.1"
+			if i%2 == 1 {
+				ip = "203.0.113.2" // a second caller in the same batches
+			}
+			results[i], errsSeen[i] = c.Check(ctx, sdk.CheckRequest{IP: ip, Path: "/api/ten"})
+		})
+	}
+	close(start)
+	wg.Wait()
+	allowed := map[string]int{}
+	for i, d := range results {
+		if errsSeen[i] != nil {
+			t.Fatalf("check %d: %v", i, errsSeen[i])
+		}
+		if d.Identity.ID != map[bool]string{true: "203.0.113.1", false: "203.0.113.2"}[i%2 == 0] {
+			t.Fatalf("check %d answered for %q", i, d.Identity.ID)
+		}
+		if d.Allowed {
+			allowed[d.Identity.ID]++
+		}
+	}
+	if allowed["203.0.113.1"] != 10 || allowed["203.0.113.2"] != 10 {
+		t.Fatalf("allowed per caller = %v, want exactly 10 each", allowed)
+	}
 }
