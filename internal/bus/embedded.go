@@ -20,6 +20,10 @@ type EmbeddedConfig struct {
 	Listen string
 	// Name identifies the server in NATS's own monitoring.
 	Name string
+	// MaxPayload is the largest message in bytes; 0 means 8 MiB. Sluice
+	// sizes its messages to the connection's limit, so this only trades
+	// fewer, larger messages against memory.
+	MaxPayload int32
 }
 
 // StartEmbedded starts a NATS server with JetStream and waits until it
@@ -31,8 +35,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		StoreDir:   filepath.Join(cfg.DataDir, "nats"),
 		NoSigs:     true,
 		NoLog:      true,
-		// Bucket batches are small, but hydration pages can be large.
 		MaxPayload: 8 << 20,
+	}
+	if cfg.MaxPayload > 0 {
+		opts.MaxPayload = cfg.MaxPayload
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true

@@ -257,8 +257,8 @@ func (e *Engine) hydrate(ctx context.Context) error {
 
 // resync replaces the view with a fresh snapshot.
 func (e *Engine) resync(ctx context.Context) error {
-	var snap tenants.Snapshot
-	if err := bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpSnapshot, struct{}{}, &snap); err != nil {
+	snap, err := bus.LoadSnapshot(ctx, e.nc)
+	if err != nil {
 		return fmt.Errorf("load config snapshot: %w", err)
 	}
 	v, err := viewFromSnapshot(snap)

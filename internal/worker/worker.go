@@ -62,6 +62,10 @@ type Worker struct {
 
 	stateRows   atomic.Uint64
 	counterRows atomic.Uint64
+	snapMu      sync.Mutex
+	snapshots   map[string]encodedSnapshot // by id, for multi-part snapshot reads
+	snapSeq     uint64
+
 	// syncing counts sync requests waiting: while any is, fetched messages
 	// are applied without waiting for ApplyInterval.
 	syncing atomic.Int32
@@ -110,7 +114,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), snapshots: map[string]encodedSnapshot{}}
 	w.metrics = workerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
 		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
@@ -261,12 +265,21 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		return BucketsPage{}, err
 	}
 	defer rows.Close()
+	// A page must fit in one NATS message: it ends early, with Next set,
+	// when its records (estimated from their stored JSON) reach half of
+	// max_payload, which leaves room for the wire encoding's overhead.
+	budget := max(int(w.nc.MaxPayload())/2, 4096)
+	size := 0
 	var page BucketsPage
 	for rows.Next() {
 		var rec bus.BucketRecord
 		var state string
 		if err := rows.Scan(&rec.Key, &rec.TenantID, &state, &rec.FullAt); err != nil {
 			return BucketsPage{}, err
+		}
+		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && len(page.Buckets) > 0 {
+			page.Next = page.Buckets[len(page.Buckets)-1].Key
+			return page, nil
 		}
 		var pb persistedBucket
 		if err := json.Unmarshal([]byte(state), &pb); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,10 +24,13 @@ type env struct {
 	w  *Worker
 }
 
-func newEnv(t *testing.T, cfg Config) *env {
+func newEnv(t *testing.T, cfg Config) *env { return newEnvPayload(t, cfg, 0) }
+
+// newEnvPayload is newEnv with the NATS server's max_payload set.
+func newEnvPayload(t *testing.T, cfg Config, maxPayload int32) *env {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "worker-test"})
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "worker-test", MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +223,76 @@ func TestBucketsPageWaitsForBacklog(t *testing.T) {
 	})
 	if len(page.Buckets) != 2 || page.Buckets[0].Key != "ten_a/p/ip:192.0.2.1" || page.Buckets[1].States[0].Tokens != 1 {
 		t.Fatalf("page: %+v", page)
+	}
+}
+
+// Everything servers load from the worker fits the NATS server's
+// max_payload, whatever the data's size: hydration pages end early and the
+// config snapshot comes in parts. The server here allows 64 KiB messages
+// (NATS's default is 1 MiB) so a few thousand records exceed it many times.
+func TestLargeLoadsFitMaxPayload(t *testing.T) {
+	const maxPayload = 64 << 10
+	e := newEnvPayload(t, Config{}, maxPayload)
+	future := time.Now().Add(time.Hour).UnixNano()
+	const buckets = 3000
+	for b := 0; b < buckets; b += 100 {
+		batch := bus.StateBatch{V: bus.WireVersion, Node: "n1"}
+		for i := b; i < b+100; i++ {
+			rec := stateBatch(fmt.Sprintf("ten_a/pol_0123456789abcdef/ip:198.51.%d.%d", i/256, i%256), 1, future).Buckets[0]
+			batch.Buckets = append(batch.Buckets, rec)
+		}
+		e.publish(t, bus.StateSubjectPrefix+"n1", "", batch)
+	}
+
+	ctx := context.Background()
+	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 600
+	for i := range keys {
+		if _, _, _, err := e.w.store.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("customer key number %04d", i), "pro", nil, nil, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.run(t)
+	eventually(t, 10*time.Second, "worker answering", func() bool {
+		var v bus.Version
+		return bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &v) == nil
+	})
+
+	got, pages := 0, 0
+	req := BucketsRequest{}
+	for {
+		var page BucketsPage
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := bus.Request(rctx, e.nc, bus.BucketsSubject, req, &page)
+		cancel()
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		got += len(page.Buckets)
+		pages++
+		if page.Next == "" {
+			break
+		}
+		req.After = page.Next
+	}
+	if got != buckets || pages < 2 {
+		t.Fatalf("hydration read %d buckets in %d pages, want %d in several", got, pages, buckets)
+	}
+
+	snap, err := bus.LoadSnapshot(ctx, e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(snap.ConsumerKeys); n != keys {
+		t.Fatalf("snapshot holds %d keys, want %d", n, keys)
+	}
+	raw, _ := json.Marshal(snap)
+	perKey, _ := json.Marshal(snap.ConsumerKeys)
+	t.Logf("snapshot %d bytes; %d bytes per consumer key record", len(raw), len(perKey)/keys)
+	if len(raw) <= maxPayload {
+		t.Fatalf("snapshot is %d bytes: too small to need parts", len(raw))
 	}
 }
