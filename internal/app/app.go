@@ -23,10 +23,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -126,7 +128,8 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
-	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Log: m.Log}); err != nil {
+	revoked := &lazyRevoker{}
+	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Log: m.Log}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -160,6 +163,7 @@ func (m *Main) Run(ctx context.Context) error {
 		// The operator token is settled before the engine hydrates, so a
 		// server that reports ready accepts it.
 		m.bootstrap(bgCtx, client)
+		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log) })
 		if err := eng.Start(bgCtx); err != nil {
 			if bgCtx.Err() == nil {
 				m.Log.Error("engine failed to start", "err", err)
@@ -235,6 +239,48 @@ func (m *Main) bootstrap(ctx context.Context, client *bus.Client) {
 			return client.Call(ctx, bus.OpEnsureOperator, bus.EnsureOperator{Email: cfg.OperatorEmail, Password: cfg.OperatorPassword}, &u)
 		})
 	}
+}
+
+// lazyRevoker is the dashboard's view of signed-out sessions, usable before
+// JetStream is: until the bucket is open nothing counts as revoked, and a
+// sign-out only deletes the cookie (and says so in the log).
+type lazyRevoker struct {
+	r atomic.Pointer[bus.SessionRevocations]
+}
+
+func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error("session revocation unavailable", "err", err)
+		return
+	}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		r, err := bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute)
+		if err == nil {
+			l.r.Store(r)
+			return
+		}
+		if attempt == 4 {
+			log.Warn("session revocation waiting for JetStream", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (l *lazyRevoker) Revoke(ctx context.Context, sid string, until time.Time) error {
+	r := l.r.Load()
+	if r == nil {
+		return errors.New("session revocations are not loaded yet")
+	}
+	return r.Revoke(ctx, sid, until)
+}
+
+func (l *lazyRevoker) Revoked(sid string) bool {
+	r := l.r.Load()
+	return r != nil && r.Revoked(sid)
 }
 
 func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) {

@@ -43,7 +43,8 @@ func mustSession(c echo.Context) session { s, _ := currentSession(c); return s }
 
 // gate admits signed-in users and checks form tokens.
 type gate struct {
-	sess *sessions
+	sess    *sessions
+	revoker Revoker // nil: no sign-out revocation
 }
 
 // session admits a request with a valid session cookie and sends anyone
@@ -52,7 +53,7 @@ func (g *gate) session(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ck, err := c.Cookie(sessionCookie)
 		if err == nil && ck.Value != "" {
-			if s, err := g.sess.parse(ck.Value); err == nil {
+			if s, err := g.sess.parse(ck.Value); err == nil && (g.revoker == nil || !g.revoker.Revoked(s.SID)) {
 				c.Set(ctxSession, s)
 				c.Set(ctxFormToken, g.sess.formToken(purposeSession, s.SID))
 				return next(c)
@@ -113,6 +114,7 @@ type authHandler struct {
 	users   configCaller
 	sess    *sessions
 	limiter *loginLimiter
+	revoker Revoker
 	now     func() time.Time
 	log     *slog.Logger
 }
@@ -226,7 +228,15 @@ func (h *authHandler) tenantName(c echo.Context, id string) string {
 	return ""
 }
 
+// logout ends the session: the cookie is deleted and, where sessions can be
+// revoked, the token itself is refused from now on by every server, so a
+// copy of it is worthless too.
 func (h *authHandler) logout(c echo.Context) error {
+	if s, ok := currentSession(c); ok && h.revoker != nil {
+		if err := h.revoker.Revoke(c.Request().Context(), s.SID, s.Expires); err != nil {
+			h.log.Warn("sign-out could not revoke the session; the cookie is deleted", "err", err)
+		}
+	}
 	c.SetCookie(cookie(c.Request(), sessionCookie, "", -1))
 	return seeOther(c, "/ui/login", "signed-out")
 }

@@ -156,6 +156,16 @@ func TestSignOut(t *testing.T) {
 	if gone := cookieNamed(w, sessionCookie); gone == nil || gone.MaxAge >= 0 {
 		t.Fatalf("sign-out does not clear the cookie: %+v", gone)
 	}
+	// A copy of the signed-out token is refused, though its signature and
+	// expiry are still good.
+	if w := u.do("GET", "/ui/members", nil, c); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/login") {
+		t.Fatalf("signed-out token reused: %d to %q", w.Code, w.Header().Get("Location"))
+	}
+	// Signing in again gives a new session that works.
+	c2 := cookieNamed(u.signIn(fakeEmail, fakePassword, ""), sessionCookie)
+	if w := u.do("GET", "/ui/members", nil, c2); w.Code != http.StatusOK {
+		t.Fatalf("new session after sign-out: %d", w.Code)
+	}
 }
 
 // TestSessionTokens feeds the dashboard tokens an attacker could make.

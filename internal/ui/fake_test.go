@@ -86,13 +86,35 @@ type testUI struct {
 	key  []byte
 	now  time.Time
 	work *fakeWorker
+	rev  *memRevoker
+}
+
+// memRevoker keeps signed-out sessions in memory (the cluster-wide store is
+// tested in internal/bus against a real NATS).
+type memRevoker struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (r *memRevoker) Revoke(_ context.Context, sid string, until time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[sid] = until
+	return nil
+}
+
+func (r *memRevoker) Revoked(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[sid]
+	return ok
 }
 
 func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
 	t.Helper()
-	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}}
+	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, rev: &memRevoker{m: map[string]time.Time{}}}
 	err := Register(u.e, Deps{
-		Engine: fakeEngine{}, Worker: u.work, SessionKey: u.key,
+		Engine: fakeEngine{}, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
 		LoginLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
 		LoginIPLimit: quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
 		Now:          func() time.Time { return u.now },

@@ -75,8 +75,20 @@ type Deps struct {
 	// LoginLimit and LoginIPLimit bound sign-in attempts per email and per
 	// client address; 5 and 20 per 5 minutes when zero.
 	LoginLimit, LoginIPLimit quota.Limit
-	Now                      func() time.Time
-	Log                      *slog.Logger
+	// Revocations remembers signed-out sessions cluster-wide; without it,
+	// sign-out only deletes the browser's cookie.
+	Revocations Revoker
+	Now         func() time.Time
+	Log         *slog.Logger
+}
+
+// DefaultSessionTTL is how long a sign-in lasts unless Deps says otherwise.
+const DefaultSessionTTL = 12 * time.Hour
+
+// Revoker records signed-out sessions until they would have expired.
+type Revoker interface {
+	Revoke(ctx context.Context, sid string, until time.Time) error
+	Revoked(sid string) bool
 }
 
 // Register adds the dashboard's routes under /ui to e and makes e's error
@@ -89,7 +101,7 @@ func Register(e *echo.Echo, d Deps) error {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	if d.SessionTTL <= 0 {
-		d.SessionTTL = 12 * time.Hour
+		d.SessionTTL = DefaultSessionTTL
 	}
 	if d.LoginLimit.Algorithm == 0 {
 		d.LoginLimit = defaultUserLimit
@@ -106,8 +118,8 @@ func Register(e *echo.Echo, d Deps) error {
 	}
 	sess := newSessions(key, d.SessionTTL, d.Now)
 
-	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), now: d.Now, log: d.Log}
-	gate := &gate{sess: sess}
+	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
+	gate := &gate{sess: sess, revoker: d.Revocations}
 	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
