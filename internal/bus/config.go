@@ -6,8 +6,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -113,24 +111,6 @@ type Version struct {
 	Version int64 `json:"version"`
 }
 
-// SnapshotRequest asks for one part of the config snapshot. The first
-// request (ID empty) makes the worker encode a snapshot and keep it for a
-// minute under the ID its answer carries; later parts name that ID, so all
-// parts are of one snapshot however the config changes meanwhile.
-type SnapshotRequest struct {
-	ID   string `json:"id,omitempty"`
-	Part int    `json:"part,omitempty"`
-}
-
-// SnapshotPart is one part of an encoded tenants.Snapshot: the parts'
-// Data, concatenated, are its JSON. Parts are sized to fit in one NATS
-// message whatever the server's max_payload.
-type SnapshotPart struct {
-	ID    string `json:"id"`
-	Parts int    `json:"parts"`
-	Data  []byte `json:"data"`
-}
-
 // TimeseriesQuery asks for allowed/denied counts per step, optionally of
 // one policy or one identity.
 type TimeseriesQuery struct {
@@ -210,25 +190,10 @@ func (c *Client) Query(ctx context.Context, op string, req, out any) error {
 	return Request(ctx, c.nc, AnalyticsPrefix+"."+op, req, out)
 }
 
-// LoadSnapshot reads the config snapshot from the worker, in as many parts
-// as the NATS server's max_payload requires.
+// LoadSnapshot reads the config snapshot from the worker. A snapshot larger
+// than one NATS message arrives in parts (see Request).
 func LoadSnapshot(ctx context.Context, nc *nats.Conn) (tenants.Snapshot, error) {
 	var snap tenants.Snapshot
-	subject := ConfigPrefix + "." + OpSnapshot
-	var part SnapshotPart
-	if err := Request(ctx, nc, subject, SnapshotRequest{}, &part); err != nil {
-		return snap, err
-	}
-	data := part.Data
-	for i := 1; i < part.Parts; i++ {
-		var next SnapshotPart
-		if err := Request(ctx, nc, subject, SnapshotRequest{ID: part.ID, Part: i}, &next); err != nil {
-			return snap, fmt.Errorf("part %d of %d: %w", i+1, part.Parts, err)
-		}
-		data = append(data, next.Data...)
-	}
-	if err := json.Unmarshal(data, &snap); err != nil {
-		return snap, fmt.Errorf("decode: %w", err)
-	}
-	return snap, nil
+	err := Request(ctx, nc, ConfigPrefix+"."+OpSnapshot, struct{}{}, &snap)
+	return snap, err
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/internal/errs"
 )
 
 // Connect opens a NATS connection that reconnects forever. When ns is not
@@ -90,5 +92,31 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, out any) e
 	if err != nil {
 		return unavailable(subject, err)
 	}
-	return DecodeReply(msg.Data, out)
+	reply := msg.Data
+	var head struct {
+		Parts *PartsRef `json:"parts"`
+	}
+	if json.Unmarshal(reply, &head) == nil && head.Parts != nil {
+		if reply, err = fetchParts(ctx, nc, *head.Parts); err != nil {
+			return fmt.Errorf("%s: %w", subject, err)
+		}
+	}
+	return DecodeReply(reply, out)
+}
+
+// fetchParts reassembles a reply the worker sent in parts.
+func fetchParts(ctx context.Context, nc *nats.Conn, ref PartsRef) ([]byte, error) {
+	var all []byte
+	for i := range ref.Count {
+		req, _ := json.Marshal(PartRequest{ID: ref.ID, Part: i})
+		msg, err := nc.RequestWithContext(ctx, PartSubject, req)
+		if err != nil {
+			return nil, unavailable(PartSubject, err)
+		}
+		if e := msg.Header.Get(PartErrorHeader); e != "" {
+			return nil, errs.Errorf(errs.Unavailable, "part %d of %d of a large reply: %s", i+1, ref.Count, e)
+		}
+		all = append(all, msg.Data...)
+	}
+	return all, nil
 }

@@ -33,6 +33,8 @@ const (
 	// ConfigPrefix + an operation name (see the Op constants) is a config
 	// read or write.
 	ConfigPrefix = "sluice.config"
+	// PartSubject serves the parts of a reply too large for one message.
+	PartSubject = "sluice.worker.part"
 	// BucketsSubject answers one page of persisted bucket states (hydration).
 	BucketsSubject = "sluice.worker.buckets"
 	// SyncSubject answers once the worker has committed every message that

@@ -125,6 +125,44 @@ type Reply struct {
 	V      int             `json:"v"`
 	Error  *WireError      `json:"error,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
+	// Parts, instead of a result, says the encoded reply was larger than
+	// one NATS message: its bytes are to be fetched from PartSubject.
+	Parts *PartsRef `json:"parts,omitempty"`
+}
+
+// PartsRef names a large reply kept by the worker for a minute.
+type PartsRef struct {
+	ID    string `json:"id"`
+	Count int    `json:"count"`
+}
+
+// PartRequest asks PartSubject for part Part (from 0) of reply ID. The
+// answer's data is the part's raw bytes; a PartErrorHeader says why there
+// are none.
+type PartRequest struct {
+	ID   string `json:"id"`
+	Part int    `json:"part"`
+}
+
+// PartErrorHeader, on a PartSubject answer, carries an error message
+// instead of data.
+const PartErrorHeader = "Sluice-Part-Error"
+
+// SplitReply returns data as parts of at most maxPart bytes.
+func SplitReply(data []byte, maxPart int) [][]byte {
+	var parts [][]byte
+	for len(data) > 0 {
+		n := min(len(data), maxPart)
+		parts = append(parts, data[:n])
+		data = data[n:]
+	}
+	return parts
+}
+
+// EncodeParts is the reply that stands for a large reply kept in parts.
+func EncodeParts(id string, count int) []byte {
+	b, _ := json.Marshal(Reply{V: WireVersion, Parts: &PartsRef{ID: id, Count: count}})
+	return b
 }
 
 // EncodeReply builds the reply for a result or an error. Internal errors

@@ -3,13 +3,11 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -53,7 +51,9 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 	st := w.store
 	now := func() time.Time { return w.cfg.Now() }
 	ops := map[string]micro.Handler{
-		bus.OpSnapshot: handle(w, bus.OpSnapshot, w.snapshotPart),
+		bus.OpSnapshot: handle(w, bus.OpSnapshot, func(ctx context.Context, _ none) (tenants.Snapshot, error) {
+			return st.Snapshot(ctx)
+		}),
 		bus.OpVersion: handle(w, bus.OpVersion, func(ctx context.Context, _ none) (bus.Version, error) {
 			v, err := st.ConfigVersion(ctx)
 			return bus.Version{Version: v}, err
@@ -191,56 +191,4 @@ func safeName(op string) string {
 		}
 	}
 	return string(b)
-}
-
-// snapshotPart answers one part of the config snapshot (see
-// bus.SnapshotRequest). Encoded snapshots are kept a minute, at most a few.
-func (w *Worker) snapshotPart(ctx context.Context, req bus.SnapshotRequest) (bus.SnapshotPart, error) {
-	// Part data travels base64-encoded inside a JSON reply: a part of a
-	// third of max_payload leaves room for that and the envelope.
-	partSize := max(int(w.nc.MaxPayload())/3, 1024)
-	w.snapMu.Lock()
-	defer w.snapMu.Unlock()
-	now := time.Now()
-	for id, s := range w.snapshots {
-		if now.Sub(s.at) > time.Minute {
-			delete(w.snapshots, id)
-		}
-	}
-	var data []byte
-	id := req.ID
-	if id == "" {
-		snap, err := w.store.Snapshot(ctx)
-		if err != nil {
-			return bus.SnapshotPart{}, err
-		}
-		if data, err = json.Marshal(snap); err != nil {
-			return bus.SnapshotPart{}, err
-		}
-		w.snapSeq++
-		id = strconv.FormatUint(w.snapSeq, 10) + "-" + strconv.FormatInt(now.UnixNano(), 36)
-		if len(data) > partSize {
-			if len(w.snapshots) >= 4 {
-				clear(w.snapshots)
-			}
-			w.snapshots[id] = encodedSnapshot{data: data, at: now}
-		}
-	} else {
-		s, ok := w.snapshots[id]
-		if !ok {
-			return bus.SnapshotPart{}, errs.Errorf(errs.Unavailable, "config snapshot %s expired; start again", id)
-		}
-		data = s.data
-	}
-	parts := (len(data) + partSize - 1) / partSize
-	if req.Part < 0 || req.Part >= max(parts, 1) {
-		return bus.SnapshotPart{}, errs.Errorf(errs.Invalid, "part: %d of a snapshot in %d parts", req.Part, parts)
-	}
-	lo := req.Part * partSize
-	return bus.SnapshotPart{ID: id, Parts: max(parts, 1), Data: data[lo:min(lo+partSize, len(data))]}, nil
-}
-
-type encodedSnapshot struct {
-	data []byte
-	at   time.Time
 }

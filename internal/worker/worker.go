@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +63,7 @@ type Worker struct {
 
 	stateRows   atomic.Uint64
 	counterRows atomic.Uint64
-	snapMu      sync.Mutex
-	snapshots   map[string]encodedSnapshot // by id, for multi-part snapshot reads
-	snapSeq     uint64
+	large       largeReplies // replies too big for one NATS message, served in parts
 
 	// syncing counts sync requests waiting: while any is, fetched messages
 	// are applied without waiting for ApplyInterval.
@@ -114,7 +113,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), snapshots: map[string]encodedSnapshot{}}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
 	w.metrics = workerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
 		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
@@ -202,7 +201,11 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 				}
 			}
 			w.metrics.configOps.WithLabelValues(op, code).Inc()
-			if rerr := r.Respond(bus.EncodeReply(res, err)); rerr != nil {
+			data := bus.EncodeReply(res, err)
+			if maxPart := int(w.nc.MaxPayload()) - 1024; len(data) > maxPart {
+				data = w.large.keep(data, maxPart)
+			}
+			if rerr := r.Respond(data); rerr != nil {
 				w.log.Warn("reply failed", "op", op, "err", rerr)
 			}
 		}()
@@ -212,6 +215,9 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 func (w *Worker) registerEndpoints(svc micro.Service) error {
 	add := func(subject, name string, h micro.Handler) error {
 		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
+	}
+	if err := add(bus.PartSubject, "part", micro.HandlerFunc(w.large.serve)); err != nil {
+		return err
 	}
 	if err := add(bus.BucketsSubject, "buckets", handle(w, "buckets", w.bucketsPage)); err != nil {
 		return err
@@ -341,4 +347,62 @@ func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error)
 		}
 	}
 	return out, nil
+}
+
+// largeReplies keeps replies larger than one NATS message for a minute, in
+// parts a client fetches one by one from bus.PartSubject (bus.Request does
+// it). At most 8 are kept: a client slower than that starts again.
+type largeReplies struct {
+	mu  sync.Mutex
+	seq uint64
+	m   map[string]largeReply
+}
+
+type largeReply struct {
+	parts [][]byte
+	at    time.Time
+}
+
+// keep stores data in parts of at most maxPart bytes and returns the reply
+// that stands for it.
+func (l *largeReplies) keep(data []byte, maxPart int) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if l.m == nil {
+		l.m = map[string]largeReply{}
+	}
+	for id, r := range l.m {
+		if now.Sub(r.at) > time.Minute || len(l.m) >= 8 {
+			delete(l.m, id)
+		}
+	}
+	l.seq++
+	id := strconv.FormatUint(l.seq, 10) + "." + strconv.FormatInt(now.UnixNano(), 36)
+	parts := bus.SplitReply(data, max(maxPart, 1024))
+	l.m[id] = largeReply{parts: parts, at: now}
+	return bus.EncodeParts(id, len(parts))
+}
+
+// serve answers one PartRequest with the part's raw bytes.
+func (l *largeReplies) serve(r micro.Request) {
+	var req bus.PartRequest
+	fail := func(msg string) {
+		_ = r.Respond(nil, micro.WithHeaders(micro.Headers{bus.PartErrorHeader: []string{msg}}))
+	}
+	if err := json.Unmarshal(r.Data(), &req); err != nil {
+		fail("malformed part request")
+		return
+	}
+	l.mu.Lock()
+	rep, ok := l.m[req.ID]
+	l.mu.Unlock()
+	switch {
+	case !ok:
+		fail("the reply expired; ask again")
+	case req.Part < 0 || req.Part >= len(rep.parts):
+		fail("no such part")
+	default:
+		_ = r.Respond(rep.parts[req.Part])
+	}
 }

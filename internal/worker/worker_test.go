@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // env is a real embedded NATS server with JetStream and a real SQLite file.
@@ -244,7 +245,9 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 		e.publish(t, bus.StateSubjectPrefix+"n1", "", batch)
 	}
 
-	ctx := context.Background()
+	// A reply too large for one message would be dropped: bound the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -294,5 +297,14 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	t.Logf("snapshot %d bytes; %d bytes per consumer key record", len(raw), len(perKey)/keys)
 	if len(raw) <= maxPayload {
 		t.Fatalf("snapshot is %d bytes: too small to need parts", len(raw))
+	}
+
+	// Any other large reply comes in parts too: a tenant's key list.
+	var list []tenants.ConsumerKey
+	if err := bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpKeyList, bus.TenantScoped{TenantID: tn.ID}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != keys {
+		t.Fatalf("key list holds %d keys, want %d", len(list), keys)
 	}
 }
