@@ -113,34 +113,70 @@ func millis(d time.Duration) int64 {
 
 // setRateLimitHeaders writes the IETF draft headers for every limit of the
 // decided tier, the conventional X-RateLimit-* for the reported limit, and
-// Retry-After on a denial.
+// Retry-After on a denial. This runs on every check: all values are built
+// in one buffer and become one string, and every header's value slice is
+// cut from one array, so a check's headers cost two allocations.
 func setRateLimitHeaders(h http.Header, a *engine.Answer) {
+	var stack [512]byte
+	b := stack[:0]
+	var ends [6]int // end offsets in b of each value written
+	n := 0
+	mark := func() { ends[n] = len(b); n++ }
 	if len(a.Limits) > 0 {
-		var pol, rl []byte
 		for i, l := range a.Limits {
 			if i > 0 {
-				pol = append(pol, ", "...)
-				rl = append(rl, ", "...)
+				b = append(b, ", "...)
 			}
-			pol = strconv.AppendQuote(pol, l.Name)
-			pol = append(pol, ";q="...)
-			pol = strconv.AppendInt(pol, l.Limit, 10)
-			pol = append(pol, ";w="...)
-			pol = strconv.AppendInt(pol, ceilSeconds(l.Period), 10)
-			rl = strconv.AppendQuote(rl, l.Name)
-			rl = append(rl, ";r="...)
-			rl = strconv.AppendInt(rl, l.Remaining, 10)
-			rl = append(rl, ";t="...)
-			rl = strconv.AppendInt(rl, ceilSeconds(l.Reset), 10)
+			b = strconv.AppendQuote(b, l.Name)
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, l.Limit, 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, ceilSeconds(l.Period), 10)
 		}
-		h["Ratelimit-Policy"] = []string{string(pol)}
-		h["Ratelimit"] = []string{string(rl)}
-		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(a.Limit, 10)}
-		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(a.Remaining, 10)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(a.Reset), 10)}
+		mark()
+		for i, l := range a.Limits {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = strconv.AppendQuote(b, l.Name)
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, l.Remaining, 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ceilSeconds(l.Reset), 10)
+		}
+		mark()
+		b = strconv.AppendInt(b, a.Limit, 10)
+		mark()
+		b = strconv.AppendInt(b, a.Remaining, 10)
+		mark()
+		b = strconv.AppendInt(b, ceilSeconds(a.Reset), 10)
+		mark()
 	}
-	if !a.Allowed && a.RetryAfter > 0 {
-		h["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(a.RetryAfter), 10)}
+	retry := !a.Allowed && a.RetryAfter > 0
+	if retry {
+		b = strconv.AppendInt(b, ceilSeconds(a.RetryAfter), 10)
+		mark()
+	}
+	if n == 0 {
+		return
+	}
+	all := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	v := func(i int) []string { return vals[i : i+1 : i+1] }
+	if len(a.Limits) > 0 {
+		h["Ratelimit-Policy"] = v(0)
+		h["Ratelimit"] = v(1)
+		h["X-Ratelimit-Limit"] = v(2)
+		h["X-Ratelimit-Remaining"] = v(3)
+		h["X-Ratelimit-Reset"] = v(4)
+	}
+	if retry {
+		h["Retry-After"] = v(n - 1)
 	}
 }
 

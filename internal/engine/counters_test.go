@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // Counting and draining run concurrently (checks and the flusher); every
@@ -43,5 +46,25 @@ func TestCounterAggConcurrentDrain(t *testing.T) {
 	drained.Wait()
 	if total != writers*perWriter {
 		t.Fatalf("drained %d decisions, want %d", total, writers*perWriter)
+	}
+}
+
+// Presented keys are hashed as stored, without allocating.
+func TestHashKeyHex(t *testing.T) {
+	for _, k := range []string{"sk_short", "sk_" + strings.Repeat("a", 200)} {
+		h := hashKeyHex(k)
+		if string(h[:]) != tenants.HashKey(k) {
+			t.Fatalf("hashKeyHex(%q) = %s, want %s", k, h[:], tenants.HashKey(k))
+		}
+	}
+	k := "sk_0123456789abcdefghijklmnopqrstuvwxyzABCD"
+	m := map[string]string{tenants.HashKey(k): "ten_1"}
+	if n := testing.AllocsPerRun(100, func() {
+		h := hashKeyHex(k)
+		if m[string(h[:])] != "ten_1" {
+			t.Fatal("lookup failed")
+		}
+	}); n != 0 {
+		t.Fatalf("service key lookup allocates %.0f times", n)
 	}
 }

@@ -407,7 +407,8 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // TenantForServiceKey returns the tenant a service key belongs to.
 func (e *Engine) TenantForServiceKey(key string) (string, bool) {
-	id, ok := e.view.Load().svcHash[tenants.HashKey(key)]
+	h := hashKeyHex(key)
+	id, ok := e.view.Load().svcHash[string(h[:])]
 	return id, ok
 }
 

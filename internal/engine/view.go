@@ -328,7 +328,23 @@ func (tv *tenantView) activeBlock(kind, id string, now time.Time) (tenants.Block
 
 // hashKey is the SHA-256 of a presented key; keys are looked up by hash, so
 // the secret itself is never compared or kept.
-func hashKey(k string) [32]byte { return sha256.Sum256([]byte(k)) }
+// hashKey is the SHA-256 of a presented key. Keys are short, so the bytes
+// are hashed from a stack buffer: no allocation per check.
+func hashKey(k string) [32]byte {
+	var buf [128]byte
+	if len(k) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], k...))
+	}
+	return sha256.Sum256([]byte(k))
+}
+
+// hashKeyHex is hashKey in the stored (hex) form, as an array, so that a
+// map lookup with string(h[:]) does not allocate either.
+func hashKeyHex(k string) (h [64]byte) {
+	sum := hashKey(k)
+	hex.Encode(h[:], sum[:])
+	return h
+}
 
 // limitsFor resolves the limits a forwarded or replicated decision names:
 // the key's override for the policy if keyID is set and has one, else the
