@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // batchInflight is how many requests one client keeps in flight at most
@@ -103,44 +102,20 @@ func isClosed(ch chan struct{}) bool {
 // for several. The request is the client's, not any caller's: one caller
 // going away must not fail the others, so only the timeout bounds it.
 func (b *batcher) roundTrip(calls []*batchCall) {
-	c := b.c
 	k := getCall()
 	defer putCall(k)
 	ctx := context.Background()
 	if len(calls) == 1 {
 		cl := calls[0]
-		k.body = appendCheck(k.body[:0], &cl.req)
-		hdr, body, err := c.post(ctx, c.checkURL, c.timeout, k)
-		if err == nil {
-			s := scanner{b: body}
-			err = c.decodeDecision(&s, &cl.d, &cl.req)
-			if err == nil {
-				err = s.end()
-			}
-		}
-		if err == nil {
-			cl.d.Header = hdr
-		}
-		cl.err = err
+		cl.d, cl.err = b.c.checkOne(ctx, k, &cl.req)
 		close(cl.done)
 		return
 	}
 	reqs := make([]CheckRequest, len(calls))
-	k.body = append(k.body[:0], `{"checks":[`...)
 	for i, cl := range calls {
-		if i > 0 {
-			k.body = append(k.body, ',')
-		}
 		reqs[i] = cl.req
-		k.body = appendCheck(k.body, &reqs[i])
 	}
-	k.body = append(k.body, "]}"...)
-	timeout := c.timeout + time.Duration(len(calls))*100*time.Microsecond
-	_, body, err := c.post(ctx, c.batchURL, timeout, k)
-	var ds []Decision
-	if err == nil {
-		ds, err = c.decodeBatch(body, reqs)
-	}
+	ds, err := b.c.checkMany(ctx, k, reqs)
 	if err == nil && len(ds) != len(calls) {
 		err = fmt.Errorf("batch answer holds %d results for %d checks", len(ds), len(calls))
 	}

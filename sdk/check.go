@@ -122,18 +122,7 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 	if c.batch != nil {
 		d, err = c.batch.check(ctx, req)
 	} else {
-		k.body = appendCheck(k.body[:0], req)
-		var hdr http.Header
-		var body []byte
-		hdr, body, err = c.post(ctx, c.checkURL, c.timeout, k)
-		if err == nil {
-			s := scanner{b: body}
-			err = c.decodeDecision(&s, &d, req)
-			if err == nil {
-				err = s.end()
-			}
-		}
-		d.Header = hdr
+		d, err = c.checkOne(ctx, k, req)
 	}
 	if err != nil {
 		putCall(k)
@@ -157,21 +146,7 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]Decisio
 	}
 	c.checks.Add(uint64(len(reqs)))
 	k := getCall()
-	k.body = append(k.body[:0], `{"checks":[`...)
-	for i := range reqs {
-		if i > 0 {
-			k.body = append(k.body, ',')
-		}
-		k.body = appendCheck(k.body, &reqs[i])
-	}
-	k.body = append(k.body, "]}"...)
-
-	timeout := c.timeout + time.Duration(len(reqs))*100*time.Microsecond
-	_, body, err := c.post(ctx, c.batchURL, timeout, k)
-	var out []Decision
-	if err == nil {
-		out, err = c.decodeBatch(body, reqs)
-	}
+	out, err := c.checkMany(ctx, k, reqs)
 	putCall(k)
 	if err != nil {
 		d := c.failure(ctx, err, len(reqs))
@@ -182,6 +157,45 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]Decisio
 		return out, fmt.Errorf("sluice: check batch: %w", err)
 	}
 	return out, nil
+}
+
+// checkOne sends req alone to /v1/check through k and decodes the answer,
+// keeping Sluice's header fields.
+func (c *Client) checkOne(ctx context.Context, k *call, req *CheckRequest) (Decision, error) {
+	var d Decision
+	k.body = appendCheck(k.body[:0], req)
+	hdr, body, err := c.post(ctx, c.checkURL, c.timeout, k)
+	if err != nil {
+		return d, err
+	}
+	s := scanner{b: body}
+	if err := c.decodeDecision(&s, &d, req); err != nil {
+		return d, err
+	}
+	if err := s.end(); err != nil {
+		return d, err
+	}
+	d.Header = hdr
+	return d, nil
+}
+
+// checkMany sends reqs (1 to MaxBatch) to /v1/check/batch through k and
+// returns their decisions in order; the timeout grows by 100 µs per check.
+func (c *Client) checkMany(ctx context.Context, k *call, reqs []CheckRequest) ([]Decision, error) {
+	k.body = append(k.body[:0], `{"checks":[`...)
+	for i := range reqs {
+		if i > 0 {
+			k.body = append(k.body, ',')
+		}
+		k.body = appendCheck(k.body, &reqs[i])
+	}
+	k.body = append(k.body, "]}"...)
+	timeout := c.timeout + time.Duration(len(reqs))*100*time.Microsecond
+	_, body, err := c.post(ctx, c.batchURL, timeout, k)
+	if err != nil {
+		return nil, err
+	}
+	return c.decodeBatch(body, reqs)
 }
 
 // post sends k.body to u and reads the answer into k.resp. A non-200 answer
