@@ -33,21 +33,7 @@ func (h *handler) listTenants(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"tenants": ts})
 }
 
-func (h *handler) abuse(c echo.Context) error {
-	from, to, err := timeRange(c)
-	if err != nil {
-		return err
-	}
-	n, err := limitParam(c)
-	if err != nil {
-		return err
-	}
-	entries := []bus.TopEntry{}
-	if err := h.Worker.Query(c.Request().Context(), "top", bus.TopQuery{From: from, To: to, Limit: n}, &entries); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{"identities": entries})
-}
+func (h *handler) abuse(c echo.Context) error { return h.rankIdentities(c, "") }
 
 func (h *handler) createBlock(c echo.Context) error {
 	var b struct {

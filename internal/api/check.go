@@ -123,27 +123,9 @@ func setRateLimitHeaders(h http.Header, a *engine.Answer) {
 	n := 0
 	mark := func() { ends[n] = len(b); n++ }
 	if len(a.Limits) > 0 {
-		for i, l := range a.Limits {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = strconv.AppendQuote(b, l.Name)
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, l.Limit, 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(l.Period), 10)
-		}
+		b = appendLimitItems(b, a.Limits, true)
 		mark()
-		for i, l := range a.Limits {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = strconv.AppendQuote(b, l.Name)
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, l.Remaining, 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, ceilSeconds(l.Reset), 10)
-		}
+		b = appendLimitItems(b, a.Limits, false)
 		mark()
 		b = strconv.AppendInt(b, a.Limit, 10)
 		mark()
@@ -178,6 +160,30 @@ func setRateLimitHeaders(h http.Header, a *engine.Answer) {
 	if retry {
 		h["Retry-After"] = v(n - 1)
 	}
+}
+
+// appendLimitItems writes one structured-field item per limit: the
+// RateLimit-Policy form (quota q, window w) or, with policy false, the
+// RateLimit form (remaining r, seconds until full t).
+func appendLimitItems(b []byte, limits []engine.LimitStatus, policy bool) []byte {
+	for i, l := range limits {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, l.Name)
+		if policy {
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, l.Limit, 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, ceilSeconds(l.Period), 10)
+		} else {
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, l.Remaining, 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ceilSeconds(l.Reset), 10)
+		}
+	}
+	return b
 }
 
 // appendAnswer encodes an answer as API.md's JSON without reflection: this

@@ -213,7 +213,11 @@ func limitParam(c echo.Context) (int, error) {
 	return n, nil
 }
 
-func (h *handler) top(c echo.Context) error {
+func (h *handler) top(c echo.Context) error { return h.rankIdentities(c, tenantID(c)) }
+
+// rankIdentities answers identities ranked by denials, in one tenant or,
+// with tenant empty, across all of them (the operator's abuse report).
+func (h *handler) rankIdentities(c echo.Context, tenant string) error {
 	from, to, err := timeRange(c)
 	if err != nil {
 		return err
@@ -223,7 +227,7 @@ func (h *handler) top(c echo.Context) error {
 		return err
 	}
 	entries := []bus.TopEntry{}
-	q := bus.TopQuery{TenantID: tenantID(c), From: from, To: to, Limit: n, Policy: c.QueryParam("policy")}
+	q := bus.TopQuery{TenantID: tenant, From: from, To: to, Limit: n, Policy: c.QueryParam("policy")}
 	if err := h.Worker.Query(c.Request().Context(), "top", q, &entries); err != nil {
 		return err
 	}

@@ -277,6 +277,54 @@ func TestSDKAgainstServer(t *testing.T) {
 			t.Errorf("untrusted peer with XFF counted as %q", d.Identity.ID)
 		}
 	})
+
+	t.Run("analytics through the SDK and the abuse report", func(t *testing.T) {
+		// "headers and 429 body" made 3 allowed and 1 denied checks for
+		// 203.0.113.7; counts reach SQLite within about 2 s.
+		from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Minute)
+		var top []sdk.TopEntry
+		waitUntil(t, 10*time.Second, "analytics caught up", func() bool {
+			var err error
+			top, err = c.Top(ctx, sdk.TopQuery{From: from, To: to, Limit: 50})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range top {
+				if e.Identity.ID == "203.0.113.7" && e.Allowed == 3 && e.Denied == 1 {
+					return true
+				}
+			}
+			return false
+		})
+		for _, e := range top {
+			if e.Identity.ID == "203.0.113.7" && (e.DenialRatio != 0.25 || e.FirstSeen.IsZero() || e.LastSeen.Before(e.FirstSeen)) {
+				t.Errorf("top entry %+v", e)
+			}
+		}
+		pts, err := c.Timeseries(ctx, sdk.TimeseriesQuery{From: from, To: to, Step: time.Minute, Policy: "heavy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var denied int64
+		for _, p := range pts {
+			denied += p.Denied
+		}
+		if denied == 0 {
+			t.Errorf("timeseries for heavy shows no denials: %+v", pts)
+		}
+		abuse := do(t, m, "GET", "/v1/admin/abuse?from="+from.UTC().Format(time.RFC3339)+"&to="+to.UTC().Format(time.RFC3339), testToken, nil)
+		ids, _ := abuse["identities"].([]any)
+		found := false
+		for _, e := range ids {
+			e := e.(map[string]any)
+			if e["tenant_id"] == tenantID && e["identity"].(map[string]any)["id"] == "203.0.113.7" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("abuse report lacks the denied caller: %v", abuse)
+		}
+	})
 }
 
 // The denial memory answers a hammering caller locally, and never admits
