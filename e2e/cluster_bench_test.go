@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
 )
@@ -100,31 +97,4 @@ func BenchmarkClusterCheck(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	})
-}
-
-// partitionOwners reads every partition's lease: partition → node.
-func (tp *topology) partitionOwners() map[int]string {
-	nc, err := nats.Connect(tp.natsURL())
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, "sluice_owners")
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	out := make(map[int]string, bus.Partitions)
-	for p := range bus.Partitions {
-		e, err := kv.Get(ctx, fmt.Sprintf("p.%d", p))
-		if err != nil {
-			tp.t.Fatal(err)
-		}
-		var l struct{ Node string }
-		_ = json.Unmarshal(e.Value(), &l)
-		out[p] = l.Node
-	}
-	return out
 }

@@ -133,25 +133,34 @@ func (tp *topology) waitBalanced(d time.Duration, live ...*server) time.Duration
 
 // ownerOf reads the lease of the partition a bucket key belongs to.
 func (tp *topology) ownerOf(key string) string {
+	return tp.partitionOwners()[bus.Partition([]byte(key))]
+}
+
+// partitionOwners reads every partition's lease: partition → node.
+func (tp *topology) partitionOwners() map[int]string {
 	nc, err := nats.Connect(tp.natsURL())
 	if err != nil {
 		tp.t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "sluice_owners")
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, fmt.Sprintf("p.%d", bus.Partition([]byte(key))))
-	if err != nil {
-		tp.t.Fatal(err)
+	out := make(map[int]string, bus.Partitions)
+	for p := range bus.Partitions {
+		e, err := kv.Get(ctx, fmt.Sprintf("p.%d", p))
+		if err != nil {
+			tp.t.Fatal(err)
+		}
+		var l struct{ Node string }
+		_ = json.Unmarshal(e.Value(), &l)
+		out[p] = l.Node
 	}
-	var l struct{ Node string }
-	_ = json.Unmarshal(e.Value(), &l)
-	return l.Node
+	return out
 }
 
 // spread sends n checks concurrently (conc at a time), round-robin over the
