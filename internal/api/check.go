@@ -37,11 +37,12 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 func (h *handler) check(c echo.Context) error {
 	now := h.Now()
-	var body checkBody
+	// One pooled buffer carries the request body in and the answer out:
+	// the decoded check holds copies of the strings it needs.
 	buf := bufPool.Get().(*[]byte)
-	err := bindCheck(c, &body, buf)
-	bufPool.Put(buf)
-	if err != nil {
+	defer bufPool.Put(buf)
+	var body checkBody
+	if err := bindCheck(c, &body, buf); err != nil {
 		return err
 	}
 	req, err := body.request("")
@@ -53,12 +54,9 @@ func (h *handler) check(c echo.Context) error {
 		return err
 	}
 	setRateLimitHeaders(c.Response().Header(), &a)
-	buf = bufPool.Get().(*[]byte)
 	out := appendAnswer((*buf)[:0], &a)
-	err = c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 	*buf = out
-	bufPool.Put(buf)
-	return err
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
 
 func (h *handler) checkBatch(c echo.Context) error {

@@ -271,9 +271,10 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		return BucketsPage{}, err
 	}
 	defer rows.Close()
-	// A page must fit in one NATS message: it ends early, with Next set,
-	// when its records (estimated from their stored JSON) reach half of
-	// max_payload, which leaves room for the wire encoding's overhead.
+	// A page ends early, with Next set, once its records (estimated from
+	// their stored JSON) reach half of max_payload. Any reply may travel in
+	// parts, but a page that fits one message keeps hydration to one round
+	// trip per page and the worker from holding large replies for it.
 	budget := max(int(w.nc.MaxPayload())/2, 4096)
 	size := 0
 	var page BucketsPage
