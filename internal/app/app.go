@@ -60,6 +60,7 @@ type Main struct {
 	cluster  *cluster.Cluster
 	http     *http.Server
 	pprof    *http.Server
+	revoked  *lazyRevoker // signed-out dashboard sessions
 	ln       net.Listener
 	bg       sync.WaitGroup
 	bgCancel context.CancelFunc
@@ -129,6 +130,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
 	revoked := &lazyRevoker{}
+	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Log: m.Log}); err != nil {
 		return err
 	}
