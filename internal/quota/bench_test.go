@@ -211,21 +211,26 @@ func BenchmarkBucketMemory(b *testing.B) {
 }
 
 // BenchmarkMemoryLatencyFloor is the machine's floor for BenchmarkCheck1MKeys:
-// one dependent read of a random 64-byte slot in a table as large as the
-// 1M-key cache's (2M slots, 128 MiB). Each read's address comes from the
-// previous one, so misses cannot overlap, just as a check cannot start its
-// table read before its shard lock is held. A 1M-key check costs this plus
-// what BenchmarkCheckHotKey costs.
+// one dependent read of a random cache line in a table as large as the
+// 1M-key cache's (4096 entries of 32 bytes in each of 512 shards: 1M lines,
+// 64 MiB). Each read's address comes from the previous one, so misses cannot
+// overlap, just as a check cannot start its table read before its shard lock
+// is held. A 1M-key check costs about this plus what BenchmarkCheckHotKey
+// costs.
 func BenchmarkMemoryLatencyFloor(b *testing.B) {
-	tab := make([]slot, 2<<20)
+	type line struct {
+		next uint64
+		_    [7]uint64
+	}
+	tab := make([]line, 1<<20)
 	perm := rand.New(rand.NewSource(1)).Perm(len(tab))
 	for i := range perm {
-		tab[perm[i]].tag = uint64(perm[(i+1)%len(perm)])
+		tab[perm[i]].next = uint64(perm[(i+1)%len(perm)])
 	}
 	j := uint64(perm[0])
 	b.ResetTimer()
 	for range b.N {
-		j = tab[j].tag
+		j = tab[j].next
 	}
 	latencySink = j
 }

@@ -11,36 +11,50 @@ package quota
 // is no lock order, and a sweep stalls at most one shard at a time.
 //
 // Table layout. At a million keys a check is bound by memory latency, not by
-// arithmetic, so the table is laid out for one cache miss per check: each
-// shard is an open-addressing table (linear probing) of 64-byte slots, and a
-// slot holds everything a single-limit check reads and writes — the key's
-// identity, its first limit's state and the identity of its limits slice.
-// The key itself, extra limits' states and sliding logs live in a separate
-// cold record that a check only touches for multi-limit or sliding-log
-// buckets. A slot identifies its key by two independent 64-bit seeded hashes,
-// so the key bytes are never read on the hot path; with random seeds, two
-// live keys share both hashes with probability about 2^-119 per pair, far
-// below any hardware error rate. Deletions leave tombstones; a table is
-// rebuilt when tombstones or its size call for it.
+// arithmetic: one random read of a large table costs more than the rest of a
+// check together, and part of that cost grows with the table's size (address
+// translation). So a check reads one cache line, and the table is as small as
+// that allows. Each shard is an open-addressing table (linear probing) of
+// 32-byte entries, two to a 64-byte line, and a lookup starts at the first
+// entry of its home line. An entry holds everything a single-limit token
+// bucket or fixed window check reads and writes: the key's identity, the
+// limit's state, and which limits the bucket was decided with. A
+// single-limit sliding window needs one number more, so its bucket is "wide":
+// two entries of one line, the second holding the previous window's count.
+// Everything else lives in cold storage that a check does not touch: the key
+// itself (in an array parallel to the entries), and for multi-limit and
+// sliding-log buckets ("ext") every limit's state.
+//
+// Identity. An entry identifies its key by the first seeded hash's bits above
+// the shard index (55 bits) and the second hash's upper 32 bits, 87 bits in
+// all, so the key bytes are never read on the hot path. With random seeds,
+// two live keys of one shard share them with probability 2^-87 per pair:
+// about 2^-57 for a million live keys, and about 10^-8 for a server that
+// creates 10^15 keys over its life with a million live, far below any
+// hardware error rate. The bits the shard
+// index leaves free in the first word carry the entry's flags.
+//
+// Limits identity. Each shard keeps a table of the limits slices its buckets
+// were decided with, counted by reference; an entry holds an index into it.
+// Callers share one immutable slice per policy version, so the steady-state
+// check compares the slice it was given with the one at that index: two
+// words, in a table that stays in cache. A different slice is compared by
+// value and, if the limits really changed, the bucket's states are remapped.
+// A referenced slice stays alive, so equal addresses mean the same slice.
 //
 // Dirty protocol. A bucket is dirty when it holds consumption not yet handed
-// to DrainDirty. Only an allowed, consuming check (and Reset) marks a bucket
-// dirty: denials and peeks never do, so abusive traffic costs no writes
-// downstream. Each shard lists the slots of its dirty buckets, so a drain
-// costs the number of changed buckets; the invariant is slot.dirty == (slot
-// is in its shard's dirty list). Sweep never removes a dirty bucket, inserts
-// never move a slot, and a rebuild recomputes the list.
+// to DrainDirty. Only an allowed, consuming check (and Reset and Force) marks
+// a bucket dirty: denials and peeks never do, so abusive traffic costs no
+// writes downstream. Each shard lists the entries of its dirty buckets, so a
+// drain costs the number of changed buckets. Every dirty bucket's index is in
+// its shard's list; the list may also hold stale indexes (of buckets that
+// moved or were cleaned), which a drain skips. Sweep never removes a dirty
+// bucket, and a rebuild recomputes the list.
 //
 // Expiry. A bucket is full again at an instant derived from its state
 // (Limit.FullAt). Sweep drops buckets that are full and not dirty: memory is
 // bounded by active identities, and a dropped bucket is indistinguishable
 // from the full bucket a later Check would create.
-//
-// Policy changes. A slot remembers the address and length of the limits
-// slice it was last decided with. Callers share one immutable slice per
-// policy version, so the steady-state check is a pointer comparison; a
-// different slice is compared by value and, if the limits really changed,
-// the bucket's states are remapped.
 
 import (
 	"hash/maphash"
@@ -53,8 +67,9 @@ const (
 	// of cores, so two busy keys rarely share a lock.
 	shardBits = 9
 	numShards = 1 << shardBits
-	// minSlots is the smallest table a shard allocates.
-	minSlots = 8
+	shardMask = numShards - 1
+	// minEntries is the smallest table a shard allocates.
+	minEntries = 8
 )
 
 // Cache is the in-memory store of buckets, one per key. It is safe for
@@ -66,57 +81,70 @@ type Cache struct {
 
 type shard struct {
 	mu    sync.Mutex
-	slots []slot // power-of-two length; nil while empty
-	used  int    // live slots
-	tombs int    // tombstones
+	ents  []entry // power-of-two length, two entries per cache line; nil while empty
+	colds []cold  // colds[i] is the cold part of the bucket at ents[i]
+	lims  []limRef
+	used  int // occupied entries: a wide bucket counts two
+	tombs int // tombstones
+	n     int // buckets
 	dirty []uint32
 
-	// metas are recent shared bucketMetas, so the single-limit buckets of
-	// one policy share one; interned are recent copies made by Load. Both
-	// only save memory: duplicates are harmless.
-	metas    [8]*bucketMeta
+	limIdx  map[sliceID]uint32 // lims by slice
+	limFree []uint32           // unreferenced lims
+	// interned are recent copies made by Load, so that buckets loaded with
+	// equal limits share one slice. It only saves memory.
 	interned [4][]Limit
-	nextM    uint8
 	nextI    uint8
 }
 
-// Slot tags: 0 is an empty slot, tombstone a deleted one, and a live slot's
-// tag is its key's first hash with the low bit set (the low bits pick the
-// shard, so they carry no information within one).
-const tombstone = 2
+// Entry flags, in the low bits of entry.tag that the shard index leaves
+// free. A live entry has fLive; an empty one is 0; tombstone marks a deleted
+// entry (probes go on past it) and cont a wide bucket's second entry.
+const (
+	fLive  = 1
+	fDirty = 2 // consumption not yet drained
+	fExt   = 4 // states in cold storage
+	fWide  = 8 // the next entry holds State.Prev
+	fState = fDirty | fExt | fWide
 
-// slot is one bucket's hot part: 64 bytes, one cache line.
-type slot struct {
-	tag   uint64
-	h2    uint64
-	c     cell   // state of limits[0]
-	first *Limit // &limits[0] of the bucket's limits: identity without touching cold
-	cold  *coldBucket
-	n     uint32 // len(limits)
-	dirty bool
-	ext   bool // cold.meta holds states: the bucket needs cold memory
+	tombstone = 2
+	cont      = 16
+)
+
+// entry is a bucket's hot part: 32 bytes, half a cache line.
+type entry struct {
+	tag uint64  // the first hash above the shard bits, and flags
+	id  uint64  // the second hash's upper half << 32 | index in shard.lims
+	a   float64 // State.Tokens of the only limit; in a cont entry, State.Prev
+	at  int64   // State.At of the only limit
 }
 
-// coldBucket is what a single-limit check does not need.
-type coldBucket struct {
-	key  string
-	meta *bucketMeta
+// cold is what a check on a single-limit bucket does not read.
+type cold struct {
+	key string
+	x   *extState // ext buckets only
 }
 
-// cell is the compact state of one limit: State without Log.
+// extState holds every limit's state of a multi-limit or sliding-log bucket.
+type extState struct {
+	cells []cell    // State without Log
+	logs  [][]int64 // per limit, State.Log; nil when no limit is a sliding log
+}
+
 type cell struct {
 	a, b float64 // State.Tokens, State.Prev
 	at   int64   // State.At
 }
 
-// bucketMeta holds a bucket's limits and, for multi-limit and sliding-log
-// buckets, the states that do not fit in the slot. A meta without states is
-// shared by every such bucket of one limits slice and never mutated; a meta
-// with states belongs to one bucket (slot.ext).
-type bucketMeta struct {
-	limits []Limit   // never mutated
-	cells  []cell    // states of limits[1:]
-	logs   [][]int64 // per limit, State.Log; nil when no limit is a sliding log
+// limRef is one limits slice in use by refs buckets of a shard.
+type limRef struct {
+	limits []Limit // never mutated
+	refs   int
+}
+
+type sliceID struct {
+	first *Limit
+	n     int
 }
 
 // NewCache returns an empty Cache.
@@ -147,7 +175,7 @@ func (c *Cache) Check(key string, limits []Limit, now int64, cost int64, consume
 		return true, -1
 	}
 	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
-	sh := &c.shards[h1&(numShards-1)]
+	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
@@ -166,7 +194,7 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 		return true, -1
 	}
 	h1, h2 := maphash.Bytes(c.seed1, key), maphash.Bytes(c.seed2, key)
-	sh := &c.shards[h1&(numShards-1)]
+	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
@@ -177,47 +205,97 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 	return allowed, report
 }
 
-// check runs one decision on the bucket in slot i; sh.mu must be held.
+// check runs one decision on the bucket at i; sh.mu must be held.
 func (sh *shard) check(i int, limits []Limit, now, cost int64, consume bool, out []Outcome) (allowed bool, report int) {
-	s := &sh.slots[i]
-	if s.first != &limits[0] || int(s.n) != len(limits) {
-		sh.adopt(s, limits, now)
+	if !sameSlice(sh.lims[uint32(sh.ents[i].id)].limits, limits) {
+		i = sh.adopt(i, limits, now)
 	}
-	n := len(limits)
-	if n == 1 {
-		var st State
-		s.get(0, &st)
+	e := &sh.ents[i]
+	if e.tag&fExt == 0 {
+		st := State{Tokens: e.a, At: e.at}
+		if e.tag&fWide != 0 {
+			st.Prev = sh.ents[i+1].a
+		}
 		out[0] = limits[0].Decide(&st, now, cost, consume)
 		allowed = out[0].Allowed
 		if allowed && consume {
-			s.put(0, &st)
+			e.a, e.at = st.Tokens, st.At
+			if e.tag&fWide != 0 {
+				sh.ents[i+1].a = st.Prev
+			}
 		}
 	} else {
 		var buf [4]State
 		states := buf[:]
-		if n > len(buf) {
-			states = make([]State, n)
+		if len(limits) > len(buf) {
+			states = make([]State, len(limits))
 		}
-		states = states[:n]
-		for k := range states {
-			s.get(k, &states[k])
-		}
+		states = states[:len(limits)]
+		sh.getStates(i, states)
 		allowed, report = DecideAll(limits, states, now, cost, consume, out)
 		if allowed && consume {
-			for k := range states {
-				s.put(k, &states[k])
-			}
+			sh.colds[i].x.put(states)
 		}
 	}
-	if allowed && consume && !s.dirty {
+	if allowed && consume && e.tag&fDirty == 0 {
 		sh.markDirty(i)
 	}
 	return allowed, report
 }
 
 func (sh *shard) markDirty(i int) {
-	sh.slots[i].dirty = true
+	sh.ents[i].tag |= fDirty
 	sh.dirty = append(sh.dirty, uint32(i))
+}
+
+// limitsOf returns the limits of the bucket at i.
+func (sh *shard) limitsOf(i int) []Limit { return sh.lims[uint32(sh.ents[i].id)].limits }
+
+// getStates loads the states of the bucket at i, one per limit, into states.
+func (sh *shard) getStates(i int, states []State) {
+	e := &sh.ents[i]
+	if e.tag&fExt != 0 {
+		sh.colds[i].x.get(states)
+		return
+	}
+	states[0] = State{Tokens: e.a, At: e.at}
+	if e.tag&fWide != 0 {
+		states[0].Prev = sh.ents[i+1].a
+	}
+}
+
+// putStates stores states as the bucket's at i.
+func (sh *shard) putStates(i int, states []State) {
+	e := &sh.ents[i]
+	if e.tag&fExt != 0 {
+		sh.colds[i].x.put(states)
+		return
+	}
+	e.a, e.at = states[0].Tokens, states[0].At
+	if e.tag&fWide != 0 {
+		sh.ents[i+1].a = states[0].Prev
+	}
+}
+
+func (x *extState) get(states []State) {
+	for k := range states {
+		s := &states[k]
+		c := &x.cells[k]
+		s.Tokens, s.Prev, s.At, s.Log = c.a, c.b, c.at, nil
+		if x.logs != nil {
+			s.Log = x.logs[k]
+		}
+	}
+}
+
+func (x *extState) put(states []State) {
+	for k := range states {
+		s := &states[k]
+		x.cells[k] = cell{a: s.Tokens, b: s.Prev, at: s.At}
+		if x.logs != nil {
+			x.logs[k] = s.Log
+		}
+	}
 }
 
 // DrainDirty calls fn for every bucket marked dirty since the last drain and
@@ -237,20 +315,18 @@ func (sh *shard) drain(fn func(string, []Limit, []State, int64), scratch []State
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, i := range sh.dirty {
-		s := &sh.slots[i]
-		if s.tag&1 == 0 || !s.dirty {
-			continue // only if an earlier fn panicked mid-drain
+		e := &sh.ents[i]
+		if e.tag&fLive == 0 || e.tag&fDirty == 0 {
+			continue // a stale index, or an earlier fn panicked mid-drain
 		}
-		limits := s.cold.meta.limits
+		limits := sh.limitsOf(int(i))
 		if cap(scratch) < len(limits) {
 			scratch = make([]State, len(limits))
 		}
 		st := scratch[:len(limits)]
-		for k := range st {
-			s.get(k, &st[k])
-		}
-		s.dirty = false
-		fn(s.cold.key, limits, st, fullAt(limits, st))
+		sh.getStates(int(i), st)
+		e.tag &^= fDirty
+		fn(sh.colds[i].key, limits, st, fullAt(limits, st))
 	}
 	clear(scratch) // drop references to logs
 	if cap(sh.dirty) > 1024 && len(sh.dirty) < cap(sh.dirty)/4 {
@@ -273,7 +349,7 @@ func (c *Cache) Load(key string, limits []Limit, states []State, fullAt int64) {
 		return
 	}
 	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
-	sh := &c.shards[h1&(numShards-1)]
+	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	lim := sh.intern(limits)
@@ -281,8 +357,7 @@ func (c *Cache) Load(key string, limits []Limit, states []State, fullAt int64) {
 	if i < 0 {
 		i = sh.create(h1, h2, strings.Clone(key), lim)
 	}
-	s := &sh.slots[i]
-	sh.setStates(s, lim, states)
+	sh.install(i, lim, states)
 }
 
 // intern returns a private copy of limits, shared with recent Loads of equal
@@ -299,35 +374,20 @@ func (sh *shard) intern(limits []Limit) []Limit {
 	return cp
 }
 
-// sharedMeta returns a stateless meta for limits (the same array and
-// length), shared with recent buckets; sh.mu must be held.
-func (sh *shard) sharedMeta(limits []Limit) *bucketMeta {
-	for _, m := range sh.metas {
-		if m != nil && sameSlice(m.limits, limits) {
-			return m
-		}
-	}
-	m := &bucketMeta{limits: limits}
-	sh.metas[sh.nextM%uint8(len(sh.metas))] = m
-	sh.nextM++
-	return m
-}
-
 // Reset makes key's bucket full again and marks it dirty, so the reset is
 // persisted; DrainDirty reports it with fullAt 0. It reports whether key had
 // a bucket.
 func (c *Cache) Reset(key string) bool {
 	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
-	sh := &c.shards[h1&(numShards-1)]
+	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(h1, h2)
 	if i < 0 {
 		return false
 	}
-	s := &sh.slots[i]
-	sh.setStates(s, s.cold.meta.limits, nil)
-	if !s.dirty {
+	sh.setStates(i, sh.limitsOf(i), nil)
+	if sh.ents[i].tag&fDirty == 0 {
 		sh.markDirty(i)
 	}
 	return true
@@ -347,32 +407,28 @@ func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
-	for i := range sh.slots {
-		s := &sh.slots[i]
-		if s.tag&1 == 0 || s.dirty {
+	var buf [4]State
+	for i := range sh.ents {
+		e := &sh.ents[i]
+		if e.tag&fLive == 0 || e.tag&fDirty != 0 {
 			continue
 		}
-		var full int64
-		if s.n == 1 && !s.ext { // the common case reads the slot only
-			var st State
-			s.c.get(&st)
-			full = s.first.FullAt(&st)
-		} else {
-			limits := s.cold.meta.limits
-			for k := range limits {
-				var st State
-				s.get(k, &st)
-				full = max(full, limits[k].FullAt(&st))
-			}
+		limits := sh.limitsOf(i)
+		states := buf[:]
+		if len(limits) > len(buf) {
+			states = make([]State, len(limits))
 		}
-		if full <= now {
-			sh.remove(s)
+		states = states[:len(limits)]
+		sh.getStates(i, states)
+		if fullAt(limits, states) <= now {
+			sh.remove(i)
 			n++
 		}
 	}
+	clear(buf[:]) // drop references to logs
 	// Rebuild a table that is mostly tombstones or mostly empty, so memory
 	// follows active identities after a burst.
-	if sh.tombs*4 > len(sh.slots) || len(sh.slots) > 64 && sh.used*8 < len(sh.slots) {
+	if sh.tombs*4 > len(sh.ents) || len(sh.ents) > 64 && sh.used*8 < len(sh.ents) {
 		sh.rehash(sh.used)
 	}
 	return n
@@ -384,193 +440,351 @@ func (c *Cache) Len() int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		n += sh.used
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
 }
 
-// find returns the index of the live slot with hashes h1, h2, or -1; sh.mu
+// find returns the index of the live bucket with hashes h1, h2, or -1; sh.mu
 // must be held.
 func (sh *shard) find(h1, h2 uint64) int {
-	if len(sh.slots) == 0 {
+	if len(sh.ents) == 0 {
 		return -1
 	}
-	mask := uint64(len(sh.slots) - 1)
-	tag := h1 | 1
-	for i := (h1 >> shardBits) & mask; ; i = (i + 1) & mask {
-		s := &sh.slots[i]
-		if s.tag == tag && s.h2 == h2 {
+	mask := uint64(len(sh.ents) - 1)
+	want, hi := h1&^shardMask|fLive, uint32(h2>>32)
+	for i := home(h1, mask); ; i = (i + 1) & mask {
+		e := &sh.ents[i]
+		if e.tag&^fState == want && uint32(e.id>>32) == hi {
 			return int(i)
 		}
-		if s.tag == 0 {
+		if e.tag == 0 {
 			return -1
 		}
 	}
 }
 
+// home is the first entry of a hash's home line.
+func home(h1, mask uint64) uint64 { return h1 >> shardBits & mask &^ 1 }
+
+func isFree(tag uint64) bool { return tag == 0 || tag == tombstone }
+
+// layout tells how a bucket with limits is stored.
+func layout(limits []Limit) (ext, wide bool) {
+	ext = len(limits) > 1 || limits[0].Algorithm == SlidingLog
+	return ext, !ext && limits[0].Algorithm == SlidingWindow
+}
+
 // create adds a full bucket for a key known to be absent and returns its
-// slot index; key must be a private copy. sh.mu must be held.
+// index; key must be a private copy. sh.mu must be held.
 func (sh *shard) create(h1, h2 uint64, key string, limits []Limit) int {
-	// Keep a fifth of the slots empty so probes stay short and end.
-	if (sh.used+sh.tombs+1)*5 > len(sh.slots)*4 {
-		sh.rehash(sh.used + 1)
+	tag := h1&^shardMask | fLive
+	if _, wide := layout(limits); wide {
+		tag |= fWide
 	}
-	i := sh.place(h1)
-	s := &sh.slots[i]
-	if s.tag == tombstone {
-		sh.tombs--
-	}
-	sh.used++
-	*s = slot{tag: h1 | 1, h2: h2, cold: &coldBucket{key: key}}
-	sh.setStates(s, limits, nil)
+	i := sh.insert(entry{tag: tag, id: h2>>32<<32 | uint64(sh.ref(limits))}, cold{key: key})
+	sh.n++
+	sh.setStates(i, limits, nil)
 	return i
 }
 
-// place returns the index of the first free (empty or tombstone) slot on
-// h1's probe path.
-func (sh *shard) place(h1 uint64) int {
-	mask := uint64(len(sh.slots) - 1)
-	for i := (h1 >> shardBits) & mask; ; i = (i + 1) & mask {
-		if sh.slots[i].tag&1 == 0 {
+// insert places e (one entry, or two if it is wide) and its cold part,
+// growing the table if needed, and returns its index. A dirty e is listed.
+func (sh *shard) insert(e entry, c cold) int {
+	w := width(e.tag)
+	// Keep a fifth of the entries empty so probes stay short and end.
+	if (sh.used+sh.tombs+w)*5 > len(sh.ents)*4 {
+		sh.rehash(sh.used + w)
+	}
+	i := sh.place(e.tag)
+	for i < 0 { // no free line left for a wide bucket
+		sh.rehash(max(len(sh.ents), sh.used+w))
+		i = sh.place(e.tag)
+	}
+	sh.put(i, e, c)
+	return i
+}
+
+func width(tag uint64) int {
+	if tag&fWide != 0 {
+		return 2
+	}
+	return 1
+}
+
+// place returns the first free index on tag's probe path where a bucket of
+// tag's width fits, or -1 if none does. A wide bucket takes a whole free
+// line; empty entries it passes become tombstones, so that lookups, which
+// stop at the first empty entry, still reach it.
+func (sh *shard) place(tag uint64) int {
+	n := uint64(len(sh.ents))
+	if n == 0 {
+		return -1
+	}
+	mask, start := n-1, home(tag, n-1)
+	if tag&fWide == 0 {
+		for i, k := start, uint64(0); k < n; i, k = (i+1)&mask, k+1 {
+			if isFree(sh.ents[i].tag) {
+				return int(i)
+			}
+		}
+		return -1
+	}
+	for i, k := start, uint64(0); k < n; i, k = (i+2)&mask, k+2 {
+		if isFree(sh.ents[i].tag) && isFree(sh.ents[i+1].tag) {
+			for j := start; j != i; j = (j + 1) & mask {
+				if sh.ents[j].tag == 0 {
+					sh.ents[j].tag = tombstone
+					sh.tombs++
+				}
+			}
 			return int(i)
 		}
 	}
+	return -1
 }
 
-// remove turns s into a tombstone; s must not be dirty.
-func (sh *shard) remove(s *slot) {
-	*s = slot{tag: tombstone}
-	sh.used--
-	sh.tombs++
+// put writes e and c at free index i (and a wide bucket's second entry).
+func (sh *shard) put(i int, e entry, c cold) {
+	w := width(e.tag)
+	for j := i; j < i+w; j++ {
+		if sh.ents[j].tag == tombstone {
+			sh.tombs--
+		}
+	}
+	sh.ents[i], sh.colds[i] = e, c
+	if w == 2 {
+		sh.ents[i+1] = entry{tag: cont}
+	}
+	sh.used += w
+	if e.tag&fDirty != 0 {
+		sh.dirty = append(sh.dirty, uint32(i))
+	}
 }
 
-// rehash rebuilds the table with room for need live slots at half load,
-// dropping tombstones and recomputing the dirty list (slots move).
+// free turns the bucket at i into tombstones and returns its entry (with
+// State.Prev of a wide bucket in prev) and cold part.
+func (sh *shard) free(i int) (e entry, c cold, prev float64) {
+	e, c = sh.ents[i], sh.colds[i]
+	w := width(e.tag)
+	if w == 2 {
+		prev = sh.ents[i+1].a
+		sh.ents[i+1] = entry{tag: tombstone}
+	}
+	sh.ents[i], sh.colds[i] = entry{tag: tombstone}, cold{}
+	sh.used -= w
+	sh.tombs += w
+	return e, c, prev
+}
+
+// remove deletes the bucket at i; it must not be dirty.
+func (sh *shard) remove(i int) {
+	e, _, _ := sh.free(i)
+	sh.unref(uint32(e.id))
+	sh.n--
+}
+
+// move re-places the bucket at i with or without a second entry and returns
+// its new index; a new second entry holds a zero State.Prev.
+func (sh *shard) move(i int, wide bool) int {
+	e, c, _ := sh.free(i)
+	e.tag &^= fWide
+	if wide {
+		e.tag |= fWide
+	}
+	return sh.insert(e, c)
+}
+
+// rehash rebuilds the table with room for need entries at half load,
+// dropping tombstones and recomputing the dirty list (buckets move).
 func (sh *shard) rehash(need int) {
-	size := minSlots
+	size := minEntries
 	for size < 2*need {
 		size *= 2
 	}
-	old := sh.slots
-	sh.slots, sh.tombs = nil, 0
-	if need > 0 {
-		sh.slots = make([]slot, size)
+	for {
+		if sh.rebuild(size, need > 0) {
+			return
+		}
+		size *= 2 // a wide bucket found no free line: vanishingly rare
+	}
+}
+
+func (sh *shard) rebuild(size int, alloc bool) bool {
+	oldE, oldC := sh.ents, sh.colds
+	sh.ents, sh.colds, sh.used, sh.tombs = nil, nil, 0, 0
+	if alloc {
+		sh.ents, sh.colds = make([]entry, size), make([]cold, size)
 	}
 	sh.dirty = sh.dirty[:0]
-	for i := range old {
-		o := &old[i]
-		if o.tag&1 == 0 {
+	for i := range oldE {
+		o := &oldE[i]
+		if o.tag&fLive == 0 {
 			continue
 		}
 		j := sh.place(o.tag)
-		sh.slots[j] = *o
-		if o.dirty {
-			sh.dirty = append(sh.dirty, uint32(j))
+		if j < 0 {
+			sh.ents, sh.colds = oldE, oldC
+			sh.recount()
+			return false
+		}
+		sh.put(j, *o, oldC[i])
+		if o.tag&fWide != 0 {
+			sh.ents[j+1].a = oldE[i+1].a
+		}
+	}
+	return true
+}
+
+// recount recomputes used, tombs and the dirty list from the entries.
+func (sh *shard) recount() {
+	sh.used, sh.tombs, sh.dirty = 0, 0, sh.dirty[:0]
+	for i := range sh.ents {
+		switch t := sh.ents[i].tag; {
+		case t == tombstone:
+			sh.tombs++
+		case t == cont:
+			sh.used++
+		case t&fLive != 0:
+			sh.used++
+			if t&fDirty != 0 {
+				sh.dirty = append(sh.dirty, uint32(i))
+			}
 		}
 	}
 }
 
-func (c *cell) get(s *State) { s.Tokens, s.Prev, s.At = c.a, c.b, c.at }
-func (c *cell) put(s *State) { c.a, c.b, c.at = s.Tokens, s.Prev, s.At }
-
-// get loads the state of limit i into st.
-func (s *slot) get(i int, st *State) {
-	st.Log = nil
-	if !s.ext {
-		s.c.get(st)
-		return
+// ref returns the index of limits in sh.lims, adding it if needed, and
+// counts one more reference to it.
+func (sh *shard) ref(limits []Limit) uint32 {
+	id := sliceID{&limits[0], len(limits)}
+	if k, ok := sh.limIdx[id]; ok {
+		sh.lims[k].refs++
+		return k
 	}
-	x := s.cold.meta
-	if i == 0 {
-		s.c.get(st)
+	var k uint32
+	if n := len(sh.limFree); n > 0 {
+		k, sh.limFree = sh.limFree[n-1], sh.limFree[:n-1]
 	} else {
-		x.cells[i-1].get(st)
+		k = uint32(len(sh.lims))
+		sh.lims = append(sh.lims, limRef{})
 	}
-	if x.logs != nil {
-		st.Log = x.logs[i]
+	sh.lims[k] = limRef{limits: limits, refs: 1}
+	if sh.limIdx == nil {
+		sh.limIdx = make(map[sliceID]uint32)
 	}
+	sh.limIdx[id] = k
+	return k
 }
 
-// put stores st as the state of limit i.
-func (s *slot) put(i int, st *State) {
-	if !s.ext {
-		s.c.put(st)
+// unref drops one reference to sh.lims[k], freeing it after the last.
+func (sh *shard) unref(k uint32) {
+	l := &sh.lims[k]
+	if l.refs--; l.refs > 0 {
 		return
 	}
-	x := s.cold.meta
-	if i == 0 {
-		s.c.put(st)
-	} else {
-		x.cells[i-1].put(st)
-	}
-	if x.logs != nil {
-		x.logs[i] = st.Log
-	}
+	delete(sh.limIdx, sliceID{&l.limits[0], len(l.limits)})
+	*l = limRef{}
+	sh.limFree = append(sh.limFree, k)
 }
 
-// setStates makes limits the bucket's limits, lays out storage for them and
-// fills it with copies of states; missing states are full. sh.mu must be held.
-func (sh *shard) setStates(s *slot, limits []Limit, states []State) {
+// setLimits makes limits the limits of the bucket at i, without touching its
+// states.
+func (sh *shard) setLimits(i int, limits []Limit) {
+	e := &sh.ents[i]
+	old := uint32(e.id)
+	if sameSlice(sh.lims[old].limits, limits) {
+		return
+	}
+	e.id = e.id&^0xffffffff | uint64(sh.ref(limits))
+	sh.unref(old)
+}
+
+// install makes limits the limits of the bucket at i with copies of states
+// (missing ones full), moving the bucket if its layout changes, and returns
+// its index. sh.mu must be held.
+func (sh *shard) install(i int, limits []Limit, states []State) int {
+	if _, wide := layout(limits); wide != (sh.ents[i].tag&fWide != 0) {
+		i = sh.move(i, wide)
+	}
+	sh.setLimits(i, limits)
+	sh.setStates(i, limits, states)
+	return i
+}
+
+// setStates fills the bucket at i, whose layout fits limits, with copies of
+// states; missing states are full. sh.mu must be held.
+func (sh *shard) setStates(i int, limits []Limit, states []State) {
+	e := &sh.ents[i]
+	ext, wide := layout(limits)
+	e.a, e.at = 0, 0
+	if wide {
+		sh.ents[i+1].a = 0
+	}
+	if !ext {
+		e.tag &^= fExt
+		sh.colds[i].x = nil
+		if len(states) > 0 {
+			e.a, e.at = states[0].Tokens, states[0].At
+			if wide {
+				sh.ents[i+1].a = states[0].Prev
+			}
+		}
+		return
+	}
+	e.tag |= fExt
 	hasLog := false
-	for i := range limits {
-		hasLog = hasLog || limits[i].Algorithm == SlidingLog
+	for k := range limits {
+		hasLog = hasLog || limits[k].Algorithm == SlidingLog
 	}
-	s.first, s.n, s.c = &limits[0], uint32(len(limits)), cell{}
-	s.ext = len(limits) > 1 || hasLog
-	if !s.ext {
-		s.cold.meta = sh.sharedMeta(limits)
-	} else {
-		m := &bucketMeta{limits: limits, cells: make([]cell, len(limits)-1)}
-		if hasLog {
-			m.logs = make([][]int64, len(limits))
-		}
-		s.cold.meta = m
+	x := &extState{cells: make([]cell, len(limits))}
+	if hasLog {
+		x.logs = make([][]int64, len(limits))
 	}
-	for i := 0; i < len(limits) && i < len(states); i++ {
-		st := states[i]
-		if limits[i].Algorithm != SlidingLog || !hasLog {
-			st.Log = nil
-		} else if len(st.Log) > 0 {
+	for k := 0; k < len(limits) && k < len(states); k++ {
+		st := states[k]
+		x.cells[k] = cell{a: st.Tokens, b: st.Prev, at: st.At}
+		if limits[k].Algorithm == SlidingLog && len(st.Log) > 0 {
 			log := st.Log
-			if lim := limits[i].Limit; int64(len(log)) > lim && lim > 0 {
+			if lim := limits[k].Limit; int64(len(log)) > lim && lim > 0 {
 				log = log[int64(len(log))-lim:] // keep the newest
 			}
-			st.Log = append([]int64(nil), log...)
+			x.logs[k] = append([]int64(nil), log...)
 		}
-		s.put(i, &st)
 	}
+	sh.colds[i].x = x
 }
 
-// adopt switches the bucket in s to limits, remapping its states unless the
-// limits are equal by value to its current ones. sh.mu must be held.
-func (sh *shard) adopt(s *slot, limits []Limit, now int64) {
-	old := s.cold.meta.limits
+// adopt switches the bucket at i to limits, remapping its states unless the
+// limits are equal by value to its current ones, and returns its index,
+// which changes when the new limits need another layout. sh.mu must be held.
+func (sh *shard) adopt(i int, limits []Limit, now int64) int {
+	old := sh.limitsOf(i)
 	if equalLimits(old, limits) {
-		s.first = &limits[0]
-		if !s.ext {
-			s.cold.meta = sh.sharedMeta(limits)
-		} else {
-			s.cold.meta.limits = limits // a private meta
-		}
-		return
+		sh.setLimits(i, limits)
+		return i
 	}
-	oldStates := make([]State, len(old))
-	for i := range old {
-		s.get(i, &oldStates[i])
-	}
-	newStates := make([]State, len(limits))
+	states := make([]State, len(old))
+	sh.getStates(i, states)
+	return sh.install(i, limits, remap(old, limits, states, now))
+}
+
+// remap converts the states of a bucket under limits old into states under
+// limits, as Check documents.
+func remap(old, limits []Limit, states []State, now int64) []State {
+	out := make([]State, len(limits))
 	used := make([]bool, len(old))
 	for i := range limits {
 		for j := range old {
 			if !used[j] && old[j].Name == limits[i].Name && old[j].Algorithm == limits[i].Algorithm {
 				used[j] = true
-				newStates[i] = carry(&old[j], &limits[i], oldStates[j], now)
+				out[i] = carry(&old[j], &limits[i], states[j], now)
 				break
 			}
 		}
 	}
-	sh.setStates(s, limits, newStates)
+	return out
 }
 
 // carry converts the state s of limit from into a state of limit to (same

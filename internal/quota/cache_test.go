@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func tb(limit int64, period time.Duration) []Limit {
@@ -389,10 +390,21 @@ func TestBucketMemory(t *testing.T) {
 	}
 }
 
-// A slot is one cache line: a check on a single-limit bucket reads one line.
-func TestSlotIsOneCacheLine(t *testing.T) {
-	if size := reflect.TypeFor[slot]().Size(); size != 64 {
-		t.Fatalf("slot is %d bytes", size)
+// An entry is half a cache line, and tables start on a line, so a check on
+// a single-limit bucket (a wide one included) reads one line.
+func TestEntryIsHalfACacheLine(t *testing.T) {
+	if size := reflect.TypeFor[entry]().Size(); size != 32 {
+		t.Fatalf("entry is %d bytes", size)
+	}
+	c := NewCache()
+	out := make([]Outcome, 1)
+	for i := range 20_000 {
+		c.Check(fmt.Sprint("k", i), tb(1, time.Hour), t0, 1, true, out)
+	}
+	for i := range c.shards {
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(c.shards[i].ents))); p%64 != 0 {
+			t.Fatalf("shard %d table at %#x", i, p)
+		}
 	}
 }
 
@@ -450,8 +462,8 @@ func TestCacheTableGrowsAndShrinks(t *testing.T) {
 		t.Fatalf("len %d", c.Len())
 	}
 	for i := range c.shards {
-		if sh := &c.shards[i]; len(sh.slots) > 64 {
-			t.Fatalf("shard %d kept %d slots", i, len(sh.slots))
+		if sh := &c.shards[i]; len(sh.ents) > 64 {
+			t.Fatalf("shard %d kept %d entries", i, len(sh.ents))
 		}
 	}
 }
@@ -460,12 +472,13 @@ func TestCacheTableGrowsAndShrinks(t *testing.T) {
 func TestCacheFirstHashCollision(t *testing.T) {
 	var sh shard
 	limits := tb(1, time.Hour)
-	a := sh.create(0xabc000, 1, "a", limits)
-	b := sh.create(0xabc000, 2, "b", limits)
-	if a == b || sh.find(0xabc000, 1) != a || sh.find(0xabc000, 2) != b || sh.find(0xabc000, 3) != -1 {
-		t.Fatalf("a %d, b %d, find %d %d %d", a, b, sh.find(0xabc000, 1), sh.find(0xabc000, 2), sh.find(0xabc000, 3))
+	const h1, x, y, z = 0xabc000, 1 << 32, 2 << 32, 3 << 32
+	a := sh.create(h1, x, "a", limits)
+	b := sh.create(h1, y, "b", limits)
+	if a == b || sh.find(h1, x) != a || sh.find(h1, y) != b || sh.find(h1, z) != -1 {
+		t.Fatalf("a %d, b %d, find %d %d %d", a, b, sh.find(h1, x), sh.find(h1, y), sh.find(h1, z))
 	}
-	if sh.slots[a].cold.key != "a" || sh.slots[b].cold.key != "b" {
+	if sh.colds[a].key != "a" || sh.colds[b].key != "b" {
 		t.Fatal("keys mixed up")
 	}
 }

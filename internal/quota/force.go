@@ -58,24 +58,23 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 		return
 	}
 	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
-	sh := &c.shards[h1&(numShards-1)]
+	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(h1, h2)
 	if i < 0 {
 		i = sh.create(h1, h2, strings.Clone(key), limits)
 	}
-	s := &sh.slots[i]
-	if s.first != &limits[0] || int(s.n) != len(limits) {
-		sh.adopt(s, limits, now)
+	if !sameSlice(sh.limitsOf(i), limits) {
+		i = sh.adopt(i, limits, now)
 	}
+	states := make([]State, len(limits))
+	sh.getStates(i, states)
 	for k := range limits {
-		var st State
-		s.get(k, &st)
-		limits[k].Force(&st, now, cost)
-		s.put(k, &st)
+		limits[k].Force(&states[k], now, cost)
 	}
-	if !s.dirty {
+	sh.putStates(i, states)
+	if sh.ents[i].tag&fDirty == 0 {
 		sh.markDirty(i)
 	}
 }
