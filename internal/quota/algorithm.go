@@ -200,19 +200,28 @@ type Outcome struct {
 // A limit that fails Validate denies every request with RetryAfter Never.
 // Decide never panics, whatever the state or the instant.
 func (l *Limit) Decide(s *State, now int64, cost int64, consume bool) Outcome {
+	var o Outcome
+	l.decide(s, now, cost, consume, &o)
+	return o
+}
+
+// decide is Decide writing its Outcome to *o, which saves the hot path two
+// copies of it.
+func (l *Limit) decide(s *State, now int64, cost int64, consume bool, o *Outcome) {
 	cost = max(cost, 1)
 	if !l.usable() {
-		return Outcome{Limit: l.Limit, RetryAfter: Never}
+		*o = Outcome{Limit: l.Limit, RetryAfter: Never}
+		return
 	}
 	switch l.Algorithm {
 	case TokenBucket:
-		return l.tokenBucket(s, now, cost, consume)
+		l.tokenBucket(s, now, cost, consume, o)
 	case FixedWindow:
-		return l.fixedWindow(s, now, cost, consume)
+		l.fixedWindow(s, now, cost, consume, o)
 	case SlidingWindow:
-		return l.slidingWindow(s, now, cost, consume)
+		l.slidingWindow(s, now, cost, consume, o)
 	default:
-		return l.slidingLog(s, now, cost, consume)
+		l.slidingLog(s, now, cost, consume, o)
 	}
 }
 
@@ -224,8 +233,8 @@ func (l *Limit) status(s *State, now int64) (remaining int64, reset time.Duratio
 	return o.Remaining, o.Reset
 }
 
-func (l *Limit) tokenBucket(s *State, now, cost int64, consume bool) Outcome {
-	o := Outcome{Limit: l.Limit}
+func (l *Limit) tokenBucket(s *State, now, cost int64, consume bool, o *Outcome) {
+	*o = Outcome{Limit: l.Limit}
 	tokens, base := l.tbLevel(s, now)
 	c := float64(cost)
 	if cost <= l.Capacity() && tokens >= c {
@@ -236,13 +245,13 @@ func (l *Limit) tokenBucket(s *State, now, cost int64, consume bool) Outcome {
 		if consume {
 			s.Tokens, s.At = after, base
 		}
-		return o
+		return
 	}
 	o.Remaining = floorUnits(tokens)
 	o.Reset = l.tbFullIn(tokens, base, now)
 	if cost > l.Capacity() {
 		o.RetryAfter = Never
-		return o
+		return
 	}
 	guess := base + ceilNanos((c-tokens)*float64(l.Period)/float64(l.Limit))
 	// The check runs on *s exactly as a later Decide will, so the answer is
@@ -252,7 +261,6 @@ func (l *Limit) tokenBucket(s *State, now, cost int64, consume bool) Outcome {
 		return lv >= c
 	})
 	o.RetryAfter = time.Duration(t - now)
-	return o
 }
 
 // tbLevel returns the tokens in the bucket at now and the instant they are
@@ -341,8 +349,8 @@ func (l *Limit) FullAt(s *State) int64 {
 	return 0
 }
 
-func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool) Outcome {
-	o := Outcome{Limit: l.Limit}
+func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool, o *Outcome) {
+	*o = Outcome{Limit: l.Limit}
 	start, count := l.fwCount(s, now)
 	end := start + int64(l.Period)
 	lim := float64(l.Limit)
@@ -353,7 +361,7 @@ func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool) Outcome {
 		if consume {
 			s.Tokens, s.At = count+float64(cost), start
 		}
-		return o
+		return
 	}
 	o.Remaining = floorUnits(lim - count)
 	if count > 0 {
@@ -364,7 +372,6 @@ func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool) Outcome {
 	} else {
 		o.RetryAfter = time.Duration(end - now) // the next window starts empty
 	}
-	return o
 }
 
 // fwCount returns the start of the fixed window that now falls in and the
@@ -413,8 +420,8 @@ func (w *swin) countAt(t int64) float64 {
 	return 0
 }
 
-func (l *Limit) slidingWindow(s *State, now, cost int64, consume bool) Outcome {
-	o := Outcome{Limit: l.Limit}
+func (l *Limit) slidingWindow(s *State, now, cost int64, consume bool, o *Outcome) {
+	*o = Outcome{Limit: l.Limit}
 	p := int64(l.Period)
 	w := l.swinOf(s, now)
 	count := w.countAt(now)
@@ -426,7 +433,7 @@ func (l *Limit) slidingWindow(s *State, now, cost int64, consume bool) Outcome {
 		if consume {
 			s.Tokens, s.Prev, s.At = w.curr+c, w.prev, w.start
 		}
-		return o
+		return
 	}
 	o.Remaining = floorUnits(lim - count)
 	switch { // both windows stop counting: curr at the end of the next window
@@ -437,7 +444,7 @@ func (l *Limit) slidingWindow(s *State, now, cost int64, consume bool) Outcome {
 	}
 	if cost > l.Limit {
 		o.RetryAfter = Never
-		return o
+		return
 	}
 	// Solve count(t) + cost <= limit. If the current window alone has room,
 	// wait for prev's weight to fall enough; else the answer lies in the next
@@ -452,11 +459,10 @@ func (l *Limit) slidingWindow(s *State, now, cost int64, consume bool) Outcome {
 	}
 	t := settle(guess, now, func(t int64) bool { return w.countAt(t)+c <= lim })
 	o.RetryAfter = time.Duration(t - now)
-	return o
 }
 
-func (l *Limit) slidingLog(s *State, now, cost int64, consume bool) Outcome {
-	o := Outcome{Limit: l.Limit}
+func (l *Limit) slidingLog(s *State, now, cost int64, consume bool, o *Outcome) {
+	*o = Outcome{Limit: l.Limit}
 	p := int64(l.Period)
 	log := s.Log
 	// Entries at or before now-p have expired. Later ones count, including any
@@ -491,7 +497,7 @@ func (l *Limit) slidingLog(s *State, now, cost int64, consume bool) Outcome {
 			}
 			s.Log = log
 		}
-		return o
+		return
 	}
 	o.Remaining = max(l.Limit-n, 0)
 	if n > 0 {
@@ -499,12 +505,11 @@ func (l *Limit) slidingLog(s *State, now, cost int64, consume bool) Outcome {
 	}
 	if cost > l.Limit {
 		o.RetryAfter = Never
-		return o
+		return
 	}
 	// The request fits once the k oldest counted entries have expired.
 	k := n + cost - l.Limit
 	o.RetryAfter = time.Duration(log[first+int(k)-1] + p - now)
-	return o
 }
 
 // DecideAll is the all-or-nothing decision over several limits: the request is
@@ -529,12 +534,12 @@ func DecideAll(limits []Limit, states []State, now int64, cost int64, consume bo
 		panic("quota: DecideAll needs a state and an outcome slot per limit")
 	}
 	if n == 1 {
-		out[0] = limits[0].Decide(&states[0], now, cost, consume)
+		limits[0].decide(&states[0], now, cost, consume, &out[0])
 		return out[0].Allowed, 0
 	}
 	allowed = true
 	for i := range limits {
-		out[i] = limits[i].Decide(&states[i], now, cost, false)
+		limits[i].decide(&states[i], now, cost, false, &out[i])
 		allowed = allowed && out[i].Allowed
 	}
 	switch {

@@ -216,7 +216,7 @@ func (sh *shard) check(i int, limits []Limit, now, cost int64, consume bool, out
 		if e.tag&fWide != 0 {
 			st.Prev = sh.ents[i+1].a
 		}
-		out[0] = limits[0].Decide(&st, now, cost, consume)
+		limits[0].decide(&st, now, cost, consume, &out[0])
 		allowed = out[0].Allowed
 		if allowed && consume {
 			e.a, e.at = st.Tokens, st.At
