@@ -68,7 +68,12 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 	if !sameSlice(sh.limitsOf(i), limits) {
 		i = sh.adopt(i, limits, now)
 	}
-	states := make([]State, len(limits))
+	var buf [4]State
+	states := buf[:]
+	if len(limits) > len(buf) {
+		states = make([]State, len(limits))
+	}
+	states = states[:len(limits)]
 	sh.getStates(i, states)
 	for k := range limits {
 		limits[k].Force(&states[k], now, cost)

@@ -53,3 +53,13 @@ func TestForceEveryAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+// Forcing consumption on an existing bucket allocates nothing.
+func TestForceDoesNotAllocate(t *testing.T) {
+	c := NewCache()
+	limits := tb(100, time.Hour)
+	c.Force("t/p/k", limits, t0, 1)
+	if n := testing.AllocsPerRun(100, func() { c.Force("t/p/k", limits, t0, 1) }); n != 0 {
+		t.Fatalf("%v allocs per Force", n)
+	}
+}
