@@ -207,7 +207,7 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 
 // check runs one decision on the bucket at i; sh.mu must be held.
 func (sh *shard) check(i int, limits []Limit, now, cost int64, consume bool, out []Outcome) (allowed bool, report int) {
-	if !sameSlice(sh.lims[uint32(sh.ents[i].id)].limits, limits) {
+	if !sameSlice(sh.limitsOf(i), limits) {
 		i = sh.adopt(i, limits, now)
 	}
 	e := &sh.ents[i]
@@ -226,11 +226,7 @@ func (sh *shard) check(i int, limits []Limit, now, cost int64, consume bool, out
 		}
 	} else {
 		var buf [4]State
-		states := buf[:]
-		if len(limits) > len(buf) {
-			states = make([]State, len(limits))
-		}
-		states = states[:len(limits)]
+		states := stateBuf(&buf, len(limits))
 		sh.getStates(i, states)
 		allowed, report = DecideAll(limits, states, now, cost, consume, out)
 		if allowed && consume {
@@ -241,6 +237,15 @@ func (sh *shard) check(i int, limits []Limit, now, cost int64, consume bool, out
 		sh.markDirty(i)
 	}
 	return allowed, report
+}
+
+// stateBuf returns n states, in buf when they fit, so that the common
+// bucket of a few limits needs no allocation.
+func stateBuf(buf *[4]State, n int) []State {
+	if n > len(buf) {
+		return make([]State, n)
+	}
+	return buf[:n]
 }
 
 func (sh *shard) markDirty(i int) {
@@ -414,11 +419,7 @@ func (sh *shard) sweep(now int64) int {
 			continue
 		}
 		limits := sh.limitsOf(i)
-		states := buf[:]
-		if len(limits) > len(buf) {
-			states = make([]State, len(limits))
-		}
-		states = states[:len(limits)]
+		states := stateBuf(&buf, len(limits))
 		sh.getStates(i, states)
 		if fullAt(limits, states) <= now {
 			sh.remove(i)
@@ -563,24 +564,23 @@ func (sh *shard) put(i int, e entry, c cold) {
 	}
 }
 
-// free turns the bucket at i into tombstones and returns its entry (with
-// State.Prev of a wide bucket in prev) and cold part.
-func (sh *shard) free(i int) (e entry, c cold, prev float64) {
-	e, c = sh.ents[i], sh.colds[i]
+// free turns the bucket at i into tombstones and returns its entry and cold
+// part.
+func (sh *shard) free(i int) (entry, cold) {
+	e, c := sh.ents[i], sh.colds[i]
 	w := width(e.tag)
 	if w == 2 {
-		prev = sh.ents[i+1].a
 		sh.ents[i+1] = entry{tag: tombstone}
 	}
 	sh.ents[i], sh.colds[i] = entry{tag: tombstone}, cold{}
 	sh.used -= w
 	sh.tombs += w
-	return e, c, prev
+	return e, c
 }
 
 // remove deletes the bucket at i; it must not be dirty.
 func (sh *shard) remove(i int) {
-	e, _, _ := sh.free(i)
+	e, _ := sh.free(i)
 	sh.unref(uint32(e.id))
 	sh.n--
 }
@@ -588,7 +588,7 @@ func (sh *shard) remove(i int) {
 // move re-places the bucket at i with or without a second entry and returns
 // its new index; a new second entry holds a zero State.Prev.
 func (sh *shard) move(i int, wide bool) int {
-	e, c, _ := sh.free(i)
+	e, c := sh.free(i)
 	e.tag &^= fWide
 	if wide {
 		e.tag |= fWide

@@ -69,11 +69,7 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 		i = sh.adopt(i, limits, now)
 	}
 	var buf [4]State
-	states := buf[:]
-	if len(limits) > len(buf) {
-		states = make([]State, len(limits))
-	}
-	states = states[:len(limits)]
+	states := stateBuf(&buf, len(limits))
 	sh.getStates(i, states)
 	for k := range limits {
 		limits[k].Force(&states[k], now, cost)

@@ -252,15 +252,15 @@ func checkShards(t *testing.T, c *Cache) {
 				n++
 				used++
 				refs[uint32(sh.ents[i].id)]++
+				if (tag&fExt != 0) != (sh.colds[i].x != nil) {
+					t.Fatalf("shard %d: ext flag and cold state disagree at %d", si, i)
+				}
 				if tag&fWide != 0 {
 					if i%2 != 0 || sh.ents[i+1].tag != cont {
 						t.Fatalf("shard %d: wide bucket at %d", si, i)
 					}
 					used++
 					i++
-				}
-				if (tag&fExt != 0) != (sh.colds[i].x != nil) && tag&fWide == 0 {
-					t.Fatalf("shard %d: ext flag and cold state disagree at %d", si, i)
 				}
 			}
 		}
@@ -304,6 +304,44 @@ func TestCacheRebuildKeepsWideState(t *testing.T) {
 		// request's 1: 5 left.
 		if c.Check(k, sw, t0+int64(time.Minute), 1, false, out); out[0].Remaining != 5 {
 			t.Fatalf("%s: %+v", k, out[0])
+		}
+	}
+}
+
+// A rebuild that finds no free line for a wide bucket leaves the table as
+// it was, and rehash then picks a larger table.
+func TestCacheRebuildWithNoFreeLine(t *testing.T) {
+	c := NewCache()
+	sh := &c.shards[0]
+	sh.rehash(8) // 16 entries
+	narrow, wide := tb(5, time.Hour), []Limit{{Algorithm: SlidingWindow, Limit: 5, Period: time.Hour}}
+	// Four narrow buckets whose home lines are 0-3 in a table of 8 entries
+	// as in one of 16, and a wide one whose home in a table of 8 is line 0.
+	var keys []uint64
+	for line := range uint64(4) {
+		h1 := line * 2 << shardBits
+		sh.create(h1, h1<<32, fmt.Sprint("n", line), narrow)
+		keys = append(keys, h1)
+	}
+	w := uint64(8) << shardBits
+	sh.create(w, w<<32, "w", wide)
+	keys = append(keys, w)
+	if sh.rebuild(8, true) {
+		t.Fatal("rebuilt into 8 entries with no free line for the wide bucket")
+	}
+	checkShards(t, c)
+	for _, h := range keys {
+		if sh.find(h, h<<32) < 0 {
+			t.Fatalf("bucket %#x lost", h)
+		}
+	}
+	sh.rehash(sh.used) // 6 entries: tries 16, which fits
+	if len(sh.ents) != 16 {
+		t.Fatalf("%d entries", len(sh.ents))
+	}
+	for _, h := range keys {
+		if i := sh.find(h, h<<32); i < 0 || sh.colds[i].key == "" {
+			t.Fatalf("bucket %#x lost after rehash", h)
 		}
 	}
 }
