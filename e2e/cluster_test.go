@@ -138,9 +138,18 @@ func (tp *topology) ownerOf(key string) string {
 
 // partitionOwners reads every partition's lease: partition → node.
 func (tp *topology) partitionOwners() map[int]string {
-	nc, err := nats.Connect(tp.natsURL())
+	out, err := tp.tryPartitionOwners()
 	if err != nil {
 		tp.t.Fatal(err)
+	}
+	return out
+}
+
+// tryPartitionOwners reads every partition's lease from the owners bucket.
+func (tp *topology) tryPartitionOwners() (map[int]string, error) {
+	nc, err := nats.Connect(tp.natsURL())
+	if err != nil {
+		return nil, err
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
@@ -148,19 +157,40 @@ func (tp *topology) partitionOwners() map[int]string {
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "sluice_owners")
 	if err != nil {
-		tp.t.Fatal(err)
+		return nil, err
 	}
 	out := make(map[int]string, bus.Partitions)
 	for p := range bus.Partitions {
 		e, err := kv.Get(ctx, fmt.Sprintf("p.%d", p))
 		if err != nil {
-			tp.t.Fatal(err)
+			return nil, fmt.Errorf("lease of partition %d: %w", p, err)
 		}
 		var l struct{ Node string }
 		_ = json.Unmarshal(e.Value(), &l)
 		out[p] = l.Node
 	}
-	return out
+	return out, nil
+}
+
+// leasesBacked reports whether the owners bucket holds a lease for every
+// partition and each server decides for exactly the partitions leased to
+// it: ownership stands on the bucket, not on leases still running from
+// before an outage.
+func (tp *topology) leasesBacked() bool {
+	owners, err := tp.tryPartitionOwners()
+	if err != nil {
+		return false
+	}
+	leased := map[string]int{}
+	for _, node := range owners {
+		leased[node]++
+	}
+	for i, s := range tp.servers {
+		if n := owned(s); n <= 0 || n != leased[fmt.Sprintf("s%d", i+1)] {
+			return false
+		}
+	}
+	return true
 }
 
 // spread sends n checks concurrently (conc at a time), round-robin over the
@@ -460,11 +490,14 @@ func TestClusterNATSOutage(t *testing.T) {
 		}
 		return true
 	})
+	restarted := time.Now()
 	tp.startNATS()
 	for _, s := range tp.servers {
 		waitFor(t, 20*time.Second, "server ready after NATS restart", func() bool { return readyz(s) == 200 })
 	}
-	tp.waitBalanced(15 * time.Second)
+	t.Logf("servers ready %s after the NATS restart", time.Since(restarted).Round(time.Millisecond))
+	waitFor(t, 20*time.Second, "every partition leased anew in the recreated bucket", tp.leasesBacked)
+	t.Logf("partitions shared again %s after the NATS restart (its lease buckets were lost with it)", time.Since(restarted).Round(time.Millisecond))
 	if c, err := tryCheck(tp.servers[1], tn, ipCheck("192.0.2.5", "/exact")); err != nil || !c.Allowed {
 		t.Fatalf("after the NATS restart: %+v %v", c, err)
 	}

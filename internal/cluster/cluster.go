@@ -22,6 +22,17 @@
 //
 // Hand-over time is bounded by LeaseTTL + RenewInterval (+ the load): with
 // the defaults, 3 s + 0.5 s.
+//
+// Lost buckets. The lease buckets are kept in memory, so a NATS restart
+// loses them (a bucket can also be deleted by hand). A server that finds
+// them gone recreates them. Every tick reads the owners bucket's creation
+// time, its incarnation: when it differs from the one the owner table was
+// read from, the server stops deciding for everything it owned (those
+// leases went with the old bucket, and revisions of the old bucket mean
+// nothing in the new one) and rereads the table before it renews or takes
+// anything. Leases from the old bucket may still run on their owners'
+// clocks, so nobody takes a partition whose lease is absent until the
+// bucket is LeaseTTL old: the first start of a cluster waits that long too.
 package cluster
 
 import (
@@ -82,6 +93,9 @@ type ownerEntry struct {
 	node     string
 	expires  int64 // unix ms
 	revision uint64
+	// gen is the watch generation that last confirmed the entry: an entry
+	// older than the current watch's initial values is gone from the bucket.
+	gen uint64
 }
 
 // Cluster is one server's view of partition ownership. It is safe for
@@ -95,7 +109,16 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	owners  [bus.Partitions]ownerEntry // from the KV watch and our own writes
+	gen     uint64                     // watch generation, one per (re)open
 	members map[string]int64           // node -> expires (unix ms)
+
+	// synced is the incarnation (creation time, unix ns) of the owners
+	// bucket the owner table was read from; watching is the one the watch
+	// is reading now. Absent leases are not taken until the bucket is
+	// LeaseTTL old.
+	synced, watching atomic.Int64
+	// rewatch asks the watch to reopen on a new incarnation.
+	rewatch chan struct{}
 
 	// mine[p] is the unix ns until which this server decides for p; 0 when
 	// it does not own p (or has not finished loading it).
@@ -143,7 +166,7 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
-		members: map[string]int64{}, changed: make(chan struct{})}
+		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1)}
 	c.metrics = clusterMetrics{
 		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
 			func() float64 { return float64(c.OwnedCount()) }),
@@ -182,21 +205,63 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
+// openBuckets creates the buckets, or binds to them, retrying until ctx
+// ends. It runs once, before the loops start.
 func (c *Cluster) openBuckets(ctx context.Context) error {
 	for {
-		o, err1 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage})
-		m, err2 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage})
-		if err := errors.Join(err1, err2); err == nil {
+		o, m, err := c.createBuckets(ctx)
+		if err == nil {
 			c.owners_, c.members_ = o, m
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("cluster: open kv: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+		sleep(ctx, 250*time.Millisecond)
 	}
+}
+
+func (c *Cluster) createBuckets(ctx context.Context) (owners, members jetstream.KeyValue, err error) {
+	o, err1 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage})
+	m, err2 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage})
+	return o, m, errors.Join(err1, err2)
+}
+
+// restoreBuckets recreates the buckets if JetStream says they are gone (a
+// NATS restart loses in-memory buckets). It does nothing while JetStream
+// does not answer.
+func (c *Cluster) restoreBuckets(ctx context.Context) {
+	if !c.nc.IsConnected() {
+		return
+	}
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
+	defer cancel()
+	_, err1 := c.js.KeyValue(bctx, OwnersBucket)
+	_, err2 := c.js.KeyValue(bctx, MembersBucket)
+	if !errors.Is(err1, jetstream.ErrBucketNotFound) && !errors.Is(err2, jetstream.ErrBucketNotFound) {
+		return
+	}
+	if _, _, err := c.createBuckets(bctx); err != nil {
+		c.log.Warn("recreating the lease buckets failed; retrying", "err", err)
+		return
+	}
+	c.log.Warn("the lease buckets were gone (NATS restarted without them); recreated them")
+}
+
+// incarnation reads the owners bucket's creation time (unix ns),
+// recreating the buckets when they are gone.
+func (c *Cluster) incarnation(ctx context.Context) (int64, bool) {
+	st, err := c.owners_.Status(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+			c.restoreBuckets(ctx)
+		}
+		return 0, false
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return 0, false
+	}
+	return bs.StreamInfo().Created.UnixNano(), true
 }
 
 func partKey(p int) string { return "p." + strconv.Itoa(p) }
@@ -210,15 +275,31 @@ func partOf(key string) (int, bool) {
 }
 
 // watch keeps the owner table current from the KV bucket, reopening the
-// watch when NATS comes back after an outage.
+// watch when NATS comes back after an outage or the buckets were recreated.
 func (c *Cluster) watch(ctx context.Context) {
 	for ctx.Err() == nil {
+		select {
+		case <-c.rewatch: // this open reads the new bucket anyway
+		default:
+		}
+		c.mu.Lock()
+		c.gen++
+		gen := c.gen
+		c.mu.Unlock()
+		// The incarnation is read before the watch opens: if the bucket
+		// is replaced in between, the next tick sees a newer one and asks
+		// for another reopen.
+		ictx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
+		inc, ok := c.incarnation(ictx)
+		cancel()
+		if !ok {
+			sleep(ctx, 250*time.Millisecond)
+			continue
+		}
+		c.watching.Store(inc)
 		w, err := c.owners_.WatchAll(ctx)
 		if err != nil {
 			sleep(ctx, 250*time.Millisecond)
-			if ctx.Err() == nil {
-				_ = c.openBuckets(ctx)
-			}
 			continue
 		}
 		for ctx.Err() == nil {
@@ -226,6 +307,8 @@ func (c *Cluster) watch(ctx context.Context) {
 			var ok bool
 			select {
 			case <-ctx.Done():
+			case <-c.rewatch:
+				goto reopen
 			case e, ok = <-w.Updates():
 				if !ok {
 					goto reopen
@@ -236,8 +319,10 @@ func (c *Cluster) watch(ctx context.Context) {
 				}
 				continue
 			}
-			if e == nil {
-				continue // end of the initial values
+			if e == nil { // end of the initial values
+				c.forgetStale(gen)
+				c.synced.Store(inc)
+				continue
 			}
 			p, ok := partOf(e.Key())
 			if !ok {
@@ -247,16 +332,38 @@ func (c *Cluster) watch(ctx context.Context) {
 			if e.Operation() == jetstream.KeyValuePut {
 				var l lease
 				if json.Unmarshal(e.Value(), &l) == nil {
-					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision()}
+					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision(), gen: gen}
 				}
 			} else {
-				c.owners[p] = ownerEntry{revision: e.Revision()}
+				c.owners[p] = ownerEntry{revision: e.Revision(), gen: gen}
 			}
 			c.mu.Unlock()
 			c.publishOwner(p)
 		}
 	reopen:
 		_ = w.Stop()
+	}
+}
+
+// forgetStale drops the entries the watch of generation gen did not find
+// in the bucket's initial values: those leases are gone. An owner whose
+// lease is gone stops deciding for the partition.
+func (c *Cluster) forgetStale(gen uint64) {
+	for p := range bus.Partitions {
+		c.mu.Lock()
+		stale := c.owners[p].gen < gen
+		if stale {
+			c.owners[p] = ownerEntry{gen: gen}
+		}
+		c.mu.Unlock()
+		if !stale {
+			continue
+		}
+		if c.mine[p].Load() != 0 {
+			c.lose(p, "lease gone from the bucket")
+		} else {
+			c.publishOwner(p)
+		}
 	}
 }
 
@@ -309,6 +416,26 @@ func (c *Cluster) tick(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
 	defer cancel()
 
+	// The owner table must come from the bucket as it is now.
+	inc, ok := c.incarnation(rctx)
+	if !ok {
+		return // NATS does not answer: renewals would fail too
+	}
+	if inc != c.synced.Load() {
+		for p := range bus.Partitions {
+			if c.mine[p].Load() != 0 {
+				c.lose(p, "lease bucket replaced")
+			}
+		}
+		if inc != c.watching.Load() {
+			select {
+			case c.rewatch <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+
 	// Membership.
 	if b, err := json.Marshal(lease{Node: c.cfg.Node, Expires: exp}); err == nil {
 		_, _ = c.members_.Put(rctx, c.cfg.Node, b)
@@ -358,7 +485,10 @@ func (c *Cluster) tick(ctx context.Context) {
 		}
 	}
 	// Take free or expired leases up to our share, starting at a point of
-	// our own so servers do not all race for the same partitions.
+	// our own so servers do not all race for the same partitions. A lease
+	// absent from a young bucket may still run on a server that held it
+	// before the bucket was lost.
+	young := now.UnixNano() < inc+c.cfg.LeaseTTL.Nanoseconds()
 	start := int(bus.Partition([]byte(c.cfg.Node)))
 	for i := range bus.Partitions {
 		if owned >= share || ctx.Err() != nil {
@@ -371,7 +501,7 @@ func (c *Cluster) tick(ctx context.Context) {
 		c.mu.Lock()
 		e := c.owners[p]
 		c.mu.Unlock()
-		if e.node != "" && e.expires > now.UnixMilli() {
+		if (e.node != "" && e.expires > now.UnixMilli()) || (young && e.node == "") {
 			continue
 		}
 		if c.acquire(ctx, p, e, exp) {
@@ -388,7 +518,7 @@ func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bo
 		return false
 	}
 	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev}
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, gen: c.gen}
 	c.mu.Unlock()
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
 	return true
@@ -402,9 +532,10 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	if seen.revision != 0 {
 		rev, err = c.owners_.Update(actx, partKey(p), b, seen.revision)
 	}
-	if seen.revision == 0 || (err != nil && seen.node == "") {
-		// Never written, or deleted (a delete marker's revision is not
-		// always accepted by Update): Create succeeds only if it is free.
+	if seen.revision == 0 || err != nil {
+		// Never written, deleted (a delete marker's revision is not always
+		// accepted by Update), or gone with a lost bucket: Create succeeds
+		// only where no lease is, so it never takes a live one.
 		rev, err = c.owners_.Create(actx, partKey(p), b)
 	}
 	cancel()
@@ -412,7 +543,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 		return false // someone else was faster: their write reaches us by the watch
 	}
 	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev}
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev, gen: c.gen}
 	c.mu.Unlock()
 	// Load the partition before deciding for it. Meanwhile forwarded checks
 	// for p are refused as "not ready" and retried by their senders.

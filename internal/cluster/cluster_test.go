@@ -2,18 +2,23 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
 )
 
 func member(t *testing.T, url, node string, loads *atomic.Int64) *Cluster {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +59,10 @@ func TestOwnershipSplitsAndMoves(t *testing.T) {
 	a := member(t, ns.ClientURL(), "a", &loads)
 	b := member(t, ns.ClientURL(), "b", &loads)
 	waitOwned(t, 10*time.Second, func() bool {
-		return a.OwnedCount()+b.OwnedCount() == bus.Partitions && a.OwnedCount() == bus.Partitions/2
+		return settled(a, b) && a.OwnedCount() == bus.Partitions/2
 	})
-	now := time.Now()
-	for p := range bus.Partitions {
-		if a.Owns(p, now) && b.Owns(p, now) {
-			t.Fatalf("partition %d owned by both", p)
-		}
-		owner, ok := a.Owner(p)
-		if !ok || (owner == "a") != a.Owns(p, now) {
-			t.Fatalf("partition %d: a sees owner %q", p, owner)
-		}
-	}
+	// Each learns the other's leases through its watch, a moment later.
+	waitOwned(t, 5*time.Second, func() bool { return seesOwners(a, a, b) && seesOwners(b, a, b) })
 	if loads.Load() < bus.Partitions {
 		t.Fatalf("only %d partition loads for %d acquisitions", loads.Load(), bus.Partitions)
 	}
@@ -80,4 +77,157 @@ func TestOwnershipSplitsAndMoves(t *testing.T) {
 		t.Fatalf("the stopped member still decides for %d partitions", b.OwnedCount())
 	}
 	a.Close(context.Background())
+}
+
+// settled reports whether the members own every partition between them,
+// each owning some and none owned twice.
+func settled(ms ...*Cluster) bool {
+	now := time.Now()
+	total := 0
+	for _, m := range ms {
+		n := m.OwnedCount()
+		if n == 0 {
+			return false
+		}
+		total += n
+	}
+	if total != bus.Partitions {
+		return false
+	}
+	for p := range bus.Partitions {
+		owners := 0
+		for _, m := range ms {
+			if m.Owns(p, now) {
+				owners++
+			}
+		}
+		if owners != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// A NATS restart loses the in-memory lease buckets. The members recreate
+// them and share the partitions again, whatever state the NATS client's
+// own watch recovery was left in.
+func TestOwnershipSurvivesNATSRestart(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	startNATS := func() *server.Server {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Listen: addr, Name: "cluster-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	ns := startNATS()
+	defer func() { ns.Shutdown() }()
+	var loads atomic.Int64
+	a := member(t, ns.ClientURL(), "a", &loads)
+	b := member(t, ns.ClientURL(), "b", &loads)
+	waitOwned(t, 10*time.Second, func() bool { return settled(a, b) })
+
+	// Throughout, no partition has two deciding owners.
+	stop := make(chan struct{})
+	var double atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			now := time.Now()
+			for p := range bus.Partitions {
+				if a.Owns(p, now) && b.Owns(p, now) {
+					double.Add(1)
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if n := double.Load(); n > 0 {
+			t.Errorf("%d samples found a partition owned by both members", n)
+		}
+	}()
+
+	for round := range 3 {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		waitOwned(t, 5*time.Second, func() bool { return a.OwnedCount()+b.OwnedCount() == 0 })
+		ns = startNATS()
+		start := time.Now()
+		waitOwned(t, 15*time.Second, func() bool { return settled(a, b) && seesOwners(a, a, b) && seesOwners(b, a, b) })
+		t.Logf("round %d: partitions shared again %s after the restart", round, time.Since(start).Round(time.Millisecond))
+	}
+
+	// The same when the buckets vanish while NATS stays up.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := errors.Join(js.DeleteKeyValue(ctx, OwnersBucket), js.DeleteKeyValue(ctx, MembersBucket)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitOwned(t, 15*time.Second, func() bool {
+		return settled(a, b) && leasesMatch(ctx, js, a, b) && seesOwners(a, a, b) && seesOwners(b, a, b)
+	})
+	t.Logf("deleted buckets: partitions shared again after %s", time.Since(start).Round(time.Millisecond))
+	a.Close(ctx)
+	b.Close(ctx)
+}
+
+// seesOwners reports whether viewer forwards every partition to the
+// member that decides for it.
+func seesOwners(viewer *Cluster, ms ...*Cluster) bool {
+	now := time.Now()
+	for p := range bus.Partitions {
+		owner, ok := viewer.Owner(p)
+		for _, m := range ms {
+			if m.Owns(p, now) != (ok && owner == m.Node()) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// leasesMatch reports whether the owners bucket holds a lease for every
+// partition, naming the member that decides for it.
+func leasesMatch(ctx context.Context, js jetstream.JetStream, ms ...*Cluster) bool {
+	kv, err := js.KeyValue(ctx, OwnersBucket)
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	for p := range bus.Partitions {
+		e, err := kv.Get(ctx, partKey(p))
+		if err != nil {
+			return false
+		}
+		var l lease
+		if json.Unmarshal(e.Value(), &l) != nil {
+			return false
+		}
+		for _, m := range ms {
+			if m.Owns(p, now) != (m.Node() == l.Node) {
+				return false
+			}
+		}
+	}
+	return true
 }
