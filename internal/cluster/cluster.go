@@ -455,8 +455,11 @@ func (c *Cluster) tick(ctx context.Context) {
 	}
 	share := (bus.Partitions + live - 1) / live
 
-	// Renew what we hold; losing a renewal means losing the partition.
-	owned := 0
+	// Renew what we hold, all at once, so that the renewals take one round
+	// trip to NATS and not one each; losing a renewal means losing the
+	// partition.
+	var renewed atomic.Int64
+	var wg sync.WaitGroup
 	for p := range bus.Partitions {
 		c.mu.Lock()
 		e := c.owners[p]
@@ -467,16 +470,23 @@ func (c *Cluster) tick(ctx context.Context) {
 			}
 			continue
 		}
-		if c.setLease(rctx, p, e.revision, exp) {
-			owned++
-		} else {
-			c.lose(p, "lease renewal failed")
-		}
+		wg.Go(func() {
+			if c.setLease(rctx, p, e.revision, exp) {
+				renewed.Add(1)
+			} else {
+				c.lose(p, "lease renewal failed")
+			}
+		})
 	}
+	wg.Wait()
+	owned := int(renewed.Load())
 
-	// Give back the excess, gracefully.
+	// Give back the excess, gracefully, then take up to our share: one
+	// partition after another, for one renew interval at most, so that the
+	// next renewals come on time however slow NATS or the hand-overs are.
+	spent := func() bool { return c.cfg.Now().Sub(now) >= c.cfg.RenewInterval }
 	for p := range bus.Partitions {
-		if owned <= share {
+		if owned <= share || spent() {
 			break
 		}
 		if c.mine[p].Load() != 0 {
@@ -484,14 +494,14 @@ func (c *Cluster) tick(ctx context.Context) {
 			owned--
 		}
 	}
-	// Take free or expired leases up to our share, starting at a point of
-	// our own so servers do not all race for the same partitions. A lease
+	// Take free or expired leases starting at a point of our own, so that
+	// servers do not all race for the same partitions. A lease
 	// absent from a young bucket may still run on a server that held it
 	// before the bucket was lost.
 	young := now.UnixNano() < inc+c.cfg.LeaseTTL.Nanoseconds()
 	start := int(bus.Partition([]byte(c.cfg.Node)))
 	for i := range bus.Partitions {
-		if owned >= share || ctx.Err() != nil {
+		if owned >= share || ctx.Err() != nil || spent() {
 			break
 		}
 		p := (start + i) % bus.Partitions

@@ -231,3 +231,86 @@ func leasesMatch(ctx context.Context, js jetstream.JetStream, ms ...*Cluster) bo
 	}
 	return true
 }
+
+// A member that reaches NATS over a slow link (20 ms round trips) keeps
+// every partition: its 64 renewals take one round trip together, not one
+// each, and taking partitions over never delays them past a renew interval.
+func TestLeasesHoldOverASlowLink(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	link := newSlowLink(t, ns.Addr().String(), 10*time.Millisecond)
+	var loads atomic.Int64
+	a := member(t, "nats://"+link, "a", &loads)
+	start := time.Now()
+	waitOwned(t, 20*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	t.Logf("all partitions owned %s after start", time.Since(start).Round(time.Millisecond))
+	// Sample for three seconds (three lease lifetimes, fifteen renewals).
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if n := a.OwnedCount(); n != bus.Partitions {
+			t.Fatalf("owned %d of %d partitions: a renewal came late", n, bus.Partitions)
+		}
+	}
+	a.Close(context.Background())
+}
+
+// newSlowLink starts a loopback TCP proxy to target that delivers every
+// byte d after it was sent, in both directions, and returns its address.
+func newSlowLink(t *testing.T, target string, d time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); u.Close() })
+			go delay(u, c, d)
+			go delay(c, u, d)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// delay copies src to dst, holding every chunk back until d after it was
+// read; chunks keep their order and do not wait for each other.
+func delay(dst, src net.Conn, d time.Duration) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			b := make([]byte, 32<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				q <- chunk{b[:n], time.Now().Add(d)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.b); err != nil {
+			break
+		}
+	}
+	dst.Close()
+	for range q { // let the reader finish
+	}
+}
