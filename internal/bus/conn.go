@@ -49,14 +49,7 @@ func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nat
 // Duplicate detection over two minutes lets a publisher retry a batch with
 // the same message id without it being counted twice.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, sc := range []jetstream.StreamConfig{
-		{Name: StateStream, Subjects: []string{stateSubjects}},
-		{Name: CounterStream, Subjects: []string{counterSubjects}},
-	} {
-		sc.Storage = jetstream.FileStorage
-		sc.Retention = jetstream.WorkQueuePolicy
-		sc.Duplicates = 2 * time.Minute
-		sc.MaxMsgSize = 8 << 20
+	for _, sc := range streamConfigs() {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
@@ -64,12 +57,39 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// WaitStreams polls until JetStream answers and the streams exist, for
-// processes that start before JetStream (or the worker that creates the
-// streams) is ready.
-func WaitStreams(ctx context.Context, js jetstream.JetStream) error {
+// RestoreStreams creates the state and counter streams that are missing,
+// for a process that found them gone (NATS lost its data), and leaves the
+// others as they are: updating a stream while a consumer is being added to
+// it is not safe in every NATS version.
+func RestoreStreams(ctx context.Context, js jetstream.JetStream) error {
+	for _, sc := range streamConfigs() {
+		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("restore stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+func streamConfigs() []jetstream.StreamConfig {
+	out := []jetstream.StreamConfig{
+		{Name: StateStream, Subjects: []string{stateSubjects}},
+		{Name: CounterStream, Subjects: []string{counterSubjects}},
+	}
+	for i := range out {
+		out[i].Storage = jetstream.FileStorage
+		out[i].Retention = jetstream.WorkQueuePolicy
+		out[i].Duplicates = 2 * time.Minute
+		out[i].MaxMsgSize = 8 << 20
+	}
+	return out
+}
+
+// WaitStreams polls until JetStream answers and ensure (EnsureStreams for
+// the worker, which owns the streams' configuration; RestoreStreams for
+// servers) succeeds, for processes that start before JetStream is ready.
+func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(context.Context, jetstream.JetStream) error) error {
 	for {
-		err := EnsureStreams(ctx, js)
+		err := ensure(ctx, js)
 		if err == nil {
 			return nil
 		}

@@ -170,7 +170,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
-	if err := bus.WaitStreams(ctx, e.js); err != nil {
+	if err := bus.WaitStreams(ctx, e.js, bus.RestoreStreams); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	for attempt := 1; ; attempt++ {

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -178,4 +181,40 @@ func BenchmarkEngineCheck(b *testing.B) {
 		})
 	}
 	_ = quota.Never
+}
+
+// A server whose state and counter streams are gone (NATS lost its data)
+// makes them again when a flush finds no stream, and its pending batches go
+// out at the next flush.
+func TestFlushMakesLostStreamsAgain(t *testing.T) {
+	snap, _ := snapshot(t)
+	e := newTestEngine(t, snap)
+	ctx := context.Background()
+	for _, name := range []string{bus.StateStream, bus.CounterStream} {
+		if _, err := e.js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Fatalf("stream %s before the test: %v", name, err)
+		}
+	}
+	if a, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
+		t.Fatalf("check: %+v %v", a, err)
+	}
+	e.flushStates(ctx) // finds no stream, makes the streams
+	e.flushCounters(ctx)
+	if got := e.Stats().StatesPublished; got != 0 {
+		t.Fatalf("%d states published with no stream", got)
+	}
+	e.flushStates(ctx)
+	e.flushCounters(ctx)
+	if st := e.Stats(); st.StatesPublished != 1 || st.CounterRowsPublished != 1 {
+		t.Fatalf("after the streams came back: %+v, want 1 state and 1 counter row", st)
+	}
+	for _, name := range []string{bus.StateStream, bus.CounterStream} {
+		s, err := e.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Msgs; n != 1 {
+			t.Fatalf("stream %s holds %d messages, want 1", name, n)
+		}
+	}
 }

@@ -13,6 +13,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ func (e *Engine) flushStates(ctx context.Context) {
 		if err != nil {
 			e.metrics.flushFailures.WithLabelValues(bus.StateStream).Inc()
 			e.log.Warn("state flush failed; will retry", "buckets", len(batch), "pending", len(e.pendingStates), "err", err)
+			e.restoreStreams(ctx, err)
 			return false
 		}
 		for _, r := range batch {
@@ -123,10 +125,29 @@ func (e *Engine) flushCounters(ctx context.Context) {
 		if err != nil {
 			e.metrics.flushFailures.WithLabelValues(bus.CounterStream).Inc()
 			e.log.Warn("counter flush failed; will retry", "batches", len(e.pendingCounters), "err", err)
+			e.restoreStreams(ctx, err)
 			return
 		}
 		e.metrics.flushCounters.Observe(float64(b.rows))
 		e.rowsPublished.Add(uint64(b.rows))
 		e.pendingCounters = e.pendingCounters[1:]
 	}
+}
+
+// restoreStreams makes the state and counter streams again when a publish
+// failed because no stream took it: NATS lost them (its data directory
+// wiped, a stream deleted). The pending batches then go out at the next
+// flush and wait in the stream, durably, for the worker, which adopts the
+// new streams by itself.
+func (e *Engine) restoreStreams(ctx context.Context, err error) {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := bus.RestoreStreams(sctx, e.js); err != nil {
+		e.log.Warn("making the state and counter streams again failed; will retry", "err", err)
+		return
+	}
+	e.log.Warn("the state and counter streams were gone (NATS lost them); made them again")
 }

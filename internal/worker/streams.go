@@ -9,14 +9,25 @@ package worker
 // counted exactly once. Bucket rows remember the sequence that wrote them
 // and only a newer sequence may overwrite them, so a late redelivery never
 // brings back an older state.
+//
+// Streams made anew. If NATS loses a stream (its data directory wiped, the
+// stream deleted), the worker finds its consumer gone, makes the streams
+// again and reads the new stream's creation time. Sequences start again at
+// 1 in a new stream, so when the creation time differs from the one the
+// database recorded, the worker resets what compares sequences, in one
+// transaction: the stream's applied-sequence log and, for the state stream,
+// the bucket rows' sequences. Nothing from the old stream can be
+// redelivered after that.
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -24,34 +35,9 @@ import (
 
 // consume runs one stream's fetch/apply/ack loop until ctx ends.
 func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) error {
-	// The consumer is made anew at every start: messages a previous,
-	// killed worker had fetched but not acked are then delivered at once
-	// instead of after AckWait, so a restart after kill -9 hydrates servers
-	// without waiting. Nothing is lost: a work-queue stream keeps every
-	// message until it is acked, and stream_applied skips what was already
-	// committed. (Sluice runs one worker; two would steal each other's
-	// consumer.)
-	if err := w.js.DeleteConsumer(ctx, stream, bus.WorkerDurable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		w.log.Warn("reset consumer failed", "stream", stream, "err", err)
-	}
-	var cons jetstream.Consumer
-	for {
-		var err error
-		cons, err = w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable:       bus.WorkerDurable,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.cfg.AckWait,
-			MaxAckPending: 10000,
-		})
-		if err == nil {
-			break
-		}
-		w.log.Warn("create consumer failed; retrying", "stream", stream, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
+	cons, ok := w.open(ctx, stream)
+	if !ok {
+		return nil
 	}
 	// Fetched messages wait in pending until ApplyInterval has passed since
 	// the first of them, FetchBatch of them are there, or a sync is waiting;
@@ -70,7 +56,9 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 					return nil
 				}
 				w.log.Warn("fetch failed", "stream", stream, "err", err)
-				sleepCtx(ctx, 250*time.Millisecond)
+				if cons, pending, ok = w.recover(ctx, stream, cons, pending, apply); !ok {
+					return nil
+				}
 				continue
 			}
 			for m := range batch.Messages() {
@@ -79,32 +67,158 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 				}
 				pending = append(pending, m)
 			}
-			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-				w.log.Debug("fetch ended with error", "stream", stream, "err", err)
+			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+				w.log.Warn("fetch ended with an error", "stream", stream, "err", err)
+				if cons, pending, ok = w.recover(ctx, stream, cons, pending, apply); !ok {
+					return nil
+				}
+				continue
 			}
 			if !w.applyDue(pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
 				continue
 			}
 		}
-		msgs := pending
+		w.applyAndAck(ctx, stream, pending, apply)
 		pending = nil
-		if err := w.applyBatch(ctx, stream, msgs, apply); err != nil {
-			// Not acked: JetStream redelivers after AckWait; nothing is lost.
-			w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
-			for _, m := range msgs {
-				_ = m.Nak()
-			}
-			sleepCtx(ctx, time.Second)
-			continue
-		}
-		for _, m := range msgs {
-			if err := m.Ack(); err != nil {
-				w.log.Warn("ack failed; message will be redelivered and skipped", "stream", stream, "err", err)
-			}
-		}
 	}
 	// Messages still pending were not acked: the next worker gets them.
 	return nil
+}
+
+// recover waits a moment after a failed fetch and, if the consumer is
+// gone, applies what was fetched and opens the stream again.
+func (w *Worker) recover(ctx context.Context, stream string, cons jetstream.Consumer, pending []jetstream.Msg, apply applyFunc) (jetstream.Consumer, []jetstream.Msg, bool) {
+	sleepCtx(ctx, 250*time.Millisecond)
+	if !w.consumerGone(ctx, stream) {
+		return cons, pending, ctx.Err() == nil
+	}
+	// What was fetched from the old stream is still worth applying; its
+	// acks fail, harmlessly.
+	if len(pending) > 0 {
+		w.applyAndAck(ctx, stream, pending, apply)
+	}
+	cons, ok := w.open(ctx, stream)
+	return cons, nil, ok
+}
+
+// applyAndAck applies msgs in one transaction and acks them after COMMIT.
+func (w *Worker) applyAndAck(ctx context.Context, stream string, msgs []jetstream.Msg, apply applyFunc) {
+	if err := w.applyBatch(ctx, stream, msgs, apply); err != nil {
+		// Not acked: JetStream redelivers after AckWait; nothing is lost.
+		w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+		sleepCtx(ctx, time.Second)
+		return
+	}
+	for _, m := range msgs {
+		if err := m.Ack(); err != nil {
+			w.log.Warn("ack failed; message will be redelivered and skipped", "stream", stream, "err", err)
+		}
+	}
+}
+
+// open makes the stream again if it is gone, adopts the stream's incarnation and
+// makes the worker's consumer anew, retrying until ctx ends.
+//
+// The consumer is made anew at every start: messages a previous, killed
+// worker had fetched but not acked are then delivered at once instead of
+// after AckWait, so a restart after kill -9 hydrates servers without
+// waiting. Nothing is lost: a work-queue stream keeps every message until
+// it is acked, and stream_applied skips what was already committed.
+// (Sluice runs one worker; two would steal each other's consumer.)
+func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, bool) {
+	for {
+		cons, err := w.tryOpen(ctx, stream)
+		if err == nil {
+			return cons, true
+		}
+		w.log.Warn("opening the stream failed; retrying", "stream", stream, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
+	s, err := w.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := bus.RestoreStreams(ctx, w.js); err != nil {
+			return nil, err
+		}
+		w.log.Warn("the stream was gone (NATS lost it); made it again", "stream", stream)
+		s, err = w.js.Stream(ctx, stream)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := w.adoptIncarnation(ctx, stream, s.CachedInfo().Created); err != nil {
+		return nil, fmt.Errorf("record the stream's incarnation: %w", err)
+	}
+	if err := w.js.DeleteConsumer(ctx, stream, bus.WorkerDurable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.log.Warn("reset consumer failed", "stream", stream, "err", err)
+	}
+	return w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       bus.WorkerDurable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxAckPending: 10000,
+	})
+}
+
+// consumerGone reports whether JetStream says the worker's consumer (or
+// its stream) no longer exists, as opposed to not answering.
+func (w *Worker) consumerGone(ctx context.Context, stream string) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.js.Consumer(cctx, stream, bus.WorkerDurable)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// adoptIncarnation records the stream's creation time. When it differs from
+// the recorded one, the stream was made anew and its sequences start again
+// at 1: the sequences kept from the old stream are reset so that they keep
+// nothing out. A stream seen for the first time is taken as the one the
+// rows came from.
+func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created time.Time) error {
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var known int64
+	err = tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		_, err = tx.ExecContext(ctx, `INSERT INTO stream_incarnations (stream, created) VALUES (?, ?)`, stream, created.UnixNano())
+	case err != nil:
+	case known == created.UnixNano():
+		return nil
+	default:
+		if _, err = tx.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ?`, stream); err != nil {
+			return err
+		}
+		var reset int64
+		if stream == bus.StateStream {
+			res, uerr := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
+			if uerr != nil {
+				return uerr
+			}
+			reset, _ = res.RowsAffected()
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE stream_incarnations SET created = ? WHERE stream = ?`, created.UnixNano(), stream)
+		if err == nil {
+			w.log.Warn("stream was made anew (NATS lost it); sequences start again, so the ones kept from the old stream were reset",
+				"stream", stream, "bucket_rows_reset", reset)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // applyDue reports whether pending messages should be applied now.

@@ -136,7 +136,7 @@ func (w *Worker) Store() *tenants.Store { return w.store }
 // Run serves until ctx ends, then stops fetching; a batch in flight is
 // committed and acked before Run returns.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := bus.WaitStreams(ctx, w.js); err != nil {
+	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	svc, err := micro.AddService(w.nc, micro.Config{

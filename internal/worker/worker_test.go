@@ -308,3 +308,48 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 		t.Fatalf("key list holds %d keys, want %d", len(list), keys)
 	}
 }
+
+// NATS can lose its streams (its data directory wiped, a stream deleted by
+// hand). The worker makes them again, and the new streams, whose sequences
+// start again at 1, still update bucket rows and add up counters.
+func TestStreamsMadeAnewKeepApplying(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.run(t)
+	ctx := context.Background()
+	key := "ten_a/pol_1/ip:192.0.2.1"
+	future := time.Now().Add(time.Hour).UnixNano()
+	tokens := func() float64 {
+		var state string
+		if err := e.db.QueryRow(`SELECT state FROM buckets WHERE key = ?`, key).Scan(&state); err != nil {
+			return -1
+		}
+		var pb persistedBucket
+		_ = json.Unmarshal([]byte(state), &pb)
+		return pb.States[0].Tokens
+	}
+	for i := range 5 {
+		e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch(key, float64(i), future))
+	}
+	e.publish(t, bus.CounterSubjectPrefix+"n1", "", counterBatch(3, 4))
+	eventually(t, 5*time.Second, "the first streams applied", func() bool {
+		a, d := e.counterTotals(t)
+		return tokens() == 4 && a == 3 && d == 4
+	})
+
+	for _, s := range []string{bus.StateStream, bus.CounterStream} {
+		if err := e.js.DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "the worker makes the streams again", func() bool {
+		_, err1 := e.js.Stream(ctx, bus.StateStream)
+		_, err2 := e.js.Stream(ctx, bus.CounterStream)
+		return err1 == nil && err2 == nil
+	})
+	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch(key, 7, future)) // sequence 1 again
+	e.publish(t, bus.CounterSubjectPrefix+"n1", "", counterBatch(1, 10))
+	eventually(t, 10*time.Second, "the new streams applied", func() bool {
+		a, d := e.counterTotals(t)
+		return tokens() == 7 && a == 4 && d == 14
+	})
+}
