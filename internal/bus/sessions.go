@@ -21,9 +21,64 @@ const RevokedSessionsBucket = "sluice_revoked_sessions"
 // revoked session is refused cluster-wide within moments.
 type SessionRevocations struct {
 	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	cfg jetstream.KeyValueConfig
 	mu  sync.RWMutex
 	m   map[string]time.Time
 	now func() time.Time
+}
+
+// rewatch opens a new watch of the bucket, making the bucket again if it is
+// gone, and returns it with the bucket's incarnation; it retries until ctx
+// ends (then it returns nil).
+func (r *SessionRevocations) rewatch(ctx context.Context) (jetstream.KeyWatcher, int64) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, 0
+		case <-time.After(250 * time.Millisecond):
+		}
+		if r.restore(ctx) != nil {
+			continue
+		}
+		inc, err := r.incarnation(ctx)
+		if err != nil {
+			continue
+		}
+		if w, err := r.kv.WatchAll(ctx); err == nil {
+			return w, inc
+		}
+	}
+}
+
+// incarnation is the bucket's creation time (unix ns): it changes when NATS
+// lost the bucket and it was made again.
+func (r *SessionRevocations) incarnation(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := r.kv.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return 0, errors.New("revoked sessions bucket: no stream info")
+	}
+	return bs.StreamInfo().Created.UnixNano(), nil
+}
+
+// restore makes the bucket again if NATS lost it; an existing bucket is
+// left as it is.
+func (r *SessionRevocations) restore(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.js.KeyValue(ctx, RevokedSessionsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if _, err = r.js.CreateKeyValue(ctx, r.cfg); errors.Is(err, jetstream.ErrBucketExists) {
+			err = nil
+		}
+	}
+	return err
 }
 
 // OpenSessionRevocations creates or opens the bucket, loads it (within
@@ -39,12 +94,13 @@ func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge 
 	}()
 	setup, setupDone := context.WithTimeout(ctx, 10*time.Second)
 	defer setupDone()
-	kv, err := js.CreateOrUpdateKeyValue(setup, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      RevokedSessionsBucket,
 		Description: "Signed-out dashboard sessions, until they would have expired.",
 		TTL:         maxAge,
 		Storage:     jetstream.FileStorage,
-	})
+	}
+	kv, err := js.CreateOrUpdateKeyValue(setup, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("revoked sessions bucket: %w", err)
 	}
@@ -52,23 +108,47 @@ func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge 
 	if err != nil {
 		return nil, fmt.Errorf("watch revoked sessions: %w", err)
 	}
-	r := &SessionRevocations{kv: kv, m: map[string]time.Time{}, now: time.Now}
+	r := &SessionRevocations{kv: kv, m: map[string]time.Time{}, now: time.Now, js: js, cfg: cfg}
 	loaded := make(chan struct{})
+	inc, _ := r.incarnation(setup)
 	go func() {
-		defer w.Stop()
 		initial := true
-		for e := range w.Updates() {
-			if e == nil { // the bucket's existing entries are all delivered
-				if initial {
-					initial = false
-					close(loaded)
+		check := time.NewTicker(time.Second)
+		defer check.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+			case e, ok := <-w.Updates():
+				if !ok {
+					break // NATS gave up on the watch
+				}
+				if e == nil { // the bucket's existing entries are all delivered
+					if initial {
+						initial = false
+						close(loaded)
+					}
+				} else {
+					r.apply(e)
 				}
 				continue
+			case <-check.C:
+				// A bucket lost and made again numbers its entries from 1,
+				// and a watch resumed by the client would skip them.
+				now, err := r.incarnation(ctx)
+				if now == inc || (err != nil && !errors.Is(err, jetstream.ErrStreamNotFound)) {
+					continue
+				}
 			}
-			r.apply(e)
-		}
-		if initial {
-			close(loaded)
+			_ = w.Stop()
+			if initial {
+				initial = false
+				close(loaded)
+			}
+			// Watch again, making the bucket if it must be, so that
+			// sign-outs elsewhere keep arriving.
+			if w, inc = r.rewatch(ctx); w == nil {
+				return
+			}
 		}
 	}()
 	select {
@@ -109,7 +189,12 @@ func (r *SessionRevocations) Revoke(ctx context.Context, sid string, until time.
 	r.mu.Lock()
 	r.m[sid] = until
 	r.mu.Unlock()
-	if _, err := r.kv.Put(ctx, sid, []byte(strconv.FormatInt(until.Unix(), 10))); err != nil {
+	val := []byte(strconv.FormatInt(until.Unix(), 10))
+	_, err := r.kv.Put(ctx, sid, val)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && r.restore(ctx) == nil {
+		_, err = r.kv.Put(ctx, sid, val) // the bucket was gone; it is back
+	}
+	if err != nil {
 		return fmt.Errorf("revoke session: %w", err)
 	}
 	return nil

@@ -67,3 +67,45 @@ func TestSessionRevocationsAcrossServers(t *testing.T) {
 		t.Fatal("an expired session's revocation still counts")
 	}
 }
+
+// If NATS loses the bucket, the servers make it again and keep watching
+// it: a sign-out afterwards still reaches every server.
+func TestSessionRevocationsOutliveALostBucket(t *testing.T) {
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "sessions-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var js jetstream.JetStream
+	open := func() *SessionRevocations {
+		nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		if js, err = jetstream.New(nc); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenSessionRevocations(ctx, js, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := open(), open()
+	if err := js.DeleteKeyValue(ctx, RevokedSessionsBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Revoke(ctx, "sid-1", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("sign-out with the bucket gone: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.Revoked("sid-1") {
+		if time.Now().After(deadline) {
+			t.Fatal("another server did not see the sign-out made after the bucket was lost")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
