@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -435,6 +436,59 @@ func TestClusterWorkerOutage(t *testing.T) {
 		return a == allowed.Load() && d == denied.Load()
 	})
 	t.Logf("%d allowed and %d denied decisions, all in SQLite", a, d)
+}
+
+// NATS restarted without its data (its data directory wiped): the servers
+// and the worker make the streams and the lease buckets again, and the
+// decisions made afterwards reach SQLite as the earlier ones did.
+func TestClusterNATSDataLoss(t *testing.T) {
+	tp := startTopology(t, 2, nil)
+	tn := createTenant(t, tp.servers[0], "wiped")
+	createPolicy(t, tp.servers[0], tn, limitPolicy("exact", "exact", 1000))
+	from := time.Now().Add(-time.Minute).UTC()
+	var allowed, denied int64
+	checks := func(n int, ipBase int) {
+		t.Helper()
+		for i := range n {
+			c, err := tryCheck(tp.servers[i%2], tn, ipCheck(fmt.Sprintf("198.51.100.%d", ipBase+i%10), "/exact"))
+			if err != nil {
+				t.Fatalf("check %d: %v", i, err)
+			}
+			if c.Allowed {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	checks(20, 0)
+	waitFor(t, 20*time.Second, "the first decisions in SQLite", func() bool {
+		a, d := analyticsTotals(t, tp.servers[1], tn, from)
+		return a == allowed && d == denied
+	})
+
+	tp.nats.kill()
+	if err := os.RemoveAll(tp.natsDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(tp.natsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	tp.startNATS()
+	for _, s := range tp.servers {
+		waitFor(t, 20*time.Second, "server ready after NATS came back empty", func() bool { return readyz(s) == 200 })
+	}
+	waitFor(t, 30*time.Second, "every partition leased in the new bucket", tp.leasesBacked)
+	t.Logf("partitions shared again %s after NATS came back empty", time.Since(restarted).Round(time.Millisecond))
+
+	checks(30, 20)
+	var a, d int64
+	waitFor(t, 30*time.Second, "the later decisions in SQLite too", func() bool {
+		a, d = analyticsTotals(t, tp.servers[0], tn, from)
+		return a == allowed && d == denied
+	})
+	t.Logf("%d allowed and %d denied decisions in SQLite, %s after NATS came back empty", a, d, time.Since(restarted).Round(time.Millisecond))
 }
 
 func analyticsTotals(t testing.TB, s *server, tn tenant, from time.Time) (allowed, denied int64) {
