@@ -448,14 +448,14 @@ func (c *Cache) Len() int {
 }
 
 // find returns the index of the live bucket with hashes h1, h2, or -1; sh.mu
-// must be held.
+// must be held. A probe ends at an empty entry, or after the whole table:
+// a wide bucket's placement can turn the last empty entries into
+// tombstones, and the next insert then rebuilds the table.
 func (sh *shard) find(h1, h2 uint64) int {
-	if len(sh.ents) == 0 {
-		return -1
-	}
-	mask := uint64(len(sh.ents) - 1)
+	n := uint64(len(sh.ents))
+	mask := n - 1
 	want, hi := h1&^shardMask|fLive, uint32(h2>>32)
-	for i := home(h1, mask); ; i = (i + 1) & mask {
+	for i, k := home(h1, mask), uint64(0); k < n; i, k = (i+1)&mask, k+1 {
 		e := &sh.ents[i]
 		if e.tag&^fState == want && uint32(e.id>>32) == hi {
 			return int(i)
@@ -464,6 +464,7 @@ func (sh *shard) find(h1, h2 uint64) int {
 			return -1
 		}
 	}
+	return -1
 }
 
 // home is the first entry of a hash's home line.

@@ -345,3 +345,45 @@ func TestCacheRebuildWithNoFreeLine(t *testing.T) {
 		}
 	}
 }
+
+// A wide bucket placed past half-full lines turns the empty entries it
+// passes into tombstones, and can leave a table with no empty entry at all.
+// A lookup of an absent key must still end, and the next insert rebuilds.
+func TestLookupEndsInATableWithNoEmptyEntry(t *testing.T) {
+	c := NewCache()
+	sh := &c.shards[0]
+	sh.rehash(8) // 16 entries, 8 lines
+	narrow, wide := tb(5, time.Hour), []Limit{{Algorithm: SlidingWindow, Limit: 5, Period: time.Hour}}
+	var keys []uint64
+	for line := range uint64(7) { // one narrow bucket in each of lines 0-6
+		h1 := line * 2 << shardBits
+		sh.create(h1, h1<<32, fmt.Sprint("n", line), narrow)
+		keys = append(keys, h1)
+	}
+	w := uint64(0)<<shardBits | 1<<40 // home line 0, another identity
+	sh.create(w, w<<32, "w", wide)    // passes lines 0-6, lands in line 7
+	keys = append(keys, w)
+	if empty := len(sh.ents) - sh.used - sh.tombs; empty != 0 {
+		t.Fatalf("%d empty entries; the test wants none", empty)
+	}
+	checkShards(t, c)
+	done := make(chan int, 1)
+	absent := uint64(3) << 41
+	go func() { done <- sh.find(absent, absent<<32) }()
+	select {
+	case i := <-done:
+		if i != -1 {
+			t.Fatalf("an absent key found at %d", i)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lookup of an absent key did not end")
+	}
+	sh.create(absent, absent<<32, "absent", narrow)
+	keys = append(keys, absent)
+	checkShards(t, c)
+	for _, h := range keys {
+		if sh.find(h, h<<32) < 0 {
+			t.Fatalf("bucket %#x lost", h)
+		}
+	}
+}
