@@ -6,6 +6,8 @@ package engine
 // batch that fails to publish is kept, with its message id, and retried
 // until JetStream acks it; the id makes a retry of a batch that did arrive
 // a duplicate JetStream drops, so every decision is counted exactly once.
+// Until it is acked the maps are not swapped out: decisions made while NATS
+// is away merge into their cells rather than into a batch per interval.
 
 import (
 	"hash/maphash"

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -217,4 +220,100 @@ func TestFlushMakesLostStreamsAgain(t *testing.T) {
 			t.Fatalf("stream %s holds %d messages, want 1", name, n)
 		}
 	}
+}
+
+// While NATS is away, the counters of new decisions merge into the
+// aggregate instead of piling up a batch per flush; once NATS is back,
+// every decision reaches the stream exactly once.
+func TestCountersMergeWhileNATSIsAway(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeLoopback(t)
+	start := func() *server.Server {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Listen: addr, Name: "engine-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	ns := start()
+	nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	snap, _ := snapshot(t)
+	e, err := New(Config{Node: "test"}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := viewFromSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.view.Store(v)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, e.js); err != nil {
+		t.Fatal(err)
+	}
+	decisions := 0
+	check := func(n int) {
+		for range n {
+			if _, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			decisions++
+		}
+	}
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	for range 6 {
+		check(3)
+		fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		e.flushCounters(fctx)
+		cancel()
+	}
+	if n := len(e.pendingCounters); n != 1 {
+		t.Fatalf("%d counter batches pending after 6 failed flushes, want the first one only", n)
+	}
+
+	ns = start()
+	t.Cleanup(ns.Shutdown)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.flushCounters(ctx); len(e.pendingCounters) > 0; e.flushCounters(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("counters not published after NATS came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, err := e.js.Stream(ctx, bus.CounterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bus.CounterBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.Rows {
+			counted += r.Allowed + r.Denied
+		}
+	}
+	if counted != int64(decisions) {
+		t.Fatalf("the stream counts %d decisions, %d were made", counted, decisions)
+	}
+}
+
+func freeLoopback(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

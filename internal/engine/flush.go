@@ -97,9 +97,25 @@ func (e *Engine) flushStates(ctx context.Context) {
 	}
 }
 
+// flushCounters publishes decision counters. Batches keep their message id
+// from their first attempt (a retry of a batch that did arrive is dropped by
+// JetStream), so a batch is never rebuilt; and new batches are made only once
+// the older ones are out. While NATS is away, new decisions therefore merge
+// in the aggregate, one row per identity and minute, instead of piling up a
+// batch per interval.
 func (e *Engine) flushCounters(ctx context.Context) {
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
+	defer func() {
+		if len(e.pendingCounters) > 0 {
+			e.metrics.natsLag.Set(time.Since(e.pendingCounters[0].at).Seconds())
+		} else {
+			e.metrics.natsLag.Set(0)
+		}
+	}()
+	if !e.publishCounters(ctx) {
+		return
+	}
 	rows := e.counters.drain()
 	now := time.Now()
 	for len(rows) > 0 {
@@ -112,11 +128,12 @@ func (e *Engine) flushCounters(ctx context.Context) {
 		e.pendingCounters = append(e.pendingCounters, pendingBatch{id: e.nextMsgID("c"), data: data, rows: n, at: now})
 		rows = rows[n:]
 	}
-	if len(e.pendingCounters) > 0 {
-		e.metrics.natsLag.Set(time.Since(e.pendingCounters[0].at).Seconds())
-	} else {
-		e.metrics.natsLag.Set(0)
-	}
+	e.publishCounters(ctx)
+}
+
+// publishCounters publishes the pending counter batches in order and
+// reports whether all went out; flushMu must be held.
+func (e *Engine) publishCounters(ctx context.Context) bool {
 	for len(e.pendingCounters) > 0 {
 		b := e.pendingCounters[0]
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -126,12 +143,13 @@ func (e *Engine) flushCounters(ctx context.Context) {
 			e.metrics.flushFailures.WithLabelValues(bus.CounterStream).Inc()
 			e.log.Warn("counter flush failed; will retry", "batches", len(e.pendingCounters), "err", err)
 			e.restoreStreams(ctx, err)
-			return
+			return false
 		}
 		e.metrics.flushCounters.Observe(float64(b.rows))
 		e.rowsPublished.Add(uint64(b.rows))
 		e.pendingCounters = e.pendingCounters[1:]
 	}
+	return true
 }
 
 // restoreStreams makes the state and counter streams again when a publish
