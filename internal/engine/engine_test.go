@@ -34,6 +34,12 @@ func newTestEngine(tb testing.TB, snap tenants.Snapshot) *Engine {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(nc.Close)
+	return engineOn(tb, nc, snap)
+}
+
+// engineOn builds an engine on nc with a config view made from snap.
+func engineOn(tb testing.TB, nc *nats.Conn, snap tenants.Snapshot) *Engine {
+	tb.Helper()
 	e, err := New(Config{Node: "test"}, nc)
 	if err != nil {
 		tb.Fatal(err)
@@ -242,15 +248,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	snap, _ := snapshot(t)
-	e, err := New(Config{Node: "test"}, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := viewFromSnapshot(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.view.Store(v)
+	e := engineOn(t, nc, snap)
 	ctx := context.Background()
 	if err := bus.EnsureStreams(ctx, e.js); err != nil {
 		t.Fatal(err)
