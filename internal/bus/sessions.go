@@ -51,33 +51,17 @@ func (r *SessionRevocations) rewatch(ctx context.Context) (jetstream.KeyWatcher,
 	}
 }
 
-// incarnation is the bucket's creation time (unix ns): it changes when NATS
-// lost the bucket and it was made again.
 func (r *SessionRevocations) incarnation(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := r.kv.Status(ctx)
-	if err != nil {
-		return 0, err
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo() == nil {
-		return 0, errors.New("revoked sessions bucket: no stream info")
-	}
-	return bs.StreamInfo().Created.UnixNano(), nil
+	return Incarnation(ctx, r.kv)
 }
 
-// restore makes the bucket again if NATS lost it; an existing bucket is
-// left as it is.
+// restore makes the bucket again if NATS lost it.
 func (r *SessionRevocations) restore(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := r.js.KeyValue(ctx, RevokedSessionsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		if _, err = r.js.CreateKeyValue(ctx, r.cfg); errors.Is(err, jetstream.ErrBucketExists) {
-			err = nil
-		}
-	}
+	_, err := RestoreKeyValue(ctx, r.js, r.cfg)
 	return err
 }
 
@@ -135,7 +119,7 @@ func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge 
 				// A bucket lost and made again numbers its entries from 1,
 				// and a watch resumed by the client would skip them.
 				now, err := r.incarnation(ctx)
-				if now == inc || (err != nil && !errors.Is(err, jetstream.ErrStreamNotFound)) {
+				if (err == nil && now == inc) || (err != nil && !errors.Is(err, jetstream.ErrBucketNotFound)) {
 					continue
 				}
 			}

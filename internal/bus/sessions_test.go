@@ -12,29 +12,7 @@ import (
 // A sign-out on one server is seen by another through the real KV bucket,
 // and a revoked session stops counting once it would have expired anyway.
 func TestSessionRevocationsAcrossServers(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "sessions-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	open := func() *SessionRevocations {
-		nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := OpenSessionRevocations(ctx, js, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	ctx, open := sessionServers(t)
 	a, b := open(), open()
 	if a.Revoked("sid-1") || b.Revoked("sid-1") {
 		t.Fatal("a session is revoked before sign-out")
@@ -71,31 +49,9 @@ func TestSessionRevocationsAcrossServers(t *testing.T) {
 // If NATS loses the bucket, the servers make it again and keep watching
 // it: a sign-out afterwards still reaches every server.
 func TestSessionRevocationsOutliveALostBucket(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "sessions-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	var js jetstream.JetStream
-	open := func() *SessionRevocations {
-		nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		if js, err = jetstream.New(nc); err != nil {
-			t.Fatal(err)
-		}
-		r, err := OpenSessionRevocations(ctx, js, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	ctx, open := sessionServers(t)
 	a, b := open(), open()
-	if err := js.DeleteKeyValue(ctx, RevokedSessionsBucket); err != nil {
+	if err := a.js.DeleteKeyValue(ctx, RevokedSessionsBucket); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Revoke(ctx, "sid-1", time.Now().Add(time.Hour)); err != nil {
@@ -107,5 +63,34 @@ func TestSessionRevocationsOutliveALostBucket(t *testing.T) {
 			t.Fatal("another server did not see the sign-out made after the bucket was lost")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sessionServers starts a real embedded NATS server and returns a context
+// for the test and a function that opens one server's revocations on its
+// own connection.
+func sessionServers(t *testing.T) (context.Context, func() *SessionRevocations) {
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "sessions-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx, func() *SessionRevocations {
+		nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenSessionRevocations(ctx, js, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

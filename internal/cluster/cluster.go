@@ -220,48 +220,34 @@ func (c *Cluster) openBuckets(ctx context.Context) error {
 	}
 }
 
+var bucketConfigs = [...]jetstream.KeyValueConfig{
+	{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage},
+	{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage},
+}
+
 func (c *Cluster) createBuckets(ctx context.Context) (owners, members jetstream.KeyValue, err error) {
-	o, err1 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage})
-	m, err2 := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage})
+	o, err1 := c.js.CreateOrUpdateKeyValue(ctx, bucketConfigs[0])
+	m, err2 := c.js.CreateOrUpdateKeyValue(ctx, bucketConfigs[1])
 	return o, m, errors.Join(err1, err2)
 }
 
-// restoreBuckets recreates the buckets if JetStream says they are gone (a
-// NATS restart loses in-memory buckets). It does nothing while JetStream
-// does not answer.
-func (c *Cluster) restoreBuckets(ctx context.Context) {
-	if !c.nc.IsConnected() {
-		return
-	}
-	bctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-	defer cancel()
-	_, err1 := c.js.KeyValue(bctx, OwnersBucket)
-	_, err2 := c.js.KeyValue(bctx, MembersBucket)
-	if !errors.Is(err1, jetstream.ErrBucketNotFound) && !errors.Is(err2, jetstream.ErrBucketNotFound) {
-		return
-	}
-	if _, _, err := c.createBuckets(bctx); err != nil {
-		c.log.Warn("recreating the lease buckets failed; retrying", "err", err)
-		return
-	}
-	c.log.Warn("the lease buckets were gone (NATS restarted without them); recreated them")
-}
-
-// incarnation reads the owners bucket's creation time (unix ns),
-// recreating the buckets when they are gone.
+// incarnation reads the owners bucket's creation time (unix ns). When the
+// buckets are gone (a NATS restart loses in-memory buckets) it makes them
+// again and reports false, as it does while JetStream does not answer.
 func (c *Cluster) incarnation(ctx context.Context) (int64, bool) {
-	st, err := c.owners_.Status(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
-			c.restoreBuckets(ctx)
+	inc, err := bus.Incarnation(ctx, c.owners_)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && c.nc.IsConnected() {
+		bctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
+		defer cancel()
+		for _, cfg := range bucketConfigs {
+			if made, err := bus.RestoreKeyValue(bctx, c.js, cfg); err != nil {
+				c.log.Warn("making a lease bucket again failed; retrying", "bucket", cfg.Bucket, "err", err)
+			} else if made {
+				c.log.Warn("the lease bucket was gone (NATS restarted without it); made it again", "bucket", cfg.Bucket)
+			}
 		}
-		return 0, false
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo() == nil {
-		return 0, false
-	}
-	return bs.StreamInfo().Created.UnixNano(), true
+	return inc, err == nil
 }
 
 func partKey(p int) string { return "p." + strconv.Itoa(p) }
