@@ -327,8 +327,7 @@ func (tv *tenantView) activeBlock(kind, id string, now time.Time) (tenants.Block
 }
 
 // hashKey is the SHA-256 of a presented key; keys are looked up by hash, so
-// the secret itself is never compared or kept.
-// hashKey is the SHA-256 of a presented key. Keys are short, so the bytes
+// the secret itself is never compared or kept. Keys are short, so the bytes
 // are hashed from a stack buffer: no allocation per check.
 func hashKey(k string) [32]byte {
 	var buf [128]byte
