@@ -42,6 +42,19 @@ package quota
 // value and, if the limits really changed, the bucket's states are remapped.
 // A referenced slice stays alive, so equal addresses mean the same slice.
 //
+// Short checks. Checks of different keys do not depend on each other, so
+// the processor can start the next check's table read while the last one's
+// is still in flight, as far as its reorder window reaches: the fewer
+// instructions between the two reads, the more they overlap. On the machine
+// in BENCHMARKS.md, taking the common check from about 590 instructions
+// (through Decide) to about 410 took a 1M-key check from about 255 ns to
+// about 180 ns, below the latency of one read. So the common check, an
+// allowed consuming request on a single token bucket, is decided by
+// shard.allow with the limit's numbers converted once per limits slice
+// (limRef.tb); every other check goes through Decide. The two compute the
+// same floats in the same order, and TestAllowMatchesTokenBucket holds them
+// equal.
+//
 // Dirty protocol. A bucket is dirty when it holds consumption not yet handed
 // to DrainDirty. Only an allowed, consuming check (and Reset and Force) marks
 // a bucket dirty: denials and peeks never do, so abusive traffic costs no
@@ -60,6 +73,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"time"
 )
 
 const (
@@ -140,6 +154,27 @@ type cell struct {
 type limRef struct {
 	limits []Limit // never mutated
 	refs   int
+	tb     tbRates // set for a single valid token bucket
+}
+
+// tbRates is what the allowed check of a single token bucket computes with,
+// converted once per limits slice instead of on every check.
+type tbRates struct {
+	ok             bool
+	limit          int64
+	capacity       int64
+	capF, limF, pF float64
+}
+
+func ratesOf(limits []Limit) tbRates {
+	if len(limits) != 1 || limits[0].Algorithm != TokenBucket || !limits[0].usable() {
+		return tbRates{}
+	}
+	l := &limits[0]
+	return tbRates{
+		ok: true, limit: l.Limit, capacity: l.Capacity(),
+		capF: float64(l.Capacity()), limF: float64(l.Limit), pF: float64(l.Period),
+	}
 }
 
 type sliceID struct {
@@ -180,6 +215,9 @@ func (c *Cache) Check(key string, limits []Limit, now int64, cost int64, consume
 	i := sh.find(h1, h2)
 	if i < 0 {
 		i = sh.create(h1, h2, strings.Clone(key), limits)
+	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
+		sh.mu.Unlock()
+		return true, 0
 	}
 	allowed, report = sh.check(i, limits, now, cost, consume, out)
 	sh.mu.Unlock()
@@ -199,10 +237,49 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 	i := sh.find(h1, h2)
 	if i < 0 {
 		i = sh.create(h1, h2, string(key), limits)
+	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
+		sh.mu.Unlock()
+		return true, 0
 	}
 	allowed, report = sh.check(i, limits, now, cost, consume, out)
 	sh.mu.Unlock()
 	return allowed, report
+}
+
+// allow is the common check, taken before check: a consuming request, on
+// an existing single token bucket used before, at a later instant, that the
+// bucket admits. It computes exactly what tokenBucket computes, with the same
+// float operations in the same order (the model tests hold the two equal),
+// and reports false, changing nothing, in every other case, which check then
+// decides. sh.mu must be held.
+func (sh *shard) allow(i int, limits []Limit, now, cost int64, o *Outcome) bool {
+	e := &sh.ents[i]
+	r := &sh.lims[uint32(e.id)]
+	tokens, at := e.a, e.at
+	elapsed := now - at
+	if !r.tb.ok || e.tag&(fExt|fWide) != 0 || !sameSlice(r.limits, limits) ||
+		at == 0 || elapsed <= 0 || now <= at || !(tokens >= 0) || cost < 1 || cost > r.tb.capacity {
+		return false
+	}
+	tb := &r.tb
+	tokens = min(tokens, tb.capF)
+	tokens += float64(elapsed) * tb.limF / tb.pF
+	tokens = min(tokens, tb.capF)
+	c := float64(cost)
+	if !(tokens >= c) {
+		return false
+	}
+	after := tokens - c
+	var reset int64
+	if missing := tb.capF - after; missing > 0 {
+		reset = ceilNanos(missing * tb.pF / tb.limF)
+	}
+	*o = Outcome{Allowed: true, Limit: tb.limit, Remaining: floorUnits(after), Reset: time.Duration(reset)}
+	e.a, e.at = after, now
+	if e.tag&fDirty == 0 {
+		sh.markDirty(i)
+	}
+	return true
 }
 
 // check runs one decision on the bucket at i; sh.mu must be held.
@@ -671,7 +748,7 @@ func (sh *shard) ref(limits []Limit) uint32 {
 		k = uint32(len(sh.lims))
 		sh.lims = append(sh.lims, limRef{})
 	}
-	sh.lims[k] = limRef{limits: limits, refs: 1}
+	sh.lims[k] = limRef{limits: limits, refs: 1, tb: ratesOf(limits)}
 	if sh.limIdx == nil {
 		sh.limIdx = make(map[sliceID]uint32)
 	}

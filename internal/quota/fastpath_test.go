@@ -1,0 +1,155 @@
+package quota
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// The cache decides the common token bucket check in shard.allow, apart from
+// Limit.Decide. These tests hold the two equal bit for bit, over limits,
+// states, instants and costs far wider than any service sees.
+
+func randUnits(rng *rand.Rand) int64 {
+	switch rng.Intn(4) {
+	case 0:
+		return 1 + rng.Int63n(10)
+	case 1:
+		return MaxLimit - rng.Int63n(3)
+	default:
+		return 1 + rng.Int63n(int64(1)<<rng.Intn(51))
+	}
+}
+
+func randPeriod(rng *rand.Rand) time.Duration {
+	switch rng.Intn(4) {
+	case 0:
+		return MinPeriod
+	case 1:
+		return MaxPeriod
+	default:
+		return MinPeriod + time.Duration(rng.Int63n(int64(MaxPeriod-MinPeriod)>>rng.Intn(40)))
+	}
+}
+
+func randTokens(rng *rand.Rand, capacity float64) float64 {
+	switch rng.Intn(10) {
+	case 0:
+		return 0
+	case 1:
+		return capacity
+	case 2:
+		return capacity * (1 + rng.Float64()) // more than fits: clamped
+	case 3:
+		return math.Float64frombits(rng.Uint64()) // anything, NaN and negative included
+	case 4:
+		return float64(rng.Int63n(10)) + rng.Float64()
+	default:
+		return rng.Float64() * capacity
+	}
+}
+
+func randElapsed(rng *rand.Rand, period time.Duration) int64 {
+	switch rng.Intn(8) {
+	case 0:
+		return 0
+	case 1:
+		return -rng.Int63n(int64(time.Hour)) // the clock went back
+	case 2:
+		return 1 + rng.Int63n(1000)
+	case 3:
+		return math.MaxInt64 - rng.Int63n(10) // overflows now - At
+	default:
+		return 1 + rng.Int63n(2*int64(period))
+	}
+}
+
+func TestAllowMatchesTokenBucket(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	const runs = 200_000
+	decided := 0
+	for range runs {
+		l := Limit{Algorithm: TokenBucket, Limit: randUnits(rng), Period: randPeriod(rng)}
+		if rng.Intn(2) == 0 {
+			l.Burst = randUnits(rng)
+		}
+		limits := []Limit{l}
+		capacity := l.Capacity()
+		tokens := randTokens(rng, float64(capacity))
+		var at int64
+		if rng.Intn(20) != 0 {
+			at = t0 + rng.Int63n(int64(time.Hour))
+			if rng.Intn(50) == 0 {
+				at = math.MinInt64 + rng.Int63n(10) // absurdly old
+			}
+		}
+		now := at + randElapsed(rng, l.Period)
+		if at == 0 {
+			now = t0
+		}
+		cost := 1 + rng.Int63n(min(capacity, 1<<20))
+		switch rng.Intn(10) {
+		case 0:
+			cost = capacity + rng.Int63n(3) // at or over the capacity
+		case 1:
+			cost = -rng.Int63n(2) // counts as 1
+		}
+
+		var sh shard
+		i := sh.create(1<<shardBits, 1<<32, "k", limits)
+		sh.ents[i].a, sh.ents[i].at = tokens, at
+		before := sh.ents[i]
+
+		st := State{Tokens: tokens, At: at}
+		want := l.Decide(&st, now, cost, true)
+		var got Outcome
+		if !sh.allow(i, limits, now, cost, &got) {
+			if e := sh.ents[i]; e.tag != before.tag || e.id != before.id || e.at != before.at ||
+				math.Float64bits(e.a) != math.Float64bits(before.a) {
+				t.Fatalf("allow declined but changed the entry: %+v -> %+v", before, sh.ents[i])
+			}
+			continue
+		}
+		decided++
+		e := sh.ents[i]
+		if got != want || math.Float64bits(e.a) != math.Float64bits(st.Tokens) || e.at != st.At || e.tag&fDirty == 0 {
+			t.Fatalf("limit %+v, tokens %v at %d, now %d, cost %d:\nallow  %+v, state %v at %d, tag %x\nDecide %+v, state %v at %d",
+				l, tokens, at, now, cost, got, e.a, e.at, e.tag, want, st.Tokens, st.At)
+		}
+	}
+	// The inputs are meant to reach the fast path more often than not:
+	// a test that never took it would prove nothing.
+	if decided < runs/3 {
+		t.Fatalf("allow decided only %d of %d checks", decided, runs)
+	}
+	t.Logf("allow decided %d of %d checks", decided, runs)
+}
+
+// A check the fast path leaves alone still gets its answer: another limits
+// slice equal by value, a peek, a denial, a first use and another algorithm
+// all go through the general path.
+func TestAllowLeavesTheRestToCheck(t *testing.T) {
+	c := NewCache()
+	limits := tb(2, time.Minute)
+	out := make([]Outcome, 1)
+	now := t0
+	c.Check("k", limits, now, 1, true, out) // first use: general path
+	now += int64(time.Millisecond)
+	if ok, _ := c.Check("k", limits, now, 1, false, out); !ok || out[0].Remaining != 0 {
+		t.Fatalf("peek: %v %+v", ok, out[0])
+	}
+	if ok, _ := c.Check("k", tb(2, time.Minute), now, 1, true, out); !ok || out[0].Remaining != 0 {
+		t.Fatalf("equal limits in another slice: %v %+v", ok, out[0])
+	}
+	if ok, _ := c.Check("k", limits, now, 1, true, out); ok || out[0].RetryAfter <= 0 {
+		t.Fatalf("empty bucket: %v %+v", ok, out[0])
+	}
+	fw := []Limit{{Algorithm: FixedWindow, Limit: 1, Period: time.Minute}}
+	if ok, _ := c.Check("f", fw, now, 1, true, out); !ok {
+		t.Fatalf("fixed window: %+v", out[0])
+	}
+	if ok, _ := c.Check("f", fw, now+1, 1, true, out); ok {
+		t.Fatalf("fixed window over its limit: %+v", out[0])
+	}
+}
