@@ -48,12 +48,15 @@ package quota
 // instructions between the two reads, the more they overlap. On the machine
 // in BENCHMARKS.md, taking the common check from about 590 instructions
 // (through Decide) to about 410 took a 1M-key check from about 255 ns to
-// about 180 ns, below the latency of one read. So the common check, an
-// allowed consuming request on a single token bucket, is decided by
-// shard.allow with the limit's numbers converted once per limits slice
-// (limRef.tb); every other check goes through Decide. The two compute the
-// same floats in the same order, and TestAllowMatchesTokenBucket holds them
-// equal.
+// about 180 ns, below the latency of one read. So the common checks, an
+// allowed consuming request on a single token bucket or fixed window, are
+// decided by shard.allow with the limit's numbers converted once per limits
+// slice (limRef.fast); every other check goes through Decide. The two
+// compute the same floats in the same order, and TestAllowMatchesDecide
+// holds them equal. The overlap is lost abruptly, not gradually: a draft
+// that also took sliding windows here cost the token bucket check about ten
+// instructions more and its 1M-key time went back to 235-300 ns. Measure
+// BenchmarkCheck1MKeys before and after any change to this path.
 //
 // Dirty protocol. A bucket is dirty when it holds consumption not yet handed
 // to DrainDirty. Only an allowed, consuming check (and Reset and Force) marks
@@ -154,25 +157,28 @@ type cell struct {
 type limRef struct {
 	limits []Limit // never mutated
 	refs   int
-	tb     tbRates // set for a single valid token bucket
+	fast   fastLimit // set for a single valid token bucket or fixed window
 }
 
-// tbRates is what the allowed check of a single token bucket computes with,
-// converted once per limits slice instead of on every check.
-type tbRates struct {
-	ok             bool
-	limit          int64
-	capacity       int64
-	capF, limF, pF float64
+// fastLimit is what shard.allow computes with for a single token bucket or
+// fixed window, converted once per limits slice instead of on every check.
+type fastLimit struct {
+	ok                      bool
+	alg                     Algorithm
+	limit, capacity, period int64
+	capF, limF, pF          float64
 }
 
-func ratesOf(limits []Limit) tbRates {
-	if len(limits) != 1 || limits[0].Algorithm != TokenBucket || !limits[0].usable() {
-		return tbRates{}
+func fastLimitOf(limits []Limit) fastLimit {
+	if len(limits) != 1 || !limits[0].usable() {
+		return fastLimit{}
 	}
 	l := &limits[0]
-	return tbRates{
-		ok: true, limit: l.Limit, capacity: l.Capacity(),
+	if l.Algorithm != TokenBucket && l.Algorithm != FixedWindow {
+		return fastLimit{}
+	}
+	return fastLimit{
+		ok: true, alg: l.Algorithm, limit: l.Limit, capacity: l.Capacity(), period: int64(l.Period),
 		capF: float64(l.Capacity()), limF: float64(l.Limit), pF: float64(l.Period),
 	}
 }
@@ -246,22 +252,34 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 	return allowed, report
 }
 
-// allow is the common check, taken before check: a consuming request, on
-// an existing single token bucket used before, at a later instant, that the
-// bucket admits. It computes exactly what tokenBucket computes, with the same
-// float operations in the same order (the model tests hold the two equal),
-// and reports false, changing nothing, in every other case, which check then
-// decides. sh.mu must be held.
+// allow is the common check, taken before check: a consuming request that
+// the bucket admits, on an existing bucket of a single token bucket (used
+// before, decided at a later instant) or fixed window. It computes exactly
+// what tokenBucket or fixedWindow computes, with the same float operations in
+// the same order (TestAllowMatchesDecide holds them equal), and reports
+// false, changing nothing, in every other case, which check then decides.
+// sh.mu must be held.
 func (sh *shard) allow(i int, limits []Limit, now, cost int64, o *Outcome) bool {
 	e := &sh.ents[i]
 	r := &sh.lims[uint32(e.id)]
-	tokens, at := e.a, e.at
-	elapsed := now - at
-	if !r.tb.ok || e.tag&(fExt|fWide) != 0 || !sameSlice(r.limits, limits) ||
-		at == 0 || elapsed <= 0 || now <= at || !(tokens >= 0) || cost < 1 || cost > r.tb.capacity {
+	if !r.fast.ok || e.tag&(fExt|fWide) != 0 || !sameSlice(r.limits, limits) || cost < 1 || cost > r.fast.capacity {
 		return false
 	}
-	tb := &r.tb
+	if r.fast.alg == FixedWindow {
+		if !r.fast.fixedWindow(e, now, cost, o) {
+			return false
+		}
+		if e.tag&fDirty == 0 {
+			sh.markDirty(i)
+		}
+		return true
+	}
+	tokens, at := e.a, e.at
+	elapsed := now - at
+	if at == 0 || elapsed <= 0 || now <= at || !(tokens >= 0) {
+		return false
+	}
+	tb := &r.fast
 	tokens = min(tokens, tb.capF)
 	tokens += float64(elapsed) * tb.limF / tb.pF
 	tokens = min(tokens, tb.capF)
@@ -279,6 +297,22 @@ func (sh *shard) allow(i int, limits []Limit, now, cost int64, o *Outcome) bool 
 	if e.tag&fDirty == 0 {
 		sh.markDirty(i)
 	}
+	return true
+}
+
+// fixedWindow is allow for a fixed window: fixedWindow's allowed, consuming
+// path, on the state in e.
+func (f *fastLimit) fixedWindow(e *entry, now, cost int64, o *Outcome) bool {
+	start, count := windowStart(now, f.period), 0.0
+	if e.at != 0 && e.at >= start { // this window, or a later one if the clock went back
+		start, count = e.at, sanitizeCount(e.a)
+	}
+	c := float64(cost)
+	if !(count+c <= f.limF) {
+		return false
+	}
+	*o = Outcome{Allowed: true, Limit: f.limit, Remaining: floorUnits(f.limF - count - c), Reset: time.Duration(start + f.period - now)}
+	e.a, e.at = count+c, start
 	return true
 }
 
@@ -748,7 +782,7 @@ func (sh *shard) ref(limits []Limit) uint32 {
 		k = uint32(len(sh.lims))
 		sh.lims = append(sh.lims, limRef{})
 	}
-	sh.lims[k] = limRef{limits: limits, refs: 1, tb: ratesOf(limits)}
+	sh.lims[k] = limRef{limits: limits, refs: 1, fast: fastLimitOf(limits)}
 	if sh.limIdx == nil {
 		sh.limIdx = make(map[sliceID]uint32)
 	}

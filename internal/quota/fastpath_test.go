@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The cache decides the common token bucket check in shard.allow, apart from
-// Limit.Decide. These tests hold the two equal bit for bit, over limits,
+// The cache decides the common token bucket and fixed window checks in
+// shard.allow, apart from Limit.Decide. These tests hold the two equal bit for bit, over limits,
 // states, instants and costs far wider than any service sees.
 
 func randUnits(rng *rand.Rand) int64 {
@@ -65,29 +65,55 @@ func randElapsed(rng *rand.Rand, period time.Duration) int64 {
 	}
 }
 
-func TestAllowMatchesTokenBucket(t *testing.T) {
+func TestAllowMatchesDecide(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) { testAllowMatchesDecide(t, alg) })
+	}
+}
+
+// randState returns a state of l to decide at now: used or not, counted in
+// this window, an earlier or a later one (the clock went back), or anywhere.
+func randState(rng *rand.Rand, l Limit, now int64) State {
+	st := State{Tokens: randTokens(rng, float64(l.Capacity()))}
+	if rng.Intn(20) == 0 {
+		return st // never used
+	}
+	p := int64(l.Period)
+	if l.Algorithm == TokenBucket {
+		st.At = now - randElapsed(rng, l.Period)
+	} else {
+		switch start := windowStart(now, p); rng.Intn(4) {
+		case 0:
+			st.At = start
+		case 1:
+			st.At = start - p*(1+rng.Int63n(3))
+		case 2:
+			st.At = start + p // a clock step back
+		default:
+			st.At = now - rng.Int63n(4*p) + rng.Int63n(p)
+		}
+	}
+	if st.At == 0 || rng.Intn(50) == 0 {
+		st.At = math.MinInt64 + rng.Int63n(10) // absurdly old
+	}
+	return st
+}
+
+func testAllowMatchesDecide(t *testing.T, alg Algorithm) {
 	rng := rand.New(rand.NewSource(11))
 	const runs = 200_000
 	decided := 0
 	for range runs {
-		l := Limit{Algorithm: TokenBucket, Limit: randUnits(rng), Period: randPeriod(rng)}
-		if rng.Intn(2) == 0 {
+		l := Limit{Algorithm: alg, Limit: randUnits(rng), Period: randPeriod(rng)}
+		if alg == TokenBucket && rng.Intn(2) == 0 {
 			l.Burst = randUnits(rng)
 		}
 		limits := []Limit{l}
+		now := t0 + rng.Int63n(int64(time.Hour))
+		if rng.Intn(50) == 0 {
+			now = math.MaxInt64 - rng.Int63n(int64(time.Hour))
+		}
 		capacity := l.Capacity()
-		tokens := randTokens(rng, float64(capacity))
-		var at int64
-		if rng.Intn(20) != 0 {
-			at = t0 + rng.Int63n(int64(time.Hour))
-			if rng.Intn(50) == 0 {
-				at = math.MinInt64 + rng.Int63n(10) // absurdly old
-			}
-		}
-		now := at + randElapsed(rng, l.Period)
-		if at == 0 {
-			now = t0
-		}
 		cost := 1 + rng.Int63n(min(capacity, 1<<20))
 		switch rng.Intn(10) {
 		case 0:
@@ -95,35 +121,41 @@ func TestAllowMatchesTokenBucket(t *testing.T) {
 		case 1:
 			cost = -rng.Int63n(2) // counts as 1
 		}
+		st := randState(rng, l, now)
 
 		var sh shard
 		i := sh.create(1<<shardBits, 1<<32, "k", limits)
-		sh.ents[i].a, sh.ents[i].at = tokens, at
-		before := sh.ents[i]
+		sh.ents[i].a, sh.ents[i].at = st.Tokens, st.At
+		before, beforeNext := sh.ents[i], sh.ents[i+1]
 
-		st := State{Tokens: tokens, At: at}
+		in := st
 		want := l.Decide(&st, now, cost, true)
 		var got Outcome
 		if !sh.allow(i, limits, now, cost, &got) {
-			if e := sh.ents[i]; e.tag != before.tag || e.id != before.id || e.at != before.at ||
-				math.Float64bits(e.a) != math.Float64bits(before.a) {
-				t.Fatalf("allow declined but changed the entry: %+v -> %+v", before, sh.ents[i])
+			if !sameEntry(sh.ents[i], before) || !sameEntry(sh.ents[i+1], beforeNext) {
+				t.Fatalf("allow declined but changed the entries: %+v %+v -> %+v %+v", before, beforeNext, sh.ents[i], sh.ents[i+1])
 			}
 			continue
 		}
 		decided++
 		e := sh.ents[i]
-		if got != want || math.Float64bits(e.a) != math.Float64bits(st.Tokens) || e.at != st.At || e.tag&fDirty == 0 {
-			t.Fatalf("limit %+v, tokens %v at %d, now %d, cost %d:\nallow  %+v, state %v at %d, tag %x\nDecide %+v, state %v at %d",
-				l, tokens, at, now, cost, got, e.a, e.at, e.tag, want, st.Tokens, st.At)
+		if got != want || !sameFloat(e.a, st.Tokens) || e.at != st.At || e.tag&fDirty == 0 || !sameEntry(sh.ents[i+1], beforeNext) {
+			t.Fatalf("limit %+v, state %v at %d, now %d, cost %d:\nallow  %+v, state %v at %d, tag %x\nDecide %+v, state %v at %d",
+				l, in.Tokens, in.At, now, cost, got, e.a, e.at, e.tag, want, st.Tokens, st.At)
 		}
 	}
-	// The inputs are meant to reach the fast path more often than not:
-	// a test that never took it would prove nothing.
+	// The inputs are meant to reach the fast path often: a test that never
+	// took it would prove nothing.
 	if decided < runs/3 {
 		t.Fatalf("allow decided only %d of %d checks", decided, runs)
 	}
 	t.Logf("allow decided %d of %d checks", decided, runs)
+}
+
+func sameFloat(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+
+func sameEntry(a, b entry) bool {
+	return a.tag == b.tag && a.id == b.id && a.at == b.at && sameFloat(a.a, b.a)
 }
 
 // A check the fast path leaves alone still gets its answer: another limits
