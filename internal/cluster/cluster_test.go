@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 )
 
 func member(t *testing.T, url, node string, loads *atomic.Int64) *Cluster {
@@ -112,25 +112,10 @@ func settled(ms ...*Cluster) bool {
 // them and share the partitions again, whatever state the NATS client's
 // own watch recovery was left in.
 func TestOwnershipSurvivesNATSRestart(t *testing.T) {
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	startNATS := func() *server.Server {
-		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Listen: addr, Name: "cluster-test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ns
-	}
-	ns := startNATS()
-	defer func() { ns.Shutdown() }()
+	ns := bustest.Start(t, "cluster-test")
 	var loads atomic.Int64
-	a := member(t, ns.ClientURL(), "a", &loads)
-	b := member(t, ns.ClientURL(), "b", &loads)
+	a := member(t, ns.URL(), "a", &loads)
+	b := member(t, ns.URL(), "b", &loads)
 	waitOwned(t, 10*time.Second, func() bool { return settled(a, b) })
 
 	// Throughout, no partition has two deciding owners.
@@ -159,17 +144,16 @@ func TestOwnershipSurvivesNATSRestart(t *testing.T) {
 	}()
 
 	for round := range 3 {
-		ns.Shutdown()
-		ns.WaitForShutdown()
+		ns.Stop()
 		waitOwned(t, 5*time.Second, func() bool { return a.OwnedCount()+b.OwnedCount() == 0 })
-		ns = startNATS()
+		ns.Start()
 		start := time.Now()
 		waitOwned(t, 15*time.Second, func() bool { return settled(a, b) && seesOwners(a, a, b) && seesOwners(b, a, b) })
 		t.Logf("round %d: partitions shared again %s after the restart", round, time.Since(start).Round(time.Millisecond))
 	}
 
 	// The same when the buckets vanish while NATS stays up.
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

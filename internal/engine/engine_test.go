@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -232,17 +231,8 @@ func TestFlushMakesLostStreamsAgain(t *testing.T) {
 // aggregate instead of piling up a batch per flush; once NATS is back,
 // every decision reaches the stream exactly once.
 func TestCountersMergeWhileNATSIsAway(t *testing.T) {
-	dir := t.TempDir()
-	addr := freeLoopback(t)
-	start := func() *server.Server {
-		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Listen: addr, Name: "engine-test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ns
-	}
-	ns := start()
-	nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ns := bustest.Start(t, "engine-test")
+	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,8 +253,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 		}
 	}
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	ns.Stop()
 	for range 6 {
 		check(3)
 		fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -275,8 +264,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 		t.Fatalf("%d counter batches pending after 6 failed flushes, want the first one only", n)
 	}
 
-	ns = start()
-	t.Cleanup(ns.Shutdown)
+	ns.Start()
 	deadline := time.Now().Add(10 * time.Second)
 	for e.flushCounters(ctx); len(e.pendingCounters) > 0; e.flushCounters(ctx) {
 		if time.Now().After(deadline) {
@@ -305,13 +293,4 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	if counted != int64(decisions) {
 		t.Fatalf("the stream counts %d decisions, %d were made", counted, decisions)
 	}
-}
-
-func freeLoopback(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
