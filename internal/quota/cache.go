@@ -162,6 +162,9 @@ type limRef struct {
 
 // fastLimit is what shard.allow computes with for a single token bucket or
 // fixed window, converted once per limits slice instead of on every check.
+// The float copies are derivable from the integers, but converting them on
+// every check made it six instructions longer, and its 1M-key time went from
+// 172-199 ns to 240-280 ns (see "Short checks" above).
 type fastLimit struct {
 	ok                      bool
 	alg                     Algorithm
