@@ -20,9 +20,15 @@ import (
 // per-connection pragmas, applies pending migrations, and refuses a database
 // whose schema is newer than this binary knows.
 //
+// The database and its WAL and shared-memory files are made 0600 whatever
+// the umask (restrictFiles).
+//
 // Writers use BEGIN IMMEDIATE (_txlock=immediate) so that two transactions
 // never deadlock upgrading a read lock; WAL lets readers run beside them.
 func Open(ctx context.Context, path string) (*sql.DB, error) {
+	if err := restrictFiles(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
 	q.Set("_busy_timeout", "5000")

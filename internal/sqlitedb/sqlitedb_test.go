@@ -2,8 +2,10 @@ package sqlitedb
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -51,4 +53,47 @@ func TestOpenMigratesAndRefusesNewerSchema(t *testing.T) {
 	if _, err := Open(ctx, path); err == nil || !strings.Contains(err.Error(), "upgrade Sluice") {
 		t.Fatalf("opening a newer schema: %v, want a refusal that says to upgrade", err)
 	}
+}
+
+// The database holds password and key hashes: it and its WAL and
+// shared-memory files are 0600 even with a umask of 0 in a world-writable
+// directory, and a database left 0644 by an older version is tightened.
+func TestOpenFilesAreOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := func(path string) {
+		t.Helper()
+		db, err := Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES ('perm_test', 'x') ON CONFLICT (key) DO UPDATE SET value = 'y'`); err != nil {
+			t.Fatal(err)
+		}
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			fi, err := os.Stat(path + suffix)
+			if err != nil {
+				t.Fatalf("%s: %v", suffix, err)
+			}
+			if mode := fi.Mode().Perm(); mode != 0o600 {
+				t.Errorf("%s%s has mode %o, want 600", filepath.Base(path), suffix, mode)
+			}
+		}
+	}
+	check(filepath.Join(dir, "sluice.db"))
+
+	legacy := filepath.Join(dir, "legacy.db")
+	if err := os.WriteFile(legacy, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(legacy)
 }
