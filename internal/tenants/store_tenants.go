@@ -291,9 +291,13 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 	return u, nil
 }
 
-// EnsureOperator creates the operator login with this email, or sets its
-// password if it exists, as configured at start. An email that belongs to
-// a tenant's user answers errs.Conflict.
+// EnsureOperator makes the operator login the one configured at start:
+// it creates the login with this email, or sets its password if it
+// exists, and deletes every other operator login, so changing
+// SLUICE_OPERATOR_EMAIL retires the previous address (it can no longer
+// sign in, and its sessions fail the check that their user still exists).
+// An email that belongs to a tenant's user answers errs.Conflict and
+// changes nothing.
 func (s *Store) EnsureOperator(ctx context.Context, email, password string, now time.Time) (User, error) {
 	if err := ValidateEmail(email); err != nil {
 		return User{}, err
@@ -306,30 +310,45 @@ func (s *Store) EnsureOperator(ctx context.Context, email, password string, now 
 	switch {
 	case err == nil && u.Role != RoleOperator:
 		return User{}, errs.Errorf(errs.Conflict, "a tenant user already has this email")
-	case err == nil && CheckPassword(u.PasswordHash, password):
-		return u, nil
 	case err != nil && !errs.Is(err, errs.NotFound):
 		return User{}, err
 	}
-	hash, err := HashPassword(password)
-	if err != nil {
-		return User{}, err
+	// Hash before the write lock, and only when the password changes:
+	// argon2id is deliberately slow.
+	hash := ""
+	if err != nil || !CheckPassword(u.PasswordHash, password) {
+		if hash, err = HashPassword(password); err != nil {
+			return User{}, err
+		}
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		cur, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE email = ?`, email)
 		switch {
 		case errs.Is(err, errs.NotFound):
+			if hash == "" { // deleted since it was read
+				if hash, err = HashPassword(password); err != nil {
+					return err
+				}
+			}
 			u = User{ID: NewID(IDUser), Email: email, PasswordHash: hash, Role: RoleOperator, CreatedAt: normTime(now)}
-			return insertUser(ctx, tx, u)
+			if err := insertUser(ctx, tx, u); err != nil {
+				return err
+			}
 		case err != nil:
 			return err
 		case cur.Role != RoleOperator:
 			return errs.Errorf(errs.Conflict, "a tenant user already has this email")
+		default:
+			u = cur
+			if hash != "" {
+				u.PasswordHash = hash
+				if _, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, u.ID); err != nil {
+					return fmt.Errorf("update operator: %w", err)
+				}
+			}
 		}
-		u = cur
-		u.PasswordHash = hash
-		if _, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, u.ID); err != nil {
-			return fmt.Errorf("update operator: %w", err)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE role = ? AND id <> ?`, RoleOperator, u.ID); err != nil {
+			return fmt.Errorf("retire previous operator logins: %w", err)
 		}
 		return nil
 	})

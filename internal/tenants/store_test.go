@@ -527,6 +527,27 @@ func TestUsersAndOperator(t *testing.T) {
 	}
 	_, err = s.EnsureOperator(ctx, "member@example.com", "operator password", t0)
 	wantCode(t, err, errs.Conflict)
+	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
+		t.Fatalf("a refused operator email retired the current operator: %v", err)
+	}
+	// A new configured email replaces the operator login: the old one
+	// can no longer sign in and its user is gone.
+	op3, err := s.EnsureOperator(ctx, "Root@Example.com", "the root password", t0)
+	if err != nil || op3.ID == op.ID || op3.Email != "root@example.com" {
+		t.Fatalf("EnsureOperator with a new email: %v, %+v", err, op3)
+	}
+	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
+		t.Fatalf("previous operator still signs in: %v", err)
+	}
+	if _, err := s.UserByEmail(ctx, "ops@example.com"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("previous operator login kept: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, "root@example.com", "the root password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UserByEmail(ctx, "member@example.com"); err != nil {
+		t.Fatalf("tenant users are not operator logins: %v", err)
+	}
 	if version(t, s) != v {
 		t.Fatal("user writes moved the config version")
 	}
