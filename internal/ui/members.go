@@ -25,11 +25,17 @@ func (h *memberHandler) invite(c echo.Context) error {
 	f := views.MemberForm{Email: strings.TrimSpace(c.FormValue("email"))}
 	req := bus.UserCreate{TenantID: mustSession(c).TenantID, Email: f.Email, Password: c.FormValue("password"), Role: tenants.RoleMember}
 	var u tenants.User
-	if err := h.config.Call(c.Request().Context(), bus.OpUserCreate, req, &u); err != nil {
+	err := h.config.Call(c.Request().Context(), bus.OpUserCreate, req, &u)
+	if errs.Is(err, errs.Conflict) {
+		// The email already signs in somewhere in Sluice, perhaps in another
+		// tenant or as the operator. Saying so would tell any owner which
+		// addresses have logins, so the answer is the invite's own, and the
+		// existing login is left as it is (one email, one login).
+		err, u = nil, tenants.User{Email: tenants.NormalizeEmail(f.Email)}
+	}
+	if err != nil {
 		fe := fieldErrors{}
 		switch {
-		case errs.Is(err, errs.Conflict):
-			fe.add("email", "someone already signs in with this email")
 		case errs.Is(err, errs.Invalid):
 			if path, text, ok := splitMessage(errs.Message(err)); ok && (path == "email" || path == "password") {
 				fe.add(path, text)

@@ -1031,20 +1031,20 @@ func Members(p Page, v MembersView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if v.Invited != "" {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 92, "<div class=\"alert alert-success\" role=\"status\" data-testid=\"member-invited\"><span class=\"mono\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 92, "<div class=\"alert alert-success\" role=\"status\" data-testid=\"member-invited\">Invited <span class=\"mono\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var50 string
 				templ_7745c5c3_Var50, templ_7745c5c3_Err = templ.JoinStringErrs(v.Invited)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/admin.templ`, Line: 225, Col: 34}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/admin.templ`, Line: 225, Col: 42}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var50))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 93, "</span> can now sign in at <span class=\"mono\">/ui/login</span> with the password you chose. Share it over a channel you trust; they cannot change it here yet.</div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 93, "</span>: unless this address already has a Sluice login, it can now sign in at <span class=\"mono\">/ui/login</span> with the password you chose. Share it over a channel you trust; they cannot change it here yet. An address that already has a login keeps it, and Sluice does not say whether it had one.</div>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
