@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -50,8 +51,11 @@ type Config struct {
 	Engine   Engine
 	Worker   Worker
 	Gatherer prometheus.Gatherer
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Transport decides which requests came over HTTPS (HSTS, Secure
+	// cookies).
+	Transport httpsec.Transport
+	Now       func() time.Time
+	Log       *slog.Logger
 }
 
 type handler struct {
@@ -72,6 +76,9 @@ func New(cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(middleware.Recover())
+	// Router-level middleware wraps Echo's own 404 and 405 answers too, so
+	// every answer carries the security headers.
+	e.Use(httpsec.Headers(cfg.Transport))
 	e.Use(middleware.BodyLimit("1M"))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/httpsec"
 )
 
 // Config is everything a Sluice server process is told at start. Every
@@ -24,6 +27,7 @@ type Config struct {
 	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
 	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
 	PprofAddr       string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
+	PublicURL       string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig     bool          // --check-config: validate the configuration and exit
 
 	// Operator bootstrap, from the environment only (secrets stay out of
@@ -94,6 +98,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
+	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -134,6 +139,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--pprof-addr %q: must be a loopback host:port such as 127.0.0.1:6060 (profiles reveal internals)", c.PprofAddr)
 		}
 	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: must be an absolute http or https URL such as https://sluice.example.com", c.PublicURL)
+		}
+	}
 	if c.Data == "" {
 		return fmt.Errorf("--data must not be empty")
 	}
@@ -163,6 +174,12 @@ func sanitizeNode(s string) string {
 		return "server"
 	}
 	return string(b)
+}
+
+// transport is how clients reach this server, for HSTS and Secure cookies.
+func (c *Config) transport() httpsec.Transport {
+	u, err := url.Parse(c.PublicURL)
+	return httpsec.Transport{PublicHTTPS: err == nil && u.Scheme == "https"}
 }
 
 // clusterOn reports whether this server shares bucket ownership: always

@@ -58,7 +58,7 @@ func (g *gate) session(next echo.HandlerFunc) echo.HandlerFunc {
 				c.Set(ctxFormToken, g.sess.formToken(purposeSession, s.SID))
 				return next(c)
 			}
-			c.SetCookie(cookie(c.Request(), sessionCookie, "", -1))
+			c.SetCookie(g.sess.cookie(c.Request(), sessionCookie, "", -1))
 		}
 		target := "/ui/login"
 		if r := c.Request(); r.Method == http.MethodGet && r.URL.RequestURI() != "/ui/" {
@@ -144,7 +144,7 @@ func (h *authHandler) form(c echo.Context) error {
 // render shows the sign-in form with a fresh form token.
 func (h *authHandler) render(c echo.Context, status int, v views.LoginView) error {
 	nonce := randomToken(16)
-	c.SetCookie(cookie(c.Request(), loginCookie, nonce, 3600))
+	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, nonce, 3600))
 	v.CSRF = h.sess.formToken(purposeLogin, nonce)
 	return render(c, status, views.Login(page(c, "Sign in", ""), v))
 }
@@ -203,8 +203,8 @@ func (h *authHandler) login(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.SetCookie(cookie(c.Request(), sessionCookie, tok, int(s.Expires.Sub(now).Seconds())))
-	c.SetCookie(cookie(c.Request(), loginCookie, "", -1))
+	c.SetCookie(h.sess.cookie(c.Request(), sessionCookie, tok, int(s.Expires.Sub(now).Seconds())))
+	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, "", -1))
 	h.log.Info("dashboard sign-in", "user", s.UserID, "role", s.Role, "tenant", s.TenantID)
 	home := "/ui/"
 	if s.Role == tenants.RoleOperator {
@@ -237,7 +237,7 @@ func (h *authHandler) logout(c echo.Context) error {
 			h.log.Warn("sign-out could not revoke the session; the cookie is deleted", "err", err)
 		}
 	}
-	c.SetCookie(cookie(c.Request(), sessionCookie, "", -1))
+	c.SetCookie(h.sess.cookie(c.Request(), sessionCookie, "", -1))
 	return seeOther(c, "/ui/login", "signed-out")
 }
 

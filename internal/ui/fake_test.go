@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -113,6 +114,7 @@ func (r *memRevoker) Revoked(sid string) bool {
 func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
 	t.Helper()
 	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, rev: &memRevoker{m: map[string]time.Time{}}}
+	u.e.Use(httpsec.Headers(httpsec.Transport{})) // as api.New does
 	err := Register(u.e, Deps{
 		Engine: fakeEngine{}, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
 		LoginLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},

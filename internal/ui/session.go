@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluicehq/sluice/internal/httpsec"
 )
 
 const (
@@ -64,6 +66,9 @@ type sessions struct {
 	csrfKey []byte // HMAC key of form tokens
 	ttl     time.Duration
 	now     func() time.Time
+	// transport decides which requests came over HTTPS; its zero value
+	// trusts only a TLS connection.
+	transport httpsec.Transport
 }
 
 func newSessions(secret []byte, ttl time.Duration, now func() time.Time) *sessions {
@@ -170,15 +175,16 @@ func (s *sessions) checkFormToken(purpose, id, got string) bool {
 }
 
 // cookie builds a dashboard cookie: HttpOnly, SameSite=Lax, scoped to /ui,
-// Secure when the request came over TLS.
-func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+// Secure when the request came over HTTPS (httpsec.Transport.Secure: the
+// public URL is https, the connection is TLS, or the proxy says https).
+func (s *sessions) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name:     name,
 		Value:    value,
 		Path:     "/ui",
 		MaxAge:   maxAge,
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   s.transport.Secure(r),
 		SameSite: http.SameSiteLaxMode,
 	}
 }

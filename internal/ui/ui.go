@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
@@ -78,8 +79,12 @@ type Deps struct {
 	// Revocations remembers signed-out sessions cluster-wide; without it,
 	// sign-out only deletes the browser's cookie.
 	Revocations Revoker
-	Now         func() time.Time
-	Log         *slog.Logger
+	// Transport decides which requests came over HTTPS, making the
+	// dashboard's cookies Secure. The security headers themselves are set
+	// for every route by httpsec.Headers on the Echo instance (api.New).
+	Transport httpsec.Transport
+	Now       func() time.Time
+	Log       *slog.Logger
 }
 
 // DefaultSessionTTL is how long a sign-in lasts unless Deps says otherwise.
@@ -117,6 +122,7 @@ func Register(e *echo.Echo, d Deps) error {
 		}
 	}
 	sess := newSessions(key, d.SessionTTL, d.Now)
+	sess.transport = d.Transport
 
 	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
 	gate := &gate{sess: sess, revoker: d.Revocations}
@@ -137,8 +143,8 @@ func Register(e *echo.Echo, d Deps) error {
 	}
 
 	// Middleware is attached per route, as the API does (see api.New).
-	pub := []echo.MiddlewareFunc{securityHeaders}
-	signedIn := []echo.MiddlewareFunc{securityHeaders, gate.session, gate.formToken}
+	pub := []echo.MiddlewareFunc{}
+	signedIn := []echo.MiddlewareFunc{gate.session, gate.formToken}
 	tenant := append(signedIn[:len(signedIn):len(signedIn)], requireTenant)
 	owner := append(signedIn[:len(signedIn):len(signedIn)], requireOwner)
 	operator := append(signedIn[:len(signedIn):len(signedIn)], requireOperator)
@@ -184,20 +190,6 @@ func Register(e *echo.Echo, d Deps) error {
 
 func isUI(path string) bool { return path == "/ui" || strings.HasPrefix(path, "/ui/") }
 
-// securityHeaders keeps pages out of frames and caches and allows only
-// the dashboard's own scripts and styles.
-func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		h := c.Response().Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "same-origin")
-		h.Set("Cache-Control", "no-store")
-		return next(c)
-	}
-}
-
 // serveStatic serves an embedded asset. A URL with the current hash may be
 // cached for a year; an older hash still gets the current file (a page
 // rendered before a deploy), but not cached.
@@ -207,7 +199,6 @@ func serveStatic(c echo.Context) error {
 		return errs.Errorf(errs.NotFound, "No such file.")
 	}
 	h := c.Response().Header()
-	h.Set("X-Content-Type-Options", "nosniff")
 	if c.Param("hash") == a.Hash {
 		h.Set("Cache-Control", "public, max-age=31536000, immutable")
 	} else {
@@ -312,6 +303,8 @@ func renderError(c echo.Context, err error, log *slog.Logger) {
 			status, title, msg = http.StatusTooManyRequests, "Too many requests", errs.Message(err)
 		case errs.Unauthenticated:
 			status, title, msg = http.StatusUnauthorized, "Sign in again", errs.Message(err)
+		case errs.TooLarge:
+			status, title, msg = http.StatusRequestEntityTooLarge, "Too large", "The form was larger than 1 MiB."
 		default:
 			log.Error("dashboard request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		}

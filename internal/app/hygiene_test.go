@@ -1,0 +1,174 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/web/static"
+)
+
+// bootWith starts the product as boot does, with cfg changed by edit first.
+func bootWith(t *testing.T, edit func(*Config)) *Main {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Data = t.TempDir()
+	cfg.Node = "apptest"
+	cfg.OperatorToken = testToken
+	edit(&cfg)
+	m := NewMain(cfg, slog.New(slog.DiscardHandler))
+	m.Out = io.Discard
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	closeMain := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := m.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(closeMain)
+	closers.Store(m, closeMain)
+	waitUntil(t, 30*time.Second, "ready", func() bool { return m.Engine().Ready() })
+	return m
+}
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func send(t *testing.T, req *http.Request) answer {
+	t.Helper()
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func get(t *testing.T, base, path string, header ...string) answer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return send(t, req)
+}
+
+// errorCodeOf is the code of an API.md error envelope, "" if body is not one.
+func errorCodeOf(body string) string {
+	var env struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error.Message == "" {
+		return ""
+	}
+	return env.Error.Code
+}
+
+var securityHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+	"X-Frame-Options":         "DENY",
+	"X-Content-Type-Options":  "nosniff",
+	"Referrer-Policy":         "same-origin",
+}
+
+// Every answer of the API listener carries the same security headers:
+// the API, its errors, 404 and 405, the dashboard and its error pages,
+// static files and the health endpoints.
+func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
+	m := boot(t)
+	base := "http://" + m.Addr()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/healthz", 200},
+		{"GET", "/readyz", 200},
+		{"POST", "/v1/check", 415},
+		{"GET", "/v1/check", 405},
+		{"GET", "/v1/nope", 404},
+		{"GET", "/v1/admin/tenants", 401},
+		{"GET", "/nope", 404},
+		{"GET", "/ui", 301},
+		{"GET", "/ui/login", 200},
+		{"GET", "/ui/policies", 303},
+		{"GET", "/ui/nope", 404},
+		{"GET", "/ui/logout", 405},
+		{"GET", "/ui/static/" + static.Path("app.css"), 200},
+		{"GET", "/ui/static/000000000000/nope.css", 404},
+	} {
+		req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+		a := send(t, req)
+		if a.status != tc.status {
+			t.Errorf("%s %s: status %d, want %d", tc.method, tc.path, a.status, tc.status)
+		}
+		for k, v := range securityHeaders {
+			if got := a.header.Get(k); got != v {
+				t.Errorf("%s %s: %s = %q, want %q", tc.method, tc.path, k, got, v)
+			}
+		}
+		if a.header.Get("Strict-Transport-Security") != "" {
+			t.Errorf("%s %s: HSTS over plain http", tc.method, tc.path)
+		}
+	}
+}
+
+// Without --public-url, only a request that says it came over https (a
+// TLS-ending proxy's X-Forwarded-Proto) gets Secure cookies and HSTS; with
+// an https --public-url every answer does.
+func TestSecureCookiesAndHSTS(t *testing.T) {
+	loginCookie := func(a answer) *http.Cookie {
+		t.Helper()
+		for _, c := range (&http.Response{Header: a.header}).Cookies() {
+			if c.Name == "sluice_login" {
+				return c
+			}
+		}
+		t.Fatalf("no sign-in cookie: %d %v", a.status, a.header)
+		return nil
+	}
+	m := boot(t)
+	base := "http://" + m.Addr()
+	plain := get(t, base, "/ui/login")
+	if loginCookie(plain).Secure || plain.header.Get("Strict-Transport-Security") != "" {
+		t.Errorf("plain http: Secure cookie or HSTS: %v", plain.header)
+	}
+	proxied := get(t, base, "/ui/login", "X-Forwarded-Proto", "https")
+	if !loginCookie(proxied).Secure || proxied.header.Get("Strict-Transport-Security") != "max-age=31536000" {
+		t.Errorf("behind a TLS proxy: %v", proxied.header)
+	}
+	if h := get(t, base, "/healthz", "X-Forwarded-Proto", "https").header.Get("Strict-Transport-Security"); h == "" {
+		t.Error("no HSTS on the API behind a TLS proxy")
+	}
+
+	pub := bootWith(t, func(c *Config) { c.PublicURL = "https://sluice.example.com" })
+	base = "http://" + pub.Addr()
+	a := get(t, base, "/ui/login")
+	if !loginCookie(a).Secure || a.header.Get("Strict-Transport-Security") != "max-age=31536000" {
+		t.Errorf("https public URL: %v", a.header)
+	}
+	if h := get(t, base, "/v1/nope").header.Get("Strict-Transport-Security"); h == "" {
+		t.Error("https public URL: no HSTS on an API error")
+	}
+}
