@@ -100,7 +100,9 @@ func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct stri
 var ownedRe = regexp.MustCompile(`(?m)^sluice_cluster_owned_partitions (\d+)`)
 
 func owned(s *server) int {
-	resp, err := http.Get(s.base + "/metrics")
+	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return -1
 	}

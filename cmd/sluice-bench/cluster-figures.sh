@@ -46,7 +46,7 @@ done
 sleep 1
 
 all=$(IFS=,; echo "${urls[*]}")
-fwd() { curl -sf "$1/metrics" | awk '/^sluice_cluster_forwards_total/ { print $NF }'; }
+fwd() { curl -sf "$1/metrics" -H "Authorization: Bearer $token" | awk '/^sluice_cluster_forwards_total/ { print $NF }'; }
 for c in exact local; do
   before=0; for u in "${urls[@]}"; do before=$(awk -v a="$before" -v b="$(fwd "$u")" 'BEGIN { print a + b }'); done
   echo "\$ sluice-bench -url <3 servers> -workers 48 -identities 10000 -path /$c"

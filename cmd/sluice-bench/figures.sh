@@ -49,7 +49,7 @@ bench -workers 32 -path /api/open -identities 10000 -mode batch -batch-size 100
 # SQLite bucket writes per allowed check over everything above (the worker
 # coalesces repeated states of a bucket; denied checks write nothing).
 sleep 2
-curl -sf "$url/metrics" | awk '
+curl -sf "$url/metrics" -H "Authorization: Bearer $token" | awk '
   /^sluice_checks_total\{.*outcome="allowed"/ { allowed += $NF }
   /^sluice_worker_rows_written_total\{stream="SLUICE_STATE"\}/ { rows = $NF }
   END { printf "allowed checks %d, SQLite bucket rows written %d: %.3f per allowed check\n", allowed, rows, rows / allowed }'

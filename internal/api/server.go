@@ -48,8 +48,10 @@ type Worker interface {
 
 // Config wires the API.
 type Config struct {
-	Engine   Engine
-	Worker   Worker
+	Engine Engine
+	Worker Worker
+	// Gatherer is served at /metrics to the operator token only; the
+	// server's --metrics-addr listener serves it without a token.
 	Gatherer prometheus.Gatherer
 	// Transport decides which requests came over HTTPS (HSTS, Secure
 	// cookies).
@@ -84,7 +86,8 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", h.readyz)
 	if cfg.Gatherer != nil {
-		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+		// Metrics name tenants' policies and reveal traffic: the operator's.
+		e.GET("/metrics", h.operatorAuth(echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))))
 	}
 
 	// Middleware is attached per route, not per group: an Echo group with

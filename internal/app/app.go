@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bus"
@@ -60,6 +61,8 @@ type Main struct {
 	cluster  *cluster.Cluster
 	http     *http.Server
 	pprof    *http.Server
+	metrics  *http.Server
+	metricLn net.Listener
 	revoked  *lazyRevoker // signed-out dashboard sessions
 	ln       net.Listener
 	bg       sync.WaitGroup
@@ -154,6 +157,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	if cfg.PprofAddr != "" {
 		if err := m.startPprof(cfg.PprofAddr); err != nil {
+			return err
+		}
+	}
+	if cfg.MetricsAddr != "" {
+		if err := m.startMetrics(cfg.MetricsAddr); err != nil {
 			return err
 		}
 	}
@@ -325,6 +333,40 @@ func (m *Main) startPprof(addr string) error {
 	return nil
 }
 
+// startMetrics serves /metrics without a token on a listener of its own,
+// for a scraper that reaches it over a private network (the API listener's
+// /metrics asks for the operator token). /healthz answers there too, as on
+// cmd/worker's metrics listener.
+func (m *Main) startMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	m.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.metricLn = ln
+	go func() {
+		if err := m.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.Log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	m.Log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// MetricsAddr is the metrics listener's address, "" when it is off.
+func (m *Main) MetricsAddr() string {
+	if m.metricLn == nil {
+		return ""
+	}
+	return m.metricLn.Addr().String()
+}
+
 // Addr is the HTTP listener's address (useful with --addr 127.0.0.1:0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
@@ -336,6 +378,9 @@ func (m *Main) Close(ctx context.Context) error {
 	var errs []error
 	if m.pprof != nil {
 		_ = m.pprof.Close()
+	}
+	if m.metrics != nil {
+		_ = m.metrics.Close()
 	}
 	if m.http != nil {
 		if err := m.http.Shutdown(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 	}{
 		{"GET", "/healthz", 200},
 		{"GET", "/readyz", 200},
+		{"GET", "/metrics", 401},
 		{"POST", "/v1/check", 415},
 		{"GET", "/v1/check", 405},
 		{"GET", "/v1/nope", 404},
@@ -170,5 +172,32 @@ func TestSecureCookiesAndHSTS(t *testing.T) {
 	}
 	if h := get(t, base, "/v1/nope").header.Get("Strict-Transport-Security"); h == "" {
 		t.Error("https public URL: no HSTS on an API error")
+	}
+}
+
+// /metrics on the API listener is the operator's; --metrics-addr serves it
+// without a token on a listener of its own.
+func TestMetricsNeedTheOperatorToken(t *testing.T) {
+	m := bootWith(t, func(c *Config) { c.MetricsAddr = "127.0.0.1:0" })
+	base := "http://" + m.Addr()
+	for _, auth := range []string{"", "Bearer op_not_the_operator_token_0123456789", "Basic b3A6b3A="} {
+		a := get(t, base, "/metrics", "Authorization", auth)
+		if a.status != http.StatusUnauthorized || errorCodeOf(a.body) != "unauthenticated" || strings.Contains(a.body, "sluice_") {
+			t.Errorf("/metrics with %q: %d %.200s", auth, a.status, a.body)
+		}
+	}
+	a := get(t, base, "/metrics", "Authorization", "Bearer "+testToken)
+	if a.status != http.StatusOK || !strings.Contains(a.body, "sluice_config_version") {
+		t.Fatalf("/metrics with the operator token: %d %.200s", a.status, a.body)
+	}
+	if m.MetricsAddr() == "" {
+		t.Fatal("metrics listener not started")
+	}
+	open := get(t, "http://"+m.MetricsAddr(), "/metrics")
+	if open.status != http.StatusOK || !strings.Contains(open.body, "sluice_config_version") {
+		t.Fatalf("--metrics-addr /metrics: %d %.200s", open.status, open.body)
+	}
+	if h := get(t, "http://"+m.MetricsAddr(), "/healthz"); h.status != http.StatusOK {
+		t.Errorf("--metrics-addr /healthz: %d", h.status)
 	}
 }
