@@ -79,9 +79,9 @@ func New(cfg Config) *echo.Echo {
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(middleware.Recover())
 	// Router-level middleware wraps Echo's own 404 and 405 answers too, so
-	// every answer carries the security headers.
+	// every answer carries the security headers and the body limit.
 	e.Use(httpsec.Headers(cfg.Transport))
-	e.Use(middleware.BodyLimit("1M"))
+	e.Use(limitBody)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", h.readyz)
@@ -180,6 +180,41 @@ func (h *handler) operatorAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// limitBody refuses bodies over MaxBody with 413 payload_too_large. A
+// declared length is checked at once. A chunked body is cut at the limit
+// while it is read: decoders then answer 413 (decodeError), and a form is
+// parsed here, because Echo's FormValue would drop the error and leave the
+// fields empty. A body with a declared length needs no wrapping: net/http
+// never reads past it.
+func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > MaxBody {
+			return errTooLarge()
+		}
+		if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
+			return next(c)
+		}
+		r.Body = http.MaxBytesReader(c.Response().Writer, r.Body, MaxBody)
+		mt, _, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType))
+		var err error
+		switch mt {
+		case echo.MIMEApplicationForm:
+			err = r.ParseForm()
+		case echo.MIMEMultipartForm:
+			err = r.ParseMultipartForm(MaxBody)
+		}
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return errTooLarge()
+		}
+		return next(c)
+	}
+}
+
+func errTooLarge() error {
+	return errs.Errorf(errs.TooLarge, "The request body is larger than 1 MiB.")
+}
+
 // requireJSON rejects bodies that are not declared as JSON.
 func (h *handler) requireJSON(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -231,7 +266,7 @@ func decodeError(err error) error {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &mbe):
-		return errs.Errorf(errs.TooLarge, "The request body is larger than 1 MiB.")
+		return errTooLarge()
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
@@ -248,7 +283,7 @@ func decodeError(err error) error {
 		return errs.Errorf(errs.Invalid, "%s: unknown field", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), "\""))
 	}
 	if strings.Contains(err.Error(), "http: request body too large") {
-		return errs.Errorf(errs.TooLarge, "The request body is larger than 1 MiB.")
+		return errTooLarge()
 	}
 	return errs.Errorf(errs.Invalid, "body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }

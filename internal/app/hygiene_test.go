@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -199,5 +200,54 @@ func TestMetricsNeedTheOperatorToken(t *testing.T) {
 	}
 	if h := get(t, "http://"+m.MetricsAddr(), "/healthz"); h.status != http.StatusOK {
 		t.Errorf("--metrics-addr /healthz: %d", h.status)
+	}
+}
+
+// Bodies over 1 MiB answer 413 payload_too_large, sized or chunked; on
+// the dashboard as a page.
+func TestBodiesOverOneMiB(t *testing.T) {
+	m := boot(t)
+	base := "http://" + m.Addr()
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "small", "owner_email": "o@small.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	big := bytes.Repeat([]byte(" "), 2<<20)
+	jsonBody := append(append([]byte(`{"path":"/x","ip":"192.0.2.1","pad":"`), big...), `"}`...)
+	post := func(path, token, contentType string, body []byte, chunked bool) answer {
+		t.Helper()
+		var rd io.Reader = bytes.NewReader(body)
+		if chunked {
+			rd = io.MultiReader(rd) // hides the length: sent chunked
+		}
+		req, _ := http.NewRequest("POST", base+path, rd)
+		if chunked {
+			req.ContentLength = -1
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return send(t, req)
+	}
+	for _, chunked := range []bool{false, true} {
+		for path, token := range map[string]string{"/v1/check": sk, "/v1/check/batch": sk, "/v1/admin/tenants": testToken} {
+			a := post(path, token, "application/json", jsonBody, chunked)
+			if a.status != http.StatusRequestEntityTooLarge || errorCodeOf(a.body) != "payload_too_large" {
+				t.Errorf("POST %s, chunked %v: %d %.200s", path, chunked, a.status, a.body)
+			}
+			if a.header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("POST %s, chunked %v: no security headers", path, chunked)
+			}
+		}
+		form := append([]byte("email=a%40b.test&password="), big...)
+		a := post("/ui/login", "", "application/x-www-form-urlencoded", form, chunked)
+		if a.status != http.StatusRequestEntityTooLarge || !strings.Contains(a.header.Get("Content-Type"), "text/html") || !strings.Contains(a.body, "larger than 1 MiB") {
+			t.Errorf("sign-in form, chunked %v: %d %s %.300s", chunked, a.status, a.header.Get("Content-Type"), a.body)
+		}
+	}
+	// A chunked body under the limit still works.
+	req, _ := http.NewRequest("POST", base+"/v1/check", io.MultiReader(strings.NewReader(`{"path":"/x","ip":"192.0.2.1"}`)))
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+sk)
+	if a := send(t, req); a.status != http.StatusOK {
+		t.Errorf("small chunked check: %d %s", a.status, a.body)
 	}
 }
