@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -249,5 +250,45 @@ func TestBodiesOverOneMiB(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+sk)
 	if a := send(t, req); a.status != http.StatusOK {
 		t.Errorf("small chunked check: %d %s", a.status, a.body)
+	}
+}
+
+// signIn posts the dashboard's sign-in form and returns the status.
+func signIn(t *testing.T, base, email, password string) int {
+	t.Helper()
+	form := get(t, base, "/ui/login")
+	tok := csrfRe.FindStringSubmatch(form.body)
+	if tok == nil {
+		t.Fatal("no form token on the sign-in page")
+	}
+	req, _ := http.NewRequest("POST", base+"/ui/login", strings.NewReader(url.Values{"email": {email}, "password": {password}, "_csrf": {tok[1]}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range (&http.Response{Header: form.header}).Cookies() {
+		req.AddCookie(c)
+	}
+	return send(t, req).status
+}
+
+// Changing SLUICE_OPERATOR_EMAIL retires the previous operator login: after
+// a restart with the new email, the old one can no longer sign in.
+func TestOperatorLoginFollowsConfiguredEmail(t *testing.T) {
+	data := t.TempDir()
+	first := bootWith(t, func(c *Config) {
+		c.Data, c.OperatorEmail, c.OperatorPassword = data, "old-ops@example.test", "old operator passphrase"
+	})
+	if st := signIn(t, "http://"+first.Addr(), "old-ops@example.test", "old operator passphrase"); st != http.StatusSeeOther {
+		t.Fatalf("first operator sign-in: %d", st)
+	}
+	stop(t, first)
+
+	second := bootWith(t, func(c *Config) {
+		c.Data, c.OperatorEmail, c.OperatorPassword = data, "new-ops@example.test", "new operator passphrase"
+	})
+	base := "http://" + second.Addr()
+	if st := signIn(t, base, "old-ops@example.test", "old operator passphrase"); st != http.StatusUnauthorized {
+		t.Errorf("previous operator email signs in: %d", st)
+	}
+	if st := signIn(t, base, "new-ops@example.test", "new operator passphrase"); st != http.StatusSeeOther {
+		t.Errorf("configured operator email: %d", st)
 	}
 }
