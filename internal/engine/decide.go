@@ -203,16 +203,13 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 // persisted: the cluster calls it when this server takes p over.
 func (e *Engine) LoadPartition(ctx context.Context, p int) error {
 	req := bucketsRequest{Limit: hydratePage, Partition: &p}
+	var pl pageLoader
 	for {
 		page, err := e.requestBuckets(ctx, req)
 		if err != nil {
 			return err
 		}
-		for _, rec := range page.Buckets {
-			if limits, err := bus.DecodeLimits(rec.Limits); err == nil {
-				e.cache.Load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
-			}
-		}
+		pl.each(e, &page, e.cache.Load)
 		if page.Next == "" {
 			return nil
 		}

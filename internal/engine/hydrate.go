@@ -39,6 +39,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 const (
@@ -72,31 +73,68 @@ type bucketsRequest struct {
 	Limit     int      `json:"limit"`
 	Partition *int     `json:"partition,omitempty"`
 	Keys      []string `json:"keys,omitempty"`
+	Packed    bool     `json:"packed"`
 }
 
+// bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
+// from this version's worker, Buckets from an older one.
 type bucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
+	Packed  []byte             `json:"packed"`
 	Next    string             `json:"next"`
 }
 
 func (e *Engine) requestBuckets(ctx context.Context, req bucketsRequest) (bucketsPage, error) {
 	var page bucketsPage
+	req.Packed = true
 	err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page)
 	return page, err
 }
 
+// pageLoader turns the records of pages into hot-cache loads, reusing its
+// buffers (the cache copies what it keeps).
+type pageLoader struct {
+	limits []quota.Limit
+	states []quota.State
+}
+
+// each calls load for every bucket of page and returns the last key.
+func (pl *pageLoader) each(e *Engine, page *bucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
+	last := ""
+	for i := range page.Buckets {
+		rec := &page.Buckets[i]
+		last = rec.Key
+		limits, err := bus.DecodeLimits(rec.Limits)
+		if err != nil {
+			e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
+			continue
+		}
+		load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
+	}
+	err := bus.WalkPacked(page.Packed, func(r bus.PackedRecord) error {
+		key := string(r.Key)
+		last = key
+		var err error
+		if pl.limits, pl.states, err = bus.DecodeStateInto(r.State, pl.limits, pl.states); err != nil {
+			e.log.Warn("skipping persisted bucket", "key", key, "err", err)
+			return nil
+		}
+		load(key, pl.limits, pl.states, r.FullAt)
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("unreadable page of persisted buckets", "err", err)
+	}
+	return last
+}
+
 // insert loads one persisted bucket unless the cache already has one (or
 // the key was reset while loading); it reports whether it loaded.
-func (e *Engine) insert(rec *bus.BucketRecord) bool {
-	limits, err := bus.DecodeLimits(rec.Limits)
-	if err != nil {
-		e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
+func (e *Engine) insert(key string, limits []quota.Limit, states []quota.State, fullAt int64) bool {
+	if !e.hyd.done.Load() && e.wasReset(key) {
 		return false
 	}
-	if !e.hyd.done.Load() && e.wasReset(rec.Key) {
-		return false
-	}
-	return e.cache.LoadIfAbsent(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
+	return e.cache.LoadIfAbsent(key, limits, states, fullAt)
 }
 
 // hydrate loads the config snapshot and the first page of buckets; the
@@ -112,23 +150,24 @@ func (e *Engine) hydrate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("load buckets: %w", err)
 	}
-	e.insertPage(page)
+	var pl pageLoader
+	e.insertPage(&pl, &page)
 	return page.Next, nil
 }
 
-func (e *Engine) insertPage(page bucketsPage) {
+// insertPage loads a page of the bulk load and moves upTo past it.
+func (e *Engine) insertPage(pl *pageLoader, page *bucketsPage) {
 	n := int64(0)
-	for i := range page.Buckets {
-		if e.insert(&page.Buckets[i]) {
+	last := pl.each(e, page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if e.insert(key, limits, states, fullAt) {
 			n++
 		}
-	}
+	})
 	e.hyd.loaded.Add(n)
-	if len(page.Buckets) > 0 {
-		last := page.Buckets[len(page.Buckets)-1].Key
-		if page.Next != "" {
-			last = page.Next
-		}
+	if page.Next != "" {
+		last = page.Next
+	}
+	if last != "" {
 		e.hyd.upTo.Store(&last)
 	}
 }
@@ -176,8 +215,9 @@ func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) 
 		}
 	}()
 	lastLog := time.Now()
+	var pl pageLoader
 	for page := range pages {
-		e.insertPage(page)
+		e.insertPage(&pl, &page)
 		if time.Since(lastLog) >= hydrateLogEvery {
 			lastLog = time.Now()
 			n := e.hyd.loaded.Load()
@@ -222,12 +262,13 @@ func (e *Engine) touch(key []byte) error {
 		e.log.Warn("first-touch load failed", "err", err)
 		return errs.Errorf(errs.Unavailable, "This caller's quota is still loading after a restart; try again shortly.")
 	}
-	for i := range page.Buckets {
-		if page.Buckets[i].Key == k && e.insert(&page.Buckets[i]) {
+	var pl pageLoader
+	pl.each(e, &page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if key == k && e.insert(key, limits, states, fullAt) {
 			e.hyd.touched.Add(1)
 			e.metrics.firstTouch.Inc()
 		}
-	}
+	})
 	return nil
 }
 

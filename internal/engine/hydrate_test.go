@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -183,10 +184,8 @@ func TestChecksWhileHydratingSeePersistedState(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.WaitVersion(context.Background(), w.Version)
-	stale := bus.BucketRecord{Key: resetKey, TenantID: env.tenantID,
-		Limits: []bus.LimitWire{{Algorithm: "token_bucket", Limit: 100, PeriodNS: int64(24 * time.Hour)}},
-		States: []bus.StateWire{{Tokens: 90, At: time.Now().UnixNano()}}}
-	if e.insert(&stale) {
+	stale := []quota.Limit{{Algorithm: quota.TokenBucket, Limit: 100, Period: 24 * time.Hour}}
+	if e.insert(resetKey, stale, []quota.State{{Tokens: 90, At: time.Now().UnixNano()}}, 0) {
 		t.Fatal("a page read before the reset brought the old state back")
 	}
 	close(gate)

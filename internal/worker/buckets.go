@@ -3,18 +3,11 @@ package worker
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
 )
-
-// persistedBucket is the JSON in buckets.state.
-type persistedBucket struct {
-	Limits []bus.LimitWire `json:"limits"`
-	States []bus.StateWire `json:"states"`
-}
 
 // upsertBucketSQL writes one bucket row unless the row holds a newer state
 // (a higher stream sequence). A bucket that is full again is written too
@@ -24,13 +17,13 @@ const upsertBucketSQL = `INSERT INTO buckets (key, tenant_id, part, state, full_
 	ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
 	WHERE excluded.seq > buckets.seq`
 
-func upsertBucket(st *sql.Stmt, rec *bus.BucketRecord, seq uint64, now int64) error {
-	state, err := json.Marshal(persistedBucket{Limits: rec.Limits, States: rec.States})
-	if err != nil {
-		return err
-	}
-	_, err = st.Exec(rec.Key, rec.TenantID, bus.Partition([]byte(rec.Key)), string(state), rec.FullAt, int64(seq), now)
-	return err
+// upsertBucket writes rec with the statement of upsertBucketSQL; buf is
+// scratch space for the state's binary form (bus.AppendState), returned for
+// reuse.
+func upsertBucket(st *sql.Stmt, buf []byte, rec *bus.BucketRecord, seq uint64, now int64) ([]byte, error) {
+	buf = bus.AppendState(buf[:0], rec.Limits, rec.States)
+	_, err := st.Exec(rec.Key, rec.TenantID, bus.Partition([]byte(rec.Key)), buf, rec.FullAt, int64(seq), now)
+	return buf, err
 }
 
 // WriteBuckets stores bucket records as the worker persists them from the
@@ -60,8 +53,9 @@ func writeBucketTx(ctx context.Context, db *sql.DB, recs []bus.BucketRecord, now
 		return err
 	}
 	defer st.Close()
+	var buf []byte
 	for i := range recs {
-		if err := upsertBucket(st, &recs[i], 0, now); err != nil {
+		if buf, err = upsertBucket(st, buf, &recs[i], 0, now); err != nil {
 			return fmt.Errorf("write bucket %q: %w", recs[i].Key, err)
 		}
 	}

@@ -353,9 +353,10 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 		return 0, err
 	}
 	defer upsert.Close()
+	var buf []byte
 	for _, key := range order {
 		v := latest[key]
-		if err := upsertBucket(upsert, v.rec, v.seq, now); err != nil {
+		if buf, err = upsertBucket(upsert, buf, v.rec, v.seq, now); err != nil {
 			return 0, err
 		}
 	}

@@ -245,6 +245,8 @@ type BucketsRequest struct {
 	// buckets that checks touch before its hydration reaches them); After
 	// and Partition are ignored. At most maxPageKeys.
 	Keys []string `json:"keys,omitempty"`
+	// Packed asks for the page in Packed instead of Buckets.
+	Packed bool `json:"packed,omitempty"`
 }
 
 const (
@@ -256,8 +258,10 @@ const (
 )
 
 // BucketsPage is one page of persisted buckets; Next is empty on the last.
+// A packed page has its buckets in Packed (bus.WalkPacked), not Buckets.
 type BucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
+	Packed  []byte             `json:"packed,omitempty"`
 	Next    string             `json:"next,omitempty"`
 }
 
@@ -266,7 +270,7 @@ type BucketsPage struct {
 // hydrates from state older than what it published before it died.
 func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPage, error) {
 	if len(req.Keys) > 0 {
-		return w.bucketsByKey(ctx, req.Keys)
+		return w.bucketsByKey(ctx, req.Keys, req.Packed)
 	}
 	if req.After == "" {
 		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
@@ -282,18 +286,18 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		query += ` AND part = ?`
 		args = append(args, *req.Partition)
 	}
-	page, full, err := w.readBuckets(ctx, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
+	page, n, last, full, err := w.readBuckets(ctx, req.Packed, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
 	if err != nil {
 		return BucketsPage{}, err
 	}
-	if full || len(page.Buckets) == req.Limit {
-		page.Next = page.Buckets[len(page.Buckets)-1].Key
+	if full || n == req.Limit {
+		page.Next = last
 	}
 	return page, nil
 }
 
 // bucketsByKey answers the live persisted buckets among keys.
-func (w *Worker) bucketsByKey(ctx context.Context, keys []string) (BucketsPage, error) {
+func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (BucketsPage, error) {
 	if len(keys) > maxPageKeys {
 		return BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
 	}
@@ -303,41 +307,52 @@ func (w *Worker) bucketsByKey(ctx context.Context, keys []string) (BucketsPage, 
 		args = append(args, k)
 	}
 	q := `SELECT key, tenant_id, state, full_at FROM buckets WHERE full_at > ? AND key IN (?` + strings.Repeat(",?", len(keys)-1) + `)`
-	page, _, err := w.readBuckets(ctx, q, args...)
+	page, _, _, _, err := w.readBuckets(ctx, packed, q, args...)
 	return page, err
 }
 
-// readBuckets reads the rows of a bucket query into a page. It stops early,
-// reporting full, once the records (estimated from their stored JSON) reach
-// half of max_payload: any reply may travel in parts, but a page that fits
-// one message keeps hydration to one round trip per page and the worker
-// from holding large replies for it.
-func (w *Worker) readBuckets(ctx context.Context, query string, args ...any) (page BucketsPage, full bool, err error) {
+// readBuckets reads the rows of a bucket query into a page, packed or not,
+// and reports how many buckets it holds and the last one's key. It stops
+// early, reporting full, once the records reach half of max_payload: any
+// reply may travel in parts, but a page that fits one message keeps
+// hydration to one round trip per page and the worker from holding large
+// replies for it.
+func (w *Worker) readBuckets(ctx context.Context, packed bool, query string, args ...any) (page BucketsPage, n int, last string, full bool, err error) {
 	rows, err := w.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return BucketsPage{}, false, err
+		return BucketsPage{}, 0, "", false, err
 	}
 	defer rows.Close()
 	budget := max(int(w.nc.MaxPayload())/2, 4096)
 	size := 0
+	var state, bin []byte
 	for rows.Next() {
 		var rec bus.BucketRecord
-		var state []byte
 		if err := rows.Scan(&rec.Key, &rec.TenantID, &state, &rec.FullAt); err != nil {
-			return BucketsPage{}, false, err
+			return BucketsPage{}, 0, "", false, err
 		}
-		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && len(page.Buckets) > 0 {
-			return page, true, nil
+		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && n > 0 {
+			return page, n, last, true, nil
 		}
-		var pb persistedBucket
-		if err := json.Unmarshal(state, &pb); err != nil {
+		if packed {
+			bin, err = bus.BinaryState(bin[:0], state)
+			if err == nil {
+				page.Packed = bus.AppendPacked(page.Packed, rec.Key, rec.TenantID, rec.FullAt, bin)
+			}
+		} else {
+			rec.Limits, rec.States, err = bus.DecodeState(state)
+			if err == nil {
+				page.Buckets = append(page.Buckets, rec)
+			}
+		}
+		if err != nil {
 			w.log.Error("skipping unreadable bucket", "key", rec.Key, "err", err)
 			continue
 		}
-		rec.Limits, rec.States = pb.Limits, pb.States
-		page.Buckets = append(page.Buckets, rec)
+		n++
+		last = rec.Key
 	}
-	return page, false, rows.Err()
+	return page, n, last, false, rows.Err()
 }
 
 // SyncReply reports the stream sequences the worker has committed.
