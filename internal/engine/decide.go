@@ -55,6 +55,13 @@ type deltaAgg struct {
 
 func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
+	if c == nil || pv.consistency == "local" {
+		if !e.hyd.done.Load() {
+			if err := e.touch(key); err != nil {
+				return false, 0, err
+			}
+		}
+	}
 	if c == nil {
 		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
 		return allowed, report, nil
@@ -195,24 +202,14 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 // LoadPartition replaces partition p's buckets with what the worker has
 // persisted: the cluster calls it when this server takes p over.
 func (e *Engine) LoadPartition(ctx context.Context, p int) error {
-	req := struct {
-		After     string `json:"after"`
-		Limit     int    `json:"limit"`
-		Partition *int   `json:"partition"`
-	}{Limit: 5000, Partition: &p}
+	req := bucketsRequest{Limit: hydratePage, Partition: &p}
+	var pl pageLoader
 	for {
-		var page struct {
-			Buckets []bus.BucketRecord `json:"buckets"`
-			Next    string             `json:"next"`
-		}
-		if err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page); err != nil {
+		page, err := e.requestBuckets(ctx, req)
+		if err != nil {
 			return err
 		}
-		for _, rec := range page.Buckets {
-			if limits, err := bus.DecodeLimits(rec.Limits); err == nil {
-				e.cache.Load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
-			}
-		}
+		pl.each(e, &page, e.cache.Load)
 		if page.Next == "" {
 			return nil
 		}

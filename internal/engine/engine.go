@@ -58,7 +58,10 @@ type Engine struct {
 	metrics  engineMetrics
 	keyBuf   sync.Pool
 
+	// hydrated: the config and the first page of buckets are in (the
+	// server may answer); hyd tracks the rest of the load (hydrate.go).
 	hydrated atomic.Bool
+	hyd      hydration
 	// connected mirrors nc.IsConnected, kept by watchConn: asking the
 	// connection itself takes its lock, which publishing holds, so checks
 	// would queue behind every flush.
@@ -173,24 +176,30 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := bus.WaitStreams(ctx, e.js, bus.RestoreStreams); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	started := time.Now()
+	var after string
 	for attempt := 1; ; attempt++ {
-		err := e.hydrate(ctx)
+		a, err := e.hydrate(ctx)
 		if err == nil {
+			after = a
 			break
 		}
 		// At a normal start the in-process worker registers a moment after
 		// the engine asks; only a lasting failure deserves a warning.
 		lvl := slog.LevelDebug
-		if attempt%10 == 0 {
+		if attempt%4 == 0 {
 			lvl = slog.LevelWarn
 		}
-		e.log.Log(ctx, lvl, "hydration waiting for the worker", "attempt", attempt, "err", err)
+		e.log.Log(ctx, lvl, "hydration waiting for the worker", "attempt", attempt, "waited_s", time.Since(started).Seconds(), "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	e.hydrated.Store(true)
+	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
+	e.done.Go(func() { e.loadRest(loopCtx, after, started) })
 	e.done.Go(func() { e.loop(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
 	e.done.Go(func() { e.loop(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
 	e.done.Go(func() {
@@ -214,45 +223,6 @@ func (e *Engine) loop(ctx context.Context, every time.Duration, fn func()) {
 			fn()
 		}
 	}
-}
-
-// hydrate loads the config snapshot and every persisted bucket.
-func (e *Engine) hydrate(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := e.resync(ctx); err != nil {
-		return err
-	}
-	n := 0
-	req := struct {
-		After string `json:"after"`
-		Limit int    `json:"limit"`
-	}{Limit: 5000}
-	for {
-		var page struct {
-			Buckets []bus.BucketRecord `json:"buckets"`
-			Next    string             `json:"next"`
-		}
-		if err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page); err != nil {
-			return fmt.Errorf("load buckets: %w", err)
-		}
-		for _, rec := range page.Buckets {
-			limits, err := bus.DecodeLimits(rec.Limits)
-			if err != nil {
-				e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
-				continue
-			}
-			e.cache.Load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
-			n++
-		}
-		if page.Next == "" {
-			break
-		}
-		req.After = page.Next
-	}
-	e.hydrated.Store(true)
-	e.log.Info("hot cache hydrated", "buckets", n, "config_version", e.view.Load().version)
-	return nil
 }
 
 // resync replaces the view with a fresh snapshot.
@@ -311,7 +281,9 @@ func (e *Engine) onChange(m *nats.Msg) {
 	e.applyMu.Unlock()
 	for _, c := range msg.Changes {
 		if c.Kind == tenants.ChangeBucketReset && c.BucketReset != nil {
-			e.cache.Reset(BucketKey(c.TenantID, c.BucketReset.PolicyID, c.BucketReset.Identity.Kind, c.BucketReset.Identity.ID))
+			key := BucketKey(c.TenantID, c.BucketReset.PolicyID, c.BucketReset.Identity.Kind, c.BucketReset.Identity.ID)
+			e.noteReset(key)
+			e.cache.Reset(key)
 		}
 		e.log.Info("config change applied", "version", version, "kind", c.Kind, "tenant", c.TenantID)
 	}

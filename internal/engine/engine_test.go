@@ -48,6 +48,7 @@ func engineOn(tb testing.TB, nc *nats.Conn, snap tenants.Snapshot) *Engine {
 		tb.Fatal(err)
 	}
 	e.view.Store(v)
+	e.hyd.done.Store(true) // nothing persisted to load: these engines never Start
 	return e
 }
 

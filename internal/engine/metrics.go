@@ -7,18 +7,22 @@ import (
 )
 
 type engineMetrics struct {
-	checks        *prometheus.CounterVec
-	latency       prometheus.Histogram
-	flushBuckets  prometheus.Histogram
-	flushCounters prometheus.Histogram
-	flushFailures *prometheus.CounterVec
-	published     prometheus.Counter
-	pending       prometheus.GaugeFunc
-	buckets       prometheus.GaugeFunc
-	configVersion prometheus.GaugeFunc
-	resyncs       prometheus.Counter
-	natsLag       prometheus.Gauge
-	byReason      checkCounters
+	checks         *prometheus.CounterVec
+	latency        prometheus.Histogram
+	flushBuckets   prometheus.Histogram
+	flushCounters  prometheus.Histogram
+	flushFailures  *prometheus.CounterVec
+	published      prometheus.Counter
+	pending        prometheus.GaugeFunc
+	buckets        prometheus.GaugeFunc
+	configVersion  prometheus.GaugeFunc
+	resyncs        prometheus.Counter
+	natsLag        prometheus.Gauge
+	hydrated       prometheus.GaugeFunc
+	hydrateLoaded  prometheus.GaugeFunc
+	hydrateRetries prometheus.Counter
+	firstTouch     prometheus.Counter
+	byReason       checkCounters
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -59,13 +63,30 @@ func newEngineMetrics(e *Engine) engineMetrics {
 		natsLag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_nats_publish_lag_seconds", Help: "Age of the oldest unpublished state or counter data at the last flush.",
 		}),
+		hydrated: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_hydration_complete", Help: "1 once every persisted bucket is in the hot cache (before that, buckets load on first touch).",
+		}, func() float64 {
+			if e.hyd.done.Load() {
+				return 1
+			}
+			return 0
+		}),
+		hydrateLoaded: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_hydration_buckets_loaded", Help: "Persisted buckets the hydration at start has loaded so far.",
+		}, func() float64 { return float64(e.hyd.loaded.Load()) }),
+		hydrateRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_hydration_retries_total", Help: "Pages of persisted buckets that failed to load and were asked for again.",
+		}),
+		firstTouch: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_hydration_first_touch_total", Help: "Buckets loaded one by one because a check touched them before the hydration reached them.",
+		}),
 	}
 	m.byReason = newCheckCounters(m.checks)
 	return m
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch}
 }
 
 // checkCounters resolves the label values once, so counting a decision on

@@ -479,6 +479,36 @@ func (c *Cache) Load(key string, limits []Limit, states []State, fullAt int64) {
 	sh.install(i, lim, states)
 }
 
+// LoadIfAbsent is Load for a key that has no bucket yet; it reports whether
+// it loaded. A server that fills its cache from persisted state while it
+// already decides checks uses it: a bucket that a check created, or that was
+// loaded since, is at least as new as any persisted copy and must be kept.
+func (c *Cache) LoadIfAbsent(key string, limits []Limit, states []State, fullAt int64) bool {
+	if len(limits) == 0 {
+		return false
+	}
+	h1, h2 := maphash.String(c.seed1, key), maphash.String(c.seed2, key)
+	sh := &c.shards[h1&shardMask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.find(h1, h2) >= 0 {
+		return false
+	}
+	lim := sh.intern(limits)
+	sh.install(sh.create(h1, h2, strings.Clone(key), lim), lim, states)
+	return true
+}
+
+// Has reports whether key has a bucket.
+func (c *Cache) Has(key []byte) bool {
+	h1, h2 := maphash.Bytes(c.seed1, key), maphash.Bytes(c.seed2, key)
+	sh := &c.shards[h1&shardMask]
+	sh.mu.Lock()
+	i := sh.find(h1, h2)
+	sh.mu.Unlock()
+	return i >= 0
+}
+
 // intern returns a private copy of limits, shared with recent Loads of equal
 // limits; sh.mu must be held.
 func (sh *shard) intern(limits []Limit) []Limit {

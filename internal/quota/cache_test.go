@@ -302,6 +302,35 @@ func TestCacheLoadCopies(t *testing.T) {
 	}
 }
 
+func TestCacheLoadIfAbsentKeepsBucket(t *testing.T) {
+	c := NewCache()
+	limits := []Limit{{Algorithm: TokenBucket, Limit: 10, Period: time.Hour}}
+	out := make([]Outcome, 1)
+	if c.Has([]byte("k")) {
+		t.Fatal("empty cache has k")
+	}
+	c.Check("k", limits, t0, 3, true, out)
+	if !c.Has([]byte("k")) {
+		t.Fatal("checked key missing")
+	}
+	// A persisted copy older than what a check did is not loaded over it.
+	if c.LoadIfAbsent("k", limits, []State{{Tokens: 9, At: t0}}, 0) {
+		t.Fatal("LoadIfAbsent replaced a bucket")
+	}
+	if c.Check("k", limits, t0, 1, true, out); out[0].Remaining != 6 {
+		t.Fatalf("remaining %d, want 6", out[0].Remaining)
+	}
+	if !c.LoadIfAbsent("j", limits, []State{{Tokens: 4, At: t0}}, 0) {
+		t.Fatal("LoadIfAbsent did not load an absent key")
+	}
+	if c.Check("j", limits, t0, 1, true, out); out[0].Remaining != 3 {
+		t.Fatalf("remaining %d, want 3", out[0].Remaining)
+	}
+	if c.LoadIfAbsent("none", nil, nil, 0) || c.Len() != 2 {
+		t.Fatal("LoadIfAbsent without limits created a bucket")
+	}
+}
+
 func TestCacheReset(t *testing.T) {
 	c := NewCache()
 	limits := []Limit{

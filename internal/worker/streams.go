@@ -348,30 +348,19 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 	now := w.cfg.Now().UnixNano()
 	// A bucket that is full again is written too (not deleted), so that its
 	// sequence keeps older redeliveries out; the sweep deletes it later.
-	upsert, err := tx.Prepare(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
-		WHERE excluded.seq > buckets.seq`)
+	upsert, err := tx.Prepare(upsertBucketSQL)
 	if err != nil {
 		return 0, err
 	}
 	defer upsert.Close()
+	var buf []byte
 	for _, key := range order {
 		v := latest[key]
-		state, err := json.Marshal(persistedBucket{Limits: v.rec.Limits, States: v.rec.States})
-		if err != nil {
-			return 0, err
-		}
-		if _, err := upsert.Exec(v.rec.Key, v.rec.TenantID, bus.Partition([]byte(v.rec.Key)), string(state), v.rec.FullAt, int64(v.seq), now); err != nil {
+		if buf, err = upsertBucket(upsert, buf, v.rec, v.seq, now); err != nil {
 			return 0, err
 		}
 	}
 	return len(order), nil
-}
-
-// persistedBucket is the JSON in buckets.state.
-type persistedBucket struct {
-	Limits []bus.LimitWire `json:"limits"`
-	States []bus.StateWire `json:"states"`
 }
 
 // applyCounters adds counter deltas, summed per cell first so a cell is

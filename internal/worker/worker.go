@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,11 +241,27 @@ type BucketsRequest struct {
 	Limit int    `json:"limit"`
 	// Partition, when set, limits the page to one cluster partition.
 	Partition *int `json:"partition,omitempty"`
+	// Keys, when set, asks for these buckets only (a server loading the
+	// buckets that checks touch before its hydration reaches them); After
+	// and Partition are ignored. At most maxPageKeys.
+	Keys []string `json:"keys,omitempty"`
+	// Packed asks for the page in Packed instead of Buckets.
+	Packed bool `json:"packed,omitempty"`
 }
 
+const (
+	// maxPage is the most buckets one page holds; a page also ends at half
+	// of NATS's max_payload.
+	maxPage = 20000
+	// maxPageKeys is the most buckets one request may name.
+	maxPageKeys = 1000
+)
+
 // BucketsPage is one page of persisted buckets; Next is empty on the last.
+// A packed page has its buckets in Packed (bus.WalkPacked), not Buckets.
 type BucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
+	Packed  []byte             `json:"packed,omitempty"`
 	Next    string             `json:"next,omitempty"`
 }
 
@@ -252,13 +269,16 @@ type BucketsPage struct {
 // batch already in the stream is committed, so a restarted server never
 // hydrates from state older than what it published before it died.
 func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPage, error) {
+	if len(req.Keys) > 0 {
+		return w.bucketsByKey(ctx, req.Keys, req.Packed)
+	}
 	if req.After == "" {
 		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
 			return BucketsPage{}, err
 		}
 	}
-	if req.Limit <= 0 || req.Limit > 5000 {
-		req.Limit = 5000
+	if req.Limit <= 0 || req.Limit > maxPage {
+		req.Limit = maxPage
 	}
 	query := `SELECT key, tenant_id, state, full_at FROM buckets WHERE key > ? AND full_at > ?`
 	args := []any{req.After, w.cfg.Now().UnixNano()}
@@ -266,43 +286,73 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		query += ` AND part = ?`
 		args = append(args, *req.Partition)
 	}
-	rows, err := w.db.QueryContext(ctx, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
+	page, n, last, full, err := w.readBuckets(ctx, req.Packed, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
 	if err != nil {
 		return BucketsPage{}, err
 	}
+	if full || n == req.Limit {
+		page.Next = last
+	}
+	return page, nil
+}
+
+// bucketsByKey answers the live persisted buckets among keys.
+func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (BucketsPage, error) {
+	if len(keys) > maxPageKeys {
+		return BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
+	}
+	args := make([]any, 0, len(keys)+1)
+	args = append(args, w.cfg.Now().UnixNano())
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	q := `SELECT key, tenant_id, state, full_at FROM buckets WHERE full_at > ? AND key IN (?` + strings.Repeat(",?", len(keys)-1) + `)`
+	page, _, _, _, err := w.readBuckets(ctx, packed, q, args...)
+	return page, err
+}
+
+// readBuckets reads the rows of a bucket query into a page, packed or not,
+// and reports how many buckets it holds and the last one's key. It stops
+// early, reporting full, once the records reach half of max_payload: any
+// reply may travel in parts, but a page that fits one message keeps
+// hydration to one round trip per page and the worker from holding large
+// replies for it.
+func (w *Worker) readBuckets(ctx context.Context, packed bool, query string, args ...any) (page BucketsPage, n int, last string, full bool, err error) {
+	rows, err := w.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return BucketsPage{}, 0, "", false, err
+	}
 	defer rows.Close()
-	// A page ends early, with Next set, once its records (estimated from
-	// their stored JSON) reach half of max_payload. Any reply may travel in
-	// parts, but a page that fits one message keeps hydration to one round
-	// trip per page and the worker from holding large replies for it.
 	budget := max(int(w.nc.MaxPayload())/2, 4096)
 	size := 0
-	var page BucketsPage
+	var state, bin []byte
 	for rows.Next() {
 		var rec bus.BucketRecord
-		var state string
 		if err := rows.Scan(&rec.Key, &rec.TenantID, &state, &rec.FullAt); err != nil {
-			return BucketsPage{}, err
+			return BucketsPage{}, 0, "", false, err
 		}
-		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && len(page.Buckets) > 0 {
-			page.Next = page.Buckets[len(page.Buckets)-1].Key
-			return page, nil
+		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && n > 0 {
+			return page, n, last, true, nil
 		}
-		var pb persistedBucket
-		if err := json.Unmarshal([]byte(state), &pb); err != nil {
+		if packed {
+			bin, err = bus.BinaryState(bin[:0], state)
+			if err == nil {
+				page.Packed = bus.AppendPacked(page.Packed, rec.Key, rec.TenantID, rec.FullAt, bin)
+			}
+		} else {
+			rec.Limits, rec.States, err = bus.DecodeState(state)
+			if err == nil {
+				page.Buckets = append(page.Buckets, rec)
+			}
+		}
+		if err != nil {
 			w.log.Error("skipping unreadable bucket", "key", rec.Key, "err", err)
 			continue
 		}
-		rec.Limits, rec.States = pb.Limits, pb.States
-		page.Buckets = append(page.Buckets, rec)
+		n++
+		last = rec.Key
 	}
-	if err := rows.Err(); err != nil {
-		return BucketsPage{}, err
-	}
-	if len(page.Buckets) == req.Limit {
-		page.Next = page.Buckets[len(page.Buckets)-1].Key
-	}
-	return page, nil
+	return page, n, last, false, rows.Err()
 }
 
 // SyncReply reports the stream sequences the worker has committed.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -194,15 +196,14 @@ func TestOlderStateNeverOverwritesNewer(t *testing.T) {
 	}
 	apply(5, 2)
 	apply(3, 9) // older, redelivered late
-	var state string
+	var state []byte
 	var seq int64
 	if err := e.db.QueryRow(`SELECT state, seq FROM buckets WHERE key = ?`, "ten_a/pol_1/ip:192.0.2.1").Scan(&state, &seq); err != nil {
 		t.Fatal(err)
 	}
-	var pb persistedBucket
-	_ = json.Unmarshal([]byte(state), &pb)
-	if seq != 5 || pb.States[0].Tokens != 2 {
-		t.Fatalf("row has seq %d tokens %v, want the newer state (seq 5, 2 tokens)", seq, pb.States[0].Tokens)
+	_, states, err := bus.DecodeState(state)
+	if err != nil || seq != 5 || states[0].Tokens != 2 {
+		t.Fatalf("row has seq %d states %v (%v), want the newer state (seq 5, 2 tokens)", seq, states, err)
 	}
 }
 
@@ -224,6 +225,68 @@ func TestBucketsPageWaitsForBacklog(t *testing.T) {
 	})
 	if len(page.Buckets) != 2 || page.Buckets[0].Key != "ten_a/p/ip:192.0.2.1" || page.Buckets[1].States[0].Tokens != 1 {
 		t.Fatalf("page: %+v", page)
+	}
+}
+
+// Bucket rows written in JSON, before the binary state form, are served in
+// both page forms and by key; lookups by key skip buckets full again.
+func TestBucketsPageReadsEveryForm(t *testing.T) {
+	e := newEnv(t, Config{})
+	future := time.Now().Add(time.Hour).UnixNano()
+	old := `{"limits":[{"a":"token_bucket","l":10,"p":60000000000}],"states":[{"t":4,"a":5}]}`
+	if _, err := e.db.Exec(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, 'ten_a', 0, ?, ?, 1, 0)`,
+		"ten_a/p/ip:192.0.2.1", old, future); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.2", 7, future))
+	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.3", 10, 1)) // full again
+	e.run(t)
+	ask := func(req BucketsRequest) BucketsPage {
+		t.Helper()
+		var page BucketsPage
+		eventually(t, 10*time.Second, "buckets page", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page) == nil
+		})
+		return page
+	}
+	tokens := func(page BucketsPage) map[string]float64 {
+		t.Helper()
+		got := map[string]float64{}
+		for _, b := range page.Buckets {
+			got[b.Key] = b.States[0].Tokens
+		}
+		err := bus.WalkPacked(page.Packed, func(r bus.PackedRecord) error {
+			_, states, err := bus.DecodeState(r.State)
+			if err == nil {
+				got[string(r.Key)] = states[0].Tokens
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	want := map[string]float64{"ten_a/p/ip:192.0.2.1": 4, "ten_a/p/ip:192.0.2.2": 7}
+	for _, req := range []BucketsRequest{
+		{}, {Packed: true},
+		{Keys: []string{"ten_a/p/ip:192.0.2.1", "ten_a/p/ip:192.0.2.2", "ten_a/p/ip:192.0.2.3", "ten_a/p/ip:192.0.2.4"}},
+		{Keys: []string{"ten_a/p/ip:192.0.2.2", "ten_a/p/ip:192.0.2.1"}, Packed: true},
+	} {
+		page := ask(req)
+		if got := tokens(page); !reflect.DeepEqual(got, want) || page.Next != "" {
+			t.Fatalf("%+v: got %v next %q, want %v", req, got, page.Next, want)
+		}
+		if req.Packed != (len(page.Packed) > 0) || req.Packed == (len(page.Buckets) > 0) {
+			t.Fatalf("%+v: answered packed %d bytes and %d records", req, len(page.Packed), len(page.Buckets))
+		}
+	}
+	var page BucketsPage
+	err := bus.Request(context.Background(), e.nc, bus.BucketsSubject, BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
+	if errs.Code(err) != errs.Invalid {
+		t.Fatalf("too many keys: %v", err)
 	}
 }
 
@@ -319,13 +382,15 @@ func TestStreamsMadeAnewKeepApplying(t *testing.T) {
 	key := "ten_a/pol_1/ip:192.0.2.1"
 	future := time.Now().Add(time.Hour).UnixNano()
 	tokens := func() float64 {
-		var state string
+		var state []byte
 		if err := e.db.QueryRow(`SELECT state FROM buckets WHERE key = ?`, key).Scan(&state); err != nil {
 			return -1
 		}
-		var pb persistedBucket
-		_ = json.Unmarshal([]byte(state), &pb)
-		return pb.States[0].Tokens
+		_, states, err := bus.DecodeState(state)
+		if err != nil || len(states) == 0 {
+			return -1
+		}
+		return states[0].Tokens
 	}
 	for i := range 5 {
 		e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch(key, float64(i), future))

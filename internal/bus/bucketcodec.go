@@ -1,0 +1,252 @@
+package bus
+
+// A compact binary form of one bucket's limits and states, used where
+// millions of buckets pass at once: the worker stores it in buckets.state,
+// and hydration pages carry it, packed, from the worker's SQLite file to a
+// server's hot cache without a JSON round trip per bucket.
+//
+//	state  = 0x01 uvarint(#limits) limit* uvarint(#states) st*
+//	limit  = str(name) str(algorithm) varint(limit) varint(period ns) varint(burst)
+//	st     = f64(tokens) f64(prev) varint(at) uvarint(#log) varint(log entry)*
+//	str    = uvarint(len) bytes
+//	f64    = 8 bytes, IEEE 754 bits, little endian
+//
+// The leading 0x01 is the format's version; rows written before it hold
+// JSON ({"limits":…,"states":…}), which starts with '{', and are still read.
+//
+// A packed page is a sequence of records:
+//
+//	record = str(key) str(tenant id) varint(full_at ns) str(state)
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+const stateFormatV1 = 0x01
+
+var errShortState = errors.New("bucket state: truncated")
+
+// PersistedJSON is the older, JSON form of a stored bucket state.
+type PersistedJSON struct {
+	Limits []LimitWire `json:"limits"`
+	States []StateWire `json:"states"`
+}
+
+// AppendState appends the binary form of a bucket's limits and states.
+func AppendState(dst []byte, limits []LimitWire, states []StateWire) []byte {
+	dst = append(dst, stateFormatV1)
+	dst = binary.AppendUvarint(dst, uint64(len(limits)))
+	for _, l := range limits {
+		dst = appendStr(dst, l.Name)
+		dst = appendStr(dst, l.Algorithm)
+		dst = binary.AppendVarint(dst, l.Limit)
+		dst = binary.AppendVarint(dst, l.PeriodNS)
+		dst = binary.AppendVarint(dst, l.Burst)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(states)))
+	for _, s := range states {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(s.Tokens))
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(s.Prev))
+		dst = binary.AppendVarint(dst, s.At)
+		dst = binary.AppendUvarint(dst, uint64(len(s.Log)))
+		for _, t := range s.Log {
+			dst = binary.AppendVarint(dst, t)
+		}
+	}
+	return dst
+}
+
+// DecodeState reads a stored bucket state in either form into wire values.
+func DecodeState(b []byte) ([]LimitWire, []StateWire, error) {
+	if len(b) > 0 && b[0] == '{' {
+		var p PersistedJSON
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, nil, fmt.Errorf("bucket state: %w", err)
+		}
+		return p.Limits, p.States, nil
+	}
+	var limits []LimitWire
+	var states []StateWire
+	err := walkState(b, func(l LimitWire) error {
+		limits = append(limits, l)
+		return nil
+	}, func(s StateWire) {
+		states = append(states, s)
+	})
+	return limits, states, err
+}
+
+// BinaryState returns b in the binary form, converting a JSON one.
+func BinaryState(dst, b []byte) ([]byte, error) {
+	if len(b) > 0 && b[0] == '{' {
+		l, s, err := DecodeState(b)
+		if err != nil {
+			return dst, err
+		}
+		return AppendState(dst, l, s), nil
+	}
+	if len(b) == 0 || b[0] != stateFormatV1 {
+		return dst, errors.New("bucket state: unknown format")
+	}
+	return append(dst, b...), nil
+}
+
+// DecodeStateInto reads a binary state into quota values, reusing the
+// capacity of limits and states (the hot cache copies what it keeps).
+func DecodeStateInto(b []byte, limits []quota.Limit, states []quota.State) ([]quota.Limit, []quota.State, error) {
+	limits, states = limits[:0], states[:0]
+	err := walkState(b, func(l LimitWire) error {
+		a, err := quota.ParseAlgorithm(l.Algorithm)
+		if err != nil {
+			return err
+		}
+		limits = append(limits, quota.Limit{Name: l.Name, Algorithm: a, Limit: l.Limit, Period: time.Duration(l.PeriodNS), Burst: l.Burst})
+		return nil
+	}, func(s StateWire) {
+		states = append(states, quota.State{Tokens: s.Tokens, Prev: s.Prev, At: s.At, Log: s.Log})
+	})
+	return limits, states, err
+}
+
+// walkState calls limit and state for each part of a binary state. Names
+// and logs it passes are fresh (they may be kept).
+func walkState(b []byte, limit func(LimitWire) error, state func(StateWire)) error {
+	if len(b) == 0 || b[0] != stateFormatV1 {
+		return errors.New("bucket state: unknown format")
+	}
+	r := reader{b: b[1:]}
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		l := LimitWire{Name: r.str(), Algorithm: r.str(), Limit: r.varint(), PeriodNS: r.varint(), Burst: r.varint()}
+		if r.err == nil {
+			if err := limit(l); err != nil {
+				return err
+			}
+		}
+	}
+	n = r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		s := StateWire{Tokens: r.f64(), Prev: r.f64(), At: r.varint()}
+		if k := r.uvarint(); k > 0 && r.err == nil {
+			if k > uint64(len(r.b)) {
+				return errShortState
+			}
+			s.Log = make([]int64, k)
+			for j := range s.Log {
+				s.Log[j] = r.varint()
+			}
+		}
+		if r.err == nil {
+			state(s)
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return errors.New("bucket state: trailing bytes")
+	}
+	return nil
+}
+
+// AppendPacked appends one record of a packed hydration page.
+func AppendPacked(dst []byte, key, tenantID string, fullAt int64, state []byte) []byte {
+	dst = appendStr(dst, key)
+	dst = appendStr(dst, tenantID)
+	dst = binary.AppendVarint(dst, fullAt)
+	dst = binary.AppendUvarint(dst, uint64(len(state)))
+	return append(dst, state...)
+}
+
+// PackedRecord is one record of a packed page; its byte slices point into
+// the page.
+type PackedRecord struct {
+	Key, TenantID []byte
+	FullAt        int64
+	State         []byte
+}
+
+// WalkPacked calls fn for each record of a packed page, stopping at the
+// first error.
+func WalkPacked(page []byte, fn func(PackedRecord) error) error {
+	r := reader{b: page}
+	for len(r.b) > 0 {
+		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.varint(), State: r.bytes()}
+		if r.err != nil {
+			return fmt.Errorf("packed bucket page: %w", r.err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShortState
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShortState
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) f64() float64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.err = errShortState
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShortState
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string { return string(r.bytes()) }

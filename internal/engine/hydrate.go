@@ -1,0 +1,295 @@
+package engine
+
+// Hydration: filling the hot cache from what the worker persisted, so that
+// no restart resets anyone's quota, without making a restart wait for
+// millions of buckets.
+//
+// A server is ready once it has the config snapshot and the first page of
+// persisted buckets. Asking for the first page makes the worker commit
+// everything already in the state stream first, so from then on SQLite
+// holds every state this server published before it stopped. The rest
+// loads in the background, page after page in key order; the next page is
+// fetched while the last one is inserted.
+//
+// While the load runs, a check may touch a key that is not in memory yet.
+// Keys sort the same way in SQLite and in Go, so every key up to the last
+// inserted page's last key (upTo) is settled: it is in the cache, or it had
+// no live persisted bucket. A check on any other key that is not in the
+// cache first fetches that key's bucket from the worker (one round trip, a
+// first touch) and loads it. The bulk load and first touches insert with
+// LoadIfAbsent, never replacing a bucket: one that a check created or
+// already decided on is newer than any persisted copy. So no check is
+// decided on a bucket younger than the persisted one, and the answers while
+// hydrating are the answers after it.
+//
+// A reset (config change) of a key not in memory yet is remembered until the
+// load ends, so that a page read before the worker deleted the row does not
+// bring the old state back.
+//
+// Nothing has a deadline: a failed page (worker restarting, NATS away) is
+// retried from where the load stopped, with a warning and a metric, and
+// progress is logged at INFO every few seconds.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+const (
+	// hydratePage is how many buckets one page asks for; the worker also
+	// ends a page early at half of NATS's max_payload.
+	hydratePage = 20000
+	// firstTouchWait bounds how long a check waits for its bucket to be
+	// fetched while the server hydrates, before answering 503.
+	firstTouchWait = 2 * time.Second
+	// hydrateLogEvery is how often hydration progress is logged.
+	hydrateLogEvery = 5 * time.Second
+)
+
+type hydration struct {
+	done    atomic.Bool
+	upTo    atomic.Pointer[string]
+	loaded  atomic.Int64 // buckets inserted by the bulk load
+	touched atomic.Int64 // buckets loaded by a first touch
+
+	resetMu sync.Mutex
+	resets  map[string]struct{} // keys reset while loading
+
+	// beforePage, when set (tests), runs before each page after the first
+	// is asked for.
+	beforePage func(after string)
+}
+
+// bucketsRequest is the worker's BucketsRequest as the engine sends it.
+type bucketsRequest struct {
+	After     string   `json:"after,omitempty"`
+	Limit     int      `json:"limit"`
+	Partition *int     `json:"partition,omitempty"`
+	Keys      []string `json:"keys,omitempty"`
+	Packed    bool     `json:"packed"`
+}
+
+// bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
+// from this version's worker, Buckets from an older one.
+type bucketsPage struct {
+	Buckets []bus.BucketRecord `json:"buckets"`
+	Packed  []byte             `json:"packed"`
+	Next    string             `json:"next"`
+}
+
+func (e *Engine) requestBuckets(ctx context.Context, req bucketsRequest) (bucketsPage, error) {
+	var page bucketsPage
+	req.Packed = true
+	err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page)
+	return page, err
+}
+
+// pageLoader turns the records of pages into hot-cache loads, reusing its
+// buffers (the cache copies what it keeps).
+type pageLoader struct {
+	limits []quota.Limit
+	states []quota.State
+}
+
+// each calls load for every bucket of page and returns the last key.
+func (pl *pageLoader) each(e *Engine, page *bucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
+	last := ""
+	for i := range page.Buckets {
+		rec := &page.Buckets[i]
+		last = rec.Key
+		limits, err := bus.DecodeLimits(rec.Limits)
+		if err != nil {
+			e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
+			continue
+		}
+		load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
+	}
+	err := bus.WalkPacked(page.Packed, func(r bus.PackedRecord) error {
+		key := string(r.Key)
+		last = key
+		var err error
+		if pl.limits, pl.states, err = bus.DecodeStateInto(r.State, pl.limits, pl.states); err != nil {
+			e.log.Warn("skipping persisted bucket", "key", key, "err", err)
+			return nil
+		}
+		load(key, pl.limits, pl.states, r.FullAt)
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("unreadable page of persisted buckets", "err", err)
+	}
+	return last
+}
+
+// insert loads one persisted bucket unless the cache already has one (or
+// the key was reset while loading); it reports whether it loaded.
+func (e *Engine) insert(key string, limits []quota.Limit, states []quota.State, fullAt int64) bool {
+	if !e.hyd.done.Load() && e.wasReset(key) {
+		return false
+	}
+	return e.cache.LoadIfAbsent(key, limits, states, fullAt)
+}
+
+// hydrate loads the config snapshot and the first page of buckets; the
+// server may answer checks once it returns. It returns the cursor the
+// rest of the load starts from ("" when there is nothing more).
+func (e *Engine) hydrate(ctx context.Context) (string, error) {
+	if err := e.resync(ctx); err != nil {
+		return "", err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	page, err := e.requestBuckets(rctx, bucketsRequest{Limit: hydratePage})
+	if err != nil {
+		return "", fmt.Errorf("load buckets: %w", err)
+	}
+	var pl pageLoader
+	e.insertPage(&pl, &page)
+	return page.Next, nil
+}
+
+// insertPage loads a page of the bulk load and moves upTo past it.
+func (e *Engine) insertPage(pl *pageLoader, page *bucketsPage) {
+	n := int64(0)
+	last := pl.each(e, page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if e.insert(key, limits, states, fullAt) {
+			n++
+		}
+	})
+	e.hyd.loaded.Add(n)
+	if page.Next != "" {
+		last = page.Next
+	}
+	if last != "" {
+		e.hyd.upTo.Store(&last)
+	}
+}
+
+// loadRest loads the pages after the first one, fetching the next page
+// while inserting the last, until every persisted bucket is in the cache or
+// ctx ends. A failed page is retried from where the load stopped.
+func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) {
+	if after == "" {
+		e.finishHydration(started)
+		return
+	}
+	pages := make(chan bucketsPage, 1)
+	go func() {
+		defer close(pages)
+		for failures := 0; after != ""; {
+			if e.hyd.beforePage != nil {
+				e.hyd.beforePage(after)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			page, err := e.requestBuckets(rctx, bucketsRequest{After: after, Limit: hydratePage})
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				e.metrics.hydrateRetries.Inc()
+				e.log.Warn("hydration paused; retrying from where it stopped",
+					"loaded", e.hyd.loaded.Load(), "after_key", after, "attempt", failures, "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(min(time.Duration(failures)*500*time.Millisecond, 5*time.Second)):
+				}
+				continue
+			}
+			failures = 0
+			after = page.Next
+			select {
+			case pages <- page:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	lastLog := time.Now()
+	var pl pageLoader
+	for page := range pages {
+		e.insertPage(&pl, &page)
+		if time.Since(lastLog) >= hydrateLogEvery {
+			lastLog = time.Now()
+			n := e.hyd.loaded.Load()
+			el := time.Since(started)
+			e.log.Info("hydrating hot cache", "loaded", n, "first_touch", e.hyd.touched.Load(),
+				"elapsed_s", el.Seconds(), "buckets_per_s", int64(float64(n)/el.Seconds()))
+		}
+		if page.Next == "" {
+			e.finishHydration(started)
+		}
+	}
+}
+
+func (e *Engine) finishHydration(started time.Time) {
+	e.hyd.done.Store(true)
+	e.hyd.resetMu.Lock()
+	e.hyd.resets = nil
+	e.hyd.resetMu.Unlock()
+	el := time.Since(started)
+	e.log.Info("hot cache hydrated", "buckets", e.hyd.loaded.Load(), "first_touch", e.hyd.touched.Load(),
+		"seconds", el.Seconds(), "config_version", e.view.Load().version)
+}
+
+// Hydrated reports whether every persisted bucket is in the cache (the
+// server answers exactly before that too, loading buckets on first touch).
+func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
+
+// touch makes sure key's persisted bucket, if any, is in the cache before a
+// check decides on it, while the bulk load has not reached the key.
+func (e *Engine) touch(key []byte) error {
+	if up := e.hyd.upTo.Load(); up != nil && string(key) <= *up {
+		return nil
+	}
+	if e.cache.Has(key) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), firstTouchWait)
+	defer cancel()
+	k := string(key)
+	page, err := e.requestBuckets(ctx, bucketsRequest{Keys: []string{k}, Limit: 1})
+	if err != nil {
+		e.log.Warn("first-touch load failed", "err", err)
+		return errs.Errorf(errs.Unavailable, "This caller's quota is still loading after a restart; try again shortly.")
+	}
+	var pl pageLoader
+	pl.each(e, &page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if key == k && e.insert(key, limits, states, fullAt) {
+			e.hyd.touched.Add(1)
+			e.metrics.firstTouch.Inc()
+		}
+	})
+	return nil
+}
+
+// noteReset remembers a key reset while the bulk load runs.
+func (e *Engine) noteReset(key string) {
+	if e.hyd.done.Load() {
+		return
+	}
+	e.hyd.resetMu.Lock()
+	if !e.hyd.done.Load() {
+		if e.hyd.resets == nil {
+			e.hyd.resets = map[string]struct{}{}
+		}
+		e.hyd.resets[key] = struct{}{}
+	}
+	e.hyd.resetMu.Unlock()
+}
+
+func (e *Engine) wasReset(key string) bool {
+	e.hyd.resetMu.Lock()
+	_, ok := e.hyd.resets[key]
+	e.hyd.resetMu.Unlock()
+	return ok
+}
