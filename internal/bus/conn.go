@@ -112,6 +112,13 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, out any) e
 	if err != nil {
 		return unavailable(subject, err)
 	}
+	if msg.Header.Get(RawReplyHeader) != "" {
+		rr, ok := out.(RawReceiver)
+		if !ok {
+			return fmt.Errorf("%s: a raw reply to a request that expects JSON", subject)
+		}
+		return rr.SetRaw(msg.Data, msg.Header)
+	}
 	reply := msg.Data
 	var head struct {
 		Parts *PartsRef `json:"parts"`
@@ -122,6 +129,25 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, out any) e
 		}
 	}
 	return DecodeReply(reply, out)
+}
+
+// RawReplyHeader marks a reply that travels as its own bytes instead of in
+// the JSON envelope: a large binary payload (a packed page of buckets) that
+// JSON would have to escape and scan. Errors always travel in the envelope.
+const RawReplyHeader = "Sluice-Raw"
+
+// PageNextHeader carries a raw page's cursor: where the next page starts.
+const PageNextHeader = "Sluice-Next"
+
+// RawReply is a reply value that can travel raw: when RawReply reports ok,
+// the worker sends data with header (plus RawReplyHeader) and no envelope.
+type RawReply interface {
+	RawReply() (data []byte, header nats.Header, ok bool)
+}
+
+// RawReceiver is a reply value that accepts a raw reply.
+type RawReceiver interface {
+	SetRaw(data []byte, header nats.Header) error
 }
 
 // fetchParts reassembles a reply the worker sent in parts.

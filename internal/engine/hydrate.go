@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -82,6 +84,12 @@ type bucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
 	Packed  []byte             `json:"packed"`
 	Next    string             `json:"next"`
+}
+
+// SetRaw takes a packed page sent raw (bus.RawReceiver).
+func (p *bucketsPage) SetRaw(data []byte, h nats.Header) error {
+	p.Packed, p.Next = data, h.Get(bus.PageNextHeader)
+	return nil
 }
 
 func (e *Engine) requestBuckets(ctx context.Context, req bucketsRequest) (bucketsPage, error) {

@@ -202,6 +202,18 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 				}
 			}
 			w.metrics.configOps.WithLabelValues(op, code).Inc()
+			if raw, ok := any(res).(bus.RawReply); ok && err == nil {
+				if data, hdr, ok := raw.RawReply(); ok && len(data) <= int(w.nc.MaxPayload())-1024 {
+					h := micro.Headers{bus.RawReplyHeader: []string{"1"}}
+					for k, v := range hdr {
+						h[k] = v
+					}
+					if rerr := r.Respond(data, micro.WithHeaders(h)); rerr != nil {
+						w.log.Warn("reply failed", "op", op, "err", rerr)
+					}
+					return
+				}
+			}
 			data := bus.EncodeReply(res, err)
 			if maxPart := int(w.nc.MaxPayload()) - 1024; len(data) > maxPart {
 				data = w.large.keep(data, maxPart)
@@ -263,6 +275,20 @@ type BucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
 	Packed  []byte             `json:"packed,omitempty"`
 	Next    string             `json:"next,omitempty"`
+}
+
+// RawReply sends a packed page raw, its Next in a header (bus.RawReply).
+func (p BucketsPage) RawReply() ([]byte, nats.Header, bool) {
+	if len(p.Packed) == 0 {
+		return nil, nil, false
+	}
+	return p.Packed, nats.Header{bus.PageNextHeader: []string{p.Next}}, true
+}
+
+// SetRaw takes a packed page sent raw (bus.RawReceiver).
+func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
+	p.Packed, p.Next = data, h.Get(bus.PageNextHeader)
+	return nil
 }
 
 // bucketsPage answers hydration. The first page waits until every state

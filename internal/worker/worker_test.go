@@ -283,8 +283,14 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 			t.Fatalf("%+v: answered packed %d bytes and %d records", req, len(page.Packed), len(page.Buckets))
 		}
 	}
+	// A packed page travels raw, outside the JSON envelope.
+	req, _ := json.Marshal(BucketsRequest{Packed: true})
+	msg, err := e.nc.Request(bus.BucketsSubject, req, 5*time.Second)
+	if err != nil || msg.Header.Get(bus.RawReplyHeader) == "" || msg.Data[0] == '{' {
+		t.Fatalf("packed page: header %v, %d bytes, err %v", msg.Header, len(msg.Data), err)
+	}
 	var page BucketsPage
-	err := bus.Request(context.Background(), e.nc, bus.BucketsSubject, BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
+	err = bus.Request(context.Background(), e.nc, bus.BucketsSubject, BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
 	if errs.Code(err) != errs.Invalid {
 		t.Fatalf("too many keys: %v", err)
 	}
