@@ -12,8 +12,8 @@ import (
 
 const (
 	tenantColumns     = `id, name, created_at`
-	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at`
-	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at`
+	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
+	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
 )
 
 func scanTenant(sc scanner) (Tenant, error) {
@@ -29,12 +29,13 @@ func scanTenant(sc scanner) (Tenant, error) {
 func scanServiceKey(sc scanner) (ServiceKey, error) {
 	var k ServiceKey
 	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked); err != nil {
+	var revoked, used sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked, &used); err != nil {
 		return ServiceKey{}, err
 	}
 	k.CreatedAt = fromMS(created)
 	k.RevokedAt = fromOptMS(revoked)
+	k.LastUsedAt = fromOptMS(used)
 	return k, nil
 }
 
@@ -46,15 +47,18 @@ func scanServiceKeyRecord(sc scanner) (ServiceKeyRecord, error) {
 func scanUser(sc scanner) (User, error) {
 	var u User
 	var created int64
-	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created); err != nil {
+	var login sql.NullInt64
+	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created, &u.SessionVersion, &login); err != nil {
 		return User{}, err
 	}
 	u.CreatedAt = fromMS(created)
+	u.LastLoginAt = fromOptMS(login)
 	return u, nil
 }
 
 // CreateTenant creates a tenant, its owner's dashboard login and its first
-// service key, whose plain text is returned once. A taken tenant name or
+// service key, whose plain text is returned once. Its changes announce all
+// three (the owner as a UserSession). A taken tenant name or
 // owner email answers errs.Conflict.
 func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, now time.Time) (Tenant, string, []Change, error) {
 	if err := ValidateNewTenant(name, ownerEmail, ownerPassword); err != nil {
@@ -71,7 +75,7 @@ func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPasswor
 		return Tenant{}, "", nil, err
 	}
 	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now}
-	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now}
+	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now, SessionVersion: 1}
 	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
 
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
@@ -92,7 +96,7 @@ func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPasswor
 		if err := insertServiceKey(ctx, tx, key); err != nil {
 			return nil, err
 		}
-		return []Change{tenantChange(t), serviceKeyChange(key)}, nil
+		return []Change{tenantChange(t), serviceKeyChange(key), userSessionChange(owner)}, nil
 	})
 	if err != nil {
 		return Tenant{}, "", nil, err
@@ -181,7 +185,9 @@ func (s *Store) ListServiceKeys(ctx context.Context, tenantID string) ([]Service
 }
 
 // RevokeServiceKey revokes one of a tenant's service keys. Revoking a
-// revoked key changes nothing and returns no changes.
+// revoked key changes nothing and returns no changes. The tenant's last
+// active key is refused with errs.Conflict: a tenant without one could not
+// call the API again, so a roll creates the new key first.
 func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now time.Time) (ServiceKey, []Change, error) {
 	now = normTime(now)
 	var k ServiceKey
@@ -191,6 +197,13 @@ func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now t
 			`SELECT `+serviceKeyColumns+` FROM service_keys WHERE id = ? AND tenant_id = ?`, id, tenantID)
 		if err != nil || k.RevokedAt != nil {
 			return nil, err
+		}
+		others, err := exists(ctx, tx, `SELECT 1 FROM service_keys WHERE tenant_id = ? AND id != ? AND revoked_at IS NULL`, tenantID, id)
+		if err != nil {
+			return nil, fmt.Errorf("revoke service key: %w", err)
+		}
+		if !others {
+			return nil, errs.Errorf(errs.Conflict, "this is the tenant's last active service key; create another one first, then revoke this one")
 		}
 		k.RevokedAt = &now
 		if _, err := tx.ExecContext(ctx, `UPDATE service_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ?`,
@@ -229,7 +242,8 @@ func insertUser(ctx context.Context, tx *sql.Tx, u User) error {
 }
 
 // CreateUser adds a dashboard login to a tenant with role RoleOwner or
-// RoleMember. A taken email answers errs.Conflict.
+// RoleMember. A taken email answers errs.Conflict. It announces nothing:
+// the worker follows it with AnnounceUser.
 func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role string, now time.Time) (User, error) {
 	if role != RoleOwner && role != RoleMember {
 		return User{}, invalid("role", "must be owner or member")
@@ -244,7 +258,7 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 	if err != nil {
 		return User{}, err
 	}
-	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now)}
+	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now), SessionVersion: 1}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return err

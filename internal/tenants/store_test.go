@@ -102,7 +102,7 @@ func TestCreateTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkChanges(t, s, 0, changes, tenants.ChangeTenant, tenants.ChangeServiceKey)
+	checkChanges(t, s, 0, changes, tenants.ChangeTenant, tenants.ChangeServiceKey, tenants.ChangeUserSession)
 	if !strings.HasPrefix(tn.ID, "ten_") || tn.Name != "acme" || !tn.CreatedAt.Equal(t0.Truncate(time.Millisecond)) {
 		t.Fatalf("tenant = %+v", tn)
 	}
@@ -187,6 +187,15 @@ func TestServiceKeys(t *testing.T) {
 	}
 	_, _, _, err = s.CreateServiceKey(ctx, "ten_missing", t0)
 	wantCode(t, err, errs.NotFound)
+
+	// The last active key is kept: a tenant without one is locked out.
+	keys := must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID))
+	v = version(t, s)
+	_, _, err = s.RevokeServiceKey(ctx, a.ID, keys[0].ID, t0)
+	wantCode(t, err, errs.Conflict)
+	if version(t, s) != v {
+		t.Fatal("a refused revocation moved the config version")
+	}
 }
 
 func TestPolicyCRUD(t *testing.T) {
@@ -617,10 +626,26 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	record([]tenants.Change{c}, err)
 	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"})
 	record(changes, err)
+	m, err := s.CreateUser(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(s.AnnounceUser(ctx, m.ID))
+	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2")
+	record(changes, err)
+	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner)
+	record(changes, err)
+	m2, err := s.CreateUser(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(s.AnnounceUser(ctx, m2.ID))
+	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID)
+	record(changes, err)
 
 	end := must[tenants.Snapshot](t)(s.Snapshot(ctx))
-	if end.Version != start.Version+12 {
-		t.Fatalf("12 writes moved the version from %d to %d", start.Version, end.Version)
+	if end.Version != start.Version+17 {
+		t.Fatalf("17 writes moved the version from %d to %d", start.Version, end.Version)
 	}
 
 	wire, err := json.Marshal(all)
