@@ -88,6 +88,7 @@ const (
 	OpUserPassword     = "user.password"
 	OpUserEmail        = "user.email"
 	OpUserSignedIn     = "user.signed_in"
+	OpUserEndSessions  = "user.end_sessions"
 )
 
 // Partitions is the fixed number of bucket-key partitions whose ownership

@@ -55,7 +55,11 @@ func (s *Store) AnnounceUser(ctx context.Context, id string) ([]Change, error) {
 // updateUser runs set (an UPDATE of the user's row) and moves the user's
 // session version in the same transaction, returning the user as stored.
 func updateUser(ctx context.Context, tx *sql.Tx, id string, set string, args ...any) (User, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE users SET `+set+`, session_version = session_version + 1 WHERE id = ?`, append(args, id)...)
+	q := `UPDATE users SET session_version = session_version + 1`
+	if set != "" {
+		q += ", " + set
+	}
+	res, err := tx.ExecContext(ctx, q+` WHERE id = ?`, append(args, id)...)
 	if err != nil {
 		return User{}, fmt.Errorf("update user: %w", err)
 	}
@@ -95,6 +99,23 @@ func (s *Store) ChangePassword(ctx context.Context, id, current, next string) (U
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
 		if u, err = updateUser(ctx, tx, id, `password_hash = ?`, hash); err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// EndSessions ends every session of a user (sign out everywhere) by
+// moving their session version.
+func (s *Store) EndSessions(ctx context.Context, id string) (User, []Change, error) {
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if u, err = updateUser(ctx, tx, id, ""); err != nil {
 			return nil, err
 		}
 		return []Change{userSessionChange(u)}, nil

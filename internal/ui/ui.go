@@ -38,6 +38,7 @@ import (
 type Engine interface {
 	checker
 	versionWaiter
+	sessionVersions
 }
 
 // Worker is what the dashboard needs from the worker.
@@ -59,6 +60,10 @@ type (
 	}
 	versionWaiter interface {
 		WaitVersion(ctx context.Context, v int64)
+	}
+	// sessionVersions is the server's cached session version of each user.
+	sessionVersions interface {
+		SessionVersion(userID string) (int64, bool)
 	}
 )
 
@@ -89,6 +94,11 @@ const DefaultSessionTTL = 12 * time.Hour
 type Revoker interface {
 	Revoke(ctx context.Context, sid string, until time.Time) error
 	Revoked(sid string) bool
+	// State reports whether the list of signed-out sessions is loaded and,
+	// if it is not, since when it is known to be unavailable (zero while it
+	// is still loading). The dashboard refuses sessions until it is loaded
+	// (see gate.valid).
+	State() (loaded bool, unavailableSince time.Time)
 }
 
 // Register adds the dashboard's routes under /ui to e and makes e's error
@@ -118,8 +128,8 @@ func Register(e *echo.Echo, d Deps) error {
 	}
 	sess := newSessions(key, d.SessionTTL, d.Now)
 
-	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
-	gate := &gate{sess: sess, revoker: d.Revocations}
+	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
+	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
 	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}

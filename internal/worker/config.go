@@ -187,6 +187,12 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
+		bus.OpUserEndSessions: handle(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.UserRecord], error) {
+			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+				u, cs, err := st.EndSessions(ctx, r.ID)
+				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+			})
+		}),
 		bus.OpUserSignedIn: handle(w, bus.OpUserSignedIn, func(ctx context.Context, r bus.UserSignedIn) (none, error) {
 			return none{}, st.RecordSignIn(ctx, r.ID, r.At)
 		}),
