@@ -61,8 +61,12 @@ type Main struct {
 	http     *http.Server
 	pprof    *http.Server
 	revoked  *lazyRevoker // signed-out dashboard sessions
-	// revocationWait overrides revocationsUnavailableAfter (tests).
+	// Test settings: revocationWait overrides revocationsUnavailableAfter,
+	// revocationHold (when not nil) keeps the sign-outs from loading until
+	// it is closed, and keyUseInterval overrides the engine's default.
 	revocationWait time.Duration
+	revocationHold chan struct{}
+	keyUseInterval time.Duration
 	ln             net.Listener
 	bg             sync.WaitGroup
 	bgCancel       context.CancelFunc
@@ -106,10 +110,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	eng, err := engine.New(engine.Config{
-		Node:          cfg.Node,
-		FlushInterval: cfg.FlushInterval,
-		Log:           m.Log,
-		Registerer:    m.registry,
+		Node:           cfg.Node,
+		FlushInterval:  cfg.FlushInterval,
+		KeyUseInterval: m.keyUseInterval,
+		Log:            m.Log,
+		Registerer:     m.registry,
 	}, nc)
 	if err != nil {
 		return err
@@ -131,7 +136,7 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Log: m.Log})
-	revoked := &lazyRevoker{}
+	revoked := newLazyRevoker()
 	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Log: m.Log}); err != nil {
 		return err
@@ -167,7 +172,15 @@ func (m *Main) Run(ctx context.Context) error {
 		// The operator token is settled before the engine hydrates, so a
 		// server that reports ready accepts it.
 		m.bootstrap(bgCtx, client)
-		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter()) })
+		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold) })
+		// Sessions are refused until the sign-outs are loaded, so a server
+		// normally loads them before it reports ready; a JetStream that
+		// cannot serve them delays readiness by a few seconds only.
+		select {
+		case <-revoked.loaded:
+		case <-time.After(5 * time.Second):
+		case <-bgCtx.Done():
+		}
 		if err := eng.Start(bgCtx); err != nil {
 			if bgCtx.Err() == nil {
 				m.Log.Error("engine failed to start", "err", err)
@@ -254,13 +267,16 @@ func (m *Main) bootstrap(ctx context.Context, client *bus.Client) {
 type lazyRevoker struct {
 	r                atomic.Pointer[bus.SessionRevocations]
 	unavailableSince atomic.Pointer[time.Time]
+	loaded           chan struct{} // closed once r is set
 }
+
+func newLazyRevoker() *lazyRevoker { return &lazyRevoker{loaded: make(chan struct{})} }
 
 // revocationsUnavailableAfter is how long a server tries to load the
 // signed-out sessions before it lets new sign-ins through without them.
 const revocationsUnavailableAfter = 15 * time.Second
 
-func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger, unavailableAfter time.Duration) {
+func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger, unavailableAfter time.Duration, hold <-chan struct{}) {
 	start := time.Now()
 	var js jetstream.JetStream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -268,10 +284,18 @@ func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger,
 		if js == nil {
 			js, err = jetstream.New(nc)
 		}
+		if hold != nil {
+			select {
+			case <-hold:
+			default:
+				err = errors.New("held")
+			}
+		}
 		if err == nil {
 			var r *bus.SessionRevocations
 			if r, err = bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute); err == nil {
 				l.r.Store(r)
+				close(l.loaded)
 				if l.unavailableSince.Load() != nil {
 					log.Info("session revocations loaded; signed-out sessions are refused again")
 				}

@@ -137,7 +137,7 @@ func requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 func requireOwner(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if s := mustSession(c); s.TenantID == "" || s.Role != tenants.RoleOwner {
-			return errs.Errorf(errs.Forbidden, "Only the tenant's owner may invite members.")
+			return errs.Errorf(errs.Forbidden, "Only the tenant's owners may open this page.")
 		}
 		return next(c)
 	}

@@ -134,7 +134,10 @@ func Register(e *echo.Echo, d Deps) error {
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
-	mem := &memberHandler{config: d.Worker}
+	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
+	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
+	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
+	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 
 	prev := e.HTTPErrorHandler
@@ -182,6 +185,16 @@ func Register(e *echo.Echo, d Deps) error {
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, owner...)
+	e.POST("/ui/members/:id/role", mem.role, owner...)
+	e.POST("/ui/members/:id/remove", mem.remove, owner...)
+	e.GET("/ui/service-keys", svcKeys.list, owner...)
+	e.POST("/ui/service-keys", svcKeys.create, owner...)
+	e.POST("/ui/service-keys/:key_id/revoke", svcKeys.revoke, owner...)
+
+	e.GET("/ui/account", acct.show, signedIn...)
+	e.POST("/ui/account/password", acct.password, signedIn...)
+	e.POST("/ui/account/email", acct.email, signedIn...)
+	e.POST("/ui/account/sessions", acct.endOthers, signedIn...)
 
 	e.GET("/ui/admin/tenants", adm.tenants, operator...)
 	e.POST("/ui/admin/tenants", adm.createTenant, operator...)
@@ -189,6 +202,9 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/admin/blocks", adm.blocks, operator...)
 	e.POST("/ui/admin/blocks", adm.createBlock, operator...)
 	e.POST("/ui/admin/blocks/:id/delete", adm.deleteBlock, operator...)
+	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
+	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
+	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)
 	return nil
 }
 
@@ -285,6 +301,14 @@ var flashes = map[string]string{
 	"blocked":        "Blocked. Checks from this caller now answer blocked.",
 	"unblocked":      "Unblocked.",
 	"signed-out":     "You are signed out.",
+
+	"service-key-created": "Service key added. Deploy it, then revoke the key it replaces.",
+	"service-key-revoked": "Service key revoked. Every server refuses it within a second.",
+	"role-changed":        "Role changed. Their sessions have ended; they sign in again with the new role.",
+	"member-removed":      "Member removed. Their sessions have ended.",
+	"password-changed":    "Password changed. Your other sessions have ended.",
+	"email-changed":       "Email changed. Your other sessions have ended.",
+	"sessions-ended":      "Your other sessions have ended.",
 }
 
 // renderError answers a failed /ui request with an HTML page.
