@@ -366,3 +366,36 @@ func TestSessionsFailClosed(t *testing.T) {
 		t.Fatalf("a session of an older version: %d", w.Code)
 	}
 }
+
+// A secret carried across a redirect opens only for the session that
+// sealed it, and only unaltered.
+func TestSealedSecrets(t *testing.T) {
+	u := newTestUI(t, 100, 100)
+	s := u.sessions()
+	sealed := s.seal("sid1", "sk_secret")
+	if strings.Contains(sealed, "sk_secret") {
+		t.Fatal("the sealed secret shows its plain text")
+	}
+	if got, ok := s.open("sid1", sealed); !ok || got != "sk_secret" {
+		t.Fatalf("open: %q %v", got, ok)
+	}
+	if _, ok := s.open("sid2", sealed); ok {
+		t.Fatal("another session opened the secret")
+	}
+	other := newSessions([]byte("another server's key, 32 bytes!!"), time.Hour, time.Now)
+	if _, ok := other.open("sid1", sealed); ok {
+		t.Fatal("another key opened the secret")
+	}
+	flipped := "A" + sealed[1:]
+	if sealed[0] == 'A' {
+		flipped = "B" + sealed[1:]
+	}
+	for _, bad := range []string{"", "x", sealed[:len(sealed)-2], flipped} {
+		if _, ok := s.open("sid1", bad); ok {
+			t.Errorf("opened %q", bad)
+		}
+	}
+	if s.seal("sid1", "sk_secret") == sealed {
+		t.Error("two seals of one secret are equal (nonce reused)")
+	}
+}
