@@ -207,8 +207,8 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 	case tenants.ChangeOperatorToken:
 		n.operatorHash = c.OperatorTokenHash
 	default:
-		// Kinds this server does not keep in its view (users, bucket resets
-		// handled by the caller) only advance the version.
+		// Kinds this server does not keep in its view (bucket resets,
+		// which the caller handles) only advance the version.
 	}
 	if recompile != "" {
 		tv, err := n.compileTenant(recompile)

@@ -255,9 +255,8 @@ func (h *authHandler) login(c echo.Context) error {
 		h.log.Warn("last sign-in time not recorded", "user", u.UserID, "err", err)
 	}
 	h.log.Info("dashboard sign-in", "user", u.UserID, "role", u.Role, "tenant", u.TenantID)
-	s := u
 	home := "/ui/"
-	if s.Role == tenants.RoleOperator {
+	if u.Role == tenants.RoleOperator {
 		home = "/ui/admin/tenants"
 	}
 	return c.Redirect(http.StatusSeeOther, safeNext(v.Next, home))
