@@ -111,6 +111,9 @@ func New(cfg Config) *echo.Echo {
 	e.POST("/v1/buckets/reset", svc(h.resetBucket))
 	e.GET("/v1/analytics/timeseries", svc(h.timeseries))
 	e.GET("/v1/analytics/top", svc(h.top))
+	e.GET("/v1/service-keys", svc(h.tenantListServiceKeys))
+	e.POST("/v1/service-keys", svc(h.tenantCreateServiceKey))
+	e.DELETE("/v1/service-keys/:id", svc(h.tenantRevokeServiceKey))
 
 	adm := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.operatorAuth(f)) }
 	e.POST("/v1/admin/tenants", adm(h.createTenant))
@@ -119,6 +122,9 @@ func New(cfg Config) *echo.Echo {
 	e.POST("/v1/admin/blocks", adm(h.createBlock))
 	e.GET("/v1/admin/blocks", adm(h.listBlocks))
 	e.DELETE("/v1/admin/blocks/:id", adm(h.deleteBlock))
+	e.GET("/v1/admin/tenants/:id/service-keys", adm(h.adminListServiceKeys))
+	e.POST("/v1/admin/tenants/:id/service-keys", adm(h.adminCreateServiceKey))
+	e.DELETE("/v1/admin/tenants/:id/service-keys/:key_id", adm(h.adminRevokeServiceKey))
 	return e
 }
 

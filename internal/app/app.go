@@ -64,10 +64,16 @@ type Main struct {
 	metrics  *http.Server
 	metricLn net.Listener
 	revoked  *lazyRevoker // signed-out dashboard sessions
-	ln       net.Listener
-	bg       sync.WaitGroup
-	bgCancel context.CancelFunc
-	registry *prometheus.Registry
+	// Test settings: revocationWait overrides revocationsUnavailableAfter,
+	// revocationHold (when not nil) keeps the sign-outs from loading until
+	// it is closed, and keyUseInterval overrides the engine's default.
+	revocationWait time.Duration
+	revocationHold chan struct{}
+	keyUseInterval time.Duration
+	ln             net.Listener
+	bg             sync.WaitGroup
+	bgCancel       context.CancelFunc
+	registry       *prometheus.Registry
 }
 
 // NewMain returns a Main for cfg.
@@ -107,10 +113,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	eng, err := engine.New(engine.Config{
-		Node:          cfg.Node,
-		FlushInterval: cfg.FlushInterval,
-		Log:           m.Log,
-		Registerer:    m.registry,
+		Node:           cfg.Node,
+		FlushInterval:  cfg.FlushInterval,
+		KeyUseInterval: m.keyUseInterval,
+		Log:            m.Log,
+		Registerer:     m.registry,
 	}, nc)
 	if err != nil {
 		return err
@@ -132,7 +139,7 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 
 	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Transport: cfg.transport(), Log: m.Log})
-	revoked := &lazyRevoker{}
+	revoked := newLazyRevoker()
 	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), Log: m.Log}); err != nil {
 		return err
@@ -173,7 +180,15 @@ func (m *Main) Run(ctx context.Context) error {
 		// The operator token is settled before the engine hydrates, so a
 		// server that reports ready accepts it.
 		m.bootstrap(bgCtx, client)
-		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log) })
+		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold) })
+		// Sessions are refused until the sign-outs are loaded, so a server
+		// normally loads them before it reports ready; a JetStream that
+		// cannot serve them delays readiness by a few seconds only.
+		select {
+		case <-revoked.loaded:
+		case <-time.After(5 * time.Second):
+		case <-bgCtx.Done():
+		}
 		if err := eng.Start(bgCtx); err != nil {
 			if bgCtx.Err() == nil {
 				m.Log.Error("engine failed to start", "err", err)
@@ -252,26 +267,55 @@ func (m *Main) bootstrap(ctx context.Context, client *bus.Client) {
 }
 
 // lazyRevoker is the dashboard's view of signed-out sessions, usable before
-// JetStream is: until the bucket is open nothing counts as revoked, and a
-// sign-out only deletes the cookie (and says so in the log).
+// JetStream is. Until the bucket is open the dashboard refuses every session
+// (it fails closed: a restarted server must not accept a signed-out cookie
+// because it has not read the sign-outs yet). After unavailableAfter of
+// failed attempts it declares the list unavailable, so that people can sign
+// in again (see ui's gate.valid), and keeps trying.
 type lazyRevoker struct {
-	r atomic.Pointer[bus.SessionRevocations]
+	r                atomic.Pointer[bus.SessionRevocations]
+	unavailableSince atomic.Pointer[time.Time]
+	loaded           chan struct{} // closed once r is set
 }
 
-func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Error("session revocation unavailable", "err", err)
-		return
-	}
+func newLazyRevoker() *lazyRevoker { return &lazyRevoker{loaded: make(chan struct{})} }
+
+// revocationsUnavailableAfter is how long a server tries to load the
+// signed-out sessions before it lets new sign-ins through without them.
+const revocationsUnavailableAfter = 15 * time.Second
+
+func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger, unavailableAfter time.Duration, hold <-chan struct{}) {
+	start := time.Now()
+	var js jetstream.JetStream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		r, err := bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute)
+		var err error
+		if js == nil {
+			js, err = jetstream.New(nc)
+		}
+		if hold != nil {
+			select {
+			case <-hold:
+			default:
+				err = errors.New("held")
+			}
+		}
 		if err == nil {
-			l.r.Store(r)
-			return
+			var r *bus.SessionRevocations
+			if r, err = bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute); err == nil {
+				l.r.Store(r)
+				close(l.loaded)
+				if l.unavailableSince.Load() != nil {
+					log.Info("session revocations loaded; signed-out sessions are refused again")
+				}
+				return
+			}
 		}
 		if attempt == 4 {
-			log.Warn("session revocation waiting for JetStream", "err", err)
+			log.Warn("session revocation waiting for JetStream; dashboard sessions are refused until it loads", "err", err)
+		}
+		if now := time.Now(); l.unavailableSince.Load() == nil && now.Sub(start) >= unavailableAfter {
+			l.unavailableSince.Store(&now)
+			log.Error("session revocations unavailable; sessions issued from now on are checked by session version only", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -283,7 +327,7 @@ func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger)
 func (l *lazyRevoker) Revoke(ctx context.Context, sid string, until time.Time) error {
 	r := l.r.Load()
 	if r == nil {
-		return errors.New("session revocations are not loaded yet")
+		return errors.New("session revocations are not loaded")
 	}
 	return r.Revoke(ctx, sid, until)
 }
@@ -291,6 +335,16 @@ func (l *lazyRevoker) Revoke(ctx context.Context, sid string, until time.Time) e
 func (l *lazyRevoker) Revoked(sid string) bool {
 	r := l.r.Load()
 	return r != nil && r.Revoked(sid)
+}
+
+func (l *lazyRevoker) State() (bool, time.Time) {
+	if l.r.Load() != nil {
+		return true, time.Time{}
+	}
+	if t := l.unavailableSince.Load(); t != nil {
+		return false, *t
+	}
+	return false, time.Time{}
 }
 
 func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) {
@@ -365,6 +419,13 @@ func (m *Main) MetricsAddr() string {
 		return ""
 	}
 	return m.metricLn.Addr().String()
+}
+
+func (m *Main) revocationsUnavailableAfter() time.Duration {
+	if m.revocationWait > 0 {
+		return m.revocationWait
+	}
+	return revocationsUnavailableAfter
 }
 
 // Addr is the HTTP listener's address (useful with --addr 127.0.0.1:0).

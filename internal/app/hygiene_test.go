@@ -76,7 +76,7 @@ func get(t *testing.T, base, path string, header ...string) answer {
 }
 
 // errorCodeOf is the code of an API.md error envelope, "" if body is not one.
-func errorCodeOf(body string) string {
+func envelopeCode(body string) string {
 	var env struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -184,7 +184,7 @@ func TestMetricsNeedTheOperatorToken(t *testing.T) {
 	base := "http://" + m.Addr()
 	for _, auth := range []string{"", "Bearer op_not_the_operator_token_0123456789", "Basic b3A6b3A="} {
 		a := get(t, base, "/metrics", "Authorization", auth)
-		if a.status != http.StatusUnauthorized || errorCodeOf(a.body) != "unauthenticated" || strings.Contains(a.body, "sluice_") {
+		if a.status != http.StatusUnauthorized || envelopeCode(a.body) != "unauthenticated" || strings.Contains(a.body, "sluice_") {
 			t.Errorf("/metrics with %q: %d %.200s", auth, a.status, a.body)
 		}
 	}
@@ -230,7 +230,7 @@ func TestBodiesOverOneMiB(t *testing.T) {
 	for _, chunked := range []bool{false, true} {
 		for path, token := range map[string]string{"/v1/check": sk, "/v1/check/batch": sk, "/v1/admin/tenants": testToken} {
 			a := post(path, token, "application/json", jsonBody, chunked)
-			if a.status != http.StatusRequestEntityTooLarge || errorCodeOf(a.body) != "payload_too_large" {
+			if a.status != http.StatusRequestEntityTooLarge || envelopeCode(a.body) != "payload_too_large" {
 				t.Errorf("POST %s, chunked %v: %d %.200s", path, chunked, a.status, a.body)
 			}
 			if a.header.Get("X-Content-Type-Options") != "nosniff" {

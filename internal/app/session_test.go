@@ -73,12 +73,13 @@ func TestSignOutRevokesSessionOnServer(t *testing.T) {
 		t.Fatalf("sign-in: %d", resp.StatusCode)
 	}
 	session := cookie(resp, "sluice_session")
+	// The revocation store opens in the background at start; until it has,
+	// sessions are refused.
+	waitUntil(t, 10*time.Second, "session revocations loaded", func() bool { return m.revoked.r.Load() != nil })
 	resp, page = get("/ui/keys", session)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("signed in, /ui/keys: %d", resp.StatusCode)
 	}
-	// The revocation store opens in the background at start.
-	waitUntil(t, 10*time.Second, "session revocations loaded", func() bool { return m.revoked.r.Load() != nil })
 	if resp := post("/ui/logout", url.Values{"_csrf": {token(page)}}, session); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign-out: %d", resp.StatusCode)
 	}

@@ -95,15 +95,58 @@ type UserCreate struct {
 	Role     string `json:"role"`
 }
 
+// ServiceKeyCreated is a new service key and its secret, shown once.
+type ServiceKeyCreated struct {
+	Key    tenants.ServiceKey `json:"key"`
+	Secret string             `json:"secret"`
+}
+
+// ServiceKeyUsed reports the last minute one server saw each service key
+// in use (only keys used since its previous report).
+type ServiceKeyUsed struct {
+	V    int              `json:"v"`
+	Node string           `json:"node"`
+	Used []tenants.KeyUse `json:"used"`
+}
+
+// UserRole sets a tenant user's role.
+type UserRole struct {
+	TenantID string `json:"tenant_id"`
+	ID       string `json:"id"`
+	Role     string `json:"role"`
+}
+
+// UserPassword changes a user's own password; Current must be right.
+type UserPassword struct {
+	ID      string `json:"id"`
+	Current string `json:"current"`
+	New     string `json:"new"`
+}
+
+// UserEmail changes a user's own email; Password must be right.
+type UserEmail struct {
+	ID       string `json:"id"`
+	Password string `json:"password"`
+	Email    string `json:"email"`
+}
+
+// UserSignedIn records a dashboard sign-in.
+type UserSignedIn struct {
+	ID string    `json:"id"`
+	At time.Time `json:"at"`
+}
+
 // UserByEmail looks a dashboard user up for sign-in.
 type UserByEmail struct {
 	Email string `json:"email"`
 }
 
-// UserRecord is a user with its password hash, for sign-in checks.
+// UserRecord is a user with its password hash, for sign-in checks, and the
+// session version a new session of theirs carries.
 type UserRecord struct {
-	User         tenants.User `json:"user"`
-	PasswordHash string       `json:"password_hash"`
+	User           tenants.User `json:"user"`
+	PasswordHash   string       `json:"password_hash"`
+	SessionVersion int64        `json:"session_version"`
 }
 
 // Version answers OpVersion.

@@ -76,6 +76,19 @@ const (
 	OpBucketReset    = "bucket.reset"
 	OpUserByEmail    = "user.by_email"
 	OpUserCreate     = "user.create"
+
+	// Credential lifecycle.
+	OpServiceKeyCreate = "service_key.create"
+	OpServiceKeyList   = "service_key.list"
+	OpServiceKeyRevoke = "service_key.revoke"
+	OpServiceKeyUsed   = "service_key.used" // servers' batched last-use report
+	OpUserList         = "user.list"
+	OpUserRole         = "user.role"
+	OpUserDelete       = "user.delete"
+	OpUserPassword     = "user.password"
+	OpUserEmail        = "user.email"
+	OpUserSignedIn     = "user.signed_in"
+	OpUserEndSessions  = "user.end_sessions"
 )
 
 // Partitions is the fixed number of bucket-key partitions whose ownership

@@ -39,6 +39,9 @@ type Config struct {
 	// ResyncInterval is how often the server checks it has not missed a
 	// config change. Default 2s.
 	ResyncInterval time.Duration
+	// KeyUseInterval is how often the server reports which service keys it
+	// saw in use (keyuse.go). Default 30s.
+	KeyUseInterval time.Duration
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 	Log *slog.Logger
@@ -78,6 +81,9 @@ type Engine struct {
 	cluster *cluster.Cluster
 	deltas  deltaAgg
 
+	minute atomic.Int64 // the current unix minute, moved by a loop
+	keyUse keyUse
+
 	statesPublished atomic.Uint64
 	rowsPublished   atomic.Uint64
 
@@ -99,6 +105,9 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	}
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = 2 * time.Second
+	}
+	if cfg.KeyUseInterval <= 0 {
+		cfg.KeyUseInterval = 30 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -127,6 +136,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
+	e.tickMinute()
 	e.metrics = newEngineMetrics(e)
 	if cfg.Registerer != nil {
 		for _, c := range e.metrics.collectors() {
@@ -206,6 +216,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.loop(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
 	e.done.Go(func() { e.resyncLoop(loopCtx) })
+	e.done.Go(func() { e.loop(loopCtx, time.Second, e.tickMinute) })
+	e.done.Go(func() { e.loop(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
 	if e.cluster != nil {
 		e.done.Go(func() { e.loop(loopCtx, LocalFlushInterval, e.flushDeltas) })
 	}
@@ -237,9 +249,11 @@ func (e *Engine) resync(ctx context.Context) error {
 	}
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()
-	if cur := e.view.Load(); cur.version > v.version {
+	cur := e.view.Load()
+	if cur.version > v.version {
 		return nil // changes applied meanwhile are newer than this snapshot
 	}
+	v.carryKeyUse(cur)
 	e.view.Store(v)
 	return nil
 }
@@ -368,6 +382,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	e.reportKeyUse(ctx)
 	var synced struct {
 		State uint64 `json:"state"`
 	}
@@ -377,11 +392,29 @@ func (e *Engine) Close(ctx context.Context) error {
 	return errors.Join(errsOut...)
 }
 
-// TenantForServiceKey returns the tenant a service key belongs to.
+// TenantForServiceKey returns the tenant an active service key belongs to,
+// and notes the key's use (keyuse.go).
 func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 	h := hashKeyHex(key)
-	id, ok := e.view.Load().svcHash[string(h[:])]
-	return id, ok
+	ent, ok := e.view.Load().svcHash[string(h[:])]
+	if !ok {
+		return "", false
+	}
+	if m := e.minute.Load(); ent.used.Load() < m {
+		ent.used.Store(m)
+	}
+	return ent.tenantID, true
+}
+
+// SessionVersion returns the session version a dashboard user's sessions
+// must carry; false for a user this server does not know (deleted, or not
+// yet announced) and before the config is hydrated.
+func (e *Engine) SessionVersion(userID string) (int64, bool) {
+	if !e.hydrated.Load() {
+		return 0, false
+	}
+	v, ok := e.view.Load().users[userID]
+	return v, ok
 }
 
 // OperatorTokenHash returns the stored hash of the operator token.

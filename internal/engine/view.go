@@ -29,8 +29,10 @@ type view struct {
 	policies     map[string]tenants.Policy            // by id
 	blocks       map[string]tenants.Block             // by id
 
+	users map[string]int64 // user id -> session version
+
 	compiled map[string]*tenantView // by tenant id
-	svcHash  map[string]string      // service key hash -> tenant id (active keys only)
+	svcHash  map[string]svcEntry    // service key hash -> key (active keys only)
 	ckHash   map[[32]byte]*keyView  // consumer key SHA-256 -> key
 	ckByID   map[string]*keyView    // consumer key id -> key
 }
@@ -76,8 +78,9 @@ func emptyView() *view {
 		consumerKeys: map[string]tenants.ConsumerKeyRecord{},
 		policies:     map[string]tenants.Policy{},
 		blocks:       map[string]tenants.Block{},
+		users:        map[string]int64{},
 		compiled:     map[string]*tenantView{},
-		svcHash:      map[string]string{},
+		svcHash:      map[string]svcEntry{},
 		ckHash:       map[[32]byte]*keyView{},
 		ckByID:       map[string]*keyView{},
 	}
@@ -94,8 +97,11 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 	for _, k := range s.ServiceKeys {
 		v.serviceKeys[k.ID] = k
 		if k.RevokedAt == nil {
-			v.svcHash[k.Hash] = k.TenantID
+			v.svcHash[k.Hash] = newSvcEntry(k.ServiceKey)
 		}
+	}
+	for _, u := range s.Users {
+		v.users[u.ID] = u.Version
 	}
 	for _, p := range s.Policies {
 		v.policies[p.ID] = p
@@ -143,9 +149,14 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.serviceKeys = maps.Clone(v.serviceKeys)
 		n.serviceKeys[k.ID] = k
 		n.svcHash = maps.Clone(v.svcHash)
+		old, had := v.svcHash[k.Hash]
 		delete(n.svcHash, k.Hash)
 		if k.RevokedAt == nil {
-			n.svcHash[k.Hash] = k.TenantID
+			if had {
+				n.svcHash[k.Hash] = old
+			} else {
+				n.svcHash[k.Hash] = newSvcEntry(k.ServiceKey)
+			}
 		}
 	case tenants.ChangeConsumerKey:
 		if c.ConsumerKey == nil {
@@ -184,11 +195,20 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.blocks = maps.Clone(v.blocks)
 		delete(n.blocks, c.ID)
 		recompile = c.TenantID
+	case tenants.ChangeUserSession:
+		if c.UserSession == nil {
+			return nil, fmt.Errorf("change %d: user session missing", c.Version)
+		}
+		n.users = maps.Clone(v.users)
+		n.users[c.UserSession.ID] = c.UserSession.Version
+	case tenants.ChangeUserDeleted:
+		n.users = maps.Clone(v.users)
+		delete(n.users, c.ID)
 	case tenants.ChangeOperatorToken:
 		n.operatorHash = c.OperatorTokenHash
 	default:
-		// Kinds this server does not keep in its view (users, bucket resets
-		// handled by the caller) only advance the version.
+		// Kinds this server does not keep in its view (bucket resets,
+		// which the caller handles) only advance the version.
 	}
 	if recompile != "" {
 		tv, err := n.compileTenant(recompile)

@@ -37,6 +37,8 @@ const (
 	ChangeBlockDeleted  = "block_deleted"  // ID, TenantID
 	ChangeOperatorToken = "operator_token" // OperatorTokenHash
 	ChangeBucketReset   = "bucket_reset"   // BucketReset: refill one identity's buckets of a policy
+	ChangeUserSession   = "user_session"   // UserSession: a user's session version, new or moved
+	ChangeUserDeleted   = "user_deleted"   // ID, TenantID: the user and every session of theirs are gone
 )
 
 // Change is one committed config change, as the worker announces it.
@@ -55,6 +57,16 @@ type Change struct {
 	Block             *Block             `json:"block,omitempty"`
 	OperatorTokenHash string             `json:"operator_token_hash,omitempty"`
 	BucketReset       *BucketReset       `json:"bucket_reset,omitempty"`
+	UserSession       *UserSession       `json:"user_session,omitempty"`
+}
+
+// UserSession is what servers know of a dashboard user: the session
+// version their session tokens must carry. A user servers do not know (never
+// announced, or deleted) has no valid session.
+type UserSession struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id,omitempty"`
+	Version  int64  `json:"version"`
 }
 
 // BucketReset asks every server to refill one identity's buckets for one
@@ -132,6 +144,7 @@ type Snapshot struct {
 	ConsumerKeys      []ConsumerKeyRecord `json:"consumer_keys"`
 	Policies          []Policy            `json:"policies"`
 	Blocks            []Block             `json:"blocks"`
+	Users             []UserSession       `json:"users"`
 	OperatorTokenHash string              `json:"operator_token_hash,omitempty"`
 }
 
@@ -190,6 +203,13 @@ func (s *Snapshot) apply(c Change) error {
 		s.Blocks = upsert(s.Blocks, *c.Block, func(b Block) string { return b.ID })
 	case ChangeBlockDeleted:
 		s.Blocks = remove(s.Blocks, c.ID, func(b Block) string { return b.ID })
+	case ChangeUserSession:
+		if c.UserSession == nil {
+			return missing
+		}
+		s.Users = upsert(s.Users, *c.UserSession, func(u UserSession) string { return u.ID })
+	case ChangeUserDeleted:
+		s.Users = remove(s.Users, c.ID, func(u UserSession) string { return u.ID })
 	case ChangeOperatorToken:
 		s.OperatorTokenHash = c.OperatorTokenHash
 	case ChangeBucketReset:

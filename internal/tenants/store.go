@@ -8,7 +8,9 @@ package tenants
 // through one Store are also serialized by a semaphore, so they queue in Go
 // instead of in SQLite's busy handler; the busy timeout still covers other
 // writers of the same file. User writes change nothing servers hold and
-// leave the version alone, so servers never see a version with no change.
+// leave the version alone, so servers never see a version with no change;
+// those that move a user's session version (store_users.go) are config
+// writes, since every server checks sessions against it.
 //
 // Tenant isolation: every method acting on a tenant's object takes the
 // tenant id and puts it in the WHERE clause; another tenant's id answers
@@ -173,7 +175,10 @@ func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
 		if snap.Policies, err = queryAll(ctx, tx, scanPolicy, `SELECT `+policyColumns+` FROM policies ORDER BY id`); err != nil {
 			return err
 		}
-		snap.Blocks, err = queryAll(ctx, tx, scanBlock, `SELECT `+blockColumns+` FROM blocks ORDER BY id`)
+		if snap.Blocks, err = queryAll(ctx, tx, scanBlock, `SELECT `+blockColumns+` FROM blocks ORDER BY id`); err != nil {
+			return err
+		}
+		snap.Users, err = queryAll(ctx, tx, scanUserSession, `SELECT id, COALESCE(tenant_id, ''), session_version FROM users ORDER BY id`)
 		return err
 	})
 	if err != nil {

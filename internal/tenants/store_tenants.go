@@ -12,8 +12,8 @@ import (
 
 const (
 	tenantColumns     = `id, name, created_at`
-	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at`
-	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at`
+	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
+	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
 )
 
 func scanTenant(sc scanner) (Tenant, error) {
@@ -29,12 +29,13 @@ func scanTenant(sc scanner) (Tenant, error) {
 func scanServiceKey(sc scanner) (ServiceKey, error) {
 	var k ServiceKey
 	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked); err != nil {
+	var revoked, used sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked, &used); err != nil {
 		return ServiceKey{}, err
 	}
 	k.CreatedAt = fromMS(created)
 	k.RevokedAt = fromOptMS(revoked)
+	k.LastUsedAt = fromOptMS(used)
 	return k, nil
 }
 
@@ -46,15 +47,18 @@ func scanServiceKeyRecord(sc scanner) (ServiceKeyRecord, error) {
 func scanUser(sc scanner) (User, error) {
 	var u User
 	var created int64
-	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created); err != nil {
+	var login sql.NullInt64
+	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created, &u.SessionVersion, &login); err != nil {
 		return User{}, err
 	}
 	u.CreatedAt = fromMS(created)
+	u.LastLoginAt = fromOptMS(login)
 	return u, nil
 }
 
 // CreateTenant creates a tenant, its owner's dashboard login and its first
-// service key, whose plain text is returned once. A taken tenant name or
+// service key, whose plain text is returned once. Its changes announce all
+// three (the owner as a UserSession). A taken tenant name or
 // owner email answers errs.Conflict.
 func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, now time.Time) (Tenant, string, []Change, error) {
 	if err := ValidateNewTenant(name, ownerEmail, ownerPassword); err != nil {
@@ -71,7 +75,7 @@ func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPasswor
 		return Tenant{}, "", nil, err
 	}
 	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now}
-	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now}
+	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now, SessionVersion: 1}
 	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
 
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
@@ -92,7 +96,7 @@ func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPasswor
 		if err := insertServiceKey(ctx, tx, key); err != nil {
 			return nil, err
 		}
-		return []Change{tenantChange(t), serviceKeyChange(key)}, nil
+		return []Change{tenantChange(t), serviceKeyChange(key), userSessionChange(owner)}, nil
 	})
 	if err != nil {
 		return Tenant{}, "", nil, err
@@ -181,7 +185,9 @@ func (s *Store) ListServiceKeys(ctx context.Context, tenantID string) ([]Service
 }
 
 // RevokeServiceKey revokes one of a tenant's service keys. Revoking a
-// revoked key changes nothing and returns no changes.
+// revoked key changes nothing and returns no changes. The tenant's last
+// active key is refused with errs.Conflict: a tenant without one could not
+// call the API again, so a roll creates the new key first.
 func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now time.Time) (ServiceKey, []Change, error) {
 	now = normTime(now)
 	var k ServiceKey
@@ -191,6 +197,13 @@ func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now t
 			`SELECT `+serviceKeyColumns+` FROM service_keys WHERE id = ? AND tenant_id = ?`, id, tenantID)
 		if err != nil || k.RevokedAt != nil {
 			return nil, err
+		}
+		others, err := exists(ctx, tx, `SELECT 1 FROM service_keys WHERE tenant_id = ? AND id != ? AND revoked_at IS NULL`, tenantID, id)
+		if err != nil {
+			return nil, fmt.Errorf("revoke service key: %w", err)
+		}
+		if !others {
+			return nil, errs.Errorf(errs.Conflict, "this is the tenant's last active service key; create another one first, then revoke this one")
 		}
 		k.RevokedAt = &now
 		if _, err := tx.ExecContext(ctx, `UPDATE service_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ?`,
@@ -229,7 +242,8 @@ func insertUser(ctx context.Context, tx *sql.Tx, u User) error {
 }
 
 // CreateUser adds a dashboard login to a tenant with role RoleOwner or
-// RoleMember. A taken email answers errs.Conflict.
+// RoleMember. A taken email answers errs.Conflict. It announces nothing:
+// the worker follows it with AnnounceUser.
 func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role string, now time.Time) (User, error) {
 	if role != RoleOwner && role != RoleMember {
 		return User{}, invalid("role", "must be owner or member")
@@ -244,7 +258,7 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 	if err != nil {
 		return User{}, err
 	}
-	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now)}
+	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now), SessionVersion: 1}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return err
@@ -293,69 +307,82 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 
 // EnsureOperator makes the operator login the one configured at start:
 // it creates the login with this email, or sets its password if it
-// exists, and deletes every other operator login, so changing
-// SLUICE_OPERATOR_EMAIL retires the previous address (it can no longer
-// sign in, and its sessions fail the check that their user still exists).
-// An email that belongs to a tenant's user answers errs.Conflict and
-// changes nothing.
-func (s *Store) EnsureOperator(ctx context.Context, email, password string, now time.Time) (User, error) {
+// changed, and deletes every other operator login, so changing
+// SLUICE_OPERATOR_EMAIL retires the previous address. The changes to
+// announce say so: a retired login is a deleted user (every server ends its
+// sessions), and a new password moves the operator's session version (its
+// older sessions end). A start that changes nothing returns no change. An
+// email that belongs to a tenant's user answers errs.Conflict and changes
+// nothing.
+func (s *Store) EnsureOperator(ctx context.Context, email, password string, now time.Time) (User, []Change, error) {
 	if err := ValidateEmail(email); err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
 	if err := ValidatePassword(password); err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
 	email = NormalizeEmail(email)
 	u, err := s.UserByEmail(ctx, email)
 	switch {
 	case err == nil && u.Role != RoleOperator:
-		return User{}, errs.Errorf(errs.Conflict, "a tenant user already has this email")
+		return User{}, nil, errs.Errorf(errs.Conflict, "a tenant user already has this email")
 	case err != nil && !errs.Is(err, errs.NotFound):
-		return User{}, err
+		return User{}, nil, err
 	}
 	// Hash before the write lock, and only when the password changes:
 	// argon2id is deliberately slow.
 	hash := ""
 	if err != nil || !CheckPassword(u.PasswordHash, password) {
 		if hash, err = HashPassword(password); err != nil {
-			return User{}, err
+			return User{}, nil, err
 		}
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var cs []Change
 		cur, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE email = ?`, email)
 		switch {
 		case errs.Is(err, errs.NotFound):
 			if hash == "" { // deleted since it was read
 				if hash, err = HashPassword(password); err != nil {
-					return err
+					return nil, err
 				}
 			}
-			u = User{ID: NewID(IDUser), Email: email, PasswordHash: hash, Role: RoleOperator, CreatedAt: normTime(now)}
+			u = User{ID: NewID(IDUser), Email: email, PasswordHash: hash, Role: RoleOperator, CreatedAt: normTime(now), SessionVersion: 1}
 			if err := insertUser(ctx, tx, u); err != nil {
-				return err
+				return nil, err
 			}
+			cs = append(cs, userSessionChange(u))
 		case err != nil:
-			return err
+			return nil, err
 		case cur.Role != RoleOperator:
-			return errs.Errorf(errs.Conflict, "a tenant user already has this email")
+			return nil, errs.Errorf(errs.Conflict, "a tenant user already has this email")
 		default:
 			u = cur
 			if hash != "" {
-				u.PasswordHash = hash
-				if _, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, u.ID); err != nil {
-					return fmt.Errorf("update operator: %w", err)
+				if u, err = updateUser(ctx, tx, u.ID, "password_hash = ?", hash); err != nil {
+					return nil, err
 				}
+				cs = append(cs, userSessionChange(u))
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE role = ? AND id <> ?`, RoleOperator, u.ID); err != nil {
-			return fmt.Errorf("retire previous operator logins: %w", err)
+		rows, err := tx.QueryContext(ctx, `DELETE FROM users WHERE role = ? AND id <> ? RETURNING id`, RoleOperator, u.ID)
+		if err != nil {
+			return nil, fmt.Errorf("retire previous operator logins: %w", err)
 		}
-		return nil
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return nil, err
+			}
+			cs = append(cs, Change{Kind: ChangeUserDeleted, ID: id})
+		}
+		return cs, rows.Err()
 	})
 	if err != nil {
-		return User{}, err
+		return User{}, nil, err
 	}
-	return u, nil
+	return u, changes, nil
 }
 
 // OperatorTokenHash returns the stored hash of the operator token, or ""

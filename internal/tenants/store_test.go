@@ -102,7 +102,7 @@ func TestCreateTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkChanges(t, s, 0, changes, tenants.ChangeTenant, tenants.ChangeServiceKey)
+	checkChanges(t, s, 0, changes, tenants.ChangeTenant, tenants.ChangeServiceKey, tenants.ChangeUserSession)
 	if !strings.HasPrefix(tn.ID, "ten_") || tn.Name != "acme" || !tn.CreatedAt.Equal(t0.Truncate(time.Millisecond)) {
 		t.Fatalf("tenant = %+v", tn)
 	}
@@ -187,6 +187,20 @@ func TestServiceKeys(t *testing.T) {
 	}
 	_, _, _, err = s.CreateServiceKey(ctx, "ten_missing", t0)
 	wantCode(t, err, errs.NotFound)
+
+	// The last active key is kept: a tenant without one is locked out.
+	var last string
+	for _, k := range must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID)) {
+		if k.RevokedAt == nil {
+			last = k.ID
+		}
+	}
+	v = version(t, s)
+	_, _, err = s.RevokeServiceKey(ctx, a.ID, last, t0)
+	wantCode(t, err, errs.Conflict)
+	if version(t, s) != v {
+		t.Fatal("a refused revocation moved the config version")
+	}
 }
 
 func TestPolicyCRUD(t *testing.T) {
@@ -508,16 +522,21 @@ func TestUsersAndOperator(t *testing.T) {
 		t.Fatalf("user JSON leaks the hash: %s", b)
 	}
 
-	op, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0)
+	op, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if op.Role != tenants.RoleOperator || op.TenantID != "" {
-		t.Fatalf("operator = %+v", op)
+	if op.Role != tenants.RoleOperator || op.TenantID != "" || len(cs) != 1 || cs[0].Kind != tenants.ChangeUserSession {
+		t.Fatalf("operator = %+v, changes %+v", op, cs)
 	}
-	op2, err := s.EnsureOperator(ctx, "ops@example.com", "a new operator password", t0)
-	if err != nil || op2.ID != op.ID {
-		t.Fatalf("EnsureOperator again: %v, %+v", err, op2)
+	if _, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0); err != nil || len(cs) != 0 {
+		t.Fatalf("an unchanged operator login: %v, changes %+v", err, cs)
+	}
+	// A new password ends the operator's older sessions.
+	op2, cs, err := s.EnsureOperator(ctx, "ops@example.com", "a new operator password", t0)
+	if err != nil || op2.ID != op.ID || op2.SessionVersion != op.SessionVersion+1 || len(cs) != 1 ||
+		cs[0].UserSession == nil || cs[0].UserSession.Version != op2.SessionVersion {
+		t.Fatalf("EnsureOperator again: %v, %+v, changes %+v", err, op2, cs)
 	}
 	if _, err := s.Authenticate(ctx, "ops@example.com", "operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatal("old operator password still works")
@@ -525,16 +544,19 @@ func TestUsersAndOperator(t *testing.T) {
 	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.EnsureOperator(ctx, "member@example.com", "operator password", t0)
+	_, _, err = s.EnsureOperator(ctx, "member@example.com", "operator password", t0)
 	wantCode(t, err, errs.Conflict)
 	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatalf("a refused operator email retired the current operator: %v", err)
 	}
 	// A new configured email replaces the operator login: the old one
 	// can no longer sign in and its user is gone.
-	op3, err := s.EnsureOperator(ctx, "Root@Example.com", "the root password", t0)
+	op3, cs, err := s.EnsureOperator(ctx, "Root@Example.com", "the root password", t0)
 	if err != nil || op3.ID == op.ID || op3.Email != "root@example.com" {
 		t.Fatalf("EnsureOperator with a new email: %v, %+v", err, op3)
+	}
+	if len(cs) != 2 || cs[1].Kind != tenants.ChangeUserDeleted || cs[1].ID != op.ID {
+		t.Fatalf("retiring the previous operator announced %+v, want its deletion", cs)
 	}
 	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatalf("previous operator still signs in: %v", err)
@@ -548,8 +570,10 @@ func TestUsersAndOperator(t *testing.T) {
 	if _, err := s.UserByEmail(ctx, "member@example.com"); err != nil {
 		t.Fatalf("tenant users are not operator logins: %v", err)
 	}
-	if version(t, s) != v {
-		t.Fatal("user writes moved the config version")
+	// Three operator writes changed something (created, new password, new
+	// email): each is one config version, announced to the servers.
+	if got := version(t, s); got != v+3 {
+		t.Fatalf("config version %d after the operator writes, want %d", got, v+3)
 	}
 
 	hash := tenants.HashToken("op_token_0123456789012345678901234567890")
@@ -557,7 +581,7 @@ func TestUsersAndOperator(t *testing.T) {
 	if err != nil || !set {
 		t.Fatalf("first set: %v %v", set, err)
 	}
-	checkChanges(t, s, v, []tenants.Change{c}, tenants.ChangeOperatorToken)
+	checkChanges(t, s, v+3, []tenants.Change{c}, tenants.ChangeOperatorToken)
 	if set, _, err := s.SetOperatorTokenHash(ctx, "other", true); err != nil || set {
 		t.Fatalf("onlyIfAbsent overwrote: %v %v", set, err)
 	}
@@ -638,10 +662,26 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	record([]tenants.Change{c}, err)
 	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"})
 	record(changes, err)
+	m, err := s.CreateUser(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(s.AnnounceUser(ctx, m.ID))
+	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2")
+	record(changes, err)
+	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner)
+	record(changes, err)
+	m2, err := s.CreateUser(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(s.AnnounceUser(ctx, m2.ID))
+	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID)
+	record(changes, err)
 
 	end := must[tenants.Snapshot](t)(s.Snapshot(ctx))
-	if end.Version != start.Version+12 {
-		t.Fatalf("12 writes moved the version from %d to %d", start.Version, end.Version)
+	if end.Version != start.Version+17 {
+		t.Fatalf("17 writes moved the version from %d to %d", start.Version, end.Version)
 	}
 
 	wire, err := json.Marshal(all)

@@ -70,6 +70,12 @@ type User struct {
 	PasswordHash string    `json:"-"`
 	Role         string    `json:"role"`
 	CreatedAt    time.Time `json:"created_at"`
+	// LastLoginAt is the last dashboard sign-in; nil if never.
+	LastLoginAt *time.Time `json:"last_login_at"`
+	// SessionVersion is carried in the user's session tokens; a token with
+	// another version is refused. It moves on every change of password,
+	// email or role.
+	SessionVersion int64 `json:"-"`
 }
 
 // ServiceKey authenticates a tenant's servers on /v1/*. Only its hash is
@@ -81,6 +87,9 @@ type ServiceKey struct {
 	Hash      string     `json:"-"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
+	// LastUsedAt is the start of the last minute a server saw the key in
+	// use, as reported so far; nil if never.
+	LastUsedAt *time.Time `json:"last_used_at"`
 }
 
 // Identity is who a check is counted against: a client IP or a consumer key.

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -43,8 +44,50 @@ func mustSession(c echo.Context) session { s, _ := currentSession(c); return s }
 
 // gate admits signed-in users and checks form tokens.
 type gate struct {
-	sess    *sessions
-	revoker Revoker // nil: no sign-out revocation
+	sess     *sessions
+	versions sessionVersions
+	revoker  Revoker // nil: no sign-out revocation
+}
+
+// valid reports whether a signed, unexpired session may be used: it
+// carries its user's current session version (so it predates no change of
+// password, email or role, and its user still exists) and was not signed
+// out. It fails closed: until this server has loaded its config, and while
+// the list of signed-out sessions is still loading, no session is valid.
+// When that list cannot be loaded at all, sessions issued after the server
+// gave up waiting for it are checked by their session version alone (a
+// sign-out that cannot be recorded then ends all the user's sessions; see
+// authHandler.logout), while older ones stay refused.
+func (g *gate) valid(s session) bool {
+	if v, ok := g.versions.SessionVersion(s.UserID); !ok || v != s.Version {
+		return false
+	}
+	if g.revoker == nil {
+		return true
+	}
+	loaded, unavailableSince := g.revoker.State()
+	switch {
+	case loaded:
+		return !g.revoker.Revoked(s.SID)
+	case unavailableSince.IsZero():
+		return false
+	default:
+		// Token times are whole seconds.
+		return !s.Issued.Before(unavailableSince.Truncate(time.Second))
+	}
+}
+
+// current returns the request's session if it has a valid one.
+func (g *gate) current(c echo.Context) (session, bool) {
+	ck, err := c.Cookie(sessionCookie)
+	if err != nil || ck.Value == "" {
+		return session{}, false
+	}
+	s, err := g.sess.parse(ck.Value)
+	if err != nil || !g.valid(s) {
+		return session{}, false
+	}
+	return s, true
 }
 
 // session admits a request with a valid session cookie and sends anyone
@@ -53,7 +96,7 @@ func (g *gate) session(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ck, err := c.Cookie(sessionCookie)
 		if err == nil && ck.Value != "" {
-			if s, err := g.sess.parse(ck.Value); err == nil && (g.revoker == nil || !g.revoker.Revoked(s.SID)) {
+			if s, ok := g.current(c); ok {
 				c.Set(ctxSession, s)
 				c.Set(ctxFormToken, g.sess.formToken(purposeSession, s.SID))
 				return next(c)
@@ -94,7 +137,7 @@ func requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 func requireOwner(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if s := mustSession(c); s.TenantID == "" || s.Role != tenants.RoleOwner {
-			return errs.Errorf(errs.Forbidden, "Only the tenant's owner may invite members.")
+			return errs.Errorf(errs.Forbidden, "Only the tenant's owners may open this page.")
 		}
 		return next(c)
 	}
@@ -112,6 +155,7 @@ func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 // authHandler signs users in and out.
 type authHandler struct {
 	users   configCaller
+	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
 	revoker Revoker
@@ -133,10 +177,8 @@ var dummyHash = sync.OnceValue(func() string {
 })
 
 func (h *authHandler) form(c echo.Context) error {
-	if ck, err := c.Cookie(sessionCookie); err == nil {
-		if _, err := h.sess.parse(ck.Value); err == nil {
-			return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next"), "/ui/"))
-		}
+	if _, ok := h.gate.current(c); ok {
+		return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next"), "/ui/"))
 	}
 	return h.render(c, http.StatusOK, views.LoginView{Next: safeNext(c.QueryParam("next"), "")})
 }
@@ -195,22 +237,54 @@ func (h *authHandler) login(c echo.Context) error {
 		return h.render(c, http.StatusUnauthorized, v)
 	}
 
-	u := session{UserID: rec.User.ID, TenantID: rec.User.TenantID, Role: rec.User.Role, Email: rec.User.Email}
+	u := session{UserID: rec.User.ID, TenantID: rec.User.TenantID, Role: rec.User.Role, Email: rec.User.Email, Version: rec.SessionVersion}
 	if u.TenantID != "" {
 		u.TenantName = h.tenantName(c, u.TenantID)
 	}
+	// A user announced a moment ago may not have reached this server yet;
+	// a session it would refuse is no sign-in.
+	if !h.waitKnown(c.Request().Context(), u.UserID, u.Version) {
+		v.Error = "Sluice is starting and cannot sign you in yet. Try again in a moment."
+		return h.render(c, http.StatusServiceUnavailable, v)
+	}
+	if err := h.startSession(c, u); err != nil {
+		return err
+	}
+	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, "", -1))
+	if err := h.users.Call(c.Request().Context(), bus.OpUserSignedIn, bus.UserSignedIn{ID: u.UserID, At: now}, nil); err != nil {
+		h.log.Warn("last sign-in time not recorded", "user", u.UserID, "err", err)
+	}
+	h.log.Info("dashboard sign-in", "user", u.UserID, "role", u.Role, "tenant", u.TenantID)
+	home := "/ui/"
+	if u.Role == tenants.RoleOperator {
+		home = "/ui/admin/tenants"
+	}
+	return c.Redirect(http.StatusSeeOther, safeNext(v.Next, home))
+}
+
+// startSession issues a session for u and sets its cookie.
+func (h *authHandler) startSession(c echo.Context, u session) error {
 	tok, s, err := h.sess.issue(u)
 	if err != nil {
 		return err
 	}
-	c.SetCookie(h.sess.cookie(c.Request(), sessionCookie, tok, int(s.Expires.Sub(now).Seconds())))
-	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, "", -1))
-	h.log.Info("dashboard sign-in", "user", s.UserID, "role", s.Role, "tenant", s.TenantID)
-	home := "/ui/"
-	if s.Role == tenants.RoleOperator {
-		home = "/ui/admin/tenants"
+	c.SetCookie(h.sess.cookie(c.Request(), sessionCookie, tok, int(s.Expires.Sub(h.now()).Seconds())))
+	return nil
+}
+
+// waitKnown waits, briefly, until this server holds at least version v of
+// the user's session version.
+func (h *authHandler) waitKnown(ctx context.Context, userID string, v int64) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if cur, ok := h.gate.versions.SessionVersion(userID); ok && cur >= v {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return c.Redirect(http.StatusSeeOther, safeNext(v.Next, home))
 }
 
 // tenantName is shown beside the user's email; a failed lookup only
@@ -230,11 +304,17 @@ func (h *authHandler) tenantName(c echo.Context, id string) string {
 
 // logout ends the session: the cookie is deleted and, where sessions can be
 // revoked, the token itself is refused from now on by every server, so a
-// copy of it is worthless too.
+// copy of it is worthless too. When the revocation cannot be recorded, the
+// user's session version moves instead, which ends every session of theirs:
+// a sign-out never leaves a working copy behind.
 func (h *authHandler) logout(c echo.Context) error {
 	if s, ok := currentSession(c); ok && h.revoker != nil {
 		if err := h.revoker.Revoke(c.Request().Context(), s.SID, s.Expires); err != nil {
-			h.log.Warn("sign-out could not revoke the session; the cookie is deleted", "err", err)
+			h.log.Warn("sign-out could not revoke the session; ending all the user's sessions instead", "user", s.UserID, "err", err)
+			var w bus.Written[bus.UserRecord]
+			if err := h.users.Call(c.Request().Context(), bus.OpUserEndSessions, bus.TenantScoped{ID: s.UserID}, &w); err != nil {
+				h.log.Error("sign-out could not end the session; only the cookie is deleted", "user", s.UserID, "err", err)
+			}
 		}
 	}
 	c.SetCookie(h.sess.cookie(c.Request(), sessionCookie, "", -1))

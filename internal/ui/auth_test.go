@@ -172,7 +172,7 @@ func TestSignOut(t *testing.T) {
 func TestSessionTokens(t *testing.T) {
 	u := newTestUI(t, 100, 100)
 	s := u.sessions()
-	good := claims{Role: "owner", TenantID: "ten_1", Email: fakeEmail, SID: "sid1", RegisteredClaims: jwt.RegisteredClaims{
+	good := claims{Role: "owner", TenantID: "ten_1", Email: fakeEmail, SID: "sid1", SV: 1, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: sessionIssuer, Subject: "usr_1", Audience: jwt.ClaimStrings{sessionAud},
 		IssuedAt: jwt.NewNumericDate(u.now), ExpiresAt: jwt.NewNumericDate(u.now.Add(time.Hour)),
 	}}
@@ -198,6 +198,10 @@ func TestSessionTokens(t *testing.T) {
 	otherAud.Audience = jwt.ClaimStrings{"someone-else"}
 	operator := good
 	operator.Role, operator.TenantID = "operator", ""
+	oldVersion := good
+	oldVersion.SV = 0
+	unknownUser := good
+	unknownUser.Subject = "usr_removed"
 	forgedRole := sign(jwt.SigningMethodHS256, good, s.signKey)
 	parts := strings.Split(forgedRole, ".")
 	tampered := parts[0] + "." + strings.Split(sign(jwt.SigningMethodHS256, operator, []byte("x")), ".")[1] + "." + parts[2]
@@ -217,6 +221,8 @@ func TestSessionTokens(t *testing.T) {
 		"alg RS256":                sign(jwt.SigningMethodRS256, good, rsaKey),
 		"tampered payload":         tampered,
 		"garbage":                  "not.a.jwt",
+		"older session version":    sign(jwt.SigningMethodHS256, oldVersion, s.signKey),
+		"user not on the server":   sign(jwt.SigningMethodHS256, unknownUser, s.signKey),
 	} {
 		w := u.do("GET", "/ui/members", nil, &http.Cookie{Name: sessionCookie, Value: tok})
 		if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/login") {
@@ -315,5 +321,81 @@ func TestStaticAssets(t *testing.T) {
 	}
 	if w := u.do("GET", "/ui/static/"+strings.Split(assets.CSS, "/")[3]+"/nope.css", nil); w.Code != http.StatusNotFound {
 		t.Errorf("unknown asset: %d", w.Code)
+	}
+}
+
+// TestSessionsFailClosed: a moved session version ends a session; until
+// the signed-out sessions are loaded no session is accepted (the sign-in
+// page, not an error); once they are known to be unavailable, sessions
+// issued from then on are accepted by session version and older ones are not.
+func TestSessionsFailClosed(t *testing.T) {
+	u := newTestUI(t, 100, 100)
+	old := cookieNamed(u.signIn(fakeEmail, fakePassword, ""), sessionCookie)
+	if w := u.do("GET", "/ui/members", nil, old); w.Code != http.StatusOK {
+		t.Fatalf("fresh session: %d", w.Code)
+	}
+
+	u.rev.set(true, time.Time{})
+	w := u.do("GET", "/ui/members", nil, old)
+	if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/login") {
+		t.Fatalf("while sign-outs load: %d to %q, want the sign-in page", w.Code, w.Header().Get("Location"))
+	}
+	if w := u.do("GET", "/ui/login", nil, old); w.Code != http.StatusOK {
+		t.Fatalf("the sign-in page while sign-outs load: %d", w.Code)
+	}
+
+	u.now = u.now.Add(time.Minute)
+	u.rev.set(false, u.now)
+	if w := u.do("GET", "/ui/members", nil, old); w.Code != http.StatusSeeOther {
+		t.Fatalf("a session older than the outage: %d", w.Code)
+	}
+	u.now = u.now.Add(2 * time.Second)
+	fresh := cookieNamed(u.signIn(fakeEmail, fakePassword, ""), sessionCookie)
+	if w := u.do("GET", "/ui/members", nil, fresh); w.Code != http.StatusOK {
+		t.Fatalf("a session signed in during the outage: %d", w.Code)
+	}
+	// ...is still checked against the user's session version.
+	u.eng.setVersion("usr_1", 2)
+	if w := u.do("GET", "/ui/members", nil, fresh); w.Code != http.StatusSeeOther {
+		t.Fatalf("a session of an older version during the outage: %d", w.Code)
+	}
+
+	// Loaded again: the session version still rules, and sign-outs count.
+	u.rev.set(false, time.Time{})
+	if w := u.do("GET", "/ui/members", nil, fresh); w.Code != http.StatusSeeOther {
+		t.Fatalf("a session of an older version: %d", w.Code)
+	}
+}
+
+// A secret carried across a redirect opens only for the session that
+// sealed it, and only unaltered.
+func TestSealedSecrets(t *testing.T) {
+	u := newTestUI(t, 100, 100)
+	s := u.sessions()
+	sealed := s.seal("sid1", "sk_secret")
+	if strings.Contains(sealed, "sk_secret") {
+		t.Fatal("the sealed secret shows its plain text")
+	}
+	if got, ok := s.open("sid1", sealed); !ok || got != "sk_secret" {
+		t.Fatalf("open: %q %v", got, ok)
+	}
+	if _, ok := s.open("sid2", sealed); ok {
+		t.Fatal("another session opened the secret")
+	}
+	other := newSessions([]byte("another server's key, 32 bytes!!"), time.Hour, time.Now)
+	if _, ok := other.open("sid1", sealed); ok {
+		t.Fatal("another key opened the secret")
+	}
+	flipped := "A" + sealed[1:]
+	if sealed[0] == 'A' {
+		flipped = "B" + sealed[1:]
+	}
+	for _, bad := range []string{"", "x", sealed[:len(sealed)-2], flipped} {
+		if _, ok := s.open("sid1", bad); ok {
+			t.Errorf("opened %q", bad)
+		}
+	}
+	if s.seal("sid1", "sk_secret") == sealed {
+		t.Error("two seals of one secret are equal (nonce reused)")
 	}
 }

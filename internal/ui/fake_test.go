@@ -56,8 +56,9 @@ func (f *fakeWorker) Call(_ context.Context, op string, req, out any) error {
 			return errs.Errorf(errs.NotFound, "user not found")
 		}
 		*out.(*bus.UserRecord) = bus.UserRecord{
-			User:         tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner},
-			PasswordHash: fakeHash(),
+			User:           tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner},
+			PasswordHash:   fakeHash(),
+			SessionVersion: 1,
 		}
 		return nil
 	case bus.OpTenantList:
@@ -71,13 +72,30 @@ func (f *fakeWorker) Query(_ context.Context, _ string, _, out any) error {
 	return json.Unmarshal([]byte("null"), out)
 }
 
-type fakeEngine struct{}
+// fakeEngine holds each user's session version; usr_1 starts at 1.
+type fakeEngine struct {
+	mu       sync.Mutex
+	versions map[string]int64
+}
 
-func (fakeEngine) Check(string, *engine.CheckRequest, time.Time) (engine.Answer, error) {
+func (f *fakeEngine) SessionVersion(id string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.versions[id]
+	return v, ok
+}
+
+func (f *fakeEngine) setVersion(id string, v int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.versions[id] = v
+}
+
+func (*fakeEngine) Check(string, *engine.CheckRequest, time.Time) (engine.Answer, error) {
 	return engine.Answer{Allowed: true, Reason: engine.ReasonOK}, nil
 }
 
-func (fakeEngine) WaitVersion(context.Context, int64) {}
+func (*fakeEngine) WaitVersion(context.Context, int64) {}
 
 // testUI is the dashboard on a bare Echo with the fakes and a clock the
 // test moves.
@@ -87,14 +105,33 @@ type testUI struct {
 	key  []byte
 	now  time.Time
 	work *fakeWorker
+	eng  *fakeEngine
 	rev  *memRevoker
 }
 
 // memRevoker keeps signed-out sessions in memory (the cluster-wide store is
-// tested in internal/bus against a real NATS).
+// tested in internal/bus against a real NATS). A test may make it not
+// loaded, or unavailable since some time.
 type memRevoker struct {
-	mu sync.Mutex
-	m  map[string]time.Time
+	mu          sync.Mutex
+	m           map[string]time.Time
+	loading     bool
+	unavailable time.Time
+}
+
+func (r *memRevoker) State() (bool, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loading || !r.unavailable.IsZero() {
+		return false, r.unavailable
+	}
+	return true, time.Time{}
+}
+
+func (r *memRevoker) set(loading bool, unavailable time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loading, r.unavailable = loading, unavailable
 }
 
 func (r *memRevoker) Revoke(_ context.Context, sid string, until time.Time) error {
@@ -113,10 +150,10 @@ func (r *memRevoker) Revoked(sid string) bool {
 
 func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
 	t.Helper()
-	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, rev: &memRevoker{m: map[string]time.Time{}}}
+	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, eng: &fakeEngine{versions: map[string]int64{"usr_1": 1}}, rev: &memRevoker{m: map[string]time.Time{}}}
 	u.e.Use(httpsec.Headers(httpsec.Transport{})) // as api.New does
 	err := Register(u.e, Deps{
-		Engine: fakeEngine{}, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
+		Engine: u.eng, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
 		LoginLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
 		LoginIPLimit: quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
 		Now:          func() time.Time { return u.now },

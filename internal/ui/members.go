@@ -12,13 +12,69 @@ import (
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
-// memberHandler lets an owner invite members.
+// memberHandler lets an owner invite members, list them, change their
+// roles and remove them.
 type memberHandler struct {
 	config configCaller
+	wait   versionWaiter
+	auth   *authHandler
 }
 
 func (h *memberHandler) show(c echo.Context) error {
-	return render(c, http.StatusOK, views.Members(page(c, "Members", views.NavMembers), views.MembersView{}))
+	return h.render(c, http.StatusOK, views.MembersView{})
+}
+
+// render fills the member list and shows the page.
+func (h *memberHandler) render(c echo.Context, status int, v views.MembersView) error {
+	s := mustSession(c)
+	var us []tenants.User
+	if err := h.config.Call(c.Request().Context(), bus.OpUserList, bus.TenantScoped{TenantID: s.TenantID}, &us); err != nil {
+		return err
+	}
+	for _, u := range us {
+		v.Members = append(v.Members, views.MemberRow{ID: u.ID, Email: u.Email, Role: u.Role, CreatedAt: u.CreatedAt, LastSignIn: u.LastLoginAt, Self: u.ID == s.UserID})
+	}
+	return render(c, status, views.Members(page(c, "Members", views.NavMembers), v))
+}
+
+func (h *memberHandler) role(c echo.Context) error {
+	s := mustSession(c)
+	var w bus.Written[tenants.User]
+	err := h.config.Call(c.Request().Context(), bus.OpUserRole, bus.UserRole{TenantID: s.TenantID, ID: c.Param("id"), Role: c.FormValue("role")}, &w)
+	switch {
+	case errs.Is(err, errs.Conflict):
+		return h.render(c, http.StatusConflict, views.MembersView{Error: "The tenant's only owner stays an owner: make another member an owner first."})
+	case err != nil:
+		return err
+	}
+	h.wait.WaitVersion(c.Request().Context(), w.Version)
+	if w.Result.ID == s.UserID && w.Version != 0 {
+		// The owner changed their own role: this browser goes on with it.
+		s.Role, s.Version = w.Result.Role, w.Result.SessionVersion
+		if err := h.auth.startSession(c, s); err != nil {
+			return err
+		}
+		return seeOther(c, "/ui/", "role-changed")
+	}
+	return seeOther(c, "/ui/members", "role-changed")
+}
+
+func (h *memberHandler) remove(c echo.Context) error {
+	s := mustSession(c)
+	var w bus.Written[tenants.User]
+	err := h.config.Call(c.Request().Context(), bus.OpUserDelete, bus.TenantScoped{TenantID: s.TenantID, ID: c.Param("id")}, &w)
+	switch {
+	case errs.Is(err, errs.Conflict):
+		return h.render(c, http.StatusConflict, views.MembersView{Error: "The tenant's only owner cannot be removed."})
+	case err != nil:
+		return err
+	}
+	h.wait.WaitVersion(c.Request().Context(), w.Version)
+	if w.Result.ID == s.UserID {
+		c.SetCookie(h.auth.sess.cookie(c.Request(), sessionCookie, "", -1))
+		return seeOther(c, "/ui/login", "signed-out")
+	}
+	return seeOther(c, "/ui/members", "member-removed")
 }
 
 func (h *memberHandler) invite(c echo.Context) error {
@@ -46,8 +102,9 @@ func (h *memberHandler) invite(c echo.Context) error {
 			return err
 		}
 		f.Errors = fe
-		return render(c, http.StatusBadRequest, views.Members(page(c, "Members", views.NavMembers), views.MembersView{Form: f}))
+		return h.render(c, http.StatusBadRequest, views.MembersView{Form: f})
 	}
-	v := views.MembersView{Invited: u.Email}
-	return render(c, http.StatusCreated, views.Members(page(c, "Members", views.NavMembers), v))
+	// The answer holds the notice only, not the member list: a list with or
+	// without the address would say whether it already had a login.
+	return render(c, http.StatusCreated, views.Members(page(c, "Members", views.NavMembers), views.MembersView{Invited: u.Email}))
 }

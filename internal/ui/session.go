@@ -1,14 +1,16 @@
 package ui
 
 // Sessions are stateless: a JWT (HS256, and only HS256) in an HttpOnly,
-// SameSite=Lax cookie carries the user's id, tenant, role and a random
-// session id. The signing key is 32 random bytes generated once and kept in
+// SameSite=Lax cookie carries the user's id, tenant, role, session version
+// and a random session id. The signing key is 32 random bytes generated once and kept in
 // the data directory (session.key, mode 0600), so sessions survive a
 // restart. Form tokens (CSRF) are an HMAC of the session id under a key
 // derived from the same secret, so they need no storage either and change
 // with every sign-in.
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -46,6 +48,9 @@ type claims struct {
 	Role       string `json:"role"`
 	Email      string `json:"email"`
 	SID        string `json:"sid"`
+	// SV is the user's session version at sign-in; a token whose version
+	// is not the user's current one is refused.
+	SV int64 `json:"sv"`
 	jwt.RegisteredClaims
 }
 
@@ -57,6 +62,8 @@ type session struct {
 	Role       string
 	Email      string
 	SID        string
+	Version    int64 // the user's session version it was issued with
+	Issued     time.Time
 	Expires    time.Time
 }
 
@@ -64,6 +71,7 @@ type session struct {
 type sessions struct {
 	signKey []byte // HS256 key of the JWT
 	csrfKey []byte // HMAC key of form tokens
+	sealKey []byte // AES-256-GCM key of secrets carried across a redirect
 	ttl     time.Duration
 	now     func() time.Time
 	// transport decides which requests came over HTTPS; its zero value
@@ -77,7 +85,7 @@ func newSessions(secret []byte, ttl time.Duration, now func() time.Time) *sessio
 		m.Write([]byte(label))
 		return m.Sum(nil)
 	}
-	return &sessions{signKey: derive("sluice session jwt v1"), csrfKey: derive("sluice form token v1"), ttl: ttl, now: now}
+	return &sessions{signKey: derive("sluice session jwt v1"), csrfKey: derive("sluice form token v1"), sealKey: derive("sluice sealed secret v1"), ttl: ttl, now: now}
 }
 
 // loadSessionKey reads the data directory's session key, creating it on a
@@ -119,8 +127,9 @@ func loadSessionKey(dir string) ([]byte, error) {
 func (s *sessions) issue(u session) (string, session, error) {
 	now := s.now()
 	u.SID = randomToken(16)
+	u.Issued = now
 	u.Expires = now.Add(s.ttl)
-	c := claims{TenantID: u.TenantID, TenantName: u.TenantName, Role: u.Role, Email: u.Email, SID: u.SID, RegisteredClaims: jwt.RegisteredClaims{
+	c := claims{TenantID: u.TenantID, TenantName: u.TenantName, Role: u.Role, Email: u.Email, SID: u.SID, SV: u.Version, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer:    sessionIssuer,
 		Subject:   u.UserID,
 		Audience:  jwt.ClaimStrings{sessionAud},
@@ -155,7 +164,11 @@ func (s *sessions) parse(token string) (session, error) {
 	if c.Subject == "" || c.SID == "" || c.Role == "" {
 		return session{}, errors.New("session token lacks claims")
 	}
-	return session{UserID: c.Subject, TenantID: c.TenantID, TenantName: c.TenantName, Role: c.Role, Email: c.Email, SID: c.SID, Expires: c.ExpiresAt.Time}, nil
+	s2 := session{UserID: c.Subject, TenantID: c.TenantID, TenantName: c.TenantName, Role: c.Role, Email: c.Email, SID: c.SID, Version: c.SV, Expires: c.ExpiresAt.Time}
+	if c.IssuedAt != nil {
+		s2.Issued = c.IssuedAt.Time
+	}
+	return s2, nil
 }
 
 // formToken is the CSRF token of a session (or of a sign-in nonce).
@@ -172,6 +185,42 @@ func (s *sessions) checkFormToken(purpose, id, got string) bool {
 	}
 	want := s.formToken(purpose, id)
 	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+}
+
+// seal encrypts a secret that must survive one redirect (a new service
+// key, shown on the page the form redirects to) for the session sid only.
+func (s *sessions) seal(sid, secret string) string {
+	aead := s.aead()
+	nonce := make([]byte, aead.NonceSize())
+	rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, []byte(secret), []byte(sid)))
+}
+
+// open decrypts what seal made for the same session; ok is false for
+// anything else.
+func (s *sessions) open(sid, sealed string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(sealed)
+	aead := s.aead()
+	if err != nil || len(b) < aead.NonceSize() {
+		return "", false
+	}
+	plain, err := aead.Open(nil, b[:aead.NonceSize()], b[aead.NonceSize():], []byte(sid))
+	if err != nil {
+		return "", false
+	}
+	return string(plain), true
+}
+
+func (s *sessions) aead() cipher.AEAD {
+	block, err := aes.NewCipher(s.sealKey)
+	if err != nil {
+		panic(err) // the key is always 32 bytes
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return aead
 }
 
 // cookie builds a dashboard cookie: HttpOnly, SameSite=Lax, scoped to /ui,

@@ -39,6 +39,7 @@ import (
 type Engine interface {
 	checker
 	versionWaiter
+	sessionVersions
 }
 
 // Worker is what the dashboard needs from the worker.
@@ -60,6 +61,10 @@ type (
 	}
 	versionWaiter interface {
 		WaitVersion(ctx context.Context, v int64)
+	}
+	// sessionVersions is the server's cached session version of each user.
+	sessionVersions interface {
+		SessionVersion(userID string) (int64, bool)
 	}
 )
 
@@ -94,6 +99,11 @@ const DefaultSessionTTL = 12 * time.Hour
 type Revoker interface {
 	Revoke(ctx context.Context, sid string, until time.Time) error
 	Revoked(sid string) bool
+	// State reports whether the list of signed-out sessions is loaded and,
+	// if it is not, since when it is known to be unavailable (zero while it
+	// is still loading). The dashboard refuses sessions until it is loaded
+	// (see gate.valid).
+	State() (loaded bool, unavailableSince time.Time)
 }
 
 // Register adds the dashboard's routes under /ui to e and makes e's error
@@ -124,13 +134,16 @@ func Register(e *echo.Echo, d Deps) error {
 	sess := newSessions(key, d.SessionTTL, d.Now)
 	sess.transport = d.Transport
 
-	auth := &authHandler{users: d.Worker, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
-	gate := &gate{sess: sess, revoker: d.Revocations}
+	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
+	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
 	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
-	mem := &memberHandler{config: d.Worker}
+	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
+	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
+	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
+	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 
 	prev := e.HTTPErrorHandler
@@ -178,6 +191,16 @@ func Register(e *echo.Echo, d Deps) error {
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, owner...)
+	e.POST("/ui/members/:id/role", mem.role, owner...)
+	e.POST("/ui/members/:id/remove", mem.remove, owner...)
+	e.GET("/ui/service-keys", svcKeys.list, owner...)
+	e.POST("/ui/service-keys", svcKeys.create, owner...)
+	e.POST("/ui/service-keys/:key_id/revoke", svcKeys.revoke, owner...)
+
+	e.GET("/ui/account", acct.show, signedIn...)
+	e.POST("/ui/account/password", acct.password, signedIn...)
+	e.POST("/ui/account/email", acct.email, signedIn...)
+	e.POST("/ui/account/sessions", acct.endOthers, signedIn...)
 
 	e.GET("/ui/admin/tenants", adm.tenants, operator...)
 	e.POST("/ui/admin/tenants", adm.createTenant, operator...)
@@ -185,6 +208,9 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/admin/blocks", adm.blocks, operator...)
 	e.POST("/ui/admin/blocks", adm.createBlock, operator...)
 	e.POST("/ui/admin/blocks/:id/delete", adm.deleteBlock, operator...)
+	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
+	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
+	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)
 	return nil
 }
 
@@ -266,6 +292,14 @@ var flashes = map[string]string{
 	"blocked":        "Blocked. Checks from this caller now answer blocked.",
 	"unblocked":      "Unblocked.",
 	"signed-out":     "You are signed out.",
+
+	"service-key-created": "Service key added. Deploy it, then revoke the key it replaces.",
+	"service-key-revoked": "Service key revoked. Every server refuses it within a second.",
+	"role-changed":        "Role changed. Their sessions have ended; they sign in again with the new role.",
+	"member-removed":      "Member removed. Their sessions have ended.",
+	"password-changed":    "Password changed. Your other sessions have ended.",
+	"email-changed":       "Email changed. Your other sessions have ended.",
+	"sessions-ended":      "Your other sessions have ended.",
 }
 
 // renderError answers a failed /ui request with an HTML page.

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -67,8 +68,10 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				return true, []tenants.Change{c}, nil
 			})
 		}),
-		bus.OpEnsureOperator: handle(w, bus.OpEnsureOperator, func(ctx context.Context, r bus.EnsureOperator) (tenants.User, error) {
-			return st.EnsureOperator(ctx, r.Email, r.Password, now())
+		bus.OpEnsureOperator: handle(w, bus.OpEnsureOperator, func(ctx context.Context, r bus.EnsureOperator) (bus.Written[tenants.User], error) {
+			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
+				return st.EnsureOperator(ctx, r.Email, r.Password, now())
+			})
 		}),
 		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
 			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
@@ -147,11 +150,72 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			})
 		}),
 		bus.OpUserCreate: handle(w, bus.OpUserCreate, func(ctx context.Context, r bus.UserCreate) (tenants.User, error) {
-			return st.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, now())
+			u, err := st.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, now())
+			if err != nil {
+				return u, err
+			}
+			return u, w.announceUser(ctx, u.ID)
 		}),
 		bus.OpUserByEmail: handle(w, bus.OpUserByEmail, func(ctx context.Context, r bus.UserByEmail) (bus.UserRecord, error) {
 			u, err := st.UserByEmail(ctx, r.Email)
-			return bus.UserRecord{User: u, PasswordHash: u.PasswordHash}, err
+			return bus.UserRecord{User: u, PasswordHash: u.PasswordHash, SessionVersion: u.SessionVersion}, err
+		}),
+		bus.OpUserList: handle(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
+			return nonNil(st.ListUsers(ctx, r.TenantID))
+		}),
+		bus.OpUserRole: handle(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (bus.Written[tenants.User], error) {
+			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
+				return st.SetUserRole(ctx, r.TenantID, r.ID, r.Role)
+			})
+		}),
+		bus.OpUserDelete: handle(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.User], error) {
+			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
+				return st.DeleteUser(ctx, r.TenantID, r.ID)
+			})
+		}),
+		bus.OpUserPassword: handle(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (bus.Written[bus.UserRecord], error) {
+			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+				u, cs, err := st.ChangePassword(ctx, r.ID, r.Current, r.New)
+				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+			})
+		}),
+		bus.OpUserEmail: handle(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (bus.Written[bus.UserRecord], error) {
+			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+				u, cs, err := st.ChangeEmail(ctx, r.ID, r.Password, r.Email)
+				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+			})
+		}),
+		bus.OpUserEndSessions: handle(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.UserRecord], error) {
+			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+				u, cs, err := st.EndSessions(ctx, r.ID)
+				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+			})
+		}),
+		bus.OpUserSignedIn: handle(w, bus.OpUserSignedIn, func(ctx context.Context, r bus.UserSignedIn) (none, error) {
+			return none{}, st.RecordSignIn(ctx, r.ID, r.At)
+		}),
+		bus.OpServiceKeyCreate: handle(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.ServiceKeyCreated], error) {
+			return write(w, ctx, func() (bus.ServiceKeyCreated, []tenants.Change, error) {
+				k, secret, cs, err := st.CreateServiceKey(ctx, r.TenantID, now())
+				return bus.ServiceKeyCreated{Key: k, Secret: secret}, cs, err
+			})
+		}),
+		bus.OpServiceKeyList: handle(w, bus.OpServiceKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ServiceKey, error) {
+			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
+				return nil, err
+			}
+			return nonNil(st.ListServiceKeys(ctx, r.TenantID))
+		}),
+		bus.OpServiceKeyRevoke: handle(w, bus.OpServiceKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.ServiceKey], error) {
+			return write(w, ctx, func() (tenants.ServiceKey, []tenants.Change, error) {
+				return st.RevokeServiceKey(ctx, r.TenantID, r.ID, now())
+			})
+		}),
+		bus.OpServiceKeyUsed: handle(w, bus.OpServiceKeyUsed, func(ctx context.Context, r bus.ServiceKeyUsed) (none, error) {
+			if r.V != bus.WireVersion {
+				return none{}, errs.Errorf(errs.Invalid, "service key use report: wire version %d", r.V)
+			}
+			return none{}, st.RecordServiceKeyUse(ctx, r.Used)
 		}),
 	}
 	for op, h := range ops {
@@ -160,6 +224,16 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}
 	}
 	return nil
+}
+
+// announceUser tells every server a new user's session version, so the
+// user's first session is accepted everywhere.
+func (w *Worker) announceUser(ctx context.Context, id string) error {
+	_, err := write(w, ctx, func() (none, []tenants.Change, error) {
+		cs, err := w.store.AnnounceUser(ctx, id)
+		return none{}, cs, err
+	})
+	return err
 }
 
 // deleteResetBuckets removes a reset identity's persisted buckets, so a

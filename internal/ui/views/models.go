@@ -28,6 +28,8 @@ const (
 	NavTenants   = "tenants"
 	NavAbuse     = "abuse"
 	NavBlocks    = "blocks"
+	NavService   = "service-keys"
+	NavAccount   = "account"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -318,10 +320,46 @@ type IdentityView struct {
 	Error           string
 }
 
-// MembersView is the owner's invitation form.
+// MembersView is the owner's invitation form and list of members.
 type MembersView struct {
 	Form    MemberForm
 	Invited string
+	Members []MemberRow
+	Error   string // a refused role change or removal
+}
+
+// MemberRow is one of a tenant's users.
+type MemberRow struct {
+	ID, Email, Role string
+	CreatedAt       time.Time
+	LastSignIn      *time.Time
+	Self            bool
+}
+
+// ServiceKeysView lists a tenant's service keys. Base is the page's path,
+// which the forms post under (the tenant's own page, or the operator's
+// page of a tenant, with TenantName set).
+type ServiceKeysView struct {
+	Base       string
+	TenantName string
+	Keys       []ServiceKeyRow
+	Secret     string // a key added just now, shown once
+	Error      string
+}
+
+// ServiceKeyRow is one service key.
+type ServiceKeyRow struct {
+	ID, Prefix string
+	CreatedAt  time.Time
+	LastUsed   *time.Time
+	Status     string // "active" or "revoked"
+}
+
+// AccountView is the signed-in user's own account page.
+type AccountView struct {
+	Email          string
+	PasswordErrors map[string]string
+	EmailErrors    map[string]string
 }
 
 // MemberForm invites a member.

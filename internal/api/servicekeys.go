@@ -1,0 +1,66 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Service keys: a tenant lists, adds and revokes its own with a service
+// key; the operator does the same for any tenant under /v1/admin. Both
+// share these handlers and differ only in where the tenant id comes from.
+
+func (h *handler) listServiceKeys(c echo.Context, tenant string) error {
+	ks := []tenants.ServiceKey{}
+	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyList, bus.TenantScoped{TenantID: tenant}, &ks); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"service_keys": ks})
+}
+
+func (h *handler) createServiceKey(c echo.Context, tenant string) error {
+	var w bus.Written[bus.ServiceKeyCreated]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyCreate, bus.TenantScoped{TenantID: tenant}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusCreated, serviceKeyCreated{ServiceKey: w.Result.Key, Key: w.Result.Secret})
+}
+
+// serviceKeyCreated is a new key with its secret, shown only here.
+type serviceKeyCreated struct {
+	tenants.ServiceKey
+	Key string `json:"key"`
+}
+
+func (h *handler) revokeServiceKey(c echo.Context, tenant, id string) error {
+	var w bus.Written[tenants.ServiceKey]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyRevoke, bus.TenantScoped{TenantID: tenant, ID: id}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, w.Result)
+}
+
+func (h *handler) tenantListServiceKeys(c echo.Context) error {
+	return h.listServiceKeys(c, tenantID(c))
+}
+func (h *handler) tenantCreateServiceKey(c echo.Context) error {
+	return h.createServiceKey(c, tenantID(c))
+}
+func (h *handler) tenantRevokeServiceKey(c echo.Context) error {
+	return h.revokeServiceKey(c, tenantID(c), c.Param("id"))
+}
+
+func (h *handler) adminListServiceKeys(c echo.Context) error {
+	return h.listServiceKeys(c, c.Param("id"))
+}
+func (h *handler) adminCreateServiceKey(c echo.Context) error {
+	return h.createServiceKey(c, c.Param("id"))
+}
+func (h *handler) adminRevokeServiceKey(c echo.Context) error {
+	return h.revokeServiceKey(c, c.Param("id"), c.Param("key_id"))
+}

@@ -1,0 +1,81 @@
+package engine
+
+// When each service key was last used, at a cost the API's hot path does
+// not notice: every active key's entry in the config view holds an atomic
+// minute. Authenticating a request compares it with the server's current
+// minute (itself an atomic, moved once a second by a loop, so the request
+// never reads the clock) and stores it when it is older, which happens at
+// most once a minute per key. Every KeyUseInterval one loop sends the
+// worker, in one small request, the keys used since its last report; the
+// worker keeps the latest minute in SQLite. A report that fails is sent
+// again with the next one.
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// svcEntry is an active service key in the view. used is shared by every
+// view that holds the key, so a config change does not lose it.
+type svcEntry struct {
+	tenantID, id string
+	used         *atomic.Int64 // unix minute of the last use this server saw; 0 = none
+}
+
+func newSvcEntry(k tenants.ServiceKey) svcEntry {
+	return svcEntry{tenantID: k.TenantID, id: k.ID, used: new(atomic.Int64)}
+}
+
+// carryKeyUse keeps the use recorded in old for the keys a view built from
+// a fresh snapshot still holds.
+func (v *view) carryKeyUse(old *view) {
+	for h, ne := range v.svcHash {
+		if oe, ok := old.svcHash[h]; ok && oe.id == ne.id {
+			ne.used = oe.used
+			v.svcHash[h] = ne
+		}
+	}
+}
+
+// keyUse is what the reporting loop remembers between reports.
+type keyUse struct {
+	mu       sync.Mutex
+	reported map[string]int64 // key id -> minute last reported
+}
+
+func (e *Engine) tickMinute() { e.minute.Store(e.cfg.Now().Unix() / 60) }
+
+// reportKeyUse sends the worker the keys used since the last report.
+func (e *Engine) reportKeyUse(ctx context.Context) {
+	e.keyUse.mu.Lock()
+	defer e.keyUse.mu.Unlock()
+	if e.keyUse.reported == nil {
+		e.keyUse.reported = map[string]int64{}
+	}
+	var used []tenants.KeyUse
+	var minutes []int64
+	for _, ent := range e.view.Load().svcHash {
+		m := ent.used.Load()
+		if m > 0 && m > e.keyUse.reported[ent.id] {
+			used = append(used, tenants.KeyUse{ID: ent.id, At: time.Unix(m*60, 0).UTC()})
+			minutes = append(minutes, m)
+		}
+	}
+	if len(used) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpServiceKeyUsed, bus.ServiceKeyUsed{V: bus.WireVersion, Node: e.cfg.Node, Used: used}, nil); err != nil {
+		e.log.Warn("service key use report failed; it is sent again with the next one", "keys", len(used), "err", err)
+		return
+	}
+	for i, u := range used {
+		e.keyUse.reported[u.ID] = minutes[i]
+	}
+}

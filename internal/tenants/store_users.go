@@ -1,0 +1,281 @@
+package tenants
+
+// The lifecycle of dashboard logins and service keys after they are made.
+//
+// A user's session version lives in users.session_version and in every
+// server's config cache; each session token carries the version it was
+// issued with. A change of password, email or role moves the version, and
+// removing a user deletes it, in a config write (the version of the config
+// moves too), so every server refuses the user's older sessions as soon as
+// it applies the announced change.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+func scanUserSession(sc scanner) (UserSession, error) {
+	var u UserSession
+	err := sc.Scan(&u.ID, &u.TenantID, &u.Version)
+	return u, err
+}
+
+func userSessionChange(u User) Change {
+	return Change{Kind: ChangeUserSession, TenantID: u.TenantID, UserSession: &UserSession{ID: u.ID, TenantID: u.TenantID, Version: u.SessionVersion}}
+}
+
+// RequireTenant answers errs.NotFound for a tenant that does not exist.
+func (s *Store) RequireTenant(ctx context.Context, id string) error {
+	return requireTenant(ctx, s.db, id)
+}
+
+// GetUser returns one user, password hash included.
+func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
+	return queryOne(ctx, s.db, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE id = ?`, id)
+}
+
+// AnnounceUser returns the change that tells servers a user's current
+// session version, in a config write of its own. Writes that create users
+// (CreateUser, EnsureOperator) are followed by it, so a new user's first
+// session is known everywhere.
+func (s *Store) AnnounceUser(ctx context.Context, id string) ([]Change, error) {
+	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		u, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE id = ?`, id)
+		if err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+}
+
+// updateUser runs set (an UPDATE of the user's row) and moves the user's
+// session version in the same transaction, returning the user as stored.
+func updateUser(ctx context.Context, tx *sql.Tx, id string, set string, args ...any) (User, error) {
+	q := `UPDATE users SET session_version = session_version + 1`
+	if set != "" {
+		q += ", " + set
+	}
+	res, err := tx.ExecContext(ctx, q+` WHERE id = ?`, append(args, id)...)
+	if err != nil {
+		return User{}, fmt.Errorf("update user: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return User{}, errs.Errorf(errs.NotFound, "user not found")
+	}
+	return queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE id = ?`, id)
+}
+
+// checkCurrentPassword refuses a change made without the user's current
+// password, naming the field so a form can put the message beside it.
+func (s *Store) checkCurrentPassword(ctx context.Context, id, current string) (User, error) {
+	u, err := s.GetUser(ctx, id)
+	if err != nil {
+		return User{}, err
+	}
+	if !CheckPassword(u.PasswordHash, current) {
+		return User{}, invalid("current_password", "is not your current password")
+	}
+	return u, nil
+}
+
+// ChangePassword sets a user's password after checking the current one,
+// and ends every session of theirs (the session version moves).
+func (s *Store) ChangePassword(ctx context.Context, id, current, next string) (User, []Change, error) {
+	if err := validatePassword("new_password", next); err != nil {
+		return User{}, nil, err
+	}
+	if _, err := s.checkCurrentPassword(ctx, id, current); err != nil {
+		return User{}, nil, err
+	}
+	hash, err := HashPassword(next)
+	if err != nil {
+		return User{}, nil, err
+	}
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if u, err = updateUser(ctx, tx, id, `password_hash = ?`, hash); err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// EndSessions ends every session of a user (sign out everywhere) by
+// moving their session version.
+func (s *Store) EndSessions(ctx context.Context, id string) (User, []Change, error) {
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if u, err = updateUser(ctx, tx, id, ""); err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// ChangeEmail sets the email a user signs in with, after checking their
+// password, and ends every session of theirs. A taken email answers
+// errs.Conflict.
+func (s *Store) ChangeEmail(ctx context.Context, id, password, email string) (User, []Change, error) {
+	if err := ValidateEmail(email); err != nil {
+		return User{}, nil, err
+	}
+	email = NormalizeEmail(email)
+	cur, err := s.checkCurrentPassword(ctx, id, password)
+	if err != nil {
+		return User{}, nil, err
+	}
+	if cur.Email == email {
+		return cur, nil, nil
+	}
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		taken, err := exists(ctx, tx, `SELECT 1 FROM users WHERE email = ? AND id != ?`, email, id)
+		if err != nil {
+			return nil, fmt.Errorf("change email: %w", err)
+		}
+		if taken {
+			return nil, errs.Errorf(errs.Conflict, "a user with this email already exists")
+		}
+		if u, err = updateUser(ctx, tx, id, `email = ?`, email); err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// tenantUser reads one of a tenant's users; another tenant's user, or the
+// operator, answers errs.NotFound.
+func tenantUser(ctx context.Context, tx *sql.Tx, tenantID, id string) (User, error) {
+	return queryOne(ctx, tx, scanUser, "member not found", `SELECT `+userColumns+` FROM users WHERE id = ? AND tenant_id = ?`, id, tenantID)
+}
+
+// otherOwner reports whether the tenant has an owner besides id.
+func otherOwner(ctx context.Context, tx *sql.Tx, tenantID, id string) (bool, error) {
+	ok, err := exists(ctx, tx, `SELECT 1 FROM users WHERE tenant_id = ? AND id != ? AND role = ?`, tenantID, id, RoleOwner)
+	if err != nil {
+		return false, fmt.Errorf("find owners: %w", err)
+	}
+	return ok, nil
+}
+
+// SetUserRole makes one of a tenant's users an owner or a member and ends
+// their sessions, so the new role applies at once. Setting the role a user
+// already has changes nothing. The tenant's last owner cannot become a
+// member (errs.Conflict): nobody could manage its members any more.
+func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string) (User, []Change, error) {
+	if role != RoleOwner && role != RoleMember {
+		return User{}, nil, invalid("role", "must be owner or member")
+	}
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if u, err = tenantUser(ctx, tx, tenantID, id); err != nil || u.Role == role {
+			return nil, err
+		}
+		if u.Role == RoleOwner {
+			ok, err := otherOwner(ctx, tx, tenantID, id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errs.Errorf(errs.Conflict, "this is the tenant's only owner; make another member an owner first")
+			}
+		}
+		if u, err = updateUser(ctx, tx, id, `role = ?`, role); err != nil {
+			return nil, err
+		}
+		return []Change{userSessionChange(u)}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// DeleteUser removes one of a tenant's users; their sessions end on every
+// server with the announced change. The tenant's last owner cannot be
+// removed (errs.Conflict).
+func (s *Store) DeleteUser(ctx context.Context, tenantID, id string) (User, []Change, error) {
+	var u User
+	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		if u, err = tenantUser(ctx, tx, tenantID, id); err != nil {
+			return nil, err
+		}
+		if u.Role == RoleOwner {
+			ok, err := otherOwner(ctx, tx, tenantID, id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errs.Errorf(errs.Conflict, "this is the tenant's only owner and cannot be removed")
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE id = ? AND tenant_id = ?`, id, tenantID); err != nil {
+			return nil, fmt.Errorf("delete user: %w", err)
+		}
+		return []Change{{Kind: ChangeUserDeleted, TenantID: tenantID, ID: id}}, nil
+	})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, changes, nil
+}
+
+// RecordSignIn stores when a user last signed in. It changes nothing
+// servers hold.
+func (s *Store) RecordSignIn(ctx context.Context, id string, at time.Time) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE users SET last_login_at = ? WHERE id = ?`, toMS(at), id); err != nil {
+			return fmt.Errorf("record sign-in: %w", err)
+		}
+		return nil
+	})
+}
+
+// KeyUse is the last minute a server saw a service key.
+type KeyUse struct {
+	ID string    `json:"id"`
+	At time.Time `json:"at"`
+}
+
+// RecordServiceKeyUse stores the last-use times servers report, keeping
+// the later of the stored and the reported one (reports from several
+// servers arrive in any order). Unknown ids are ignored. It changes nothing
+// servers hold.
+func (s *Store) RecordServiceKeyUse(ctx context.Context, uses []KeyUse) error {
+	if len(uses) == 0 {
+		return nil
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `UPDATE service_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?`)
+		if err != nil {
+			return fmt.Errorf("record service key use: %w", err)
+		}
+		defer st.Close()
+		for _, u := range uses {
+			if _, err := st.ExecContext(ctx, toMS(u.At), u.ID); err != nil {
+				return fmt.Errorf("record service key use: %w", err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,116 @@
+package ui
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// accountHandler lets every signed-in user change their own password and
+// email and end their other sessions. Each of these moves the user's
+// session version, which ends every session of theirs; this browser gets a
+// new session with the new version, once this server holds it.
+type accountHandler struct {
+	config configCaller
+	wait   versionWaiter
+	auth   *authHandler
+}
+
+func (h *accountHandler) show(c echo.Context) error {
+	return h.render(c, http.StatusOK, views.AccountView{Email: mustSession(c).Email})
+}
+
+func (h *accountHandler) render(c echo.Context, status int, v views.AccountView) error {
+	return render(c, status, views.Account(page(c, "Your account", views.NavAccount), v))
+}
+
+// renew replaces this browser's session after the user's session version
+// moved to rec's.
+func (h *accountHandler) renew(c echo.Context, w bus.Written[bus.UserRecord]) error {
+	h.wait.WaitVersion(c.Request().Context(), w.Version)
+	s := mustSession(c)
+	s.Version = w.Result.SessionVersion
+	s.Email = w.Result.User.Email
+	return h.auth.startSession(c, s)
+}
+
+// fieldErrorsOf places a worker's invalid_request on the form field it
+// names, or on fallback.
+func fieldErrorsOf(err error, fields []string, fallback string) map[string]string {
+	path, text, ok := splitMessage(errs.Message(err))
+	for _, f := range fields {
+		if ok && path == f {
+			return map[string]string{f: text}
+		}
+	}
+	return map[string]string{fallback: errs.Message(err)}
+}
+
+func (h *accountHandler) password(c echo.Context) error {
+	s := mustSession(c)
+	current, next := c.FormValue("current_password"), c.FormValue("new_password")
+	v := views.AccountView{Email: s.Email}
+	if next != c.FormValue("confirm_password") {
+		v.PasswordErrors = map[string]string{"confirm_password": "does not match the new password"}
+		return h.render(c, http.StatusBadRequest, v)
+	}
+	var w bus.Written[bus.UserRecord]
+	err := h.config.Call(c.Request().Context(), bus.OpUserPassword, bus.UserPassword{ID: s.UserID, Current: current, New: next}, &w)
+	if errs.Is(err, errs.Invalid) {
+		v.PasswordErrors = fieldErrorsOf(err, []string{"current_password", "new_password"}, "new_password")
+		return h.render(c, http.StatusBadRequest, v)
+	}
+	if err != nil {
+		return err
+	}
+	if err := h.renew(c, w); err != nil {
+		return err
+	}
+	h.auth.log.Info("dashboard password changed", "user", s.UserID)
+	return seeOther(c, "/ui/account", "password-changed")
+}
+
+func (h *accountHandler) email(c echo.Context) error {
+	s := mustSession(c)
+	email := strings.TrimSpace(c.FormValue("email"))
+	v := views.AccountView{Email: email}
+	var w bus.Written[bus.UserRecord]
+	err := h.config.Call(c.Request().Context(), bus.OpUserEmail, bus.UserEmail{ID: s.UserID, Password: c.FormValue("password"), Email: email}, &w)
+	switch {
+	case errs.Is(err, errs.Conflict):
+		v.EmailErrors = map[string]string{"email": "someone already signs in with this email"}
+		return h.render(c, http.StatusConflict, v)
+	case errs.Is(err, errs.Invalid):
+		v.EmailErrors = fieldErrorsOf(err, []string{"email", "current_password"}, "email")
+		if msg, ok := v.EmailErrors["current_password"]; ok {
+			v.EmailErrors = map[string]string{"password": msg}
+		}
+		return h.render(c, http.StatusBadRequest, v)
+	case err != nil:
+		return err
+	}
+	if w.Version == 0 { // the same email: nothing changed
+		return seeOther(c, "/ui/account", "")
+	}
+	if err := h.renew(c, w); err != nil {
+		return err
+	}
+	h.auth.log.Info("dashboard email changed", "user", s.UserID)
+	return seeOther(c, "/ui/account", "email-changed")
+}
+
+func (h *accountHandler) endOthers(c echo.Context) error {
+	var w bus.Written[bus.UserRecord]
+	if err := h.config.Call(c.Request().Context(), bus.OpUserEndSessions, bus.TenantScoped{ID: mustSession(c).UserID}, &w); err != nil {
+		return err
+	}
+	if err := h.renew(c, w); err != nil {
+		return err
+	}
+	return seeOther(c, "/ui/account", "sessions-ended")
+}
