@@ -113,7 +113,7 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 	}
 	fromMin, toMin := q.From.Unix()/60, (q.To.Unix()+59)/60
 	// The "others" cells are no identity: they count in totals only.
-	filter, fargs := ` AND identity_kind != '` + bus.CounterOthers + `'`, []any{}
+	filter, fargs := ` AND identity_kind != '`+bus.CounterOthers+`'`, []any{}
 	if q.TenantID != "" {
 		filter += ` AND tenant_id = ?`
 		fargs = append(fargs, q.TenantID)
