@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // Config is everything a Sluice server process is told at start. Every
@@ -25,6 +27,9 @@ type Config struct {
 	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
 	PprofAddr       string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
 	CheckConfig     bool          // --check-config: validate the configuration and exit
+	// Analytics retention of the embedded worker: --analytics-minutes,
+	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
+	Analytics worker.Retention
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -95,6 +100,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
+	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -136,6 +144,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Data == "" {
 		return fmt.Errorf("--data must not be empty")
+	}
+	if err := c.Analytics.Validate(); err != nil {
+		return err
 	}
 	if c.Node == "" {
 		return fmt.Errorf("--node must not be empty")
