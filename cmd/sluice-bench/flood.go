@@ -43,11 +43,11 @@ import (
 
 // floodStep is one row of the flood table.
 type floodStep struct {
-	name                   string
-	dataDir, sqlite, nats  int64
-	minutes, hours, days   int64
-	identities, others     int64
-	allowed, denied        int64
+	name                  string
+	dataDir, sqlite, nats int64
+	minutes, hours, days  int64
+	identities, others    int64
+	allowed, denied       int64
 }
 
 func runFlood(ctx context.Context, cfg Config, out io.Writer) error {
