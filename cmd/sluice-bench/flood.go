@@ -111,6 +111,22 @@ func runFlood(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	steps = append(steps, base0)
 
+	// The data directory's largest size while the flood is sent and
+	// counted, sampled every 100 ms: what the stream held in passing too.
+	var peak atomic.Int64
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		for sampleCtx.Err() == nil {
+			if n := dirBytes(data); n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-sampleCtx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
 	started := time.Now()
 	sent, allowed, errCount := sendFlood(ctx, hc, base, sk, cfg)
 	took := time.Since(started)
@@ -130,7 +146,10 @@ func runFlood(ctx context.Context, cfg Config, out io.Writer) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	caught := time.Since(started)
-	fmt.Fprintf(out, "analytics API counts %d denied of %d sent (%v after the flood began)\n\n", counted, sent-allowed, caught.Round(time.Millisecond))
+	stopSampling()
+	sampler.Wait()
+	fmt.Fprintf(out, "analytics API counts %d denied of %d sent (%v after the flood began)\n", counted, sent-allowed, caught.Round(time.Millisecond))
+	fmt.Fprintf(out, "data directory at its largest meanwhile (sampled every 100 ms): %s, %s over the baseline\n\n", mib(peak.Load()), signedMiB(peak.Load()-base0.dataDir))
 	st, err := measure(ctx, "flood counted (server running)", data, dbPath, true)
 	if err != nil {
 		return err
@@ -304,6 +323,20 @@ func countDenied(ctx context.Context, hc *http.Client, base, sk string, from, to
 		d += p.Denied
 	}
 	return d, nil
+}
+
+// dirBytes sums the sizes of the files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // measure reads sizes on disk and the analytics tables (read-only).
