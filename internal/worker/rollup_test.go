@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -390,4 +392,45 @@ func statSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// The retention flags take Go durations or whole days, fall back to their
+// SLUICE_* twins, and reject settings that would roll rows up too early.
+func TestRetentionFlags(t *testing.T) {
+	parse := func(env map[string]string, args ...string) (Retention, error) {
+		var r Retention
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		if err := r.RegisterFlags(fs, func(k string) string { return env[k] }); err != nil {
+			return r, err
+		}
+		if err := fs.Parse(args); err != nil {
+			return r, err
+		}
+		return r, r.Validate()
+	}
+	r, err := parse(nil)
+	if err != nil || r.MinuteRows != 72*time.Hour || r.HourRows != 35*24*time.Hour || r.DayRows != 400*24*time.Hour || r.TopK != 100 {
+		t.Fatalf("defaults: %+v, %v", r, err)
+	}
+	r, err = parse(map[string]string{"SLUICE_ANALYTICS_MINUTES": "2d", "SLUICE_ANALYTICS_TOP_K": "20", "SLUICE_ANALYTICS_DAYS": "90d"},
+		"--analytics-minutes", "36h", "--analytics-hours", "30d")
+	if err != nil || r.MinuteRows != 36*time.Hour || r.HourRows != 30*24*time.Hour || r.DayRows != 90*24*time.Hour || r.TopK != 20 {
+		t.Fatalf("flags over env: %+v, %v", r, err)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{nil, []string{"--analytics-minutes", "10m"}},
+		{nil, []string{"--analytics-hours", "2d", "--analytics-minutes", "3d"}},
+		{nil, []string{"--analytics-days", "10d"}},
+		{nil, []string{"--analytics-minutes", "soon"}},
+		{map[string]string{"SLUICE_ANALYTICS_TOP_K": "-3"}, nil},
+		{map[string]string{"SLUICE_ANALYTICS_HOURS": "0d"}, nil},
+	} {
+		if _, err := parse(bad.env, bad.args...); err == nil {
+			t.Errorf("%v %v accepted", bad.env, bad.args)
+		}
+	}
 }
