@@ -6,9 +6,9 @@ package worker
 // as fast as it arrives. Three bounds keep storage proportional to tenants
 // and time, never to callers:
 //
-//  1. Cardinality while a minute is open. applyCounters keeps at most
-//     openCellsPerK × TopK cells per tenant and minute. A transaction that
-//     would pass that merges its deltas with the stored cells, keeps the
+//  1. Cardinality while a minute is open. A transaction of applyCounters
+//     that would take a tenant's minute past openCellsPerK × TopK cells
+//     merges its deltas with the minute's stored cells, keeps the
 //     TopK identities with the most denials (then the most decisions)
 //     exactly and folds every other identity into one "others" cell per
 //     policy and tier (bus.CounterOthers). Totals are never touched: a
