@@ -6,6 +6,9 @@
 // "sluice-bench restart" measures restarts with millions of persisted
 // buckets instead (restart.go).
 //
+// With -flood N it instead starts a server of its own and measures what N
+// distinct denied callers cost on disk (see flood.go).
+//
 // It speaks raw HTTP (not the SDK) so that the numbers are the server's.
 // With -floor it also runs the same load against a bare Echo JSON handler
 // it starts in-process, which decodes a check and encodes an answer and
@@ -44,6 +47,11 @@ type Config struct {
 	Path       string
 	Floor      bool
 	Rate       float64 // requests per second; 0 = closed loop
+	// Flood, when set, runs the flood scenario instead (flood.go): this
+	// many distinct denied IPs against a server started in this process.
+	Flood     int
+	FloodTime time.Duration // bounds the flood's sending
+	FloodData string        // where the flood's server keeps its data; empty = a temporary directory
 }
 
 func main() {
@@ -78,6 +86,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Path, "path", "/api/example?mode=heavy", "request target the checks carry")
 	fs.BoolVar(&cfg.Floor, "floor", false, "also load a bare in-process Echo JSON handler and compare")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open-loop target in requests/s (0: closed loop, as fast as possible)")
+	fs.IntVar(&cfg.Flood, "flood", 0, "run the flood scenario instead: start a server here and send this many distinct denied IPs (at most 10000000)")
+	fs.DurationVar(&cfg.FloodTime, "flood-time", time.Minute, "the flood's sending stops after this long, sent or not")
+	fs.StringVar(&cfg.FloodData, "flood-data", "", "data directory of the flood's server (kept); empty = a temporary one, removed")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -94,6 +105,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		return cfg, errors.New("-identities must not be negative")
 	case cfg.Rate < 0:
 		return cfg, errors.New("-rate must not be negative")
+	case cfg.Flood < 0 || cfg.Flood > 10_000_000:
+		return cfg, errors.New("-flood must be between 0 and 10000000")
+	case cfg.FloodTime <= 0 || cfg.FloodTime > 10*time.Minute:
+		return cfg, errors.New("-flood-time must be between 0 and 10m")
 	}
 	for _, u := range strings.Split(cfg.URL, ",") {
 		if err := checkLoopback(u); err != nil {
@@ -127,6 +142,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.Flood > 0 {
+		return runFlood(ctx, cfg, stdout)
 	}
 	loop := "closed loop"
 	if cfg.Rate > 0 {

@@ -69,3 +69,45 @@ func TestAppendIP(t *testing.T) {
 		t.Errorf("hot IP = %q", got)
 	}
 }
+
+// The flood scenario against a real server it starts: every denial is
+// counted, and the table shows the analytics rows through every step.
+func TestFloodScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server")
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-flood", "3000", "-workers", "2", "-flood-data", t.TempDir()}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"sent 3000 checks", "0 allowed, 0 request errors", "analytics API counts 3000 denied of 3000 sent",
+		"before the flood", "flood counted (server running)", "maintenance +4 d (minutes rolled into hours)", "days past retention",
+	} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("output lacks %q:\n%s", want, text)
+		}
+	}
+	// After the flood is counted its minute holds the top 100 and "others"
+	// (two minutes, 200, if it crossed a minute's end), every caller
+	// denied once; after retention nothing is left.
+	var counted, last []string
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(strings.TrimSpace(line), "flood counted"):
+			counted = f
+		case strings.Contains(line, "days past retention"):
+			last = f
+		}
+	}
+	n := len(counted)
+	if n < 6 || counted[n-1] != "3000" || !(counted[n-3] == "100" && counted[n-2] == "2900" || counted[n-3] == "200" && counted[n-2] == "2800") {
+		t.Fatalf("counted row %q: want 100 identities, 2900 denied in others, 3000 in all", counted)
+	}
+	if n := len(last); n < 6 || last[n-1] != "0" || last[n-3] != "0" {
+		t.Fatalf("last row %q: want nothing left", last)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // Config is everything a Sluice server process is told at start. Every
@@ -30,6 +31,9 @@ type Config struct {
 	MetricsAddr     string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL       string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig     bool          // --check-config: validate the configuration and exit
+	// Analytics retention of the embedded worker: --analytics-minutes,
+	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
+	Analytics worker.Retention
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -102,6 +106,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
+	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -154,6 +161,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Data == "" {
 		return fmt.Errorf("--data must not be empty")
+	}
+	if err := c.Analytics.Validate(); err != nil {
+		return err
 	}
 	if c.Node == "" {
 		return fmt.Errorf("--node must not be empty")

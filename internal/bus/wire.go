@@ -62,6 +62,13 @@ type CounterRow struct {
 	Denied  int64 `json:"d,omitempty"`
 }
 
+// CounterOthers is the identity kind of the cells that count, per tenant,
+// policy, tier and minute, the decisions of every identity not counted in
+// a cell of its own (a server's or the worker's bound on identities was
+// reached, or the identity was not among a period's top ones). Its
+// IdentityID is empty. Totals over all cells stay exact.
+const CounterOthers = "others"
+
 // CounterBatch is one message on the counter stream.
 type CounterBatch struct {
 	V    int          `json:"v"`

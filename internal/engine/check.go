@@ -16,6 +16,10 @@ const (
 	ReasonBlocked     = "blocked"
 )
 
+// InvalidKeyIdentity is the identity id (kind "key") under which analytics
+// count the checks whose api_key is unknown or another tenant's.
+const InvalidKeyIdentity = "invalid_key"
+
 // Tier names with a fixed meaning.
 const (
 	TierAnonymous = "anonymous"
@@ -144,11 +148,17 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 		if key == nil || key.tenantID != tenantID || key.revoked || (key.expiresAt != 0 && nowNS >= key.expiresAt) {
 			a.Reason = ReasonInvalidKey
 			a.IdentityID = keyPrefix(req.APIKey)
+			// Analytics count every key that is not this tenant's under one
+			// identity: each random string would otherwise be a caller of
+			// its own. The tenant's own revoked or expired keys are as many
+			// as it issued, and keep their id.
+			counted := InvalidKeyIdentity
 			if key != nil && key.tenantID == tenantID {
 				a.IdentityID = key.id
+				counted = key.id
 			}
 			a.Tier = ""
-			e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+			e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start)
 			return a, nil
 		}
 		a.IdentityID = key.id
@@ -247,11 +257,16 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 // record counts a decision for analytics and metrics. Peeks are not
 // decisions and are not counted.
 func (e *Engine) record(tenantID, policy, tier string, a *Answer, peek bool, nowNS int64, start time.Time) {
+	e.recordAs(tenantID, policy, tier, a, a.IdentityID, peek, nowNS, start)
+}
+
+// recordAs is record with the identity id analytics count the decision under.
+func (e *Engine) recordAs(tenantID, policy, tier string, a *Answer, id string, peek bool, nowNS int64, start time.Time) {
 	e.metrics.observe(a.Reason, a.Allowed, time.Since(start))
 	if peek {
 		return
 	}
-	e.counters.add(tenantID, policy, tier, a.IdentityKind, a.IdentityID, nowNS, a.Allowed)
+	e.counters.add(tenantID, policy, tier, a.IdentityKind, id, nowNS, a.Allowed)
 }
 
 // keyPrefix is what an answer may say about a presented key that is not

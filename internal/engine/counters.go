@@ -8,6 +8,18 @@ package engine
 // a duplicate JetStream drops, so every decision is counted exactly once.
 // Until it is acked the maps are not swapped out: decisions made while NATS
 // is away merge into their cells rather than into a batch per interval.
+//
+// Bounded. A flood of new callers would otherwise grow the maps (and the
+// counter stream) by one cell per caller. Each shard keeps at most
+// perShard cells per tenant between two drains (CounterIdentities spread
+// over the shards); a decision whose cell is new once its tenant's share is
+// full is added to the "others" cell of its tenant, policy, tier and minute
+// (bus.CounterOthers) instead. Totals stay exact; the identities seen first
+// in each interval keep their own cells, and a caller that keeps calling is
+// among them, since its cell lives until the drain. A decision whose cell
+// exists costs what it did (one map lookup), and one beyond the bound
+// allocates nothing. The worker bounds the cells it stores the same way
+// (internal/worker/rollup.go).
 
 import (
 	"hash/maphash"
@@ -23,18 +35,29 @@ type counterCell struct{ allowed, denied int64 }
 type counterShard struct {
 	mu    sync.Mutex
 	cells map[bus.CounterKey]*counterCell
-	_     [40]byte // keep shards on separate cache lines
+	// perTenant counts each tenant's identity cells (not its others cells).
+	perTenant map[string]int
+	_         [32]byte // keep shards on separate cache lines
 }
 
 type counterAgg struct {
-	seed   maphash.Seed
-	shards [counterShards]counterShard
+	seed     maphash.Seed
+	perShard int
+	shards   [counterShards]counterShard
 }
 
-func newCounterAgg() *counterAgg {
-	c := &counterAgg{seed: maphash.MakeSeed()}
+// DefaultCounterIdentities is how many identity cells a tenant may hold
+// between two counter flushes before new ones count as "others".
+const DefaultCounterIdentities = 16384
+
+func newCounterAgg(identities int) *counterAgg {
+	if identities <= 0 {
+		identities = DefaultCounterIdentities
+	}
+	c := &counterAgg{seed: maphash.MakeSeed(), perShard: max(1, (identities+counterShards-1)/counterShards)}
 	for i := range c.shards {
 		c.shards[i].cells = map[bus.CounterKey]*counterCell{}
+		c.shards[i].perTenant = map[string]int{}
 	}
 	return c
 }
@@ -45,8 +68,16 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 	s.mu.Lock()
 	cell := s.cells[k]
 	if cell == nil {
-		cell = &counterCell{}
-		s.cells[k] = cell
+		if n := s.perTenant[tenantID]; n < c.perShard {
+			s.perTenant[tenantID] = n + 1
+		} else {
+			k.IdentityKind, k.IdentityID = bus.CounterOthers, ""
+			cell = s.cells[k]
+		}
+		if cell == nil {
+			cell = &counterCell{}
+			s.cells[k] = cell
+		}
 	}
 	if allowed {
 		cell.allowed++
@@ -69,6 +100,7 @@ func (c *counterAgg) drain() []bus.CounterRow {
 			continue
 		}
 		s.cells = make(map[bus.CounterKey]*counterCell, len(cells))
+		clear(s.perTenant)
 		s.mu.Unlock()
 		for k, v := range cells {
 			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied})

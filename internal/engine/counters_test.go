@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -12,7 +14,7 @@ import (
 // decision must land in exactly one drain. Run with -race: an empty shard
 // read outside its lock was once a data race here.
 func TestCounterAggConcurrentDrain(t *testing.T) {
-	c := newCounterAgg()
+	c := newCounterAgg(0)
 	const writers, perWriter = 8, 5000
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -66,5 +68,86 @@ func TestHashKeyHex(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("service key lookup allocates %.0f times", n)
+	}
+}
+
+// A flood of new identities in one tenant is bounded: past its share, new
+// identities count in the tenant's "others" cell, totals per tenant,
+// policy, tier and minute stay exact, a caller seen before the bound keeps
+// its exact count, and another tenant's callers keep their own cells.
+func TestCountersBoundIdentitiesPerTenant(t *testing.T) {
+	c := newCounterAgg(counterShards * 4) // 4 identity cells per tenant per shard
+	const minuteNS = 29000000 * 60e9
+	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false)
+	for i := range 10000 {
+		c.add("ten_a", "p", "anonymous", "ip", fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), minuteNS, i%10 == 0)
+		if i%100 == 0 {
+			c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false)
+		}
+	}
+	for i := range 10 {
+		c.add("ten_b", "p", "anonymous", "ip", fmt.Sprintf("192.0.2.%d", i), minuteNS, true)
+	}
+	cells := map[string]int{}
+	var aAllowed, aDenied, heavy int64
+	others := 0
+	for _, r := range c.drain() {
+		cells[r.TenantID]++
+		if r.IdentityKind == bus.CounterOthers {
+			others++
+			if r.IdentityID != "" || r.Policy != "p" || r.Tier != "anonymous" || r.Minute != 29000000 {
+				t.Fatalf("others cell %+v", r)
+			}
+		}
+		if r.TenantID == "ten_a" {
+			aAllowed += r.Allowed
+			aDenied += r.Denied
+		}
+		if r.IdentityID == "203.0.113.1" {
+			heavy += r.Denied
+		}
+	}
+	if aAllowed != 1000 || aDenied != 9000+101 {
+		t.Fatalf("tenant A totals %d/%d, want 1000/9101", aAllowed, aDenied)
+	}
+	if n := cells["ten_a"] - others; n > counterShards*4 {
+		t.Fatalf("tenant A has %d identity cells, want at most %d", n, counterShards*4)
+	}
+	if others == 0 || others > counterShards {
+		t.Fatalf("%d others cells, want one per shard at most", others)
+	}
+	if heavy != 101 {
+		t.Fatalf("the caller seen first counts %d, want all 101", heavy)
+	}
+	if cells["ten_b"] != 10 {
+		t.Fatalf("tenant B has %d cells, want its 10 callers each in their own", cells["ten_b"])
+	}
+	// A drain starts a new interval: new identities get cells again.
+	c.add("ten_a", "p", "anonymous", "ip", "198.51.100.7", minuteNS, true)
+	if rows := c.drain(); len(rows) != 1 || rows[0].IdentityID != "198.51.100.7" {
+		t.Fatalf("after a drain: %+v", rows)
+	}
+}
+
+// Counting allocates nothing for a known cell, nor past the bound.
+func TestCountersAddAllocations(t *testing.T) {
+	c := newCounterAgg(counterShards)
+	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true)
+	if n := testing.AllocsPerRun(1000, func() { c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true) }); n != 0 {
+		t.Fatalf("a known cell allocates %.0f times", n)
+	}
+	ids := make([]string, 5000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("10.0.%d.%d", i>>8, i&255)
+	}
+	for _, id := range ids[:2500] {
+		c.add("ten_a", "p", "anonymous", "ip", id, 0, false)
+	}
+	i := 2500
+	if n := testing.AllocsPerRun(2000, func() {
+		c.add("ten_a", "p", "anonymous", "ip", ids[i], 0, false)
+		i++
+	}); n != 0 {
+		t.Fatalf("a new identity past the bound allocates %.0f times", n)
 	}
 }

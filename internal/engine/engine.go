@@ -34,6 +34,11 @@ type Config struct {
 	FlushInterval time.Duration
 	// CounterInterval is how often decision counters are published. Default 1s.
 	CounterInterval time.Duration
+	// CounterIdentities bounds the identity cells of decision counters a
+	// tenant holds between two counter flushes; decisions of identities
+	// beyond it count as "others" (see counters.go). Default
+	// DefaultCounterIdentities.
+	CounterIdentities int
 	// SweepInterval is how often buckets that are full again leave memory. Default 10s.
 	SweepInterval time.Duration
 	// ResyncInterval is how often the server checks it has not missed a
@@ -128,7 +133,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		nc:            nc,
 		js:            js,
 		cache:         quota.NewCache(),
-		counters:      newCounterAgg(),
+		counters:      newCounterAgg(cfg.CounterIdentities),
 		pendingStates: map[string]bus.BucketRecord{},
 		resyncCh:      make(chan struct{}, 1),
 		deltas:        deltaAgg{m: map[string]*delta{}},

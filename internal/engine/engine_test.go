@@ -295,3 +295,27 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 		t.Fatalf("the stream counts %d decisions, %d were made", counted, decisions)
 	}
 }
+
+// Keys that are not the tenant's count as one identity in analytics,
+// however many distinct ones are presented; answers still name the prefix.
+func TestInvalidKeysCountAsOneIdentity(t *testing.T) {
+	snap, _ := snapshot(t)
+	e := newTestEngine(t, snap)
+	for i := range 200 {
+		k := fmt.Sprintf("ck_%040d", i)
+		a, err := e.Check("ten_a", &CheckRequest{APIKey: k, Path: "/api/example?mode=heavy"}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Reason != ReasonInvalidKey || a.IdentityKind != KindKey || a.IdentityID != keyPrefix(k) {
+			t.Fatalf("check %d: %+v", i, a)
+		}
+	}
+	rows := e.counters.drain()
+	if len(rows) != 1 {
+		t.Fatalf("%d counter cells for 200 invalid keys, want 1: %+v", len(rows), rows)
+	}
+	if r := rows[0]; r.IdentityKind != KindKey || r.IdentityID != InvalidKeyIdentity || r.Denied != 200 || r.Allowed != 0 {
+		t.Fatalf("cell %+v, want key/%s with 200 denied", r, InvalidKeyIdentity)
+	}
+}

@@ -35,6 +35,10 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_txlock", "immediate")
+	// A new file frees the pages of deleted rows for reuse and, with
+	// IncrementalVacuum, gives them back to the file system; an older
+	// file is converted once by ConvertIncrementalVacuum.
+	q.Set("_auto_vacuum", "incremental")
 	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)

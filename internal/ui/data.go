@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
@@ -43,6 +44,10 @@ func offenders(entries []bus.TopEntry, names map[string]string, drill bool) []vi
 			Kind: e.Identity.Kind, ID: e.Identity.ID, Label: names[e.Identity.ID],
 			Allowed: e.Allowed, Denied: e.Denied, Ratio: e.DenialRatio,
 			FirstSeen: e.FirstSeen, LastSeen: e.LastSeen,
+		}
+		if e.Identity.Kind == tenants.IdentityKey && e.Identity.ID == engine.InvalidKeyIdentity {
+			// Every key that is not the tenant's, counted as one caller.
+			o.Label = "unknown keys"
 		}
 		if drill {
 			o.DrillURL = identityURL(e.Identity.Kind, e.Identity.ID, "", "")

@@ -9,9 +9,13 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-// Analytics queries over the counters table. Counts are exact for every
-// decision whose counter batch the worker has committed; servers flush
-// counters every second, so the newest second may not be in yet.
+// Analytics queries over the counters table (minute rows) and
+// counter_rollups (hour and day rows, see rollup.go). A row counts in a
+// range, or a step, when its period starts in it, so a query spanning
+// rolled-up and fresh rows sums every decision exactly once. Counts are
+// exact for every decision whose counter batch the worker has committed;
+// servers flush counters every second, so the newest second may not be in
+// yet. Identities folded into "others" count in timeseries, never in top.
 
 // Limits of analytics queries, documented in the API reference.
 const (
@@ -51,18 +55,28 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 	if n > maxPoints {
 		return bus.Timeseries{}, errs.Errorf(errs.Invalid, "step: the range would have %d points; at most %d are allowed", n, maxPoints)
 	}
-	query := `SELECT (minute - ?) / ?, SUM(allowed), SUM(denied) FROM counters
-		WHERE tenant_id = ? AND minute >= ? AND minute < ?`
-	args := []any{fromMin, stepMin, q.TenantID, fromMin, toMin}
+	// Minute rows and rolled-up rows alike count in the step their period
+	// starts in.
+	filter, fargs := "", []any{}
 	if q.Policy != "" {
-		query += ` AND policy = ?`
-		args = append(args, q.Policy)
+		filter += ` AND policy = ?`
+		fargs = append(fargs, q.Policy)
 	}
 	if q.Identity != nil {
-		query += ` AND identity_kind = ? AND identity_id = ?`
-		args = append(args, q.Identity.Kind, q.Identity.ID)
+		filter += ` AND identity_kind = ? AND identity_id = ?`
+		fargs = append(fargs, q.Identity.Kind, q.Identity.ID)
 	}
-	query += ` GROUP BY 1`
+	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied) FROM (
+			SELECT minute AS start, allowed, denied FROM counters
+			WHERE tenant_id = ? AND minute >= ? AND minute < ?` + filter + `
+			UNION ALL
+			SELECT start, allowed, denied FROM counter_rollups
+			WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?` + filter + `
+		) GROUP BY 1`
+	args := []any{fromMin, stepMin, q.TenantID, fromMin, toMin}
+	args = append(args, fargs...)
+	args = append(args, q.TenantID, fromMin, toMin)
+	args = append(args, fargs...)
 	rows, err := w.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return bus.Timeseries{}, err
@@ -98,28 +112,38 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 		return nil, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", maxTop)
 	}
 	fromMin, toMin := q.From.Unix()/60, (q.To.Unix()+59)/60
-	query := `SELECT c.tenant_id, COALESCE(t.name, ''), c.identity_kind, c.identity_id,
-			SUM(c.allowed), SUM(c.denied), MIN(c.minute), MAX(c.minute)
-		FROM counters c LEFT JOIN tenants t ON t.id = c.tenant_id
-		WHERE c.minute >= ? AND c.minute < ?`
-	args := []any{fromMin, toMin}
+	// The "others" cells are no identity: they count in totals only.
+	filter, fargs := ` AND identity_kind != '`+bus.CounterOthers+`'`, []any{}
 	if q.TenantID != "" {
-		query += ` AND c.tenant_id = ?`
-		args = append(args, q.TenantID)
+		filter += ` AND tenant_id = ?`
+		fargs = append(fargs, q.TenantID)
 	}
 	if q.Policy != "" {
-		query += ` AND c.policy = ?`
-		args = append(args, q.Policy)
+		filter += ` AND policy = ?`
+		fargs = append(fargs, q.Policy)
 	}
 	if q.Identity != nil {
-		query += ` AND c.identity_kind = ? AND c.identity_id = ?`
-		args = append(args, q.Identity.Kind, q.Identity.ID)
+		filter += ` AND identity_kind = ? AND identity_id = ?`
+		fargs = append(fargs, q.Identity.Kind, q.Identity.ID)
 	}
 	if q.IdentityKind != "" {
-		query += ` AND c.identity_kind = ?`
-		args = append(args, q.IdentityKind)
+		filter += ` AND identity_kind = ?`
+		fargs = append(fargs, q.IdentityKind)
 	}
-	query += ` GROUP BY c.tenant_id, c.identity_kind, c.identity_id`
+	query := `SELECT c.tenant_id, COALESCE(t.name, ''), c.identity_kind, c.identity_id,
+			SUM(c.allowed), SUM(c.denied), MIN(c.first), MAX(c.last)
+		FROM (
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, minute AS first, minute AS last
+			FROM counters WHERE minute >= ? AND minute < ?` + filter + `
+			UNION ALL
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, first_minute, last_minute
+			FROM counter_rollups WHERE start >= ? AND start < ?` + filter + `
+		) c LEFT JOIN tenants t ON t.id = c.tenant_id
+		GROUP BY c.tenant_id, c.identity_kind, c.identity_id`
+	args := []any{fromMin, toMin}
+	args = append(args, fargs...)
+	args = append(args, fromMin, toMin)
+	args = append(args, fargs...)
 	if !q.IncludeAllowed {
 		query += ` HAVING SUM(c.denied) > 0`
 	}

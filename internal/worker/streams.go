@@ -363,44 +363,6 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 	return len(order), nil
 }
 
-// applyCounters adds counter deltas, summed per cell first so a cell is
-// written once per transaction.
-func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
-	batches := decodeBatches(w, payloads, func(b *bus.CounterBatch) int { return b.V })
-	sums := map[bus.CounterKey]*bus.CounterRow{}
-	var order []bus.CounterKey
-	for _, b := range batches {
-		for _, r := range b.Rows {
-			cur := sums[r.CounterKey]
-			if cur == nil {
-				cur = &bus.CounterRow{CounterKey: r.CounterKey}
-				sums[r.CounterKey] = cur
-				order = append(order, r.CounterKey)
-			}
-			cur.Allowed += r.Allowed
-			cur.Denied += r.Denied
-		}
-	}
-	if len(order) == 0 {
-		return 0, nil
-	}
-	st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
-		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied`)
-	if err != nil {
-		return 0, err
-	}
-	defer st.Close()
-	for _, k := range order {
-		r := sums[k]
-		if _, err := st.Exec(r.TenantID, r.Minute, r.Policy, r.Tier, r.IdentityKind, r.IdentityID, r.Allowed, r.Denied); err != nil {
-			return 0, err
-		}
-	}
-	return len(order), nil
-}
-
 // sweep deletes persisted buckets that are full again, once no redelivery
 // of an older state can arrive for them (a few AckWaits after their last
 // write), and prunes the applied-sequence log.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -43,6 +44,8 @@ type Config struct {
 	AckWait time.Duration
 	// SweepInterval is how often full buckets are deleted from SQLite.
 	SweepInterval time.Duration
+	// Analytics bounds the analytics kept (see rollup.go).
+	Analytics Retention
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 	// Log receives the worker's structured logs.
@@ -107,6 +110,10 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Analytics.defaults()
+	if err := cfg.Analytics.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -137,6 +144,9 @@ func (w *Worker) Store() *tenants.Store { return w.store }
 // Run serves until ctx ends, then stops fetching; a batch in flight is
 // committed and acked before Run returns.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := sqlitedb.ConvertIncrementalVacuum(ctx, w.db, w.log); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -168,6 +178,22 @@ func (w *Worker) Run(ctx context.Context) error {
 				return
 			case <-t.C:
 				w.sweep(ctx)
+			}
+		}
+	})
+	wg.Go(func() {
+		m := &analyticsMaintainer{db: w.db, r: w.cfg.Analytics, log: w.log,
+			compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
+		t := time.NewTicker(w.cfg.Analytics.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := m.run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+					w.log.Error("analytics maintenance failed; will retry", "err", err)
+				}
 			}
 		}
 	})
