@@ -15,10 +15,16 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-// Connect opens a NATS connection that reconnects forever. When ns is not
-// nil the connection is made in-process to that embedded server (no TCP);
-// otherwise url is dialled.
-func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nats.Conn, error) {
+// Connect opens a NATS connection that reconnects forever, with auth's
+// credentials and TLS settings. When ns is not nil the connection is made
+// in-process to that embedded server (no TCP); otherwise url is dialled.
+// Errors NATS reports on the connection (a refused credential, a permission
+// violation) are logged, so a misconfigured process says why it does not work.
+func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) {
+	authOpts, err := auth.options()
+	if err != nil {
+		return nil, err
+	}
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -32,7 +38,15 @@ func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nat
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "conn", name, "url", nc.ConnectedUrlRedacted())
 		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("nats error", "conn", name, "subject", subject, "err", err)
+		}),
 	}
+	opts = append(opts, authOpts...)
 	if ns != nil {
 		opts = append(opts, nats.InProcessServer(ns))
 		url = ns.ClientURL()
