@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -25,6 +27,7 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
+	var lastErr atomic.Value // the last failed attempt's message, logged once
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -36,7 +39,25 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			lastErr.Store("")
 			log.Info("nats reconnected", "conn", name, "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			if lastErr.Swap("") != nil {
+				log.Info("nats connected", "conn", name, "url", nc.ConnectedUrlRedacted())
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && lastErr.Swap(err.Error()) != err.Error() {
+				log.Warn("nats connection attempt failed; retrying", "conn", name, "err", err)
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			// A refused credential ends the connection for good: say so,
+			// rather than waiting without a word.
+			if err := nc.LastError(); err != nil {
+				log.Error("nats connection closed; fix the NATS credentials or TLS options and restart", "conn", name, "err", err)
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
@@ -49,7 +70,9 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 	opts = append(opts, authOpts...)
 	if ns != nil {
 		opts = append(opts, nats.InProcessServer(ns))
-		url = ns.ClientURL()
+		// No TLS in-process even when the listener has it: the server does
+		// not ask for it there, and a tls:// URL would make the client try.
+		url = "nats://" + strings.TrimPrefix(strings.TrimPrefix(ns.ClientURL(), "tls://"), "nats://")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

@@ -148,12 +148,18 @@ func ensureSeed(path string) (string, error) {
 		if seed, err = kp.Seed(); err != nil {
 			return "", err
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		// Written whole under another name first, so a worker started
+		// beside this server never reads half a seed.
+		tmp := path + ".tmp"
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return "", err
 		}
 		_, werr := f.Write(append(seed, '\n'))
 		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			return "", err
 		}
 	} else if err != nil {
