@@ -86,9 +86,8 @@ func newTestPKI(t testing.TB) testPKI {
 	return p
 }
 
-// docNATSConfig is docs/NATS.md's nats-server configuration with its file
-// paths pointed at pki's certificates.
-func docNATSConfig(t testing.TB, pki testPKI) string {
+// docNATSBlock is docs/NATS.md's nats-server configuration, as written.
+func docNATSBlock(t testing.TB) string {
 	t.Helper()
 	doc, err := os.ReadFile("../docs/NATS.md")
 	if err != nil {
@@ -99,11 +98,19 @@ func docNATSConfig(t testing.TB, pki testPKI) string {
 	if !ok || !ok2 {
 		t.Fatal("docs/NATS.md has no nats-conf block")
 	}
+	return block
+}
+
+// docNATSConfig is docs/NATS.md's nats-server configuration with its file
+// paths pointed at pki's certificates and a temp store directory.
+func docNATSConfig(t testing.TB, pki testPKI) string {
+	t.Helper()
+	block := docNATSBlock(t)
 	for from, to := range map[string]string{
-		"/etc/nats/server-cert.pem": pki.serverCert,
-		"/etc/nats/server-key.pem":  pki.serverKey,
-		"/etc/nats/ca.pem":          pki.ca,
-		"/var/lib/nats":             filepath.Join(pki.dir, "jetstream"),
+		"/etc/nats/tls/nats-cert.pem": pki.serverCert,
+		"/etc/nats/tls/nats-key.pem":  pki.serverKey,
+		"/etc/nats/tls/ca.pem":        pki.ca,
+		"/var/lib/nats":               filepath.Join(pki.dir, "jetstream"),
 	} {
 		if !strings.Contains(block, from) {
 			t.Fatalf("docs/NATS.md's config does not name %s", from)
