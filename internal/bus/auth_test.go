@@ -1,11 +1,15 @@
 package bus
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -130,5 +134,52 @@ func TestAuthValidate(t *testing.T) {
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Connect presents each kind of credential; a wrong one is refused.
+func TestConnectCredentials(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name        string
+		opts        server.Options
+		good, wrong Auth
+	}{
+		{"user", server.Options{Username: "sluice", Password: "right"}, Auth{User: "sluice", Password: "right"}, Auth{User: "sluice", Password: "wrong"}},
+		{"token", server.Options{Authorization: "right-token"}, Auth{Token: "right-token"}, Auth{Token: "wrong-token"}},
+	} {
+		opts := tc.opts
+		opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+		ns, err := server.NewServer(&opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats not ready")
+		}
+		nc, err := Connect(ns.ClientURL(), nil, "test", tc.good, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Errorf("%s: the right credential: %v", tc.name, err)
+		}
+		nc.Close()
+		// Connect retries in the background; a refused credential closes
+		// the connection with an authorization error.
+		nc, err = Connect(ns.ClientURL(), nil, "test", tc.wrong, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !nc.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if nc.IsConnected() || !errors.Is(nc.LastError(), nats.ErrAuthorization) {
+			t.Errorf("%s: a wrong credential: connected %v, last error %v", tc.name, nc.IsConnected(), nc.LastError())
+		}
+		nc.Close()
+		ns.Shutdown()
 	}
 }
