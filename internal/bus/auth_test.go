@@ -162,8 +162,8 @@ func TestConnectCredentials(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := nc.Flush(); err != nil {
-			t.Errorf("%s: the right credential: %v", tc.name, err)
+		if err := nc.Flush(); err != nil || !nc.IsConnected() {
+			t.Errorf("%s: the right credential: %v (last error %v)", tc.name, err, nc.LastError())
 		}
 		nc.Close()
 		// Connect retries in the background; a refused credential closes
