@@ -212,10 +212,20 @@ func serverRoleMayNot(t testing.TB, nc *nats.Conn, v violations) {
 		t.Error("a server-role client deleted the state stream")
 	}
 	v.expect(t, "delete the state stream", "$JS.API.STREAM.DELETE."+bus.StateStream)
+	// A stream of its own could republish onto the worker's subjects.
+	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer ccancel()
+	if _, err := js.CreateStream(cctx, jetstream.StreamConfig{Name: "INTRUDER", Subjects: []string{"sluice.cluster.intruder"},
+		RePublish: &jetstream.RePublish{Source: ">", Destination: bus.ChangesSubject}}); err == nil {
+		t.Error("a server-role client made a stream that republishes onto the config announcements")
+	}
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.Stream(ctx, bus.StateStream); err != nil {
 		t.Errorf("the state stream is gone: %v", err)
+	}
+	if _, err := js.Stream(ctx, "INTRUDER"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the intruder's stream: want not found, got %v", err)
 	}
 }
 

@@ -170,7 +170,7 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "cluster", cfg.clusterOn())
+	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "nats_auth", serverAuth.Identity(), "cluster", cfg.clusterOn())
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
