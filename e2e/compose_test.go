@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,8 +13,10 @@ import (
 // No container engine runs here, so the compose file is checked against the
 // binaries instead: every service exists, NATS is the official image with
 // JetStream on, every command is one the binaries accept (--check-config),
-// and each service has a healthcheck and a volume. The same topology runs
-// as processes in cluster_test.go.
+// and each service has a healthcheck and a volume. NATS runs docs/NATS.md's
+// configuration (deploy/nats.conf) and every Sluice service reaches it over
+// TLS with its role's credentials. The same topology runs as processes in
+// cluster_test.go, and with that configuration in nats_auth_test.go.
 func TestComposeFileMatchesBinaries(t *testing.T) {
 	t.Parallel()
 	server, worker := build(t)
@@ -49,15 +52,35 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 		}
 		for _, v := range svc.Volumes {
 			vol, _, _ := strings.Cut(v, ":")
+			if strings.HasPrefix(vol, "./deploy/") {
+				// Bind mounts: the configuration is in the repository; the
+				// certificates are the operator's own (deploy/tls/).
+				if _, err := os.Stat("../" + vol); err != nil && !strings.HasPrefix(vol, "./deploy/tls/") {
+					t.Errorf("%s: %s: %v", name, vol, err)
+				}
+				continue
+			}
 			if _, ok := compose.Volumes[vol]; !ok {
 				t.Errorf("%s: volume %s is not declared", name, vol)
 			}
 		}
 	}
 	nats := compose.Services["nats"]
-	if !strings.HasPrefix(nats.Image, "nats:") || !contains(nats.Command, "-js") {
-		t.Errorf("nats: want the official image with -js, got %q %v", nats.Image, nats.Command)
+	if !strings.HasPrefix(nats.Image, "nats:") || !contains(nats.Command, "-js") || !contains(nats.Command, "/etc/nats/nats.conf") {
+		t.Errorf("nats: want the official image with -js and -c /etc/nats/nats.conf, got %q %v", nats.Image, nats.Command)
 	}
+	if !contains(nats.Volumes, "./deploy/nats.conf:/etc/nats/nats.conf:ro") {
+		t.Errorf("nats: deploy/nats.conf is not mounted: %v", nats.Volumes)
+	}
+	conf, err := os.ReadFile("../deploy/nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(conf) != docNATSBlock(t) {
+		t.Error("deploy/nats.conf differs from docs/NATS.md's configuration")
+	}
+	pki := newTestPKI(t)
+	fileFor := map[string]string{"--nats-ca": pki.ca, "--nats-cert": pki.clientCert, "--nats-key": pki.clientKey}
 	nodes := map[string]bool{}
 	for name, svc := range compose.Services {
 		if svc.Build == nil {
@@ -85,8 +108,31 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 			t.Errorf("%s: unknown binary %s", name, svc.Command[0])
 			continue
 		}
-		cmd := exec.Command(bin, append(svc.Command[1:], "--check-config")...)
-		cmd.Env = append(os.Environ(), "SLUICE_OPERATOR_TOKEN="+operatorToken, "SLUICE_SESSION_KEY="+strings.Repeat("ab", 32))
+		// Every Sluice service reaches NATS over TLS with a client
+		// certificate and its role's user.
+		args := slices.Clone(svc.Command[1:])
+		for _, f := range []string{"--nats-ca", "--nats-cert", "--nats-key"} {
+			i := slices.Index(args, f)
+			if i < 0 || i+1 >= len(args) {
+				t.Errorf("%s: no %s", name, f)
+				continue
+			}
+			args[i+1] = fileFor[f] // the container's path, here a test certificate
+		}
+		if i := slices.Index(args, "--nats-url"); i < 0 || !strings.HasPrefix(args[i+1], "tls://") {
+			t.Errorf("%s: NATS is not reached over tls://", name)
+		}
+		user, _ := svc.Environment["SLUICE_NATS_USER"].(string)
+		wantUser := map[string]string{"sluice-server": "sluice-server", "sluice-worker": "sluice-worker"}[svc.Command[0]]
+		if user != wantUser || svc.Environment["SLUICE_NATS_PASSWORD"] == nil {
+			t.Errorf("%s: want SLUICE_NATS_USER=%s and a SLUICE_NATS_PASSWORD, got %v", name, wantUser, svc.Environment)
+		}
+		if _, ok := svc.Environment["SLUICE_OPERATOR_TOKEN"]; ok != (svc.Command[0] == "sluice-worker") {
+			t.Errorf("%s: SLUICE_OPERATOR_TOKEN belongs to the worker, which applies it", name)
+		}
+		cmd := exec.Command(bin, append(args, "--check-config")...)
+		cmd.Env = append(os.Environ(), "SLUICE_OPERATOR_TOKEN="+operatorToken, "SLUICE_SESSION_KEY="+strings.Repeat("ab", 32),
+			"SLUICE_NATS_USER="+wantUser, "SLUICE_NATS_PASSWORD=compose-check")
 		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "configuration ok") {
 			t.Errorf("%s: %v rejected: %v\n%s", name, svc.Command, err, out)
 		}

@@ -194,11 +194,24 @@ func startServer(t testing.TB, o serverOpts) *server {
 	return s
 }
 
-// startWorker starts cmd/worker against a NATS URL with a data dir.
-func startWorker(t testing.TB, natsURL, data string) *proc {
+// startWorker starts cmd/worker against a NATS URL with a data dir. The
+// worker applies the operator bootstrap, so it gets the operator token.
+func startWorker(t testing.TB, natsURL, data string, extra ...string) *proc {
 	t.Helper()
 	_, bin := build(t)
-	return start(t, "worker", bin, []string{"--nats-url", natsURL, "--data", data})
+	return start(t, "worker", bin, append([]string{"--nats-url", natsURL, "--data", data}, extra...), "SLUICE_OPERATOR_TOKEN="+operatorToken)
+}
+
+// waitWorkerKey waits until a server whose embedded NATS listens has made
+// the worker's nkey seed under its data dir, and returns the file.
+func waitWorkerKey(t testing.TB, s *server) string {
+	t.Helper()
+	path := filepath.Join(s.data, "nats-worker.nk")
+	waitFor(t, 30*time.Second, "the server makes "+path, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+	return path
 }
 
 // restart starts the same server again (same data, address and flags).

@@ -18,7 +18,8 @@ func TestExternalWorkerOutage(t *testing.T) {
 	data := t.TempDir()
 	natsAddr := freeAddr(t)
 	s := startServer(t, serverOpts{data: data, extra: []string{"--worker=external", "--nats-listen", natsAddr}, noWait: true})
-	w := startWorker(t, "nats://"+natsAddr, data)
+	key := waitWorkerKey(t, s)
+	w := startWorker(t, "nats://"+natsAddr, data, "--nats-nkey", key)
 	s.waitReady(t, 60*time.Second)
 
 	tn := createTenant(t, s, "outage")
@@ -61,7 +62,7 @@ func TestExternalWorkerOutage(t *testing.T) {
 	w.kill()
 	t.Log("worker killed; traffic continues for 10 s")
 	time.Sleep(10 * time.Second)
-	startWorker(t, "nats://"+natsAddr, data)
+	startWorker(t, "nats://"+natsAddr, data, "--nats-nkey", key)
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()

@@ -1,6 +1,8 @@
 // Command worker runs Sluice's SQLite writer as its own process, for
 // servers started with --worker=external. It connects to the same NATS
-// (--nats-url) and owns the SQLite file under --data.
+// (--nats-url, with the credentials and TLS options of docs/NATS.md), owns
+// the SQLite file under --data, and applies the operator bootstrap
+// (SLUICE_OPERATOR_TOKEN, SLUICE_OPERATOR_EMAIL, SLUICE_OPERATOR_PASSWORD).
 package main
 
 import (
@@ -51,6 +53,8 @@ func run() error {
 	if err := analytics.RegisterFlags(fs, os.Getenv); err != nil {
 		return err
 	}
+	var auth bus.Auth
+	auth.RegisterFlags(fs, os.Getenv)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -72,6 +76,25 @@ func run() error {
 	if *natsURL == "" {
 		return fmt.Errorf("--nats-url must not be empty")
 	}
+	if !auth.HasCredentials() {
+		// Beside a server whose embedded NATS listens, with the same --data:
+		// use the worker key that server made.
+		if seed := filepath.Join(*data, bus.WorkerSeedName); fileExists(seed) {
+			auth.NKeyFile = seed
+		}
+	}
+	if err := auth.Validate(); err != nil {
+		return err
+	}
+	op := worker.Operator{
+		Token:    os.Getenv("SLUICE_OPERATOR_TOKEN"),
+		Email:    os.Getenv("SLUICE_OPERATOR_EMAIL"),
+		Password: os.Getenv("SLUICE_OPERATOR_PASSWORD"),
+		Out:      os.Stdout,
+	}
+	if (op.Email == "") != (op.Password == "") {
+		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
+	}
 	if *checkConfig {
 		fmt.Println("configuration ok")
 		return nil
@@ -87,14 +110,14 @@ func run() error {
 		return err
 	}
 	defer db.Close()
-	nc, err := bus.Connect(*natsURL, nil, "sluice-worker", log)
+	nc, err := bus.Connect(*natsURL, nil, "sluice-worker", auth, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics}, db, nc)
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op}, db, nc)
 	if err != nil {
 		return err
 	}
@@ -110,6 +133,11 @@ func run() error {
 		}()
 		defer srv.Close()
 	}
-	log.Info("sluice worker starting", "data", *data, "nats", *natsURL)
+	log.Info("sluice worker starting", "data", *data, "nats", *natsURL, "nats_auth", auth.Identity(), "nats_tls", auth.TLS())
 	return w.Run(ctx)
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }

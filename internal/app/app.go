@@ -12,7 +12,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +37,6 @@ import (
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
-	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -92,24 +90,39 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	url := cfg.NatsURL
+	serverAuth, workerAuth := cfg.NatsAuth, cfg.NatsAuth
 	if url == "" {
-		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: cfg.Data, Listen: cfg.NatsListen, Name: cfg.Node})
+		ecfg := bus.EmbeddedConfig{DataDir: cfg.Data, Listen: cfg.NatsListen, Name: cfg.Node, TLSCert: cfg.NatsListenCert, TLSKey: cfg.NatsListenKey}
+		if cfg.NatsListen != "" {
+			// Other processes can reach this NATS: it accepts only the
+			// role keys kept under --data, and this process uses them too.
+			keys, err := bus.EnsureRoleKeys(cfg.Data)
+			if err != nil {
+				return fmt.Errorf("nats credentials: %w", err)
+			}
+			ecfg.Keys = &keys
+			serverAuth, workerAuth = bus.Auth{NKeyFile: keys.ServerSeedFile}, bus.Auth{NKeyFile: keys.WorkerSeedFile}
+			m.Log.Info("embedded nats requires credentials", "worker_nkey", keys.WorkerSeedFile, "server_nkey", keys.ServerSeedFile, "tls", cfg.NatsListenCert != "")
+		}
+		ns, err := bus.StartEmbedded(ecfg)
 		if err != nil {
 			return err
 		}
 		m.ns = ns
 		m.Log.Info("embedded nats started", "listen", cfg.NatsListen, "store", filepath.Join(cfg.Data, "nats"))
 	}
-	nc, err := bus.Connect(url, m.ns, "sluice-server-"+cfg.Node, m.Log)
+	nc, err := bus.Connect(url, m.ns, "sluice-server-"+cfg.Node, serverAuth, m.Log)
 	if err != nil {
 		return err
 	}
 	m.nc = nc
 
 	if cfg.Worker == "embedded" {
-		if err := m.startWorker(ctx, url); err != nil {
+		if err := m.startWorker(ctx, url, workerAuth); err != nil {
 			return err
 		}
+	} else if cfg.OperatorToken != "" || cfg.OperatorEmail != "" {
+		m.Log.Warn("SLUICE_OPERATOR_* are applied by the worker; with --worker=external give them to cmd/worker, this server ignores them")
 	}
 
 	eng, err := engine.New(engine.Config{
@@ -172,14 +185,11 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "cluster", cfg.clusterOn())
+	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "nats_auth", serverAuth.Identity(), "cluster", cfg.clusterOn())
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
 	m.bg.Go(func() {
-		// The operator token is settled before the engine hydrates, so a
-		// server that reports ready accepts it.
-		m.bootstrap(bgCtx, client)
 		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold) })
 		// Sessions are refused until the sign-outs are loaded, so a server
 		// normally loads them before it reports ready; a JetStream that
@@ -211,18 +221,19 @@ func natsDesc(cfg Config) string {
 	return "embedded"
 }
 
-func (m *Main) startWorker(ctx context.Context, url string) error {
+func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error {
 	db, err := sqlitedb.Open(ctx, filepath.Join(m.Config.Data, "sluice.db"))
 	if err != nil {
 		return err
 	}
 	m.closeDB = db.Close
-	wnc, err := bus.Connect(url, m.ns, "sluice-worker-"+m.Config.Node, m.Log)
+	wnc, err := bus.Connect(url, m.ns, "sluice-worker-"+m.Config.Node, auth, m.Log)
 	if err != nil {
 		return err
 	}
 	m.workerNC = wnc
-	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics}, db, wnc)
+	op := worker.Operator{Token: m.Config.OperatorToken, Email: m.Config.OperatorEmail, Password: m.Config.OperatorPassword, Out: m.Out}
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Operator: op}, db, wnc)
 	if err != nil {
 		return err
 	}
@@ -237,33 +248,6 @@ func (m *Main) startWorker(ctx context.Context, url string) error {
 		}
 	}()
 	return nil
-}
-
-// bootstrap makes sure an operator token exists: the configured one, or on
-// a first start a generated one printed once (only its hash is stored).
-func (m *Main) bootstrap(ctx context.Context, client *bus.Client) {
-	cfg := m.Config
-	token, generated := cfg.OperatorToken, false
-	if token == "" {
-		token, generated = "op_"+rand.Text(), true
-	} else if err := tenants.ValidateOperatorToken(token); err != nil {
-		m.Log.Error("SLUICE_OPERATOR_TOKEN rejected; operator API disabled until it is fixed", "err", err)
-		return
-	}
-	retry(ctx, m.Log, "operator bootstrap", func() error {
-		var w bus.Written[bool]
-		err := client.Call(ctx, bus.OpBootstrap, bus.Bootstrap{TokenHash: tenants.HashToken(token), OnlyIfAbsent: generated}, &w)
-		if err == nil && generated && w.Result {
-			fmt.Fprintf(m.Out, "\nSluice operator token (shown once, store it now): %s\n\n", token)
-		}
-		return err
-	})
-	if cfg.OperatorEmail != "" {
-		retry(ctx, m.Log, "operator login bootstrap", func() error {
-			var u tenants.User
-			return client.Call(ctx, bus.OpEnsureOperator, bus.EnsureOperator{Email: cfg.OperatorEmail, Password: cfg.OperatorPassword}, &u)
-		})
-	}
 }
 
 // lazyRevoker is the dashboard's view of signed-out sessions, usable before
@@ -345,27 +329,6 @@ func (l *lazyRevoker) State() (bool, time.Time) {
 		return false, *t
 	}
 	return false, time.Time{}
-}
-
-func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) {
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if code := errorCode(err); code != "unavailable" {
-			log.Error(what+" failed", "err", err)
-			return
-		}
-		if attempt == 4 {
-			log.Warn(what+" waiting for the worker", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // startPprof serves the runtime profiles on their own loopback listener,

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/tls"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -21,6 +23,9 @@ type Config struct {
 	Data            string        // --data, SLUICE_DATA
 	NatsURL         string        // --nats-url, SLUICE_NATS_URL; empty = embedded server
 	NatsListen      string        // --nats-listen, SLUICE_NATS_LISTEN; embedded server's client port, empty = in-process only
+	NatsListenCert  string        // --nats-listen-cert, SLUICE_NATS_LISTEN_CERT: PEM certificate the embedded listener presents
+	NatsListenKey   string        // --nats-listen-key, SLUICE_NATS_LISTEN_KEY: its PEM private key
+	NatsAuth        bus.Auth      // --nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key, SLUICE_NATS_USER/PASSWORD/TOKEN: for --nats-url
 	Worker          string        // --worker, SLUICE_WORKER: embedded | external
 	Node            string        // --node, SLUICE_NODE
 	Cluster         string        // --cluster, SLUICE_CLUSTER: auto | on | off
@@ -96,6 +101,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.Data, "data", env("SLUICE_DATA", c.Data), "data directory for SQLite and embedded NATS (SLUICE_DATA)")
 	fs.StringVar(&c.NatsURL, "nats-url", env("SLUICE_NATS_URL", c.NatsURL), "external NATS URL; empty runs an embedded NATS server (SLUICE_NATS_URL)")
 	fs.StringVar(&c.NatsListen, "nats-listen", env("SLUICE_NATS_LISTEN", c.NatsListen), "host:port where the embedded NATS server accepts other processes; empty = in-process only (SLUICE_NATS_LISTEN)")
+	fs.StringVar(&c.NatsListenCert, "nats-listen-cert", env("SLUICE_NATS_LISTEN_CERT", c.NatsListenCert), "PEM certificate for the embedded NATS listener; required when --nats-listen is not loopback (SLUICE_NATS_LISTEN_CERT)")
+	fs.StringVar(&c.NatsListenKey, "nats-listen-key", env("SLUICE_NATS_LISTEN_KEY", c.NatsListenKey), "PEM private key of --nats-listen-cert (SLUICE_NATS_LISTEN_KEY)")
+	c.NatsAuth.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.Worker, "worker", env("SLUICE_WORKER", c.Worker), "embedded: run the SQLite worker in this process; external: a cmd/worker process does (SLUICE_WORKER)")
 	fs.StringVar(&c.Cluster, "cluster", env("SLUICE_CLUSTER", c.Cluster), "auto: share bucket ownership with other servers when --nats-url is set; on; off (SLUICE_CLUSTER)")
 	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS (SLUICE_NODE)")
@@ -139,6 +147,9 @@ func (c *Config) Validate() error {
 	if c.Worker == "external" && c.NatsURL == "" && c.NatsListen == "" {
 		return fmt.Errorf("--worker=external needs a NATS the worker can reach: set --nats-url, or --nats-listen for the embedded server")
 	}
+	if err := c.validateNATS(); err != nil {
+		return err
+	}
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
 		return fmt.Errorf("--flush-interval must be between 10ms and 1m, not %s", c.FlushInterval)
 	}
@@ -177,6 +188,37 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
 	}
 	return nil
+}
+
+// validateNATS checks the NATS options: an embedded listener other
+// machines can reach must use TLS, and every file named must be readable.
+func (c *Config) validateNATS() error {
+	if c.NatsURL == "" && (c.NatsAuth.HasCredentials() || c.NatsAuth.TLS()) {
+		return fmt.Errorf("NATS credentials and TLS options are for --nats-url; the embedded NATS makes its own credentials under --data")
+	}
+	if c.NatsURL != "" && (c.NatsListen != "" || c.NatsListenCert != "") {
+		return fmt.Errorf("--nats-listen and --nats-listen-cert are for the embedded NATS; with --nats-url configure that NATS instead")
+	}
+	if (c.NatsListenCert == "") != (c.NatsListenKey == "") {
+		return fmt.Errorf("set both --nats-listen-cert and --nats-listen-key, or neither")
+	}
+	if c.NatsListenCert != "" {
+		if c.NatsListen == "" {
+			return fmt.Errorf("--nats-listen-cert needs --nats-listen")
+		}
+		if _, err := tls.LoadX509KeyPair(c.NatsListenCert, c.NatsListenKey); err != nil {
+			return fmt.Errorf("--nats-listen-cert/--nats-listen-key: %w", err)
+		}
+	}
+	if c.NatsListen != "" {
+		if _, _, err := net.SplitHostPort(c.NatsListen); err != nil {
+			return fmt.Errorf("--nats-listen %q: %w", c.NatsListen, err)
+		}
+		if !bus.LoopbackListen(c.NatsListen) && c.NatsListenCert == "" {
+			return fmt.Errorf("--nats-listen %s is not a loopback address: other machines would reach NATS without TLS; set --nats-listen-cert and --nats-listen-key, or listen on 127.0.0.1", c.NatsListen)
+		}
+	}
+	return c.NatsAuth.Validate()
 }
 
 // sanitizeNode turns a host name into a valid node name.

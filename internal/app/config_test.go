@@ -2,8 +2,42 @@ package app
 
 import (
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
+
+func TestConfigNATSOptions(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{"in-process only", nil, nil, ""},
+		{"loopback listener", []string{"--nats-listen", "127.0.0.1:4222"}, nil, ""},
+		{"open listener without TLS", []string{"--nats-listen", "0.0.0.0:4222"}, nil, "not a loopback address"},
+		{"listener cert that does not load", []string{"--nats-listen", "0.0.0.0:4222", "--nats-listen-cert", notPEM, "--nats-listen-key", notPEM}, nil, "--nats-listen-cert"},
+		{"listener cert without key", []string{"--nats-listen", "0.0.0.0:4222", "--nats-listen-cert", notPEM}, nil, "both --nats-listen-cert"},
+		{"external with user", []string{"--nats-url", "tls://nats:4222"}, map[string]string{"SLUICE_NATS_USER": "s", "SLUICE_NATS_PASSWORD": "p"}, ""},
+		{"external with a missing creds file", []string{"--nats-url", "nats://nats:4222", "--nats-creds", filepath.Join(dir, "missing.creds")}, nil, "--nats-creds"},
+		{"missing ca from the environment", []string{"--nats-url", "nats://nats:4222"}, map[string]string{"SLUICE_NATS_CA": filepath.Join(dir, "ca.pem")}, "--nats-ca"},
+		{"credentials for the embedded nats", nil, map[string]string{"SLUICE_NATS_TOKEN": "t"}, "are for --nats-url"},
+		{"listener with an external nats", []string{"--nats-url", "nats://nats:4222", "--nats-listen", "127.0.0.1:4222"}, nil, "for the embedded NATS"},
+	} {
+		cfg := DefaultConfig()
+		err := cfg.ParseFlags("server", append([]string{"--data", dir}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
 
 func TestPublicURLAndMetricsAddr(t *testing.T) {
 	parse := func(args []string, env map[string]string) (Config, error) {

@@ -74,19 +74,6 @@ type BucketReset struct {
 	Identity tenants.Identity `json:"identity"`
 }
 
-// Bootstrap stores the operator token's hash; with OnlyIfAbsent it does so
-// only on a first start.
-type Bootstrap struct {
-	TokenHash    string `json:"token_hash"`
-	OnlyIfAbsent bool   `json:"only_if_absent"`
-}
-
-// EnsureOperator creates or updates the operator's dashboard login.
-type EnsureOperator struct {
-	Email    string `json:"email"`
-	Password string `json:"password"`
-}
-
 // UserCreate invites a member to a tenant.
 type UserCreate struct {
 	TenantID string `json:"tenant_id"`

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -15,10 +17,17 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-// Connect opens a NATS connection that reconnects forever. When ns is not
-// nil the connection is made in-process to that embedded server (no TCP);
-// otherwise url is dialled.
-func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nats.Conn, error) {
+// Connect opens a NATS connection that reconnects forever, with auth's
+// credentials and TLS settings. When ns is not nil the connection is made
+// in-process to that embedded server (no TCP); otherwise url is dialled.
+// Errors NATS reports on the connection (a refused credential, a permission
+// violation) are logged, so a misconfigured process says why it does not work.
+func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) {
+	authOpts, err := auth.options()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr atomic.Value // the last failed attempt's message, logged once
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -30,12 +39,40 @@ func Connect(url string, ns *server.Server, name string, log *slog.Logger) (*nat
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			lastErr.Store("")
 			log.Info("nats reconnected", "conn", name, "url", nc.ConnectedUrlRedacted())
 		}),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			if lastErr.Swap("") != nil {
+				log.Info("nats connected", "conn", name, "url", nc.ConnectedUrlRedacted())
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && lastErr.Swap(err.Error()) != err.Error() {
+				log.Warn("nats connection attempt failed; retrying", "conn", name, "err", err)
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			// A refused credential ends the connection for good: say so,
+			// rather than waiting without a word.
+			if err := nc.LastError(); err != nil {
+				log.Error("nats connection closed; fix the NATS credentials or TLS options and restart", "conn", name, "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("nats error", "conn", name, "subject", subject, "err", err)
+		}),
 	}
+	opts = append(opts, authOpts...)
 	if ns != nil {
 		opts = append(opts, nats.InProcessServer(ns))
-		url = ns.ClientURL()
+		// No TLS in-process even when the listener has it: the server does
+		// not ask for it there, and a tls:// URL would make the client try.
+		url = "nats://" + strings.TrimPrefix(strings.TrimPrefix(ns.ClientURL(), "tls://"), "nats://")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

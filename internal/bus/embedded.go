@@ -24,6 +24,26 @@ type EmbeddedConfig struct {
 	// sizes its messages to the connection's limit, so this only trades
 	// fewer, larger messages against memory.
 	MaxPayload int32
+	// Keys, when not nil, are the only credentials the server accepts, each
+	// with its role's permissions (see roles.go). cmd/server always sets
+	// them with Listen; nil accepts any client, which only tests do.
+	Keys *RoleKeys
+	// TLSCert and TLSKey are the PEM certificate and key the listener
+	// presents; required when Listen is not a loopback address.
+	TLSCert, TLSKey string
+}
+
+// LoopbackListen reports whether a host:port listens on loopback only.
+func LoopbackListen(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // StartEmbedded starts a NATS server with JetStream and waits until it
@@ -52,6 +72,19 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
 		}
 		opts.Host, opts.Port = host, p
+		if !LoopbackListen(cfg.Listen) && cfg.TLSCert == "" {
+			return nil, fmt.Errorf("nats listen %s: not a loopback address, so a TLS certificate and key are required", cfg.Listen)
+		}
+	}
+	if cfg.Keys != nil {
+		opts.Nkeys = cfg.Keys.users()
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("nats listen tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 5
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -26,6 +26,17 @@ func RestoreKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 	return true, nil
 }
 
+// OpenKeyValue makes the bucket cfg describes, or opens it as it is. It
+// never updates a bucket's stream: servers may not (ServerRole), since an
+// update could make a stream republish onto worker-only subjects.
+func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return js.KeyValue(ctx, cfg.Bucket) // same name, other settings
+	}
+	return kv, err
+}
+
 // Incarnation is the creation time (unix ns) of kv's stream. A bucket that
 // was lost and made again has a new one, and numbers its entries from 1
 // again: revisions and watch positions from before mean nothing in it. A

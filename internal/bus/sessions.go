@@ -84,7 +84,7 @@ func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge 
 		TTL:         maxAge,
 		Storage:     jetstream.FileStorage,
 	}
-	kv, err := js.CreateOrUpdateKeyValue(setup, cfg)
+	kv, err := OpenKeyValue(setup, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("revoked sessions bucket: %w", err)
 	}

@@ -52,30 +52,31 @@ const ChangesSubject = "sluice.events.config"
 // does not know rather than misreading them.
 const WireVersion = 1
 
-// Config operations: ConfigPrefix + "." + Op is the subject.
+// Config operations: ConfigPrefix + "." + Op is the subject. Nothing is
+// served under ConfigPrefix + ".operator.": the worker bootstraps the
+// operator itself at start, and a server's NATS permissions deny those
+// subjects (roles.go).
 const (
-	OpSnapshot       = "snapshot"
-	OpVersion        = "version"
-	OpBootstrap      = "operator.bootstrap"
-	OpEnsureOperator = "operator.ensure"
-	OpTenantCreate   = "tenant.create"
-	OpTenantList     = "tenant.list"
-	OpPolicyCreate   = "policy.create"
-	OpPolicyGet      = "policy.get"
-	OpPolicyList     = "policy.list"
-	OpPolicyUpdate   = "policy.update"
-	OpPolicyDelete   = "policy.delete"
-	OpKeyCreate      = "key.create"
-	OpKeyGet         = "key.get"
-	OpKeyList        = "key.list"
-	OpKeyUpdate      = "key.update"
-	OpKeyRevoke      = "key.revoke"
-	OpBlockCreate    = "block.create"
-	OpBlockList      = "block.list"
-	OpBlockDelete    = "block.delete"
-	OpBucketReset    = "bucket.reset"
-	OpUserByEmail    = "user.by_email"
-	OpUserCreate     = "user.create"
+	OpSnapshot     = "snapshot"
+	OpVersion      = "version"
+	OpTenantCreate = "tenant.create"
+	OpTenantList   = "tenant.list"
+	OpPolicyCreate = "policy.create"
+	OpPolicyGet    = "policy.get"
+	OpPolicyList   = "policy.list"
+	OpPolicyUpdate = "policy.update"
+	OpPolicyDelete = "policy.delete"
+	OpKeyCreate    = "key.create"
+	OpKeyGet       = "key.get"
+	OpKeyList      = "key.list"
+	OpKeyUpdate    = "key.update"
+	OpKeyRevoke    = "key.revoke"
+	OpBlockCreate  = "block.create"
+	OpBlockList    = "block.list"
+	OpBlockDelete  = "block.delete"
+	OpBucketReset  = "bucket.reset"
+	OpUserByEmail  = "user.by_email"
+	OpUserCreate   = "user.create"
 
 	// Credential lifecycle.
 	OpServiceKeyCreate = "service_key.create"
@@ -112,4 +113,11 @@ func Partition(key []byte) int {
 const (
 	ForwardPrefix = "sluice.cluster.fwd."
 	LocalPrefix   = "sluice.cluster.local."
+)
+
+// JetStream KV buckets the servers keep: partition leases and members
+// (internal/cluster). RevokedSessionsBucket (sessions.go) is the third.
+const (
+	OwnersBucket  = "sluice_owners"
+	MembersBucket = "sluice_members"
 )

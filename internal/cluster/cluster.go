@@ -53,10 +53,10 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 )
 
-// KV buckets of the cluster.
+// KV buckets of the cluster (named in bus, whose roles grant them).
 const (
-	OwnersBucket  = "sluice_owners"
-	MembersBucket = "sluice_members"
+	OwnersBucket  = bus.OwnersBucket
+	MembersBucket = bus.MembersBucket
 )
 
 // Config tunes a Cluster. Zero fields take their defaults.
@@ -226,8 +226,8 @@ var bucketConfigs = [...]jetstream.KeyValueConfig{
 }
 
 func (c *Cluster) createBuckets(ctx context.Context) (owners, members jetstream.KeyValue, err error) {
-	o, err1 := c.js.CreateOrUpdateKeyValue(ctx, bucketConfigs[0])
-	m, err2 := c.js.CreateOrUpdateKeyValue(ctx, bucketConfigs[1])
+	o, err1 := bus.OpenKeyValue(ctx, c.js, bucketConfigs[0])
+	m, err2 := bus.OpenKeyValue(ctx, c.js, bucketConfigs[1])
 	return o, m, errors.Join(err1, err2)
 }
 

@@ -59,20 +59,6 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			v, err := st.ConfigVersion(ctx)
 			return bus.Version{Version: v}, err
 		}),
-		bus.OpBootstrap: handle(w, bus.OpBootstrap, func(ctx context.Context, r bus.Bootstrap) (bus.Written[bool], error) {
-			return write(w, ctx, func() (bool, []tenants.Change, error) {
-				set, c, err := st.SetOperatorTokenHash(ctx, r.TokenHash, r.OnlyIfAbsent)
-				if err != nil || !set {
-					return set, nil, err
-				}
-				return true, []tenants.Change{c}, nil
-			})
-		}),
-		bus.OpEnsureOperator: handle(w, bus.OpEnsureOperator, func(ctx context.Context, r bus.EnsureOperator) (bus.Written[tenants.User], error) {
-			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
-				return st.EnsureOperator(ctx, r.Email, r.Password, now())
-			})
-		}),
 		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
 			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
 				t, key, cs, err := st.CreateTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword, now())

@@ -52,6 +52,9 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the worker's metrics; none are exported when nil.
 	Registerer prometheus.Registerer
+	// Operator is applied to the store when Run starts, before the worker
+	// answers any request, so the first snapshot a server loads has it.
+	Operator Operator
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -150,6 +153,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	w.bootstrapOperator(ctx)
 	svc, err := micro.AddService(w.nc, micro.Config{
 		Name:        bus.ServiceName,
 		Version:     bus.ServiceVersion,

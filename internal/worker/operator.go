@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Operator is the operator's bootstrap: the worker applies it to its own
+// store when it starts, so no NATS client can set the operator token or
+// login (servers' NATS permissions deny those subjects).
+type Operator struct {
+	// Token is SLUICE_OPERATOR_TOKEN; empty means "generate one on a first
+	// start and print it once to Out".
+	Token string
+	// Email and Password are SLUICE_OPERATOR_EMAIL and
+	// SLUICE_OPERATOR_PASSWORD: the operator's dashboard login, both or neither.
+	Email, Password string
+	// Out receives the one-time announcement of a generated token.
+	Out io.Writer
+}
+
+// bootstrapOperator makes sure an operator token exists: the configured
+// one, or on a first start a generated one printed once (only its hash is
+// stored). A rejected token is logged and leaves the operator API closed,
+// as it was before; the worker keeps serving.
+func (w *Worker) bootstrapOperator(ctx context.Context) {
+	op := w.cfg.Operator
+	token, generated := op.Token, false
+	if token == "" {
+		token, generated = "op_"+rand.Text(), true
+	} else if err := tenants.ValidateOperatorToken(token); err != nil {
+		w.log.Error("SLUICE_OPERATOR_TOKEN rejected; operator API disabled until it is fixed", "err", err)
+		token = ""
+	}
+	if token != "" {
+		res, err := write(w, ctx, func() (bool, []tenants.Change, error) {
+			set, c, err := w.store.SetOperatorTokenHash(ctx, tenants.HashToken(token), generated)
+			if err != nil || !set {
+				return set, nil, err
+			}
+			return true, []tenants.Change{c}, nil
+		})
+		switch {
+		case err != nil:
+			w.log.Error("operator bootstrap failed", "err", err)
+		case generated && res.Result && op.Out != nil:
+			fmt.Fprintf(op.Out, "\nSluice operator token (shown once, store it now): %s\n\n", token)
+		}
+	}
+	if op.Email != "" {
+		// Announced: a retired operator login or a new password ends the
+		// sessions it had on every server.
+		if _, err := write(w, ctx, func() (tenants.User, []tenants.Change, error) {
+			return w.store.EnsureOperator(ctx, op.Email, op.Password, w.cfg.Now())
+		}); err != nil {
+			w.log.Error("operator login bootstrap failed", "err", err)
+		}
+	}
+}
