@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
 )
 
 // call sends one API request and returns the status and decoded body.
@@ -83,6 +86,7 @@ func bootPair(t *testing.T, tweak func(*Main)) (a, b *Main) {
 	a = start(ca)
 	cb := DefaultConfig()
 	cb.Node, cb.NatsURL, cb.Worker = "b", "nats://"+natsAddr, "external"
+	cb.NatsAuth.NKeyFile = filepath.Join(a.Config.Data, bus.ServerSeedName) // a's listener takes its server key
 	b = start(cb)
 	return a, b
 }
