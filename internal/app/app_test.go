@@ -18,15 +18,33 @@ import (
 const testToken = "op_app_test_token_0123456789abcdef"
 
 // boot starts the whole product in-process on a free port with a temp dir.
-func boot(t testing.TB) *Main {
+func boot(t testing.TB) *Main { return bootWith(t, nil) }
+
+// bootWith is boot with edit (when not nil) applied to the config first.
+func bootWith(t testing.TB, edit func(*Config)) *Main {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Data = t.TempDir()
 	cfg.Node = "apptest"
 	cfg.OperatorToken = testToken
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, _ := runMain(t, cfg, nil)
+	return m
+}
+
+// runMain runs a Main for cfg until the test ends (tweak, when not nil,
+// adjusts it before Run), waits until it is ready, and returns it with its
+// close-once function, which stop also finds.
+func runMain(t testing.TB, cfg Config, tweak func(*Main)) (*Main, func()) {
+	t.Helper()
 	m := NewMain(cfg, slog.New(slog.DiscardHandler))
 	m.Out = io.Discard
+	if tweak != nil {
+		tweak(m)
+	}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -36,20 +54,14 @@ func boot(t testing.TB) *Main {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			if err := m.Close(ctx); err != nil {
-				t.Errorf("close: %v", err)
+				t.Errorf("close %s: %v", m.Config.Node, err)
 			}
 		})
 	}
 	t.Cleanup(closeMain)
 	closers.Store(m, closeMain)
-	deadline := time.Now().Add(20 * time.Second)
-	for !m.Engine().Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready after 20s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return m
+	waitUntil(t, 30*time.Second, m.Config.Node+" ready", m.Engine().Ready)
+	return m, closeMain
 }
 
 // closers holds each booted Main's close-once function, for stop.
@@ -101,7 +113,7 @@ func setup(t *testing.T, m *Main) string {
 	return tenantID
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

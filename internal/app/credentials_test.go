@@ -1,10 +1,8 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -12,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,25 +57,7 @@ func bootPair(t *testing.T, tweak func(*Main)) (a, b *Main) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	start := func(cfg Config) *Main {
 		cfg.Addr, cfg.Data, cfg.OperatorToken, cfg.SessionKey, cfg.Cluster = "127.0.0.1:0", t.TempDir(), testToken, key, "off"
-		m := NewMain(cfg, slog.New(slog.DiscardHandler))
-		m.Out = io.Discard
-		if tweak != nil {
-			tweak(m)
-		}
-		if err := m.Run(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		t.Cleanup(func() {
-			once.Do(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				if err := m.Close(ctx); err != nil {
-					t.Errorf("close %s: %v", m.Config.Node, err)
-				}
-			})
-		})
-		waitUntil(t, 30*time.Second, m.Config.Node+" ready", m.Engine().Ready)
+		m, _ := runMain(t, cfg, tweak)
 		return m
 	}
 	ca := DefaultConfig()
@@ -315,25 +294,7 @@ func TestRestartedServerFailsClosed(t *testing.T) {
 	start := func(hold chan struct{}, wait time.Duration) (*Main, func()) {
 		cfg := DefaultConfig()
 		cfg.Addr, cfg.Data, cfg.Node, cfg.OperatorToken = "127.0.0.1:0", dir, "restart", testToken
-		m := NewMain(cfg, slog.New(slog.DiscardHandler))
-		m.Out = io.Discard
-		m.revocationHold, m.revocationWait = hold, wait
-		if err := m.Run(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		closeMain := func() {
-			once.Do(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				if err := m.Close(ctx); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			})
-		}
-		t.Cleanup(closeMain)
-		waitUntil(t, 30*time.Second, "ready", m.Engine().Ready)
-		return m, closeMain
+		return runMain(t, cfg, func(m *Main) { m.revocationHold, m.revocationWait = hold, wait })
 	}
 	m, closeM := start(nil, 0)
 	do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "restart", "owner_email": "o@restart.test", "owner_password": "a long passphrase"})

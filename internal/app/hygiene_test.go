@@ -2,49 +2,16 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/web/static"
 )
-
-// bootWith starts the product as boot does, with cfg changed by edit first.
-func bootWith(t *testing.T, edit func(*Config)) *Main {
-	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.Data = t.TempDir()
-	cfg.Node = "apptest"
-	cfg.OperatorToken = testToken
-	edit(&cfg)
-	m := NewMain(cfg, slog.New(slog.DiscardHandler))
-	m.Out = io.Discard
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	closeMain := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := m.Close(ctx); err != nil {
-				t.Errorf("close: %v", err)
-			}
-		})
-	}
-	t.Cleanup(closeMain)
-	closers.Store(m, closeMain)
-	waitUntil(t, 30*time.Second, "ready", func() bool { return m.Engine().Ready() })
-	return m
-}
 
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
