@@ -21,9 +21,7 @@ package main
 //	go run ./cmd/sluice-bench restart -buckets 1000000,3000000,10000000
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -249,20 +247,7 @@ func (s *benchServer) rss() int64 {
 }
 
 func (s *benchServer) call(method, path, token string, body any, out any) error {
-	data, _ := json.Marshal(body)
-	req, _ := http.NewRequest(method, s.url+path, bytes.NewReader(data))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	return json.Unmarshal(b, out)
+	return apiCall(context.Background(), http.DefaultClient, method, s.url+path, token, body, out)
 }
 
 func benchIP(i int) string {
