@@ -317,8 +317,8 @@ func TestDashboard(t *testing.T) {
 	b.screenshot("06-keys-empty")
 	b.set(`[data-testid="key-name"]`, "mobile app")
 	b.set(`[data-testid="key-tier"]`, "pro")
-	if st := b.submit(`[data-testid="key-create"]`); st != 201 {
-		b.fail("create key", fmt.Errorf("status %d", st))
+	if st := b.submit(`[data-testid="key-create"]`); st != 200 {
+		b.fail("create key", fmt.Errorf("status %d after the redirect", st))
 	}
 	secret := b.text(`[data-testid="key-secret"]`)
 	if !strings.HasPrefix(secret, "ck_") {
@@ -328,6 +328,12 @@ func TestDashboard(t *testing.T) {
 	// shows the copy button, which stays hidden without scripts.
 	b.do("copy button", chromedp.WaitVisible(chromedp.CSS(`button[data-copy="new-key-secret"]`)))
 	b.screenshot("07-key-created")
+	// A reload shows the list without the secret and makes no second key.
+	b.do("reload", chromedp.Reload())
+	b.do("keys list after a reload", chromedp.WaitVisible(chromedp.CSS(`[data-testid="key-form"]`)))
+	if b.exists(`[data-testid="key-secret"]`) || b.count(`[data-testid="key-row"]`) != 1 {
+		b.fail("reload after creating a key", fmt.Errorf("secret shown again or a second key"))
+	}
 	b.submit(`[data-testid="key-row"] a`)
 	b.do("key page", chromedp.WaitVisible(chromedp.CSS(`[data-testid="overrides-form"]`)))
 	b.submit(`[data-testid="override-add"]`)

@@ -38,8 +38,17 @@ func (a *agent) createPolicy(name string, anonLimit int) string {
 
 func (a *agent) createKey(name, tier string) (id, secret string) {
 	a.s.t.Helper()
-	p := want(a.s.t, a.post("/ui/keys", url.Values{"name": {name}, "tier": {tier}}), http.StatusCreated, "create key")
+	p := want(a.s.t, a.post("/ui/keys", url.Values{"name": {name}, "tier": {tier}}), http.StatusSeeOther, "create key")
+	if p.location != "/ui/keys" {
+		a.s.t.Fatalf("create key: to %q", p.location)
+	}
+	p = want(a.s.t, a.get(p.location), http.StatusOK, "after creating a key")
 	secret = p.text("key-secret")
+	// The secret is shown once: a reload shows the list without it and
+	// makes no second key.
+	if again := want(a.s.t, a.get("/ui/keys"), http.StatusOK, "reload"); again.has("key-secret") || len(again.testID("key-row")) != len(p.testID("key-row")) {
+		a.s.t.Fatal("a reload of the keys page shows the secret again or adds a key")
+	}
 	for _, row := range p.testID("key-row") {
 		if strings.Contains(attrOf(row, "data-key-id"), "ckey_") {
 			id = attrOf(row, "data-key-id")

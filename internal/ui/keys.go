@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,8 +22,15 @@ type keyHandler struct {
 	config    configCaller
 	analytics analyticsQuerier
 	wait      versionWaiter
+	sess      *sessions
 	now       func() time.Time
 }
+
+// newConsumerKeyCookie carries a new consumer key, with its secret, sealed
+// for the session that made it, from the form's POST to the list it
+// redirects to, which shows it once and deletes the cookie: a reload shows
+// nothing and makes no second key.
+const newConsumerKeyCookie = "sluice_new_key"
 
 // lastUsedWindow is how far back "last used" looks.
 const lastUsedWindow = 30 * 24 * time.Hour
@@ -73,7 +81,21 @@ var keySorts = []struct{ key, label string }{
 }
 
 func (h *keyHandler) list(c echo.Context) error {
-	return h.renderList(c, http.StatusOK, views.KeyForm{}, nil)
+	var created *views.CreatedKey
+	if ck, err := c.Cookie(newConsumerKeyCookie); err == nil && ck.Value != "" {
+		var k views.CreatedKey
+		if plain, ok := h.sess.open(mustSession(c).SID, ck.Value); ok && json.Unmarshal([]byte(plain), &k) == nil {
+			created = &k
+		}
+		c.SetCookie(h.newKeyCookie(c, "", -1))
+	}
+	return h.renderList(c, http.StatusOK, views.KeyForm{}, created)
+}
+
+func (h *keyHandler) newKeyCookie(c echo.Context, value string, maxAge int) *http.Cookie {
+	ck := h.sess.cookie(c.Request(), newConsumerKeyCookie, value, maxAge)
+	ck.Path = "/ui/keys"
+	return ck
 }
 
 func (h *keyHandler) renderList(c echo.Context, status int, form views.KeyForm, created *views.CreatedKey) error {
@@ -192,10 +214,11 @@ func (h *keyHandler) create(c echo.Context) error {
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
 	k := w.Result.Key
-	// The secret is in this answer only: it is neither stored nor put in a
-	// URL, so this page is rendered directly instead of redirecting.
-	created := &views.CreatedKey{Name: k.Name, Tier: k.Tier, Prefix: k.Prefix, Secret: w.Result.Secret, URL: keyURL(k.ID)}
-	return h.renderList(c, http.StatusCreated, views.KeyForm{}, created)
+	// The secret is stored nowhere and never put in a URL: it travels to
+	// the list in a short-lived cookie sealed for this session.
+	created, _ := json.Marshal(views.CreatedKey{Name: k.Name, Tier: k.Tier, Prefix: k.Prefix, Secret: w.Result.Secret, URL: keyURL(k.ID)})
+	c.SetCookie(h.newKeyCookie(c, h.sess.seal(mustSession(c).SID, string(created)), 300))
+	return seeOther(c, "/ui/keys", "")
 }
 
 func (h *keyHandler) get(c echo.Context) (tenants.ConsumerKey, error) {

@@ -138,7 +138,7 @@ func Register(e *echo.Echo, d Deps) error {
 	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
 	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
-	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, sess: sess, now: d.Now}
 	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
