@@ -152,6 +152,18 @@ func (b *browser) submit(sel string) int64 {
 	return resp.Status
 }
 
+// boolJS evaluates a boolean expression in the page.
+func (b *browser) boolJS(expr string) bool {
+	b.t.Helper()
+	ctx, cancel := b.timeout()
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+	if err != nil {
+		b.fail("evaluate "+expr, err)
+	}
+	return v
+}
+
 func (b *browser) set(sel, value string) {
 	b.t.Helper()
 	b.do("set "+sel, chromedp.SetValue(chromedp.CSS(sel), value))
@@ -287,10 +299,18 @@ func TestDashboard(t *testing.T) {
 	b.set(`#f-tier-1-limit-0-algorithm`, "sliding_window")
 	b.set(`#f-tier-1-limit-0-limit`, "1000")
 	b.set(`#f-tier-1-limit-0-period`, "one minute")
+	// The browser itself refuses a period that is no duration at all...
+	mismatch, formValid := b.boolJS(`document.querySelector('#f-tier-1-limit-0-period').validity.patternMismatch`),
+		b.boolJS(`document.querySelector('[data-testid="policy-form"]').checkValidity()`)
+	if !mismatch || formValid {
+		b.fail("invalid policy", fmt.Errorf("the browser let the period %q through (mismatch %v, form valid %v)", "one minute", mismatch, formValid))
+	}
+	// ...and the server refuses one out of range, next to its input.
+	b.set(`#f-tier-1-limit-0-period`, "400d")
 	if st := b.submit(`[data-testid="policy-save"]`); st != 400 {
 		b.fail("invalid policy", fmt.Errorf("status %d, want 400", st))
 	}
-	if msg := b.text(`[data-testid="error-tier.1.limit.0.period"]`); !strings.Contains(msg, "duration") {
+	if msg := b.text(`[data-testid="error-tier.1.limit.0.period"]`); !strings.Contains(msg, "366d") {
 		b.fail("invalid policy", fmt.Errorf("period error %q", msg))
 	}
 	b.screenshot("04-policy-form-error")

@@ -123,74 +123,100 @@ func ValidateNewTenant(name, ownerEmail, ownerPassword string) error {
 // prefix ("period: ...").
 func (l LimitSpec) Validate() error { return l.validate("") }
 
-func (l LimitSpec) validate(prefix string) error {
+func (l LimitSpec) validate(prefix string) error { return first(l.problems(prefix)) }
+
+// problems lists what is wrong with each of the limit's fields, at most one
+// problem a field.
+func (l LimitSpec) problems(prefix string) []error {
+	var out []error
 	if l.Name != "" && !limitNameRE.MatchString(l.Name) {
-		return invalid(prefix+"name", "must be 1 to 32 characters of A-Z, a-z, 0-9, _ and -")
+		out = append(out, invalid(prefix+"name", "must be 1 to 32 characters of A-Z, a-z, 0-9, _ and -"))
 	}
 	switch {
 	case l.Algorithm == "":
-		return invalid(prefix+"algorithm", "required")
+		out = append(out, invalid(prefix+"algorithm", "required"))
 	case !slices.Contains(algorithms, l.Algorithm):
-		return invalid(prefix+"algorithm", "must be one of %s", strings.Join(algorithms, ", "))
+		out = append(out, invalid(prefix+"algorithm", "must be one of %s", strings.Join(algorithms, ", ")))
 	}
 	switch {
 	case l.Limit < 1:
-		return invalid(prefix+"limit", "must be at least 1")
+		out = append(out, invalid(prefix+"limit", "must be at least 1"))
 	case l.Algorithm == SlidingLog && l.Limit > MaxSlidingLog:
-		return invalid(prefix+"limit", "must be at most %d for sliding_log", MaxSlidingLog)
+		out = append(out, invalid(prefix+"limit", "must be at most %d for sliding_log", MaxSlidingLog))
 	case l.Limit > MaxLimit:
-		return invalid(prefix+"limit", "must be at most %d", int64(MaxLimit))
+		out = append(out, invalid(prefix+"limit", "must be at most %d", int64(MaxLimit)))
 	}
 	if l.Period == "" {
-		return invalid(prefix+"period", "required")
-	}
-	d, err := l.PeriodDuration()
-	switch {
-	case err != nil:
-		return invalid(prefix+"period", `must be a duration such as "60s" or "1m"`)
-	case d < MinPeriod:
-		return invalid(prefix+"period", "must be at least 1ms")
-	case d > MaxPeriod:
-		return invalid(prefix+"period", "must be at most 366d")
+		out = append(out, invalid(prefix+"period", "required"))
+	} else {
+		d, err := l.PeriodDuration()
+		switch {
+		case err != nil:
+			out = append(out, invalid(prefix+"period", `must be a duration such as "60s" or "1m"`))
+		case d < MinPeriod:
+			out = append(out, invalid(prefix+"period", "must be at least 1ms"))
+		case d > MaxPeriod:
+			out = append(out, invalid(prefix+"period", "must be at most 366d"))
+		}
 	}
 	switch {
 	case l.Burst < 0:
-		return invalid(prefix+"burst", "must not be negative")
+		out = append(out, invalid(prefix+"burst", "must not be negative"))
 	case l.Burst > 0 && l.Algorithm != TokenBucket:
-		return invalid(prefix+"burst", "only token_bucket takes a burst")
+		out = append(out, invalid(prefix+"burst", "only token_bucket takes a burst"))
 	case l.Burst > MaxLimit:
-		return invalid(prefix+"burst", "must be at most %d", int64(MaxLimit))
+		out = append(out, invalid(prefix+"burst", "must be at most %d", int64(MaxLimit)))
 	}
-	return nil
+	return out
+}
+
+// first is the first of problems, or nil.
+func first(problems []error) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	return problems[0]
 }
 
 // ValidateLimits checks one tier's (or override's) limits; field is its
 // JSON path, such as "tiers.pro".
-func ValidateLimits(field string, ls Limits) error {
+func ValidateLimits(field string, ls Limits) error { return first(limitsProblems(field, ls)) }
+
+// limitsProblems lists every problem of one tier's limits.
+func limitsProblems(field string, ls Limits) []error {
 	switch {
 	case len(ls) == 0:
-		return invalid(field, "must hold at least one limit")
+		return []error{invalid(field, "must hold at least one limit")}
 	case len(ls) > MaxLimitsPerTier:
-		return invalid(field, "must hold at most %d limits", MaxLimitsPerTier)
+		return []error{invalid(field, "must hold at most %d limits", MaxLimitsPerTier)}
 	}
 	if len(ls) == 1 && ls[0].Name == "" {
-		return ls[0].validate(field + ".")
+		return ls[0].problems(field + ".")
 	}
+	var out []error
 	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
 		f := fmt.Sprintf("%s[%d].", field, i)
 		switch {
 		case l.Name == "":
-			return invalid(f+"name", "required when a tier holds several limits")
+			out = append(out, invalid(f+"name", "required when a tier holds several limits"))
 		case seen[l.Name]:
-			return invalid(f+"name", "%q is used twice", l.Name)
+			out = append(out, invalid(f+"name", "%q is used twice", l.Name))
 		}
 		seen[l.Name] = true
-		if err := l.validate(f); err != nil {
-			return err
+		for _, e := range l.problems(f) {
+			if len(out) == 0 || fieldOf(out[len(out)-1]) != fieldOf(e) { // one problem a field
+				out = append(out, e)
+			}
 		}
 	}
-	return nil
+	return out
+}
+
+// fieldOf is the field an invalid() error names.
+func fieldOf(err error) string {
+	field, _, _ := strings.Cut(errs.Message(err), ": ")
+	return field
 }
 
 // Normalize fills a policy's defaults: method "*" when empty, upper-case
@@ -210,25 +236,56 @@ func (p *Policy) Normalize() {
 
 // Validate checks the policy's fields as Normalize would leave them. ID,
 // TenantID and the times are the store's and are not checked.
-func (p Policy) Validate() error {
+func (p Policy) Validate() error { return first(p.Problems()) }
+
+// Problems lists everything wrong with the policy, at most one problem a
+// field, in the order of the policy's JSON (tiers by name); Validate
+// returns the first. A form shows them all at once.
+func (p Policy) Problems() []error {
 	p.Normalize()
+	var out []error
+	add := func(err error) {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
 	switch {
 	case p.Name == "":
-		return invalid("name", "required")
+		add(invalid("name", "required"))
 	case !policyNameRE.MatchString(p.Name):
-		return invalid("name", "must be 1 to 64 characters of A-Z, a-z, 0-9, ., _ and -")
+		add(invalid("name", "must be 1 to 64 characters of A-Z, a-z, 0-9, ., _ and -"))
 	}
 	if p.Method != MethodAny && !slices.Contains(methods, p.Method) {
-		return invalid("method", "must be * or one of %s", strings.Join(methods, ", "))
+		add(invalid("method", "must be * or one of %s", strings.Join(methods, ", ")))
 	}
-	if err := ValidatePathPattern("path", p.Path); err != nil {
-		return err
+	add(ValidatePathPattern("path", p.Path))
+	add(queryProblem(p.Query))
+	if p.Consistency != ConsistencyExact && p.Consistency != ConsistencyLocal {
+		add(invalid("consistency", "must be exact or local"))
 	}
-	if len(p.Query) > maxQueryParams {
+	switch {
+	case len(p.Tiers) == 0:
+		add(invalid("tiers", "must hold at least one tier"))
+	case len(p.Tiers) > MaxTiers:
+		add(invalid("tiers", "must hold at most %d tiers", MaxTiers))
+	}
+	for _, name := range sortedKeys(p.Tiers) {
+		if !tierNameRE.MatchString(name) {
+			add(invalid("tiers", "tier name %q must be 1 to 32 characters of a-z, 0-9, _ and -", name))
+			continue
+		}
+		out = append(out, limitsProblems("tiers."+name, p.Tiers[name])...)
+	}
+	return out
+}
+
+// queryProblem is the first problem of a policy's query parameters.
+func queryProblem(q map[string]string) error {
+	if len(q) > maxQueryParams {
 		return invalid("query", "must hold at most %d parameters", maxQueryParams)
 	}
-	for _, k := range sortedKeys(p.Query) {
-		v := p.Query[k]
+	for _, k := range sortedKeys(q) {
+		v := q[k]
 		switch {
 		case k == "":
 			return invalid("query", "parameter names must not be empty")
@@ -238,23 +295,6 @@ func (p Policy) Validate() error {
 			return invalid("query."+k, "must not be empty")
 		case len(v) > maxQueryLength:
 			return invalid("query."+k, "must be at most %d bytes", maxQueryLength)
-		}
-	}
-	if p.Consistency != ConsistencyExact && p.Consistency != ConsistencyLocal {
-		return invalid("consistency", "must be exact or local")
-	}
-	switch {
-	case len(p.Tiers) == 0:
-		return invalid("tiers", "must hold at least one tier")
-	case len(p.Tiers) > MaxTiers:
-		return invalid("tiers", "must hold at most %d tiers", MaxTiers)
-	}
-	for _, name := range sortedKeys(p.Tiers) {
-		if !tierNameRE.MatchString(name) {
-			return invalid("tiers", "tier name %q must be 1 to 32 characters of a-z, 0-9, _ and -", name)
-		}
-		if err := ValidateLimits("tiers."+name, p.Tiers[name]); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -236,3 +236,34 @@ func TestTenantFieldsValidate(t *testing.T) {
 	wantInvalid(t, tenants.ValidatePassword("ünïcödé pässwörd"), "")
 	wantInvalid(t, tenants.ValidatePassword("ünïcödé"), "password: must be at least 12 characters")
 }
+
+// Problems lists every invalid field at once, one problem a field, in the
+// policy's order; Validate answers the first of them.
+func TestPolicyProblemsListsEveryField(t *testing.T) {
+	p := tenants.Policy{Name: "", Method: "FETCH", Path: "/ok", Tiers: map[string]tenants.Limits{
+		"basic": {{Algorithm: "token_bucket", Limit: 0, Period: "forever"}},
+		"pro": {
+			{Name: "a", Algorithm: "fixed_window", Limit: 10, Period: "1m", Burst: 5},
+			{Name: "a", Algorithm: "sliding_log", Limit: 5000, Period: "1s"},
+		},
+	}}
+	var got []string
+	for _, err := range p.Problems() {
+		got = append(got, errs.Message(err))
+	}
+	want := []string{
+		"name: required",
+		"method: must be * or one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+		"tiers.basic.limit: must be at least 1",
+		`tiers.basic.period: must be a duration such as "60s" or "1m"`,
+		"tiers.pro[0].burst: only token_bucket takes a burst",
+		`tiers.pro[1].name: "a" is used twice`,
+		"tiers.pro[1].limit: must be at most 1000 for sliding_log",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := p.Validate(); errs.Message(err) != want[0] {
+		t.Fatalf("Validate = %v, want the first problem", err)
+	}
+}

@@ -430,3 +430,39 @@ func TestOperatorPages(t *testing.T) {
 		t.Error("tenant list")
 	}
 }
+
+// A policy form with several mistakes shows every one of them at once, each
+// by its input and named by its tier, and a tier whose rows were all left
+// empty (as the new form's "default" comes) is ignored, as its hint says.
+func TestPolicyFormShowsEveryProblemAtOnce(t *testing.T) {
+	s := bootSite(t)
+	a := s.agent()
+	tn := s.tenant("manyerrors")
+	a.signIn(tn.email, tn.password)
+	a.get("/ui/policies/new")
+	form := policyForm("", 10)
+	form.Set("tier.0.limit.0.limit", "abc")
+	form.Set("tier.1.limit.0.limit", "0")
+	form.Set("tier.1.limit.0.period", "forever")
+	p := want(t, a.post("/ui/policies", form), http.StatusBadRequest, "a form with four mistakes")
+	for id, wantText := range map[string]string{
+		"error-name":                  "required",
+		"error-tier.0.limit.0.limit":  "whole number",
+		"error-tier.1.limit.0.limit":  "at least 1",
+		"error-tier.1.limit.0.period": "duration",
+	} {
+		if got := p.text(id); !strings.Contains(got, wantText) {
+			t.Errorf("%s: %q, want it to say %q", id, got, wantText)
+		}
+	}
+	if summary := p.text("form-errors"); !strings.Contains(summary, "pro › period") || !strings.Contains(summary, "anonymous › limit") {
+		t.Errorf("the summary does not name the tiers: %q", summary)
+	}
+
+	form = policyForm("with-empty-default", 10)
+	form.Set("tiers", "3")
+	form.Set("tier.2.name", "default")
+	form.Set("tier.2.limits", "1")
+	form.Set("tier.2.limit.0.algorithm", "token_bucket")
+	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "a policy with an empty default tier")
+}

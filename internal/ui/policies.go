@@ -150,8 +150,8 @@ func (h *policyHandler) save(c echo.Context, id string) error {
 		return h.renderForm(c, http.StatusOK, f)
 	}
 	p, groups, fe := policyOfForm(f)
-	if len(fe) > 0 {
-		f.Errors = fe
+	if formError := policyProblems(p, groups, fe); len(fe) > 0 || formError != "" {
+		f.Errors, f.FormError = fe, formError
 		return h.renderForm(c, http.StatusBadRequest, f)
 	}
 	var w bus.Written[tenants.Policy]

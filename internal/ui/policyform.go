@@ -73,6 +73,7 @@ func policyOfForm(f views.PolicyForm) (tenants.Policy, map[string]limitGroup, fi
 	for i, t := range f.Tiers {
 		tk := "tier." + itoa(i)
 		g := limitGroup{key: tk}
+		errsBefore := len(fe)
 		var ls tenants.Limits
 		for j, r := range t.Limits {
 			if blankLimit(r) {
@@ -83,7 +84,9 @@ func policyOfForm(f views.PolicyForm) (tenants.Policy, map[string]limitGroup, fi
 			g.limits = append(g.limits, lk)
 		}
 		switch {
-		case t.Name == "" && len(ls) == 0:
+		case len(ls) == 0 && len(fe) == errsBefore:
+			// Every row was left empty (the new form's "default" tier
+			// comes so): the hint says such rows are ignored.
 			continue
 		case t.Name == "":
 			fe.add(tk+".name", "required: anonymous, default, or the tier your keys carry")
@@ -125,6 +128,24 @@ func parseQueryLines(text string, fe fieldErrors) map[string]string {
 		return nil
 	}
 	return q
+}
+
+// policyProblems is every problem of p mapped to the form's inputs, for
+// the inputs fe has no error for yet: a form shows them all at once rather
+// than one per save.
+func policyProblems(p tenants.Policy, groups map[string]limitGroup, fe fieldErrors) (formError string) {
+	for _, err := range p.Problems() {
+		pe, msg := policyErrors(err, groups)
+		for k, v := range pe {
+			if _, ok := fe[k]; !ok {
+				fe[k] = v
+			}
+		}
+		if formError == "" {
+			formError = msg
+		}
+	}
+	return formError
 }
 
 // policyErrors maps the worker's validation error to the form's inputs.

@@ -5,7 +5,11 @@
 // attributes.
 package views
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Page is what every page's frame needs: the signed-in user, the form
 // token, the asset URLs and a one-line notice after a redirect.
@@ -197,6 +201,35 @@ type PolicyForm struct {
 	FormError   string
 	Action      string // the form's URL
 	DeleteURL   string
+}
+
+// ProblemLabel names an input in the form's summary of problems by what
+// the user typed: "pro › limit" for the limit of tier "pro".
+func (f PolicyForm) ProblemLabel(key string) string {
+	parts := strings.Split(key, ".")
+	if len(parts) < 3 || parts[0] != "tier" {
+		return ""
+	}
+	i, err := strconv.Atoi(parts[1])
+	if err != nil || i < 0 || i >= len(f.Tiers) || f.Tiers[i].Name == "" {
+		return ""
+	}
+	t := f.Tiers[i]
+	label := []string{t.Name}
+	if len(parts) >= 5 && parts[2] == "limit" {
+		j, err := strconv.Atoi(parts[3])
+		if err == nil && j >= 0 && j < len(t.Limits) && len(t.Limits) > 1 {
+			name := strings.TrimSpace(t.Limits[j].Name)
+			if name == "" {
+				name = "limit " + strconv.Itoa(j+1)
+			}
+			label = append(label, name)
+		}
+		label = append(label, parts[4])
+	} else {
+		label = append(label, strings.Join(parts[2:], " "))
+	}
+	return strings.Join(label, " › ")
 }
 
 // TierRow is one tier in the form.

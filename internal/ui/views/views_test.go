@@ -268,12 +268,21 @@ func TestPolicyFormShowsErrorsByItsInputs(t *testing.T) {
 		t.Error("the message is not next to its input")
 	}
 	summary := text(d.one("form-errors"))
-	if !strings.Contains(summary, "Path") || !strings.Contains(summary, "Tier 2, limit 2, period") {
+	// The summary names the tier and the limit by what was typed.
+	if !strings.Contains(summary, "Path") || !strings.Contains(summary, "pro › b › period") {
 		t.Errorf("summary %q", summary)
 	}
 	// Path comes before the tier in the summary, as on the page.
-	if strings.Index(summary, "Path") > strings.Index(summary, "Tier 2") {
+	if strings.Index(summary, "Path") > strings.Index(summary, "pro › b") {
 		t.Errorf("summary order %q", summary)
+	}
+	// The browser checks limits and periods before sending, except for the
+	// buttons that only add or remove rows.
+	if p := attr(in, "pattern"); p == "" || attr(d.byID("f-tier-1-limit-1-limit"), "pattern") == "" {
+		t.Errorf("period pattern %q; limit input %v", p, d.byID("f-tier-1-limit-1-limit").Attr)
+	}
+	if !hasAttr(d.one("add-tier"), "formnovalidate") {
+		t.Error("adding a tier would be blocked by the browser's checks")
 	}
 	d.none("policy-delete")
 
