@@ -27,6 +27,10 @@ type Policy struct {
 	Consistency string            `json:"consistency,omitempty"` // "exact" (default) or "local"
 	Shadow      bool              `json:"shadow"`
 	Tiers       map[string]Limits `json:"tiers"`
+	// UnlistedTiers is what callers of a tier the policy does not list
+	// get when it has no "default" tier either: "allow" (no limit, the
+	// default) or "deny".
+	UnlistedTiers string `json:"unlisted_tiers,omitempty"`
 }
 
 // Limit is one limit of a tier.

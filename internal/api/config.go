@@ -30,10 +30,12 @@ type policyBody struct {
 	Consistency string                    `json:"consistency"`
 	Shadow      bool                      `json:"shadow"`
 	Tiers       map[string]tenants.Limits `json:"tiers"`
+	// UnlistedTiers: "allow" (the default) or "deny".
+	UnlistedTiers string `json:"unlisted_tiers"`
 }
 
 func (b policyBody) policy() tenants.Policy {
-	return tenants.Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers}
+	return tenants.Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers, UnlistedTiers: b.UnlistedTiers}
 }
 
 func (h *handler) createPolicy(c echo.Context) error {

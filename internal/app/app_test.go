@@ -222,3 +222,26 @@ func TestStateWritesPerAllowedCheck(t *testing.T) {
 		t.Errorf("SQLite writes per allowed check = %.3f, want well under 1", float64(rows)/float64(allowed))
 	}
 }
+
+// Through the API: a policy that denies tiers it does not list denies a key
+// of another tier, names that tier, and says no wait helps; the policy
+// reads back with its choice, and the default is allow.
+func TestUnlistedTiersThroughTheAPI(t *testing.T) {
+	m := boot(t)
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "unlisted", "owner_email": "o@unlisted.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	tiers := map[string]any{"pro": map[string]any{"algorithm": "token_bucket", "limit": 5, "period": "60s"}}
+	closed := do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "closed", "path": "/closed", "tiers": tiers, "unlisted_tiers": "deny"})
+	open := do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "open", "path": "/open", "tiers": tiers})
+	if closed["unlisted_tiers"] != "deny" || open["unlisted_tiers"] != "allow" {
+		t.Fatalf("stored: %v, %v", closed["unlisted_tiers"], open["unlisted_tiers"])
+	}
+	key := do(t, m, "POST", "/v1/keys", sk, map[string]any{"name": "big", "tier": "enterprise"})["key"].(string)
+	a := do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": key, "path": "/closed"})
+	if a["allowed"] != false || a["reason"] != "rate_limited" || a["tier"] != "enterprise" || a["retry_after_ms"] != nil {
+		t.Fatalf("closed: %v", a)
+	}
+	if a := do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": key, "path": "/open"}); a["allowed"] != true || a["tier"] != "enterprise" {
+		t.Fatalf("open: %v", a)
+	}
+}

@@ -189,26 +189,32 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 	pv := tv.policies[idx]
 	a.Policy = pv.name
 
-	// Tier: the key's tier, else default; an IP uses anonymous, else default.
+	// Tier: the key's tier, else default; an IP uses anonymous, else
+	// default. A caller no tier covers keeps its own tier's name.
 	var tl *tierLimits
 	overrideKey := ""
+	a.Tier = TierAnonymous
 	if key != nil {
 		a.Tier = key.tier
-		if o := key.overrides[pv.name]; o != nil {
-			tl, overrideKey = o, key.id
-		} else if tl = pv.tiers[key.tier]; tl == nil {
-			a.Tier, tl = TierDefault, pv.tiers[TierDefault]
-		}
-	} else {
-		a.Tier = TierAnonymous
-		if tl = pv.tiers[TierAnonymous]; tl == nil {
-			a.Tier, tl = TierDefault, pv.tiers[TierDefault]
+	}
+	if o := key.override(pv.name); o != nil {
+		tl, overrideKey = o, key.id
+	} else if tl = pv.tiers[a.Tier]; tl == nil {
+		if tl = pv.tiers[TierDefault]; tl != nil {
+			a.Tier = TierDefault
 		}
 	}
 	if tl == nil || len(tl.limits) == 0 {
-		// The policy sets no limit for this tier.
+		// The policy lists no limit for this tier: unlimited, or denied
+		// when the policy says so (unlisted_tiers: deny).
 		a.Allowed, a.Reason = true, ReasonOK
+		if pv.denyUnlisted {
+			a.Allowed, a.Reason, a.RetryAfter = false, ReasonRateLimited, quota.Never
+		}
 		e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start)
+		if !a.Allowed && pv.shadow {
+			a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
+		}
 		return a, nil
 	}
 

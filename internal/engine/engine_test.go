@@ -319,3 +319,43 @@ func TestInvalidKeysCountAsOneIdentity(t *testing.T) {
 		t.Fatalf("cell %+v, want key/%s with 200 denied", r, InvalidKeyIdentity)
 	}
 }
+
+// A caller whose tier a policy does not list, with no default tier to fall
+// back on, is unlimited or denied as the policy says, and its answer names
+// its own tier, not a "default" the policy does not have.
+func TestUnlistedTiers(t *testing.T) {
+	snap, _ := snapshot(t)
+	plain, prefix, hash, _ := tenants.GenerateKey("ck_")
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_ent", TenantID: "ten_a", Tier: "enterprise", Prefix: prefix, Hash: hash}},
+	}
+	only := map[string]tenants.Limits{"pro": limit("token_bucket", 5, "60s")}
+	snap.Policies = append(snap.Policies,
+		tenants.Policy{ID: "pol_open", TenantID: "ten_a", Name: "open", Method: "*", Path: "/open/*", CreatedAt: t0, Tiers: only, UnlistedTiers: tenants.UnlistedAllow},
+		tenants.Policy{ID: "pol_closed", TenantID: "ten_a", Name: "closed", Method: "*", Path: "/closed/*", CreatedAt: t0, Tiers: only, UnlistedTiers: tenants.UnlistedDeny},
+		tenants.Policy{ID: "pol_shadow", TenantID: "ten_a", Name: "closed-shadow", Method: "*", Path: "/shadowed/*", CreatedAt: t0, Tiers: only, UnlistedTiers: tenants.UnlistedDeny, Shadow: true},
+	)
+	e := newTestEngine(t, snap)
+	check := func(r CheckRequest) Answer {
+		t.Helper()
+		a, err := e.Check("ten_a", &r, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for i := 0; i < 20; i++ {
+		if a := check(CheckRequest{APIKey: plain, Path: "/open/x"}); !a.Allowed || a.Tier != "enterprise" || a.Policy != "open" || len(a.Limits) != 0 {
+			t.Fatalf("allow: %+v", a)
+		}
+	}
+	if a := check(CheckRequest{APIKey: plain, Path: "/closed/x"}); a.Allowed || a.Reason != ReasonRateLimited || a.Tier != "enterprise" || a.RetryAfter != quota.Never {
+		t.Fatalf("deny, key: %+v", a)
+	}
+	if a := check(CheckRequest{IP: "192.0.2.9", Path: "/closed/x"}); a.Allowed || a.Tier != TierAnonymous {
+		t.Fatalf("deny, IP: %+v", a)
+	}
+	if a := check(CheckRequest{APIKey: plain, Path: "/shadowed/x"}); !a.Allowed || !a.ShadowDenied {
+		t.Fatalf("deny in shadow mode: %+v", a)
+	}
+}

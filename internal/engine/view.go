@@ -54,6 +54,9 @@ type policyView struct {
 	consistency string
 	shadow      bool
 	tiers       map[string]*tierLimits
+	// denyUnlisted: a caller of a tier the policy does not list (and no
+	// default tier covers) is denied rather than unlimited.
+	denyUnlisted bool
 }
 
 // tierLimits is one tier's limits, compiled once per policy version; the
@@ -239,7 +242,7 @@ func (v *view) compileTenant(tenantID string) (*tenantView, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.ID, err)
 		}
-		pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}}
+		pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}, denyUnlisted: p.UnlistedTiers == tenants.UnlistedDeny}
 		for tier, specs := range p.Tiers {
 			tl, err := compileLimits(p.Name, specs)
 			if err != nil {
@@ -334,6 +337,15 @@ func compileKey(k tenants.ConsumerKeyRecord) (*keyView, error) {
 		}
 	}
 	return kv, nil
+}
+
+// override is the key's limits for a policy name, nil when it has none (or
+// there is no key).
+func (kv *keyView) override(policy string) *tierLimits {
+	if kv == nil {
+		return nil
+	}
+	return kv.overrides[policy]
 }
 
 // activeBlock returns the block on an identity at now, if any.

@@ -11,13 +11,13 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, created_at, updated_at`
+const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, unlisted_tiers, created_at, updated_at`
 
 func scanPolicy(sc scanner) (Policy, error) {
 	var p Policy
 	var query, tiers string
 	var created, updated int64
-	if err := sc.Scan(&p.ID, &p.TenantID, &p.Name, &p.Method, &p.Path, &query, &p.Consistency, &p.Shadow, &tiers, &created, &updated); err != nil {
+	if err := sc.Scan(&p.ID, &p.TenantID, &p.Name, &p.Method, &p.Path, &query, &p.Consistency, &p.Shadow, &tiers, &p.UnlistedTiers, &created, &updated); err != nil {
 		return Policy{}, err
 	}
 	if err := json.Unmarshal([]byte(query), &p.Query); err != nil {
@@ -72,8 +72,8 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 		if err := checkPolicyName(ctx, tx, tenantID, p.Name, ""); err != nil {
 			return nil, err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.ID, p.TenantID, p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, toMS(p.CreatedAt), toMS(p.UpdatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.ID, p.TenantID, p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, toMS(p.CreatedAt), toMS(p.UpdatedAt))
 		if err != nil {
 			return nil, fmt.Errorf("create policy: %w", err)
 		}
@@ -141,9 +141,9 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 			return nil, err
 		}
 		_, err = tx.ExecContext(ctx, `
-			UPDATE policies SET name = ?, method = ?, path = ?, query = ?, consistency = ?, shadow = ?, tiers = ?, updated_at = ?
+			UPDATE policies SET name = ?, method = ?, path = ?, query = ?, consistency = ?, shadow = ?, tiers = ?, unlisted_tiers = ?, updated_at = ?
 			WHERE id = ? AND tenant_id = ?`,
-			p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, toMS(now), id, tenantID)
+			p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, toMS(now), id, tenantID)
 		if err != nil {
 			return nil, fmt.Errorf("update policy: %w", err)
 		}

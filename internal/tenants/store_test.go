@@ -771,3 +771,26 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Fatalf("%d policies", n)
 	}
 }
+
+// A policy keeps what it does with tiers it does not list: allow when not
+// said, deny when asked, and nothing else is accepted.
+func TestPolicyUnlistedTiers(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	tn := mustTenant(t, s, "unlisted")
+	p := tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"pro": {{Algorithm: "token_bucket", Limit: 1, Period: "1s"}}}}
+	created, _, err := s.CreatePolicy(ctx, tn.ID, p, t0)
+	if err != nil || created.UnlistedTiers != tenants.UnlistedAllow {
+		t.Fatalf("default: %v %+v", err, created)
+	}
+	p.UnlistedTiers = tenants.UnlistedDeny
+	if _, _, err := s.UpdatePolicy(ctx, tn.ID, created.ID, p, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetPolicy(ctx, tn.ID, created.ID); err != nil || got.UnlistedTiers != tenants.UnlistedDeny {
+		t.Fatalf("after update: %v %+v", err, got)
+	}
+	p.UnlistedTiers = "maybe"
+	_, _, err = s.UpdatePolicy(ctx, tn.ID, created.ID, p, t0)
+	wantCode(t, err, errs.Invalid)
+}

@@ -28,6 +28,12 @@ const (
 	IdentityKey = "key"
 )
 
+// What a policy does with tiers it does not list (Policy.UnlistedTiers).
+const (
+	UnlistedAllow = "allow"
+	UnlistedDeny  = "deny"
+)
+
 // Policy consistency modes (see DESIGN.md, "Many servers").
 const (
 	ConsistencyExact = "exact"
@@ -111,8 +117,12 @@ type Policy struct {
 	Consistency string            `json:"consistency"`
 	Shadow      bool              `json:"shadow"`
 	Tiers       map[string]Limits `json:"tiers"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// UnlistedTiers is what a caller gets whose tier the policy does not
+	// list, when it has no default tier either: UnlistedAllow (no limit)
+	// or UnlistedDeny.
+	UnlistedTiers string    `json:"unlisted_tiers"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // ConsumerKey identifies one of a tenant's end users. Overrides, keyed by

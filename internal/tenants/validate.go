@@ -229,6 +229,9 @@ func (p *Policy) Normalize() {
 	if p.Consistency == "" {
 		p.Consistency = ConsistencyExact
 	}
+	if p.UnlistedTiers == "" {
+		p.UnlistedTiers = UnlistedAllow
+	}
 	if len(p.Query) == 0 {
 		p.Query = nil
 	}
@@ -262,6 +265,9 @@ func (p Policy) Problems() []error {
 	add(queryProblem(p.Query))
 	if p.Consistency != ConsistencyExact && p.Consistency != ConsistencyLocal {
 		add(invalid("consistency", "must be exact or local"))
+	}
+	if p.UnlistedTiers != UnlistedAllow && p.UnlistedTiers != UnlistedDeny {
+		add(invalid("unlisted_tiers", "must be allow or deny"))
 	}
 	switch {
 	case len(p.Tiers) == 0:

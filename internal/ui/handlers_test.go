@@ -466,3 +466,37 @@ func TestPolicyFormShowsEveryProblemAtOnce(t *testing.T) {
 	form.Set("tier.2.limit.0.algorithm", "token_bucket")
 	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "a policy with an empty default tier")
 }
+
+// A key in a tier no policy lists is flagged when it is created, and the
+// path tester says what it gets: here the policy denies other tiers.
+func TestUnlistedTierInTheDashboard(t *testing.T) {
+	s := bootSite(t)
+	a := s.agent()
+	tn := s.tenant("unlisted")
+	a.signIn(tn.email, tn.password)
+	a.get("/ui/policies/new")
+	form := policyForm("closed", 3) // anonymous and pro, no default
+	form.Set("unlisted_tiers", "deny")
+	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "create a policy denying other tiers")
+	polID := a.createPolicy("open", 3) // other tiers unlimited
+	if p := want(t, a.get("/ui/policies/"+polID), http.StatusOK, "edit open"); p.selected("unlisted_tiers") != "allow" {
+		t.Errorf("unlisted tiers of the open policy: %q", p.selected("unlisted_tiers"))
+	}
+
+	p := want(t, a.post("/ui/keys", url.Values{"name": {"big customer"}, "tier": {"enterprise"}}), http.StatusSeeOther, "create key")
+	p = want(t, a.get(p.location), http.StatusOK, "after creating a key")
+	if !p.has("key-tier-unlisted") {
+		t.Error("no warning for a key whose tier no policy lists")
+	}
+	secret := p.text("key-secret")
+	if _, pro := a.createKey("pro customer", "pro"); pro == "" || a.get("/ui/keys").has("key-tier-unlisted") {
+		t.Error("a warning without a new key of an unlisted tier")
+	}
+
+	for path, want := range map[string]string{"/api/closed": "denied", "/api/open": "not limited"} {
+		r := a.post("/ui/policies/test", url.Values{"method": {"GET"}, "path": {path}, "caller": {secret}})
+		if r.attr("path-test-result", "data-tier") != "enterprise" || !strings.Contains(r.text("path-test-unlisted"), want) {
+			t.Errorf("path test of %s: tier %q, %q", path, r.attr("path-test-result", "data-tier"), r.text("path-test-unlisted"))
+		}
+	}
+}

@@ -224,9 +224,10 @@ func (h *policyHandler) test(c echo.Context) error {
 		Limit:        a.Limit,
 		Remaining:    a.Remaining,
 		Reset:        humanDuration(a.Reset),
-		NoLimit:      a.Policy != "" && len(a.Limits) == 0 && a.Reason == engine.ReasonOK,
+		NoLimit:      a.Policy != "" && len(a.Limits) == 0 && a.Reason == engine.ReasonOK && !a.ShadowDenied,
 	}
-	if !a.Allowed {
+	r.UnlistedDenied = a.Policy != "" && len(a.Limits) == 0 && (a.Reason == engine.ReasonRateLimited || a.ShadowDenied)
+	if !a.Allowed && !r.UnlistedDenied {
 		switch {
 		case a.RetryAfter == quota.Never:
 			r.RetryAfter = "never: the cost exceeds the limit"

@@ -28,6 +28,8 @@ func readPolicyForm(form url.Values) views.PolicyForm {
 		Query:       form.Get("query"),
 		Consistency: form.Get("consistency"),
 		Shadow:      form.Get("shadow") != "",
+
+		UnlistedTiers: form.Get("unlisted_tiers"),
 	}
 	for i := range count(form, "tiers", maxFormTiers) {
 		tk := "tier." + itoa(i)
@@ -63,7 +65,7 @@ func editTiers(f *views.PolicyForm, act string, args []int) {
 // a name, a limit that is not a number) is reported by input name.
 func policyOfForm(f views.PolicyForm) (tenants.Policy, map[string]limitGroup, fieldErrors) {
 	fe := fieldErrors{}
-	p := tenants.Policy{Name: f.Name, Method: f.Method, Path: f.Path, Consistency: f.Consistency, Shadow: f.Shadow}
+	p := tenants.Policy{Name: f.Name, Method: f.Method, Path: f.Path, Consistency: f.Consistency, Shadow: f.Shadow, UnlistedTiers: f.UnlistedTiers}
 	if p.Method == "*" {
 		p.Method = tenants.MethodAny
 	}
@@ -159,7 +161,7 @@ func policyErrors(err error, groups map[string]limitGroup) (fieldErrors, string)
 		return nil, msg
 	}
 	switch {
-	case path == "name" || path == "method" || path == "path" || path == "consistency" || path == "tiers":
+	case path == "name" || path == "method" || path == "path" || path == "consistency" || path == "tiers" || path == "unlisted_tiers":
 		return fieldErrors{path: text}, ""
 	case path == "query" || strings.HasPrefix(path, "query."):
 		if k, ok := strings.CutPrefix(path, "query."); ok {
@@ -176,7 +178,7 @@ func policyErrors(err error, groups map[string]limitGroup) (fieldErrors, string)
 
 // formOfPolicy fills the form from a stored policy.
 func formOfPolicy(p tenants.Policy) views.PolicyForm {
-	f := views.PolicyForm{ID: p.ID, Name: p.Name, Method: p.Method, Path: p.Path, Consistency: p.Consistency, Shadow: p.Shadow}
+	f := views.PolicyForm{ID: p.ID, Name: p.Name, Method: p.Method, Path: p.Path, Consistency: p.Consistency, Shadow: p.Shadow, UnlistedTiers: p.UnlistedTiers}
 	var lines []string
 	for _, k := range slices.Sorted(maps.Keys(p.Query)) {
 		lines = append(lines, k+"="+p.Query[k])

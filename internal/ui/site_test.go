@@ -249,3 +249,19 @@ func (p page) inputValue(name string) string {
 	}
 	return attrOf(ns[0], "value")
 }
+
+// selected is the value of the chosen option of the select named name.
+func (p page) selected(name string) string {
+	for _, sel := range p.all(func(n *html.Node) bool { return n.Data == "select" && attrOf(n, "name") == name }) {
+		for c := sel.FirstChild; c != nil; c = c.NextSibling {
+			if c.Data == "option" {
+				for _, a := range c.Attr {
+					if a.Key == "selected" {
+						return attrOf(c, "value")
+					}
+				}
+			}
+		}
+	}
+	return ""
+}

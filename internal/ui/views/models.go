@@ -180,7 +180,10 @@ type PathTestResult struct {
 	Remaining    int64
 	Reset        string
 	RetryAfter   string
-	NoLimit      bool // the policy defines no limit for the tier
+	// UnlistedDenied: denied because the policy denies tiers it does
+	// not list.
+	UnlistedDenied bool
+	NoLimit        bool // the policy defines no limit for the tier
 }
 
 // PolicyForm is the create/edit form of a policy. Errors are keyed by the
@@ -195,12 +198,14 @@ type PolicyForm struct {
 	Consistency string
 	Shadow      bool
 	Tiers       []TierRow
-	Methods     []string
-	Algorithms  []string
-	Errors      map[string]string
-	FormError   string
-	Action      string // the form's URL
-	DeleteURL   string
+	// UnlistedTiers is "allow" or "deny": what tiers not listed get.
+	UnlistedTiers string
+	Methods       []string
+	Algorithms    []string
+	Errors        map[string]string
+	FormError     string
+	Action        string // the form's URL
+	DeleteURL     string
 }
 
 // ProblemLabel names an input in the form's summary of problems by what
