@@ -47,6 +47,8 @@ func fillDisk(t *testing.T, dir string, keep int64) string {
 	return path
 }
 
+var stateRowsRe = regexp.MustCompile(`(?m)^sluice_worker_rows_written_total\{stream="SLUICE_STATE"\} ([0-9.e+]+)`)
+
 var failuresRe = regexp.MustCompile(`(?m)^sluice_worker_apply_failures_total\{[^}]*reason="disk_full"[^}]*\} ([0-9.e+]+)`)
 
 // TestWorkerDiskFullLosesNothing runs the worker on a small file system and
@@ -85,19 +87,20 @@ func TestWorkerDiskFullLosesNothing(t *testing.T) {
 			t.Fatalf("a check was denied while the worker's disk is full: %.200s", r.Raw)
 		}
 	}
-	metric := func() float64 {
+	metricOf := func(re *regexp.Regexp) float64 {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			return -1
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		if m := failuresRe.FindSubmatch(body); m != nil {
+		if m := re.FindSubmatch(body); m != nil {
 			v, _ := strconv.ParseFloat(string(m[1]), 64)
 			return v
 		}
 		return 0
 	}
+	metric := func() float64 { return metricOf(failuresRe) }
 	waitFor(t, 60*time.Second, "the worker reports the full disk", func() bool {
 		return metric() > 0 && strings.Contains(w.logs.String(), "disk is full")
 	})
@@ -111,6 +114,9 @@ func TestWorkerDiskFullLosesNothing(t *testing.T) {
 	waitFor(t, 90*time.Second, "every decision counted once there is room", func() bool {
 		allowed, _ := analyticsTotals(t, s, tn, sent.Add(-time.Minute))
 		return allowed == n+1
+	})
+	waitFor(t, 90*time.Second, "every bucket state written once there is room", func() bool {
+		return metricOf(stateRowsRe) >= n+1
 	})
 	w.stop()
 	db, err := sqlitedb.Open(context.Background(), filepath.Join(dir, "sluice.db"))

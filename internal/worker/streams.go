@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -101,11 +102,24 @@ func (w *Worker) recover(ctx context.Context, stream string, cons jetstream.Cons
 	return cons, nil, ok
 }
 
+// diskFull reports whether err is SQLite's "database or disk is full".
+func diskFull(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.Code == sqlite3.ErrFull
+}
+
 // applyAndAck applies msgs in one transaction and acks them after COMMIT.
 func (w *Worker) applyAndAck(ctx context.Context, stream string, msgs []jetstream.Msg, apply applyFunc) {
 	if err := w.applyBatch(ctx, stream, msgs, apply); err != nil {
 		// Not acked: JetStream redelivers after AckWait; nothing is lost.
-		w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
+		if diskFull(err) {
+			w.metrics.applyFailures.WithLabelValues(stream, "disk_full").Inc()
+			w.log.Error("SQLite disk is full: nothing of this batch was committed, it stays in the stream until there is room; free space under --data",
+				"stream", stream, "messages", len(msgs), "err", err)
+		} else {
+			w.metrics.applyFailures.WithLabelValues(stream, "error").Inc()
+			w.log.Error("apply batch failed; will be redelivered", "stream", stream, "messages", len(msgs), "err", err)
+		}
 		for _, m := range msgs {
 			_ = m.Nak()
 		}

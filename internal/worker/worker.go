@@ -89,9 +89,10 @@ func (w *Worker) Stats() Stats {
 }
 
 type workerMetrics struct {
-	rowsWritten *prometheus.CounterVec
-	batches     *prometheus.CounterVec
-	configOps   *prometheus.CounterVec
+	rowsWritten   *prometheus.CounterVec
+	batches       *prometheus.CounterVec
+	configOps     *prometheus.CounterVec
+	applyFailures *prometheus.CounterVec
 }
 
 // New prepares a worker over an open, migrated database and a NATS
@@ -129,9 +130,11 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
 		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
 		configOps:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_config_requests_total", Help: "Config and query requests served, by operation and outcome."}, []string{"op", "code"}),
+		applyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_apply_failures_total",
+			Help: "Stream batches whose transaction failed and that stay in the stream, by reason (disk_full, error)."}, []string{"stream", "reason"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps} {
+		for _, c := range []prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("worker: register metrics: %w", err)
 			}
@@ -223,6 +226,10 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 			}
 			if err == nil {
 				res, err = fn(ctx, req)
+			}
+			if err != nil && diskFull(err) {
+				w.log.Error("SQLite disk is full: a config write or query failed; free space under --data", "op", op, "err", err)
+				err = errs.Errorf(errs.Unavailable, "Sluice cannot store this now: its database's disk is full. Try again once there is room.")
 			}
 			code := "ok"
 			if err != nil {
