@@ -51,6 +51,9 @@ const (
 	// firstTouchWait bounds how long a check waits for its bucket to be
 	// fetched while the server hydrates, before answering 503.
 	firstTouchWait = 2 * time.Second
+	// pageTimeout bounds one page of the background load; the first
+	// page waits longer, as the worker commits its backlog first.
+	pageTimeout = 10 * time.Second
 	// hydrateLogEvery is how often hydration progress is logged.
 	hydrateLogEvery = 5 * time.Second
 )
@@ -195,7 +198,10 @@ func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) 
 			if e.hyd.beforePage != nil {
 				e.hyd.beforePage(after)
 			}
-			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			// A page takes well under a second; while NATS is away a
+			// request waits in the reconnect buffer, so give up early
+			// and ask again.
+			rctx, cancel := context.WithTimeout(ctx, pageTimeout)
 			page, err := e.requestBuckets(rctx, bucketsRequest{After: after, Limit: hydratePage})
 			cancel()
 			if err != nil {

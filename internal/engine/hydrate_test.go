@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -25,6 +27,7 @@ import (
 // n persisted buckets that each consumed 10 of 100 per day, and a worker.
 type hydrateEnv struct {
 	ns       *server.Server
+	nats     *bustest.Server // when the env runs NATS on TCP, to restart it
 	db       *sql.DB
 	tenantID string
 	policyID string
@@ -33,14 +36,24 @@ type hydrateEnv struct {
 	stopW    func()
 }
 
-func newHydrateEnv(t *testing.T, n int) *hydrateEnv {
+func newHydrateEnv(t *testing.T, n int) *hydrateEnv { return newHydrateEnvOn(t, n, false) }
+
+// newHydrateEnvOn is newHydrateEnv; with restartable, NATS listens on
+// loopback and every connection reconnects, so the test may restart it.
+func newHydrateEnvOn(t *testing.T, n int, restartable bool) *hydrateEnv {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "hydrate-test", MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
+	env := &hydrateEnv{ips: map[string]string{}}
+	if restartable {
+		env.nats = bustest.StartConfig(t, bus.EmbeddedConfig{Name: "hydrate-test", MaxPayload: 64 << 10})
+	} else {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "hydrate-test", MaxPayload: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		env.ns = ns
 	}
-	t.Cleanup(ns.Shutdown)
 	db, err := sqlitedb.Open(context.Background(), filepath.Join(dir, "sluice.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +71,7 @@ func newHydrateEnv(t *testing.T, n int) *hydrateEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &hydrateEnv{ns: ns, db: db, tenantID: tn.ID, policyID: pol.ID, ips: map[string]string{}}
+	env.db, env.tenantID, env.policyID = db, tn.ID, pol.ID
 	lim := []bus.LimitWire{{Algorithm: "token_bucket", Limit: 100, PeriodNS: int64(24 * time.Hour)}}
 	recs := make([]bus.BucketRecord, n)
 	for i := range recs {
@@ -79,6 +92,14 @@ func newHydrateEnv(t *testing.T, n int) *hydrateEnv {
 
 func (env *hydrateEnv) conn(t *testing.T) *nats.Conn {
 	t.Helper()
+	if env.nats != nil {
+		nc, err := bus.Connect(env.nats.URL(), nil, "hydrate-test", bus.Auth{}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
 	nc, err := nats.Connect(env.ns.ClientURL(), nats.InProcessServer(env.ns))
 	if err != nil {
 		t.Fatal(err)
@@ -254,5 +275,43 @@ func TestHydrationResumesWhereItStopped(t *testing.T) {
 	}
 	if r := env.remaining(t, e, env.keys[len(env.keys)-1]); r != 89 {
 		t.Fatalf("last key: remaining %d, want 89", r)
+	}
+}
+
+// NATS restarted in the middle of a hydration: the server, already
+// answering, keeps its place, asks again from where it stopped once NATS
+// is back, and ends with every bucket loaded and every caller's quota
+// intact.
+func TestHydrationOutlivesANATSRestart(t *testing.T) {
+	env := newHydrateEnvOn(t, 3000, true)
+	var mu sync.Mutex
+	var afters []string
+	restarted := make(chan struct{})
+	e := env.startEngine(t, func(after string) {
+		mu.Lock()
+		afters = append(afters, after)
+		n := len(afters)
+		mu.Unlock()
+		if n == 3 {
+			env.nats.Stop() // this page and its retries find no NATS
+			go func() {
+				time.Sleep(1500 * time.Millisecond)
+				env.nats.Start()
+				close(restarted)
+			}()
+		}
+	})
+	<-restarted
+	waitHydrated(t, e)
+	if got := e.hyd.loaded.Load(); got != int64(len(env.keys)) {
+		t.Fatalf("loaded %d buckets, want %d", got, len(env.keys))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(afters) < 4 || afters[3] != afters[2] {
+		t.Fatalf("after NATS came back the load asked after %q, want %q (where it stopped)", afters[min(3, len(afters)-1)], afters[2])
+	}
+	if r := env.remaining(t, e, env.keys[len(env.keys)-1]); r != 89 {
+		t.Fatalf("last key after the restart: remaining %d, want 89", r)
 	}
 }

@@ -22,7 +22,11 @@ type Server struct {
 
 // Start starts a server named name on a free loopback port, with a data
 // directory of its own. It is shut down when the test ends.
-func Start(t testing.TB, name string) *Server {
+func Start(t testing.TB, name string) *Server { return StartConfig(t, bus.EmbeddedConfig{Name: name}) }
+
+// StartConfig is Start with the server's other settings from cfg (its
+// DataDir and Listen are chosen here).
+func StartConfig(t testing.TB, cfg bus.EmbeddedConfig) *Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,7 +34,8 @@ func Start(t testing.TB, name string) *Server {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &Server{t: t, cfg: bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: addr, Name: name}}
+	cfg.DataDir, cfg.Listen = t.TempDir(), addr
+	s := &Server{t: t, cfg: cfg}
 	s.Start()
 	t.Cleanup(func() {
 		if s.ns != nil {
