@@ -35,6 +35,12 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_txlock", "immediate")
+	// A 128 MiB page cache per connection (SQLite's default is 2 MiB):
+	// the worker's writer touches pages all over the bucket and counter
+	// B-trees, and with the small default a flood of new callers spends
+	// its time reading back pages it just evicted. Memory is taken only as
+	// pages are used.
+	q.Set("_cache_size", "-131072")
 	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)

@@ -20,11 +20,14 @@ package worker
 // redelivered after that.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -146,7 +149,7 @@ func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, b
 func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if err := bus.RestoreStreams(ctx, w.js); err != nil {
+		if err := bus.RestoreStreamsWith(ctx, w.js, w.cfg.Streams); err != nil {
 			return nil, err
 		}
 		w.log.Warn("the stream was gone (NATS lost it); made it again", "stream", stream)
@@ -184,41 +187,36 @@ func (w *Worker) consumerGone(ctx context.Context, stream string) bool {
 // nothing out. A stream seen for the first time is taken as the one the
 // rows came from.
 func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created time.Time) error {
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var known int64
-	err = tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		_, err = tx.ExecContext(ctx, `INSERT INTO stream_incarnations (stream, created) VALUES (?, ?)`, stream, created.UnixNano())
-	case err != nil:
-	case known == created.UnixNano():
-		return nil
-	default:
+	return w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		var known int64
+		err := tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = tx.ExecContext(ctx, `INSERT INTO stream_incarnations (stream, created) VALUES (?, ?)`, stream, created.UnixNano())
+			return err
+		case err != nil:
+			return err
+		case known == created.UnixNano():
+			return nil
+		}
 		if _, err = tx.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ?`, stream); err != nil {
 			return err
 		}
 		var reset int64
 		if stream == bus.StateStream {
-			res, uerr := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
-			if uerr != nil {
-				return uerr
+			res, err := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
+			if err != nil {
+				return err
 			}
 			reset, _ = res.RowsAffected()
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE stream_incarnations SET created = ? WHERE stream = ?`, created.UnixNano(), stream)
-		if err == nil {
-			w.log.Warn("stream was made anew (NATS lost it); sequences start again, so the ones kept from the old stream were reset",
-				"stream", stream, "bucket_rows_reset", reset)
+		if _, err = tx.ExecContext(ctx, `UPDATE stream_incarnations SET created = ? WHERE stream = ?`, created.UnixNano(), stream); err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		return err
-	}
-	return tx.Commit()
+		w.log.Warn("stream was made anew (NATS lost it); sequences start again, so the ones kept from the old stream were reset",
+			"stream", stream, "bucket_rows_reset", reset)
+		return nil
+	})
 }
 
 // applyDue reports whether pending messages should be applied now.
@@ -226,10 +224,14 @@ func (w *Worker) applyDue(pending []jetstream.Msg, left time.Duration) bool {
 	return len(pending) > 0 && (left <= 0 || len(pending) >= w.cfg.FetchBatch || w.syncing.Load() > 0)
 }
 
-// payload is one message's data and its stream sequence.
+// payload is one message's data and its stream sequence; state or
+// counters is its decoded batch once decoded is set (nil if unreadable).
 type payload struct {
-	seq  uint64
-	data []byte
+	seq      uint64
+	data     []byte
+	state    *bus.StateBatch
+	counters *bus.CounterBatch
+	decoded  bool
 }
 
 // applyFunc writes the effect of several messages, in stream order, within
@@ -237,36 +239,32 @@ type payload struct {
 type applyFunc func(tx *sql.Tx, msgs []payload) (int, error)
 
 func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream.Msg, apply applyFunc) error {
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	mark, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO stream_applied (stream, seq) VALUES (?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer mark.Close()
-	var fresh []payload
+	payloads := make([]payload, 0, len(msgs))
 	for _, m := range msgs {
 		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		res, err := mark.ExecContext(ctx, stream, md.Sequence.Stream)
+		p := payload{seq: md.Sequence.Stream, data: m.Data()}
+		// Decoded before the write transaction, so that the one writer is
+		// held for SQL only.
+		if stream == bus.StateStream {
+			p.state, p.decoded = decodeState(w, p.data), true
+		} else {
+			p.counters, p.decoded = decodeCounters(w, p.data), true
+		}
+		payloads = append(payloads, p)
+	}
+	var rows int
+	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		fresh, err := markApplied(ctx, tx, stream, payloads)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			continue // a redelivery of a message already committed
-		}
-		fresh = append(fresh, payload{seq: md.Sequence.Stream, data: m.Data()})
-	}
-	rows, err := apply(tx, fresh)
-	if err != nil {
+		rows, err = apply(tx, fresh)
 		return err
-	}
-	if err := tx.Commit(); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
@@ -277,6 +275,29 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 	}
 	w.metrics.batches.WithLabelValues(stream).Inc()
 	return nil
+}
+
+// markApplied records each payload's sequence in stream_applied and returns
+// the payloads not recorded before: the others are redeliveries of messages
+// already committed.
+func markApplied(ctx context.Context, tx *sql.Tx, stream string, payloads []payload) ([]payload, error) {
+	mark, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO stream_applied (stream, seq) VALUES (?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	defer mark.Close()
+	fresh := payloads[:0:0]
+	for _, p := range payloads {
+		res, err := mark.ExecContext(ctx, stream, p.seq)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // a redelivery of a message already committed
+		}
+		fresh = append(fresh, p)
+	}
+	return fresh, nil
 }
 
 // pruneApplied forgets applied sequences at or below the consumer's ack
@@ -291,7 +312,12 @@ func (w *Worker) pruneApplied(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := w.db.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ? AND seq <= ?`, stream, info.AckFloor.Stream); err != nil {
+		floor := info.AckFloor.Stream
+		err = w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ? AND seq <= ?`, stream, floor)
+			return err
+		})
+		if err != nil {
 			w.log.Warn("prune applied sequences", "stream", stream, "err", err)
 		}
 	}
@@ -317,48 +343,65 @@ func decodeBatches[T any](w *Worker, payloads []payload, version func(*T) int) [
 	return out
 }
 
+// decodeState decodes one state stream message, or logs and returns nil.
+func decodeState(w *Worker, data []byte) *bus.StateBatch {
+	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.StateBatch) int { return b.V })
+	if len(bs) == 0 {
+		return nil
+	}
+	return bs[0]
+}
+
 // applyState upserts bucket states. Within one transaction a key is written
-// once, with its newest state (payloads are in stream order). A bucket that
-// is full again (or was reset) is deleted instead: storage holds only
-// active identities.
+// once, with its newest state (payloads are in stream order), in multi-row
+// statements (writeBucketRows). A bucket that is full again is written too
+// (not deleted), so that its sequence keeps older redeliveries out; the
+// sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 	type versioned struct {
 		rec *bus.BucketRecord
 		seq uint64
 	}
-	latest := map[string]versioned{}
-	var order []string
+	n := 0
+	for i := range payloads {
+		p := &payloads[i]
+		if !p.decoded {
+			p.state, p.decoded = decodeState(w, p.data), true
+		}
+		if p.state != nil {
+			n += len(p.state.Buckets)
+		}
+	}
+	latest := make(map[string]int, n) // key -> index in order
+	order := make([]versioned, 0, n)
 	for _, p := range payloads {
-		for _, b := range decodeBatches(w, []payload{p}, func(b *bus.StateBatch) int { return b.V }) {
-			for i := range b.Buckets {
-				rec := &b.Buckets[i]
-				cur, seen := latest[rec.Key]
-				if !seen {
-					order = append(order, rec.Key)
+		if p.state == nil {
+			continue
+		}
+		for i := range p.state.Buckets {
+			rec := &p.state.Buckets[i]
+			if j, seen := latest[rec.Key]; seen {
+				if p.seq >= order[j].seq {
+					order[j] = versioned{rec, p.seq}
 				}
-				if !seen || p.seq >= cur.seq {
-					latest[rec.Key] = versioned{rec, p.seq}
-				}
+				continue
 			}
+			latest[rec.Key] = len(order)
+			order = append(order, versioned{rec, p.seq})
 		}
 	}
 	if len(order) == 0 {
 		return 0, nil
 	}
-	now := w.cfg.Now().UnixNano()
-	// A bucket that is full again is written too (not deleted), so that its
-	// sequence keeps older redeliveries out; the sweep deletes it later.
-	upsert, err := tx.Prepare(upsertBucketSQL)
-	if err != nil {
-		return 0, err
+	// In key order, so consecutive rows land on the same B-tree pages.
+	slices.SortFunc(order, func(a, b versioned) int { return strings.Compare(a.rec.Key, b.rec.Key) })
+	recs := make([]*bus.BucketRecord, len(order))
+	seqs := make([]uint64, len(order))
+	for i, v := range order {
+		recs[i], seqs[i] = v.rec, v.seq
 	}
-	defer upsert.Close()
-	var buf []byte
-	for _, key := range order {
-		v := latest[key]
-		if buf, err = upsertBucket(upsert, buf, v.rec, v.seq, now); err != nil {
-			return 0, err
-		}
+	if err := writeBucketRows(tx, recs, seqs, w.cfg.Now().UnixNano()); err != nil {
+		return 0, err
 	}
 	return len(order), nil
 }
@@ -366,16 +409,22 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 // applyCounters adds counter deltas, summed per cell first so a cell is
 // written once per transaction.
 func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
-	batches := decodeBatches(w, payloads, func(b *bus.CounterBatch) int { return b.V })
 	sums := map[bus.CounterKey]*bus.CounterRow{}
-	var order []bus.CounterKey
-	for _, b := range batches {
-		for _, r := range b.Rows {
+	var order []*bus.CounterRow
+	for i := range payloads {
+		p := &payloads[i]
+		if !p.decoded {
+			p.counters, p.decoded = decodeCounters(w, p.data), true
+		}
+		if p.counters == nil {
+			continue
+		}
+		for _, r := range p.counters.Rows {
 			cur := sums[r.CounterKey]
 			if cur == nil {
 				cur = &bus.CounterRow{CounterKey: r.CounterKey}
 				sums[r.CounterKey] = cur
-				order = append(order, r.CounterKey)
+				order = append(order, cur)
 			}
 			cur.Allowed += r.Allowed
 			cur.Denied += r.Denied
@@ -384,36 +433,69 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	if len(order) == 0 {
 		return 0, nil
 	}
-	st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
+	// In primary key order, so consecutive rows land on the same pages.
+	slices.SortFunc(order, func(a, b *bus.CounterRow) int {
+		return cmp.Or(strings.Compare(a.TenantID, b.TenantID), cmp.Compare(a.Minute, b.Minute), strings.Compare(a.Policy, b.Policy),
+			strings.Compare(a.Tier, b.Tier), strings.Compare(a.IdentityKind, b.IdentityKind), strings.Compare(a.IdentityID, b.IdentityID))
+	})
+	m := newMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES`, 8,
+		`ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
 		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied`)
-	if err != nil {
-		return 0, err
-	}
-	defer st.Close()
-	for _, k := range order {
-		r := sums[k]
-		if _, err := st.Exec(r.TenantID, r.Minute, r.Policy, r.Tier, r.IdentityKind, r.IdentityID, r.Allowed, r.Denied); err != nil {
+	for _, r := range order {
+		if err := m.add(r.TenantID, r.Minute, r.Policy, r.Tier, r.IdentityKind, r.IdentityID, r.Allowed, r.Denied); err != nil {
+			m.flush()
 			return 0, err
 		}
+	}
+	if err := m.flush(); err != nil {
+		return 0, err
 	}
 	return len(order), nil
 }
 
+// decodeCounters decodes one counter stream message, or logs and returns nil.
+func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
+	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.CounterBatch) int { return b.V })
+	if len(bs) == 0 {
+		return nil
+	}
+	return bs[0]
+}
+
+// sweepChunk is how many buckets one sweep transaction deletes at most, so
+// that the one writer is not held for long.
+const sweepChunk = 5000
+
 // sweep deletes persisted buckets that are full again, once no redelivery
 // of an older state can arrive for them (a few AckWaits after their last
-// write), and prunes the applied-sequence log.
+// write), and prunes the applied-sequence log. Each chunk of deletions is
+// its own write transaction, queued with stream batches and config writes.
 func (w *Worker) sweep(ctx context.Context) {
 	w.pruneApplied(ctx)
 	now := w.cfg.Now()
-	res, err := w.db.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ?`, now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano())
-	if err != nil {
-		w.log.Error("bucket sweep failed", "err", err)
-		return
+	var deleted int64
+	for ctx.Err() == nil {
+		var n int64
+		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE key IN (SELECT key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?)`,
+				now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano(), sweepChunk)
+			if err != nil {
+				return err
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		if err != nil {
+			w.log.Error("bucket sweep failed", "err", err)
+			return
+		}
+		deleted += n
+		if n < sweepChunk {
+			break
+		}
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		w.log.Debug("bucket sweep", "deleted", n)
+	if deleted > 0 {
+		w.log.Debug("bucket sweep", "deleted", deleted)
 	}
 }
 
