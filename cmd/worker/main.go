@@ -47,7 +47,12 @@ func run() error {
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	checkConfig := fs.Bool("check-config", false, "validate flags and environment, print the result and exit")
+	streams := app.StreamLimitFlags(fs, os.Getenv)
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	limits, err := streams()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -87,7 +92,7 @@ func run() error {
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg}, db, nc)
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Streams: limits}, db, nc)
 	if err != nil {
 		return err
 	}

@@ -207,7 +207,7 @@ func (m *Main) startWorker(ctx context.Context, url string) error {
 		return err
 	}
 	m.workerNC = wnc
-	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry}, db, wnc)
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Streams: m.Config.Streams}, db, wnc)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/httpsec"
 )
 
@@ -30,6 +31,9 @@ type Config struct {
 	MetricsAddr     string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL       string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig     bool          // --check-config: validate the configuration and exit
+	// Streams bounds the state and counter streams when this process runs
+	// the worker: --stream-max-bytes, --stream-max-age (streams.go).
+	Streams bus.StreamLimits
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -102,7 +106,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
+	streams := StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Streams, err = streams(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
