@@ -52,8 +52,8 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 		if len(pending) > 0 {
 			wait = min(wait, time.Until(since.Add(w.cfg.ApplyInterval)))
 		}
-		if !w.applyDue(pending, wait) {
-			batch, err := cons.Fetch(w.cfg.FetchBatch-len(pending), jetstream.FetchMaxWait(max(wait, time.Millisecond)))
+		if !w.applyDue(stream, pending, wait) {
+			batch, err := cons.Fetch(w.fetchBatch(stream)-len(pending), jetstream.FetchMaxWait(max(wait, time.Millisecond)))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -77,7 +77,7 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 				}
 				continue
 			}
-			if !w.applyDue(pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
+			if !w.applyDue(stream, pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
 				continue
 			}
 		}
@@ -220,8 +220,20 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 }
 
 // applyDue reports whether pending messages should be applied now.
-func (w *Worker) applyDue(pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.cfg.FetchBatch || w.syncing.Load() > 0)
+func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0)
+}
+
+// fetchBatch is how many messages of stream one transaction applies. A
+// counter message holds up to 2000 rows, twice a state message, so counter
+// transactions take half as many: the two streams take turns at the writer
+// with about as many rows each, and a flood's counters do not hold back
+// the bucket states that quotas depend on.
+func (w *Worker) fetchBatch(stream string) int {
+	if stream == bus.CounterStream {
+		return max(w.cfg.FetchBatch/2, 1)
+	}
+	return w.cfg.FetchBatch
 }
 
 // payload is one message's data and its stream sequence; state or

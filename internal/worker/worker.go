@@ -179,6 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { w.watchLag(ctx) })
+	wg.Go(func() { w.checkpoint(ctx) })
 	wg.Go(func() {
 		t := time.NewTicker(w.cfg.SweepInterval)
 		defer t.Stop()
@@ -193,6 +194,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	wg.Wait()
 	return nil
+}
+
+// checkpoint copies committed pages from the WAL into the database file
+// every second, on a connection of its own and without blocking the
+// writer (a passive checkpoint), so that the writer rarely has to do it
+// inside a commit.
+func (w *Worker) checkpoint(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
+			w.log.Debug("passive checkpoint", "err", err)
+		}
+	}
 }
 
 // handler adapts a typed function to a micro endpoint: it decodes the
