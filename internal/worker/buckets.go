@@ -120,15 +120,36 @@ func (m *multiRow) flush() error {
 	return err
 }
 
+// bucketRow is a bucket record in its stored form: its state's binary
+// encoding and its partition, computed before the writer is taken.
+type bucketRow struct {
+	rec  *bus.BucketRecord
+	seq  uint64
+	bin  []byte
+	part int
+}
+
+// bucketRows encodes a batch's buckets (none when b is nil).
+func bucketRows(b *bus.StateBatch) []bucketRow {
+	if b == nil {
+		return []bucketRow{}
+	}
+	out := make([]bucketRow, len(b.Buckets))
+	for i := range b.Buckets {
+		rec := &b.Buckets[i]
+		out[i] = bucketRow{rec: rec, bin: bus.AppendState(nil, rec.Limits, rec.States), part: bus.Partition([]byte(rec.Key))}
+	}
+	return out
+}
+
 // writeBucketRows upserts bucket rows with upsertBucketSQL's rule, many per
-// statement, each with the sequence of its record.
-func writeBucketRows(tx *sql.Tx, recs []*bus.BucketRecord, seqs []uint64, now int64) error {
+// statement, each with its own sequence.
+func writeBucketRows(tx *sql.Tx, rows []bucketRow, now int64) error {
 	m := newMultiRow(tx, `INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES`, 7,
 		`ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
 	WHERE excluded.seq > buckets.seq`)
-	for i, rec := range recs {
-		st := bus.AppendState(nil, rec.Limits, rec.States)
-		if err := m.add(rec.Key, rec.TenantID, bus.Partition([]byte(rec.Key)), st, rec.FullAt, int64(seqs[i]), now); err != nil {
+	for _, r := range rows {
+		if err := m.add(r.rec.Key, r.rec.TenantID, r.part, r.bin, r.rec.FullAt, int64(r.seq), now); err != nil {
 			m.flush()
 			return err
 		}

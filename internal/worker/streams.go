@@ -226,12 +226,13 @@ func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Dura
 
 // fetchBatch is how many messages of stream one transaction applies. A
 // counter message holds up to 2000 rows, twice a state message, so counter
-// transactions take half as many: the two streams take turns at the writer
-// with about as many rows each, and a flood's counters do not hold back
-// the bucket states that quotas depend on.
+// transactions take a quarter as many: the two streams take turns at the
+// writer, and in a flood the bucket states that quotas (and restarted
+// servers) depend on get two rows written for each counter row; counters,
+// which only analytics read, catch up once the flood ends.
 func (w *Worker) fetchBatch(stream string) int {
 	if stream == bus.CounterStream {
-		return max(w.cfg.FetchBatch/2, 1)
+		return max(w.cfg.FetchBatch/4, 1)
 	}
 	return w.cfg.FetchBatch
 }
@@ -242,6 +243,7 @@ type payload struct {
 	seq      uint64
 	data     []byte
 	state    *bus.StateBatch
+	rows     []bucketRow // state's buckets in their stored form
 	counters *bus.CounterBatch
 	decoded  bool
 }
@@ -262,6 +264,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		// held for SQL only.
 		if stream == bus.StateStream {
 			p.state, p.decoded = decodeState(w, p.data), true
+			p.rows = bucketRows(p.state)
 		} else {
 			p.counters, p.decoded = decodeCounters(w, p.data), true
 		}
@@ -370,49 +373,38 @@ func decodeState(w *Worker, data []byte) *bus.StateBatch {
 // (not deleted), so that its sequence keeps older redeliveries out; the
 // sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
-	type versioned struct {
-		rec *bus.BucketRecord
-		seq uint64
-	}
 	n := 0
 	for i := range payloads {
 		p := &payloads[i]
 		if !p.decoded {
 			p.state, p.decoded = decodeState(w, p.data), true
 		}
-		if p.state != nil {
-			n += len(p.state.Buckets)
+		if p.rows == nil {
+			p.rows = bucketRows(p.state)
 		}
+		n += len(p.rows)
 	}
 	latest := make(map[string]int, n) // key -> index in order
-	order := make([]versioned, 0, n)
+	order := make([]bucketRow, 0, n)
 	for _, p := range payloads {
-		if p.state == nil {
-			continue
-		}
-		for i := range p.state.Buckets {
-			rec := &p.state.Buckets[i]
-			if j, seen := latest[rec.Key]; seen {
+		for _, r := range p.rows {
+			r.seq = p.seq
+			if j, seen := latest[r.rec.Key]; seen {
 				if p.seq >= order[j].seq {
-					order[j] = versioned{rec, p.seq}
+					order[j] = r
 				}
 				continue
 			}
-			latest[rec.Key] = len(order)
-			order = append(order, versioned{rec, p.seq})
+			latest[r.rec.Key] = len(order)
+			order = append(order, r)
 		}
 	}
 	if len(order) == 0 {
 		return 0, nil
 	}
 	// In key order, so consecutive rows land on the same B-tree pages.
-	slices.SortFunc(order, func(a, b versioned) int { return strings.Compare(a.rec.Key, b.rec.Key) })
-	recs := make([]*bus.BucketRecord, len(order))
-	seqs := make([]uint64, len(order))
-	for i, v := range order {
-		recs[i], seqs[i] = v.rec, v.seq
-	}
-	if err := writeBucketRows(tx, recs, seqs, w.cfg.Now().UnixNano()); err != nil {
+	slices.SortFunc(order, func(a, b bucketRow) int { return strings.Compare(a.rec.Key, b.rec.Key) })
+	if err := writeBucketRows(tx, order, w.cfg.Now().UnixNano()); err != nil {
 		return 0, err
 	}
 	return len(order), nil
