@@ -270,11 +270,22 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		}
 		payloads = append(payloads, p)
 	}
+	// Bucket states are merged and sorted before the writer is taken too;
+	// if some messages turn out to be redeliveries already committed, the
+	// rest are merged again within the transaction.
+	var merged []bucketRow
+	if stream == bus.StateStream {
+		merged = w.mergeState(payloads)
+	}
 	var rows int
 	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
 		fresh, err := markApplied(ctx, tx, stream, payloads)
 		if err != nil {
 			return err
+		}
+		if stream == bus.StateStream && len(fresh) == len(payloads) {
+			rows = len(merged)
+			return writeBucketRows(tx, merged, w.cfg.Now().UnixNano())
 		}
 		rows, err = apply(tx, fresh)
 		return err
@@ -373,6 +384,19 @@ func decodeState(w *Worker, data []byte) *bus.StateBatch {
 // (not deleted), so that its sequence keeps older redeliveries out; the
 // sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
+	order := w.mergeState(payloads)
+	if len(order) == 0 {
+		return 0, nil
+	}
+	if err := writeBucketRows(tx, order, w.cfg.Now().UnixNano()); err != nil {
+		return 0, err
+	}
+	return len(order), nil
+}
+
+// mergeState keeps each key's newest state among payloads, in key order,
+// so that consecutive rows land on the same B-tree pages.
+func (w *Worker) mergeState(payloads []payload) []bucketRow {
 	n := 0
 	for i := range payloads {
 		p := &payloads[i]
@@ -399,15 +423,8 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 			order = append(order, r)
 		}
 	}
-	if len(order) == 0 {
-		return 0, nil
-	}
-	// In key order, so consecutive rows land on the same B-tree pages.
 	slices.SortFunc(order, func(a, b bucketRow) int { return strings.Compare(a.rec.Key, b.rec.Key) })
-	if err := writeBucketRows(tx, order, w.cfg.Now().UnixNano()); err != nil {
-		return 0, err
-	}
-	return len(order), nil
+	return order
 }
 
 // applyCounters adds counter deltas, summed per cell first so a cell is
