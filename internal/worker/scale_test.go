@@ -354,3 +354,41 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 		t.Fatalf("counters %d/%d, want %d/%d", a, d, 2*messages, messages)
 	}
 }
+
+// The sweep deletes, in several rounds of short transactions, every bucket
+// that is full again and quiet, and keeps live buckets and ones written
+// recently.
+func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, Config{Now: func() time.Time { return now }, AckWait: time.Second})
+	ctx := context.Background()
+	var rows []bucketRow
+	add := func(prefix string, n int, fullAt int64) {
+		b := manyBuckets(prefix, n)
+		for i := range b.Buckets {
+			b.Buckets[i].FullAt = fullAt
+		}
+		rows = append(rows, bucketRows(&b)...)
+	}
+	add("full", sweepRead+sweepChunk+7, now.Add(-time.Minute).UnixNano())
+	add("live", 10, now.Add(time.Hour).UnixNano())
+	old := now.Add(-time.Hour).UnixNano()
+	if err := e.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return writeBucketRows(tx, rows, old) }); err != nil {
+		t.Fatal(err)
+	}
+	// Full but written just now: a redelivery could still come, so it stays.
+	b := manyBuckets("recent", 3)
+	for i := range b.Buckets {
+		b.Buckets[i].FullAt = now.Add(-time.Minute).UnixNano()
+	}
+	if err := e.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return writeBucketRows(tx, bucketRows(&b), now.UnixNano()) }); err != nil {
+		t.Fatal(err)
+	}
+	e.w.sweep(ctx)
+	if n := e.count(t, `SELECT count(*) FROM buckets WHERE key LIKE '%full-%'`); n != 0 {
+		t.Fatalf("%d full, quiet buckets left", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM buckets`); n != 13 {
+		t.Fatalf("%d buckets left, want the 10 live and 3 recent", n)
+	}
+}

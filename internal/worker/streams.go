@@ -483,41 +483,78 @@ func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
 	return bs[0]
 }
 
-// sweepChunk is how many buckets one sweep transaction deletes at most, so
-// that the one writer is not held for long.
-const sweepChunk = 5000
+// Sweep sizes: each round reads up to sweepRead sweepable keys (a read,
+// beside the writer), then deletes them sweepChunk at a time, each chunk
+// its own short write transaction.
+const (
+	sweepRead  = 50000
+	sweepChunk = 2000
+)
 
 // sweep deletes persisted buckets that are full again, once no redelivery
 // of an older state can arrive for them (a few AckWaits after their last
-// write), and prunes the applied-sequence log. Each chunk of deletions is
-// its own write transaction, queued with stream batches and config writes.
+// write), and prunes the applied-sequence log. Deletions queue with stream
+// batches and config writes for the one writer, in short transactions; each
+// re-checks its rows' condition, so a bucket written again meanwhile stays.
 func (w *Worker) sweep(ctx context.Context) {
 	w.pruneApplied(ctx)
 	now := w.cfg.Now()
+	fullBy, quietSince := now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano()
 	var deleted int64
 	for ctx.Err() == nil {
-		var n int64
-		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE key IN (SELECT key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?)`,
-				now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano(), sweepChunk)
-			if err != nil {
-				return err
-			}
-			n, _ = res.RowsAffected()
-			return nil
-		})
+		keys, err := w.sweepable(ctx, fullBy, quietSince)
 		if err != nil {
 			w.log.Error("bucket sweep failed", "err", err)
 			return
 		}
-		deleted += n
-		if n < sweepChunk {
+		more := len(keys) == sweepRead // another round may find more
+		for len(keys) > 0 && ctx.Err() == nil {
+			chunk := keys[:min(len(keys), sweepChunk)]
+			keys = keys[len(chunk):]
+			args := make([]any, 0, len(chunk)+2)
+			args = append(args, fullBy, quietSince)
+			for _, k := range chunk {
+				args = append(args, k)
+			}
+			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ? AND key IN (?`+strings.Repeat(",?", len(chunk)-1)+`)`, args...)
+				if err != nil {
+					return err
+				}
+				n, _ := res.RowsAffected()
+				deleted += n
+				return nil
+			})
+			if err != nil {
+				w.log.Error("bucket sweep failed", "err", err)
+				return
+			}
+		}
+		if !more {
 			break
 		}
 	}
 	if deleted > 0 {
 		w.log.Debug("bucket sweep", "deleted", deleted)
 	}
+}
+
+// sweepable reads up to sweepRead keys of buckets the sweep may delete.
+func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]string, error) {
+	rows, err := w.db.QueryContext(ctx, `SELECT key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
