@@ -4,7 +4,8 @@
 //	go run ./cmd/sluice-bench -key sk_… -workers 32 -duration 10s -floor
 //
 // "sluice-bench restart" measures restarts with millions of persisted
-// buckets instead (restart.go).
+// buckets instead (restart.go); "sluice-bench worker" whether the SQLite
+// worker keeps up with a flood of new callers (workerbench.go).
 //
 // With -flood N it instead starts a server of its own and measures what N
 // distinct denied callers cost on disk (see flood.go).
@@ -138,6 +139,9 @@ func checkLoopback(raw string) error {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "restart" {
 		return runRestart(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "worker" {
+		return runWorkerBench(ctx, args[1:], stdout)
 	}
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {

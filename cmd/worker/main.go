@@ -55,7 +55,12 @@ func run() error {
 	}
 	var auth bus.Auth
 	auth.RegisterFlags(fs, os.Getenv)
+	streams := app.StreamLimitFlags(fs, os.Getenv)
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	limits, err := streams()
+	if err != nil {
 		return err
 	}
 	if err := analytics.Validate(); err != nil {
@@ -117,7 +122,7 @@ func run() error {
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op}, db, nc)
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits}, db, nc)
 	if err != nil {
 		return err
 	}

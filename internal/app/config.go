@@ -39,6 +39,9 @@ type Config struct {
 	// Analytics retention of the embedded worker: --analytics-minutes,
 	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
 	Analytics worker.Retention
+	// Streams bounds the state and counter streams when this process runs
+	// the worker: --stream-max-bytes, --stream-max-age (streams.go).
+	Streams bus.StreamLimits
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -117,7 +120,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
 		return err
 	}
+	streams := StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Streams, err = streams(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

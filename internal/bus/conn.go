@@ -86,28 +86,20 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 // Duplicate detection over two minutes lets a publisher retry a batch with
 // the same message id without it being counted twice.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, sc := range streamConfigs() {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
-		}
-	}
-	return nil
+	return EnsureStreamsWith(StreamLimits{})(ctx, js)
 }
 
 // RestoreStreams creates the state and counter streams that are missing,
 // for a process that found them gone (NATS lost its data), and leaves the
 // others as they are: updating a stream while a consumer is being added to
-// it is not safe in every NATS version.
+// it is not safe in every NATS version. A stream made here has the default
+// StreamLimits until the worker applies its own.
 func RestoreStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, sc := range streamConfigs() {
-		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("restore stream %s: %w", sc.Name, err)
-		}
-	}
-	return nil
+	return RestoreStreamsWith(ctx, js, StreamLimits{})
 }
 
-func streamConfigs() []jetstream.StreamConfig {
+func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
+	maxBytes, maxAge := limits.resolved()
 	out := []jetstream.StreamConfig{
 		{Name: StateStream, Subjects: []string{stateSubjects}},
 		{Name: CounterStream, Subjects: []string{counterSubjects}},
@@ -117,6 +109,9 @@ func streamConfigs() []jetstream.StreamConfig {
 		out[i].Retention = jetstream.WorkQueuePolicy
 		out[i].Duplicates = 2 * time.Minute
 		out[i].MaxMsgSize = 8 << 20
+		out[i].MaxBytes = maxBytes
+		out[i].MaxAge = maxAge
+		out[i].Discard = jetstream.DiscardNew
 	}
 	return out
 }

@@ -81,6 +81,26 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
+// WriteTx runs fn in a write transaction under the store's semaphore and
+// commits it if fn succeeds. The worker runs all its other SQLite writes
+// (stream batches, the sweep, pruning) through it, so every write of the
+// process queues in Go and none waits in SQLite's busy handler.
+func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.inTx(ctx, fn)
+}
+
+// Exclusive runs fn holding the store's write semaphore, for writes that
+// are not one transaction (SQLite's incremental vacuum).
+func (s *Store) Exclusive(ctx context.Context, fn func() error) error {
+	select {
+	case s.write <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.write }()
+	return fn()
+}
+
 // writeConfig runs fn in a write transaction. When fn returns changes, the
 // config version is incremented once in the same transaction and stamped
 // on all of them.

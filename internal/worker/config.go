@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"time"
 
@@ -230,7 +231,11 @@ func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
 			continue
 		}
 		key := c.TenantID + "/" + c.BucketReset.PolicyID + "/" + c.BucketReset.Identity.Kind + ":" + c.BucketReset.Identity.ID
-		if _, err := w.db.ExecContext(ctx, `DELETE FROM buckets WHERE key = ?`, key); err != nil {
+		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE key = ?`, key)
+			return err
+		})
+		if err != nil {
 			w.log.Error("delete reset bucket", "key", key, "err", err)
 		}
 	}

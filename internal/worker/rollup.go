@@ -54,6 +54,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // Retention bounds the analytics kept in SQLite. The zero value of each
@@ -283,11 +284,17 @@ type tenantMinute struct {
 // written once per transaction, and keeps each tenant's open minute within
 // openCellsPerK × TopK cells (see the top of this file).
 func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
-	batches := decodeBatches(w, payloads, func(b *bus.CounterBatch) int { return b.V })
 	groups := map[tenantMinute]cells{}
 	var order []tenantMinute
-	for _, b := range batches {
-		for _, r := range b.Rows {
+	for i := range payloads {
+		p := &payloads[i]
+		if !p.decoded {
+			p.counters, p.decoded = decodeCounters(w, p.data), true
+		}
+		if p.counters == nil {
+			continue
+		}
+		for _, r := range p.counters.Rows {
 			tm := tenantMinute{r.TenantID, r.Minute}
 			g := groups[tm]
 			if g == nil {
@@ -301,14 +308,9 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	if len(order) == 0 {
 		return 0, nil
 	}
-	upsert, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
+	m := newMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES`, 8,
+		`ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
 		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied`)
-	if err != nil {
-		return 0, err
-	}
-	defer upsert.Close()
 	written := 0
 	for _, tm := range order {
 		in := groups[tm]
@@ -331,9 +333,13 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 			}
 		}
 		for k, v := range in {
-			if _, err := upsert.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
+			if err := m.add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
 				return 0, err
 			}
+		}
+		// The next minute's row count reads what this one wrote.
+		if err := m.flush(); err != nil {
+			return 0, err
 		}
 		written += len(in)
 	}
@@ -372,7 +378,12 @@ type MaintenanceStats struct {
 // analyticsMaintainer runs the maintenance pass; compactedTo is the first
 // minute not yet folded after closing.
 type analyticsMaintainer struct {
-	db          *sql.DB
+	db *sql.DB // reads; writes go through write and exclusive
+	// write runs one write transaction, exclusive one non-transactional
+	// write, each as the process's only SQLite writer (the worker's
+	// store.WriteTx and store.Exclusive).
+	write       func(ctx context.Context, fn func(*sql.Tx) error) error
+	exclusive   func(ctx context.Context, fn func() error) error
 	r           Retention
 	log         *slog.Logger
 	compactedTo int64
@@ -387,7 +398,8 @@ func Maintain(ctx context.Context, db *sql.DB, r Retention, now time.Time, log *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &analyticsMaintainer{db: db, r: r, log: log, compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
+	st := tenants.NewStore(db)
+	m := &analyticsMaintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, r: r, log: log, compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
 	return m.run(ctx, now)
 }
 
@@ -415,18 +427,28 @@ func (m *analyticsMaintainer) run(ctx context.Context, now time.Time) (Maintenan
 	// A day row goes once the whole day is older than DayRows.
 	dayCut := nowMin - int64(m.r.DayRows/time.Minute) - 1440
 	for {
-		res, err := m.db.ExecContext(ctx, `DELETE FROM counter_rollups WHERE rowid IN
-			(SELECT rowid FROM counter_rollups WHERE res = 1440 AND start < ? LIMIT 5000)`, dayCut)
+		var n int64
+		err := m.write(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM counter_rollups WHERE rowid IN
+				(SELECT rowid FROM counter_rollups WHERE res = 1440 AND start < ? LIMIT 5000)`, dayCut)
+			if err == nil {
+				n, _ = res.RowsAffected()
+			}
+			return err
+		})
 		if err != nil {
 			return st, fmt.Errorf("delete day rows past retention: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		st.DayRowsDeleted += n
 		if n < 5000 {
 			break
 		}
 	}
-	vs, err := sqlitedb.IncrementalVacuum(ctx, m.db, vacuumMinFreePages)
+	var vs sqlitedb.VacuumStats
+	err = m.exclusive(ctx, func() (err error) {
+		vs, err = sqlitedb.IncrementalVacuum(ctx, m.db, vacuumMinFreePages)
+		return err
+	})
 	st.FreedPages, st.PageSize = vs.FreedPages, vs.PageSize
 	if err != nil {
 		return st, fmt.Errorf("incremental vacuum: %w", err)
@@ -485,34 +507,32 @@ func (m *analyticsMaintainer) foldClosed(ctx context.Context, nowMin int64) (int
 	return folded, nil
 }
 
-func (m *analyticsMaintainer) foldMinute(ctx context.Context, tm tenantMinute) (bool, error) {
-	tx, err := m.db.BeginTx(ctx, nil)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback()
-	c, err := loadMinute(tx, tm)
-	if err != nil {
-		return false, err
-	}
-	out, changed := fold(c, m.r.TopK)
-	if !changed {
-		return false, nil
-	}
-	if _, err := tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute); err != nil {
-		return false, err
-	}
-	st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return false, err
-	}
-	defer st.Close()
-	for k, v := range out {
-		if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
-			return false, err
+func (m *analyticsMaintainer) foldMinute(ctx context.Context, tm tenantMinute) (changed bool, err error) {
+	err = m.write(ctx, func(tx *sql.Tx) error {
+		c, err := loadMinute(tx, tm)
+		if err != nil {
+			return err
 		}
-	}
-	return true, tx.Commit()
+		var out cells
+		if out, changed = fold(c, m.r.TopK); !changed {
+			return nil
+		}
+		if _, err := tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute); err != nil {
+			return err
+		}
+		st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for k, v := range out {
+			if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return changed && err == nil, err
 }
 
 // rollUp moves every row of resolution from (1: the counters table) whose
@@ -563,12 +583,19 @@ func (m *analyticsMaintainer) rollUp(ctx context.Context, from, to, cut int64) (
 // of resolution to starting at p.minute into that period's row set, folds
 // it to its TopK identities, and deletes the rows it took, in one
 // transaction.
-func (m *analyticsMaintainer) rollUpPeriod(ctx context.Context, from, to int64, p tenantMinute) (int64, error) {
-	tx, err := m.db.BeginTx(ctx, nil)
+func (m *analyticsMaintainer) rollUpPeriod(ctx context.Context, from, to int64, p tenantMinute) (moved int64, err error) {
+	err = m.write(ctx, func(tx *sql.Tx) error {
+		n, err := rollUpPeriodTx(tx, from, to, p, m.r.TopK)
+		moved = n
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
+	return moved, nil
+}
+
+func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64, error) {
 	c, err := loadRollup(tx, p.tenant, to, p.minute)
 	if err != nil {
 		return 0, err
@@ -599,7 +626,7 @@ func (m *analyticsMaintainer) rollUpPeriod(ctx context.Context, from, to int64, 
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	c, _ = fold(c, m.r.TopK)
+	c, _ = fold(c, topK)
 	if from == 1 {
 		_, err = tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute >= ? AND minute < ?`, p.tenant, p.minute, p.minute+to)
 	} else {
@@ -622,7 +649,7 @@ func (m *analyticsMaintainer) rollUpPeriod(ctx context.Context, from, to int64, 
 			return 0, err
 		}
 	}
-	return n, tx.Commit()
+	return n, nil
 }
 
 func loadRollup(tx *sql.Tx, tenant string, res, start int64) (cells, error) {

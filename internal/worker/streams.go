@@ -25,6 +25,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -50,8 +52,8 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 		if len(pending) > 0 {
 			wait = min(wait, time.Until(since.Add(w.cfg.ApplyInterval)))
 		}
-		if !w.applyDue(pending, wait) {
-			batch, err := cons.Fetch(w.cfg.FetchBatch-len(pending), jetstream.FetchMaxWait(max(wait, time.Millisecond)))
+		if !w.applyDue(stream, pending, wait) {
+			batch, err := cons.Fetch(w.fetchBatch(stream)-len(pending), jetstream.FetchMaxWait(max(wait, time.Millisecond)))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -75,7 +77,7 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 				}
 				continue
 			}
-			if !w.applyDue(pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
+			if !w.applyDue(stream, pending, time.Until(since.Add(w.cfg.ApplyInterval))) {
 				continue
 			}
 		}
@@ -160,7 +162,7 @@ func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, b
 func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if err := bus.RestoreStreams(ctx, w.js); err != nil {
+		if err := bus.RestoreStreamsWith(ctx, w.js, w.cfg.Streams); err != nil {
 			return nil, err
 		}
 		w.log.Warn("the stream was gone (NATS lost it); made it again", "stream", stream)
@@ -198,52 +200,65 @@ func (w *Worker) consumerGone(ctx context.Context, stream string) bool {
 // nothing out. A stream seen for the first time is taken as the one the
 // rows came from.
 func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created time.Time) error {
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var known int64
-	err = tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		_, err = tx.ExecContext(ctx, `INSERT INTO stream_incarnations (stream, created) VALUES (?, ?)`, stream, created.UnixNano())
-	case err != nil:
-	case known == created.UnixNano():
-		return nil
-	default:
+	return w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		var known int64
+		err := tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = tx.ExecContext(ctx, `INSERT INTO stream_incarnations (stream, created) VALUES (?, ?)`, stream, created.UnixNano())
+			return err
+		case err != nil:
+			return err
+		case known == created.UnixNano():
+			return nil
+		}
 		if _, err = tx.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ?`, stream); err != nil {
 			return err
 		}
 		var reset int64
 		if stream == bus.StateStream {
-			res, uerr := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
-			if uerr != nil {
-				return uerr
+			res, err := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
+			if err != nil {
+				return err
 			}
 			reset, _ = res.RowsAffected()
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE stream_incarnations SET created = ? WHERE stream = ?`, created.UnixNano(), stream)
-		if err == nil {
-			w.log.Warn("stream was made anew (NATS lost it); sequences start again, so the ones kept from the old stream were reset",
-				"stream", stream, "bucket_rows_reset", reset)
+		if _, err = tx.ExecContext(ctx, `UPDATE stream_incarnations SET created = ? WHERE stream = ?`, created.UnixNano(), stream); err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		return err
-	}
-	return tx.Commit()
+		w.log.Warn("stream was made anew (NATS lost it); sequences start again, so the ones kept from the old stream were reset",
+			"stream", stream, "bucket_rows_reset", reset)
+		return nil
+	})
 }
 
 // applyDue reports whether pending messages should be applied now.
-func (w *Worker) applyDue(pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.cfg.FetchBatch || w.syncing.Load() > 0)
+func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0)
 }
 
-// payload is one message's data and its stream sequence.
+// fetchBatch is how many messages of stream one transaction applies. A
+// counter message holds up to 2000 rows, twice a state message, so counter
+// transactions take a quarter as many: the two streams take turns at the
+// writer, and in a flood the bucket states that quotas (and restarted
+// servers) depend on get two rows written for each counter row; counters,
+// which only analytics read, catch up once the flood ends.
+func (w *Worker) fetchBatch(stream string) int {
+	if stream == bus.CounterStream {
+		return max(w.cfg.FetchBatch/4, 1)
+	}
+	return w.cfg.FetchBatch
+}
+
+// payload is one message's data and its stream sequence; state or
+// counters is its decoded batch once decoded is set (nil if unreadable).
 type payload struct {
-	seq  uint64
-	data []byte
+	seq      uint64
+	data     []byte
+	state    *bus.StateBatch
+	rows     []bucketRow // state's buckets in their stored form
+	counters *bus.CounterBatch
+	decoded  bool
 }
 
 // applyFunc writes the effect of several messages, in stream order, within
@@ -251,36 +266,44 @@ type payload struct {
 type applyFunc func(tx *sql.Tx, msgs []payload) (int, error)
 
 func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream.Msg, apply applyFunc) error {
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	mark, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO stream_applied (stream, seq) VALUES (?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer mark.Close()
-	var fresh []payload
+	payloads := make([]payload, 0, len(msgs))
 	for _, m := range msgs {
 		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		res, err := mark.ExecContext(ctx, stream, md.Sequence.Stream)
+		p := payload{seq: md.Sequence.Stream, data: m.Data()}
+		// Decoded before the write transaction, so that the one writer is
+		// held for SQL only.
+		if stream == bus.StateStream {
+			p.state, p.decoded = decodeState(w, p.data), true
+			p.rows = bucketRows(p.state)
+		} else {
+			p.counters, p.decoded = decodeCounters(w, p.data), true
+		}
+		payloads = append(payloads, p)
+	}
+	// Bucket states are merged and sorted before the writer is taken too;
+	// if some messages turn out to be redeliveries already committed, the
+	// rest are merged again within the transaction.
+	var merged []bucketRow
+	if stream == bus.StateStream {
+		merged = w.mergeState(payloads)
+	}
+	var rows int
+	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		fresh, err := markApplied(ctx, tx, stream, payloads)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			continue // a redelivery of a message already committed
+		if stream == bus.StateStream && len(fresh) == len(payloads) {
+			rows = len(merged)
+			return writeBucketRows(tx, merged, w.cfg.Now().UnixNano())
 		}
-		fresh = append(fresh, payload{seq: md.Sequence.Stream, data: m.Data()})
-	}
-	rows, err := apply(tx, fresh)
-	if err != nil {
+		rows, err = apply(tx, fresh)
 		return err
-	}
-	if err := tx.Commit(); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
@@ -291,6 +314,29 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 	}
 	w.metrics.batches.WithLabelValues(stream).Inc()
 	return nil
+}
+
+// markApplied records each payload's sequence in stream_applied and returns
+// the payloads not recorded before: the others are redeliveries of messages
+// already committed.
+func markApplied(ctx context.Context, tx *sql.Tx, stream string, payloads []payload) ([]payload, error) {
+	mark, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO stream_applied (stream, seq) VALUES (?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	defer mark.Close()
+	fresh := payloads[:0:0]
+	for _, p := range payloads {
+		res, err := mark.ExecContext(ctx, stream, p.seq)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // a redelivery of a message already committed
+		}
+		fresh = append(fresh, p)
+	}
+	return fresh, nil
 }
 
 // pruneApplied forgets applied sequences at or below the consumer's ack
@@ -305,7 +351,12 @@ func (w *Worker) pruneApplied(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := w.db.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ? AND seq <= ?`, stream, info.AckFloor.Stream); err != nil {
+		floor := info.AckFloor.Stream
+		err = w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM stream_applied WHERE stream = ? AND seq <= ?`, stream, floor)
+			return err
+		})
+		if err != nil {
 			w.log.Warn("prune applied sequences", "stream", stream, "err", err)
 		}
 	}
@@ -331,66 +382,145 @@ func decodeBatches[T any](w *Worker, payloads []payload, version func(*T) int) [
 	return out
 }
 
+// decodeState decodes one state stream message, or logs and returns nil.
+func decodeState(w *Worker, data []byte) *bus.StateBatch {
+	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.StateBatch) int { return b.V })
+	if len(bs) == 0 {
+		return nil
+	}
+	return bs[0]
+}
+
 // applyState upserts bucket states. Within one transaction a key is written
-// once, with its newest state (payloads are in stream order). A bucket that
-// is full again (or was reset) is deleted instead: storage holds only
-// active identities.
+// once, with its newest state (payloads are in stream order), in multi-row
+// statements (writeBucketRows). A bucket that is full again is written too
+// (not deleted), so that its sequence keeps older redeliveries out; the
+// sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
-	type versioned struct {
-		rec *bus.BucketRecord
-		seq uint64
-	}
-	latest := map[string]versioned{}
-	var order []string
-	for _, p := range payloads {
-		for _, b := range decodeBatches(w, []payload{p}, func(b *bus.StateBatch) int { return b.V }) {
-			for i := range b.Buckets {
-				rec := &b.Buckets[i]
-				cur, seen := latest[rec.Key]
-				if !seen {
-					order = append(order, rec.Key)
-				}
-				if !seen || p.seq >= cur.seq {
-					latest[rec.Key] = versioned{rec, p.seq}
-				}
-			}
-		}
-	}
+	order := w.mergeState(payloads)
 	if len(order) == 0 {
 		return 0, nil
 	}
-	now := w.cfg.Now().UnixNano()
-	// A bucket that is full again is written too (not deleted), so that its
-	// sequence keeps older redeliveries out; the sweep deletes it later.
-	upsert, err := tx.Prepare(upsertBucketSQL)
-	if err != nil {
+	if err := writeBucketRows(tx, order, w.cfg.Now().UnixNano()); err != nil {
 		return 0, err
-	}
-	defer upsert.Close()
-	var buf []byte
-	for _, key := range order {
-		v := latest[key]
-		if buf, err = upsertBucket(upsert, buf, v.rec, v.seq, now); err != nil {
-			return 0, err
-		}
 	}
 	return len(order), nil
 }
 
+// mergeState keeps each key's newest state among payloads, in key order,
+// so that consecutive rows land on the same B-tree pages.
+func (w *Worker) mergeState(payloads []payload) []bucketRow {
+	n := 0
+	for i := range payloads {
+		p := &payloads[i]
+		if !p.decoded {
+			p.state, p.decoded = decodeState(w, p.data), true
+		}
+		if p.rows == nil {
+			p.rows = bucketRows(p.state)
+		}
+		n += len(p.rows)
+	}
+	latest := make(map[string]int, n) // key -> index in order
+	order := make([]bucketRow, 0, n)
+	for _, p := range payloads {
+		for _, r := range p.rows {
+			r.seq = p.seq
+			if j, seen := latest[r.rec.Key]; seen {
+				if p.seq >= order[j].seq {
+					order[j] = r
+				}
+				continue
+			}
+			latest[r.rec.Key] = len(order)
+			order = append(order, r)
+		}
+	}
+	slices.SortFunc(order, func(a, b bucketRow) int { return strings.Compare(a.rec.Key, b.rec.Key) })
+	return order
+}
+
+// decodeCounters decodes one counter stream message, or logs and returns nil.
+func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
+	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.CounterBatch) int { return b.V })
+	if len(bs) == 0 {
+		return nil
+	}
+	return bs[0]
+}
+
+// Sweep sizes: each round reads up to sweepRead sweepable keys (a read,
+// beside the writer), then deletes them sweepChunk at a time, each chunk
+// its own short write transaction.
+const (
+	sweepRead  = 50000
+	sweepChunk = 2000
+)
+
 // sweep deletes persisted buckets that are full again, once no redelivery
 // of an older state can arrive for them (a few AckWaits after their last
-// write), and prunes the applied-sequence log.
+// write), and prunes the applied-sequence log. Deletions queue with stream
+// batches and config writes for the one writer, in short transactions; each
+// re-checks its rows' condition, so a bucket written again meanwhile stays.
 func (w *Worker) sweep(ctx context.Context) {
 	w.pruneApplied(ctx)
 	now := w.cfg.Now()
-	res, err := w.db.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ?`, now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano())
+	fullBy, quietSince := now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano()
+	var deleted int64
+	for ctx.Err() == nil {
+		keys, err := w.sweepable(ctx, fullBy, quietSince)
+		if err != nil {
+			w.log.Error("bucket sweep failed", "err", err)
+			return
+		}
+		more := len(keys) == sweepRead // another round may find more
+		for len(keys) > 0 && ctx.Err() == nil {
+			chunk := keys[:min(len(keys), sweepChunk)]
+			keys = keys[len(chunk):]
+			args := make([]any, 0, len(chunk)+2)
+			args = append(args, fullBy, quietSince)
+			for _, k := range chunk {
+				args = append(args, k)
+			}
+			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ? AND key IN (?`+strings.Repeat(",?", len(chunk)-1)+`)`, args...)
+				if err != nil {
+					return err
+				}
+				n, _ := res.RowsAffected()
+				deleted += n
+				return nil
+			})
+			if err != nil {
+				w.log.Error("bucket sweep failed", "err", err)
+				return
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	if deleted > 0 {
+		w.log.Debug("bucket sweep", "deleted", deleted)
+	}
+}
+
+// sweepable reads up to sweepRead keys of buckets the sweep may delete.
+func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]string, error) {
+	rows, err := w.db.QueryContext(ctx, `SELECT key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
 	if err != nil {
-		w.log.Error("bucket sweep failed", "err", err)
-		return
+		return nil, err
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		w.log.Debug("bucket sweep", "deleted", n)
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
 	}
+	return keys, rows.Err()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -31,8 +31,16 @@ import (
 
 // Config tunes a Worker. The zero value of each field means its default.
 type Config struct {
-	// FetchBatch is how many stream messages one transaction applies at most.
+	// FetchBatch is how many stream messages one transaction applies at
+	// most. A state message holds up to 1000 bucket states, so the default
+	// of 32 keeps one transaction to a fraction of a second of writing:
+	// config writes queue behind it for the one writer.
 	FetchBatch int
+	// Streams bounds the state and counter streams (bus.StreamLimits).
+	Streams bus.StreamLimits
+	// LagInterval is how often the streams' backlog is read for the lag
+	// metrics and the progress log. Default 2s.
+	LagInterval time.Duration
 	// ApplyInterval is how long fetched messages may wait to be applied, so
 	// that one transaction writes a bucket or counter cell once for several
 	// server flushes. They are safe in JetStream meanwhile, and a sync
@@ -68,6 +76,11 @@ type Worker struct {
 	metrics workerMetrics
 	writeMu sync.Mutex // serialises config writes so versions are announced in order
 
+	// Every SQLite write of the worker (stream batches, config writes, the
+	// sweep, pruning) is one transaction through store.WriteTx or the
+	// store's own writes, which share one semaphore: they queue in Go, one
+	// at a time, and never meet in SQLite's busy handler.
+
 	stateRows   atomic.Uint64
 	counterRows atomic.Uint64
 	large       largeReplies // replies too big for one NATS message, served in parts
@@ -93,13 +106,17 @@ type workerMetrics struct {
 	batches       *prometheus.CounterVec
 	configOps     *prometheus.CounterVec
 	applyFailures *prometheus.CounterVec
+	lag           lagMetrics
 }
 
 // New prepares a worker over an open, migrated database and a NATS
 // connection.
 func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.FetchBatch <= 0 {
-		cfg.FetchBatch = 256
+		cfg.FetchBatch = 32
+	}
+	if cfg.LagInterval <= 0 {
+		cfg.LagInterval = 2 * time.Second
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 10 * time.Second
@@ -133,8 +150,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		applyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_apply_failures_total",
 			Help: "Stream batches whose transaction failed and that stay in the stream, by reason (disk_full, error)."}, []string{"stream", "reason"}),
 	}
+	w.metrics.lag = newLagMetrics()
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures} {
+		for _, c := range append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("worker: register metrics: %w", err)
 			}
@@ -153,7 +171,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := sqlitedb.ConvertIncrementalVacuum(ctx, w.db, w.log); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreams); err != nil {
+	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreamsWith(w.cfg.Streams)); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.bootstrapOperator(ctx)
@@ -170,12 +188,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.registerEndpoints(svc); err != nil {
 		return err
 	}
-	w.log.Info("worker started")
+	maxBytes, maxAge := w.cfg.Streams.Resolved()
+	w.log.Info("worker started", "stream_max_bytes", maxBytes, "stream_max_age", maxAge.String())
 	defer w.log.Info("worker stopped")
 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
+	wg.Go(func() { w.watchLag(ctx) })
+	wg.Go(func() { w.checkpoint(ctx) })
 	wg.Go(func() {
 		t := time.NewTicker(w.cfg.SweepInterval)
 		defer t.Stop()
@@ -189,7 +210,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		m := &analyticsMaintainer{db: w.db, r: w.cfg.Analytics, log: w.log,
+		m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, r: w.cfg.Analytics, log: w.log,
 			compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
 		t := time.NewTicker(w.cfg.Analytics.Interval)
 		defer t.Stop()
@@ -206,6 +227,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	wg.Wait()
 	return nil
+}
+
+// checkpoint copies committed pages from the WAL into the database file
+// every second, on a connection of its own and without blocking the
+// writer (a passive checkpoint), so that the writer rarely has to do it
+// inside a commit.
+func (w *Worker) checkpoint(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
+			w.log.Debug("passive checkpoint", "err", err)
+		}
+	}
 }
 
 // handler adapts a typed function to a micro endpoint: it decodes the
