@@ -81,12 +81,13 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 	return nc, nil
 }
 
-// EnsureStreams creates or updates the state and counter streams. Both are
-// file-backed work queues: a message is removed once the worker acks it.
-// Duplicate detection over two minutes lets a publisher retry a batch with
-// the same message id without it being counted twice.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, sc := range streamConfigs() {
+// EnsureStreams creates or updates the state and counter streams, kept on
+// replicas NATS servers (replicas.go). Both are file-backed work queues: a
+// message is removed once the worker acks it. Duplicate detection over two
+// minutes lets a publisher retry a batch with the same message id without
+// it being counted twice.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	for _, sc := range streamConfigs(replicas) {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
@@ -97,9 +98,10 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
 // RestoreStreams creates the state and counter streams that are missing,
 // for a process that found them gone (NATS lost its data), and leaves the
 // others as they are: updating a stream while a consumer is being added to
-// it is not safe in every NATS version.
-func RestoreStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, sc := range streamConfigs() {
+// it is not safe in every NATS version. A stream it makes has replicas
+// replicas.
+func RestoreStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	for _, sc := range streamConfigs(replicas) {
 		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("restore stream %s: %w", sc.Name, err)
 		}
@@ -107,7 +109,7 @@ func RestoreStreams(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-func streamConfigs() []jetstream.StreamConfig {
+func streamConfigs(replicas int) []jetstream.StreamConfig {
 	out := []jetstream.StreamConfig{
 		{Name: StateStream, Subjects: []string{stateSubjects}},
 		{Name: CounterStream, Subjects: []string{counterSubjects}},
@@ -117,6 +119,7 @@ func streamConfigs() []jetstream.StreamConfig {
 		out[i].Retention = jetstream.WorkQueuePolicy
 		out[i].Duplicates = 2 * time.Minute
 		out[i].MaxMsgSize = 8 << 20
+		out[i].Replicas = max(replicas, 1)
 	}
 	return out
 }

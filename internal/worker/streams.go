@@ -146,7 +146,7 @@ func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, b
 func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if err := bus.RestoreStreams(ctx, w.js); err != nil {
+		if err := bus.RestoreStreams(ctx, w.js, w.replicas()); err != nil {
 			return nil, err
 		}
 		w.log.Warn("the stream was gone (NATS lost it); made it again", "stream", stream)
@@ -384,4 +384,22 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+func (w *Worker) replicas() int { return bus.ResolveReplicas(w.nc, w.cfg.Replicas) }
+
+// ensureStreams makes or updates the state and counter streams with the
+// replicas asked for, and raises the replicas of the KV buckets servers made
+// with fewer (a server may not update a stream; the worker may).
+func (w *Worker) ensureStreams(ctx context.Context, js jetstream.JetStream) error {
+	replicas := w.replicas()
+	bus.CheckReplicas(ctx, js, replicas, w.log, bus.StateStream, bus.CounterStream)
+	if err := bus.EnsureStreams(ctx, js, replicas); err != nil {
+		return err
+	}
+	// A bucket that cannot be raised now (a NATS node down) keeps working
+	// with what it has; the warning says so, and the next start tries again.
+	_ = bus.RaiseReplicas(ctx, js, replicas, w.log, bus.KVStream(bus.OwnersBucket), bus.KVStream(bus.MembersBucket), bus.KVStream(bus.RevokedSessionsBucket))
+	w.log.Info("streams ready", "replicas", replicas)
+	return nil
 }
