@@ -357,9 +357,15 @@ func TestHANATSNodeKilled(t *testing.T) {
 			break
 		}
 	}
-	if got := allowed.Load(); got != limit {
-		t.Fatalf("allowed %d over both servers across the NATS node's death, want exactly %d", got, limit)
+	// Never more than the limit. A check answered 503 may still have used a
+	// token (the owner decided it, and its answer was lost with the node),
+	// so the admitted count may fall short by at most the failed checks.
+	nFailed := int64(len(failures))
+	got := allowed.Load()
+	if got > limit || got < limit-nFailed {
+		t.Fatalf("allowed %d over both servers across the NATS node's death, want %d (or up to %d fewer, the failed checks)", got, limit, nFailed)
 	}
+	t.Logf("admitted %d of limit %d (%d checks failed)", got, limit, nFailed)
 
 	// Every acknowledged config change is there, on both servers.
 	ackMu.Lock()
