@@ -202,9 +202,26 @@ func (nc *natsCluster) streamInfo(name string) (*jetstream.StreamInfo, error) {
 // is exactly the limit, and checks fail only for a bounded time.
 func TestHANATSNodeKilled(t *testing.T) {
 	ncl := startNATSCluster(t)
+	// A bucket and a stream made before with one replica, as an older
+	// Sluice or a single NATS left them: the worker raises both.
+	func() {
+		c, err := nats.Connect(ncl.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		js, _ := jetstream.New(c)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.MembersBucket, History: 1, Storage: jetstream.MemoryStorage, Replicas: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.CounterStream, Subjects: []string{bus.CounterSubjectPrefix + ">"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	data := t.TempDir()
 	worker := startWorker(t, ncl.url(), data)
-	_ = worker
 	var servers []*server
 	for i := range 2 {
 		servers = append(servers, startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: []string{
@@ -227,6 +244,11 @@ func TestHANATSNodeKilled(t *testing.T) {
 		})
 		if info.Config.Replicas != 3 {
 			t.Fatalf("%s has %d replicas, want 3 (the cluster's size)", name, info.Config.Replicas)
+		}
+	}
+	for _, stream := range []string{bus.KVStream(bus.MembersBucket), bus.CounterStream} {
+		if !strings.Contains(worker.logs.String(), `"stream":"`+stream+`","replicas":1,"want":3`) {
+			t.Fatalf("the worker did not report %s's single replica:\n%s", stream, tail(worker.logs.String(), 30))
 		}
 	}
 
