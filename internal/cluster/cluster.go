@@ -20,6 +20,16 @@
 // consumption survives a hand-over; a server that died loses at most its
 // last flush interval, as on a single server.
 //
+// Node names. Leases and forwarded checks name servers by node, so two live
+// processes under one name would both renew its leases and split its
+// forwards. Each process holds its name through its entry in the members
+// bucket, which carries a random instance id kept in memory: Start refuses
+// a name whose entry another instance keeps renewing (NodeTakenError), and
+// takes over one nobody renews (this server before a restart), waiting out
+// the entry's TTL to tell the two apart. Renewals are compare-and-set on the
+// entry's revision, so a member whose entry another instance overwrote
+// notices, gives up its partitions and reports on Failed.
+//
 // Hand-over time is bounded by LeaseTTL + RenewInterval (+ the load): with
 // the defaults, 3 s + 0.5 s.
 //
@@ -156,14 +166,16 @@ type Cluster struct {
 	memberRev atomic.Uint64
 	// failed receives the error that made this member leave the cluster
 	// for good (its node name taken by another live process).
-	failed    chan error
-	conflict  atomic.Bool
-	fwd       *forwarder
-	metrics   clusterMetrics
-	changed   chan struct{} // closed and replaced on every ownership change
-	changedMu sync.Mutex
-	stop      context.CancelFunc
-	done      sync.WaitGroup
+	failed   chan error
+	conflict atomic.Bool
+	// claimWarned is when a failed claim was last logged (Start only).
+	claimWarned time.Time
+	fwd         *forwarder
+	metrics     clusterMetrics
+	changed     chan struct{} // closed and replaced on every ownership change
+	changedMu   sync.Mutex
+	stop        context.CancelFunc
+	done        sync.WaitGroup
 }
 
 type clusterMetrics struct {
@@ -342,6 +354,10 @@ func (c *Cluster) claim(ctx context.Context) error {
 func (c *Cluster) retryClaim(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("cluster: claim node name %q: %w", c.cfg.Node, err)
+	}
+	if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
+		c.claimWarned = now
+		c.log.Warn("claiming the node name in the members bucket failed; retrying", "node", c.cfg.Node, "err", err)
 	}
 	sleep(ctx, 250*time.Millisecond)
 	return nil
