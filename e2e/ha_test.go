@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -416,4 +418,39 @@ func TestHANATSNodeKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged key creations, all listed on both servers", len(want))
+}
+
+// --nats-replicas and SLUICE_NATS_REPLICAS are taken by both binaries, the
+// flag winning, and a count NATS cannot mean is refused before anything
+// starts.
+func TestHAReplicasFlags(t *testing.T) {
+	server, worker := build(t)
+	for _, tc := range []struct {
+		args []string
+		env  string
+		ok   bool
+	}{
+		{[]string{"--nats-replicas", "3"}, "", true},
+		{nil, "SLUICE_NATS_REPLICAS=1", true},
+		{[]string{"--nats-replicas", "2"}, "SLUICE_NATS_REPLICAS=9", true},
+		{[]string{"--nats-replicas", "9"}, "", false},
+		{nil, "SLUICE_NATS_REPLICAS=-1", false},
+		{nil, "SLUICE_NATS_REPLICAS=three", false},
+	} {
+		for name, bin := range map[string]string{"server": server, "worker": worker} {
+			args := append([]string{"--nats-url", "nats://127.0.0.1:4222", "--data", t.TempDir()}, tc.args...)
+			if name == "server" {
+				args = append(args, "--worker=external")
+			}
+			cmd := exec.Command(bin, append(args, "--check-config")...)
+			cmd.Env = append(os.Environ(), tc.env)
+			out, err := cmd.CombinedOutput()
+			if ok := err == nil && strings.Contains(string(out), "configuration ok"); ok != tc.ok {
+				t.Errorf("%s %v %s: accepted %v, want %v\n%s", name, tc.args, tc.env, ok, tc.ok, out)
+			}
+			if !tc.ok && !strings.Contains(strings.ToLower(string(out)), "replicas") {
+				t.Errorf("%s %v %s: the refusal does not name the setting: %s", name, tc.args, tc.env, out)
+			}
+		}
+	}
 }
