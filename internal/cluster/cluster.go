@@ -168,7 +168,8 @@ type Cluster struct {
 	// for good (its node name taken by another live process).
 	failed   chan error
 	conflict atomic.Bool
-	// claimWarned is when a failed claim was last logged (Start only).
+	// claimWarned is when a failed open or claim was last logged (Start
+	// only).
 	claimWarned time.Time
 	fwd         *forwarder
 	metrics     clusterMetrics
@@ -269,6 +270,9 @@ func (c *Cluster) openBuckets(ctx context.Context) error {
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("cluster: open kv: %w", err)
+		} else if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
+			c.claimWarned = now
+			c.log.Warn("opening the lease buckets failed; retrying", "err", err)
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
