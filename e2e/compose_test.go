@@ -38,7 +38,8 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &compose); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"nats", "worker", "server-1", "server-2"} {
+	natsNodes := []string{"nats-1", "nats-2", "nats-3"}
+	for _, name := range append(slices.Clone(natsNodes), "worker", "server-1", "server-2") {
 		svc, ok := compose.Services[name]
 		if !ok {
 			t.Errorf("service %s missing", name)
@@ -65,12 +66,30 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 			}
 		}
 	}
-	nats := compose.Services["nats"]
-	if !strings.HasPrefix(nats.Image, "nats:") || !contains(nats.Command, "-js") || !contains(nats.Command, "/etc/nats/nats.conf") {
-		t.Errorf("nats: want the official image with -js and -c /etc/nats/nats.conf, got %q %v", nats.Image, nats.Command)
+	// Three NATS nodes, each with JetStream, docs/NATS.md's configuration
+	// and the routes of deploy/nats-cluster.conf, under a name of its own.
+	for _, name := range natsNodes {
+		nats := compose.Services[name]
+		if !strings.HasPrefix(nats.Image, "nats:") || !contains(nats.Command, "-js") || !contains(nats.Command, "/etc/nats/nats-cluster.conf") {
+			t.Errorf("%s: want the official image with -js and -c /etc/nats/nats-cluster.conf, got %q %v", name, nats.Image, nats.Command)
+		}
+		if i := slices.Index(nats.Command, "--name"); i < 0 || i+1 >= len(nats.Command) || nats.Command[i+1] != name {
+			t.Errorf("%s: not started under its own --name: %v", name, nats.Command)
+		}
+		for _, v := range []string{"./deploy/nats.conf:/etc/nats/nats.conf:ro", "./deploy/nats-cluster.conf:/etc/nats/nats-cluster.conf:ro"} {
+			if !contains(nats.Volumes, v) {
+				t.Errorf("%s: %s is not mounted: %v", name, v, nats.Volumes)
+			}
+		}
 	}
-	if !contains(nats.Volumes, "./deploy/nats.conf:/etc/nats/nats.conf:ro") {
-		t.Errorf("nats: deploy/nats.conf is not mounted: %v", nats.Volumes)
+	cluster, err := os.ReadFile("../deploy/nats-cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{"include ./nats.conf", "verify: true"}, "nats-route://nats-1:6222", "nats-route://nats-2:6222", "nats-route://nats-3:6222") {
+		if !strings.Contains(string(cluster), want) {
+			t.Errorf("deploy/nats-cluster.conf lacks %q", want)
+		}
 	}
 	conf, err := os.ReadFile("../deploy/nats.conf")
 	if err != nil {
@@ -119,8 +138,19 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 			}
 			args[i+1] = fileFor[f] // the container's path, here a test certificate
 		}
-		if i := slices.Index(args, "--nats-url"); i < 0 || !strings.HasPrefix(args[i+1], "tls://") {
-			t.Errorf("%s: NATS is not reached over tls://", name)
+		if i := slices.Index(args, "--nats-url"); i < 0 {
+			t.Errorf("%s: no --nats-url", name)
+		} else {
+			for _, n := range natsNodes {
+				if !strings.Contains(args[i+1], "tls://"+n+":4222") {
+					t.Errorf("%s: NATS node %s is not reached over tls:// (%s)", name, n, args[i+1])
+				}
+			}
+			for _, u := range strings.Split(args[i+1], ",") {
+				if !strings.HasPrefix(u, "tls://") {
+					t.Errorf("%s: %s is not tls://", name, u)
+				}
+			}
 		}
 		user, _ := svc.Environment["SLUICE_NATS_USER"].(string)
 		wantUser := map[string]string{"sluice-server": "sluice-server", "sluice-worker": "sluice-worker"}[svc.Command[0]]

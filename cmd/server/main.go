@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -42,13 +43,21 @@ func run() error {
 		_ = m.Close(closeCtx)
 		return err
 	}
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	case failed = <-m.Failed():
+		log.Error("stopping: this server cannot run", "err", failed)
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := m.Close(closeCtx); err != nil {
 		log.Error("shutdown incomplete", "err", err)
-		return err
+		return errors.Join(failed, err)
+	}
+	if failed != nil {
+		return failed
 	}
 	log.Info("stopped cleanly")
 	return nil

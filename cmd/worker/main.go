@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -49,6 +50,15 @@ func run() error {
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	checkConfig := fs.Bool("check-config", false, "validate flags and environment, print the result and exit")
+	replicasDef := 0
+	if v := os.Getenv("SLUICE_NATS_REPLICAS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("SLUICE_NATS_REPLICAS: %q is not a whole number", v)
+		}
+		replicasDef = n
+	}
+	replicas := fs.Int("nats-replicas", replicasDef, app.ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
 	var analytics worker.Retention
 	if err := analytics.RegisterFlags(fs, os.Getenv); err != nil {
 		return err
@@ -64,6 +74,9 @@ func run() error {
 		return err
 	}
 	if err := analytics.Validate(); err != nil {
+		return err
+	}
+	if err := app.ValidateReplicas(*replicas); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -122,7 +135,7 @@ func run() error {
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits}, db, nc)
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits, Replicas: *replicas}, db, nc)
 	if err != nil {
 		return err
 	}

@@ -72,11 +72,25 @@ type Main struct {
 	bg             sync.WaitGroup
 	bgCancel       context.CancelFunc
 	registry       *prometheus.Registry
+	// failed receives the error that ends this server after Run returned
+	// (its node name held by another live server).
+	failed chan error
 }
 
 // NewMain returns a Main for cfg.
 func NewMain(cfg Config, log *slog.Logger) *Main {
-	return &Main{Config: cfg, Log: log, Out: os.Stdout}
+	return &Main{Config: cfg, Log: log, Out: os.Stdout, failed: make(chan error, 1)}
+}
+
+// Failed receives an error when the server cannot go on after Run returned:
+// another live server holds its node name. The process should then stop.
+func (m *Main) Failed() <-chan error { return m.failed }
+
+func (m *Main) fail(err error) {
+	select {
+	case m.failed <- err:
+	default:
+	}
 }
 
 // Run starts every part and returns once the HTTP listener is open; the
@@ -85,6 +99,14 @@ func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	if cfg.Node == "" {
+		node, err := defaultNode(cfg.Data)
+		if err != nil {
+			return err
+		}
+		cfg.Node = node
+		m.Config.Node = node
 	}
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -127,6 +149,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 	eng, err := engine.New(engine.Config{
 		Node:           cfg.Node,
+		Replicas:       cfg.NatsReplicas,
 		FlushInterval:  cfg.FlushInterval,
 		KeyUseInterval: m.keyUseInterval,
 		Log:            m.Log,
@@ -137,7 +160,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.engine = eng
 	if cfg.clusterOn() {
-		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Log: m.Log, Registerer: m.registry}, nc, cluster.Hooks{
+		host, _ := os.Hostname()
+		holder := fmt.Sprintf("host %s, pid %d, http %s", host, os.Getpid(), cfg.Addr)
+		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Holder: holder, Replicas: cfg.NatsReplicas, Log: m.Log, Registerer: m.registry}, nc, cluster.Hooks{
 			Acquired:  eng.LoadPartition,
 			Releasing: func(ctx context.Context, _ int) error { return eng.FlushAndSync(ctx) },
 		})
@@ -190,7 +215,9 @@ func (m *Main) Run(ctx context.Context) error {
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
 	m.bg.Go(func() {
-		m.bg.Go(func() { revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold) })
+		m.bg.Go(func() {
+			revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold, cfg.NatsReplicas)
+		})
 		// Sessions are refused until the sign-outs are loaded, so a server
 		// normally loads them before it reports ready; a JetStream that
 		// cannot serve them delays readiness by a few seconds only.
@@ -208,6 +235,16 @@ func (m *Main) Run(ctx context.Context) error {
 		if m.cluster != nil {
 			if err := m.cluster.Start(bgCtx); err != nil && bgCtx.Err() == nil {
 				m.Log.Error("cluster failed to start", "err", err)
+				var taken *cluster.NodeTakenError
+				if errors.As(err, &taken) {
+					m.fail(err)
+				}
+				return
+			}
+			select {
+			case err := <-m.cluster.Failed():
+				m.fail(err)
+			case <-bgCtx.Done():
 			}
 		}
 	})
@@ -233,7 +270,7 @@ func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error
 	}
 	m.workerNC = wnc
 	op := worker.Operator{Token: m.Config.OperatorToken, Email: m.Config.OperatorEmail, Password: m.Config.OperatorPassword, Out: m.Out}
-	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Operator: op, Streams: m.Config.Streams}, db, wnc)
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas}, db, wnc)
 	if err != nil {
 		return err
 	}
@@ -268,7 +305,7 @@ func newLazyRevoker() *lazyRevoker { return &lazyRevoker{loaded: make(chan struc
 // signed-out sessions before it lets new sign-ins through without them.
 const revocationsUnavailableAfter = 15 * time.Second
 
-func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger, unavailableAfter time.Duration, hold <-chan struct{}) {
+func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger, unavailableAfter time.Duration, hold <-chan struct{}, replicas int) {
 	start := time.Now()
 	var js jetstream.JetStream
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -285,7 +322,7 @@ func (l *lazyRevoker) open(ctx context.Context, nc *nats.Conn, log *slog.Logger,
 		}
 		if err == nil {
 			var r *bus.SessionRevocations
-			if r, err = bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute); err == nil {
+			if r, err = bus.OpenSessionRevocations(ctx, js, ui.DefaultSessionTTL+time.Minute, bus.ResolveReplicas(nc, replicas), log); err == nil {
 				l.r.Store(r)
 				close(l.loaded)
 				if l.unavailableSince.Load() != nil {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -27,7 +27,8 @@ type Config struct {
 	NatsListenKey   string        // --nats-listen-key, SLUICE_NATS_LISTEN_KEY: its PEM private key
 	NatsAuth        bus.Auth      // --nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key, SLUICE_NATS_USER/PASSWORD/TOKEN: for --nats-url
 	Worker          string        // --worker, SLUICE_WORKER: embedded | external
-	Node            string        // --node, SLUICE_NODE
+	Node            string        // --node, SLUICE_NODE; empty = host name plus a suffix kept in --data (node.go)
+	NatsReplicas    int           // --nats-replicas, SLUICE_NATS_REPLICAS; 0 = 1 on one NATS, the cluster's size up to 3 on a cluster
 	Cluster         string        // --cluster, SLUICE_CLUSTER: auto | on | off
 	FlushInterval   time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
 	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
@@ -56,14 +57,11 @@ type Config struct {
 
 // DefaultConfig is what `go run ./cmd/server` runs with.
 func DefaultConfig() Config {
-	host, _ := os.Hostname()
-	host = sanitizeNode(host)
 	return Config{
 		Addr:            "127.0.0.1:8080",
 		Data:            "./data",
 		Worker:          "embedded",
 		Cluster:         "auto",
-		Node:            host,
 		FlushInterval:   200 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
 		LogLevel:        "info",
@@ -109,7 +107,12 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	c.NatsAuth.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.Worker, "worker", env("SLUICE_WORKER", c.Worker), "embedded: run the SQLite worker in this process; external: a cmd/worker process does (SLUICE_WORKER)")
 	fs.StringVar(&c.Cluster, "cluster", env("SLUICE_CLUSTER", c.Cluster), "auto: share bucket ownership with other servers when --nats-url is set; on; off (SLUICE_CLUSTER)")
-	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS (SLUICE_NODE)")
+	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS, unique in the cluster; empty = host name plus a suffix kept in --data (SLUICE_NODE)")
+	replicas, err := envInt(getenv, "SLUICE_NATS_REPLICAS", c.NatsReplicas)
+	if err != nil {
+		return err
+	}
+	fs.IntVar(&c.NatsReplicas, "nats-replicas", replicas, ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
@@ -183,8 +186,8 @@ func (c *Config) Validate() error {
 	if err := c.Analytics.Validate(); err != nil {
 		return err
 	}
-	if c.Node == "" {
-		return fmt.Errorf("--node must not be empty")
+	if err := ValidateReplicas(c.NatsReplicas); err != nil {
+		return err
 	}
 	for _, r := range c.Node {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
@@ -226,6 +229,30 @@ func (c *Config) validateNATS() error {
 		}
 	}
 	return c.NatsAuth.Validate()
+}
+
+// ReplicasUsage is the help text of --nats-replicas, on server and worker.
+const ReplicasUsage = "NATS servers that keep each stream and KV bucket Sluice makes: 1 to 5; 0 = 1 on a single NATS, the cluster's size up to 3 on a NATS cluster"
+
+// ValidateReplicas checks a --nats-replicas value.
+func ValidateReplicas(n int) error {
+	if n < 0 || n > 5 {
+		return fmt.Errorf("--nats-replicas must be between 0 (automatic) and 5, not %d", n)
+	}
+	return nil
+}
+
+// envInt reads an integer environment variable, def when unset.
+func envInt(getenv func(string) string, k string, def int) (int, error) {
+	v := getenv(k)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number", k, v)
+	}
+	return n, nil
 }
 
 // sanitizeNode turns a host name into a valid node name.

@@ -67,3 +67,66 @@ func TestPublicURLAndMetricsAddr(t *testing.T) {
 		}
 	}
 }
+
+func TestNATSReplicasFlag(t *testing.T) {
+	parse := func(args []string, env map[string]string) (Config, error) {
+		c := DefaultConfig()
+		err := c.ParseFlags("server", args, func(k string) string { return env[k] }, io.Discard)
+		return c, err
+	}
+	if c, err := parse(nil, nil); err != nil || c.NatsReplicas != 0 {
+		t.Fatalf("default: %d, %v", c.NatsReplicas, err)
+	}
+	if c, err := parse(nil, map[string]string{"SLUICE_NATS_REPLICAS": "3"}); err != nil || c.NatsReplicas != 3 {
+		t.Fatalf("from the environment: %d, %v", c.NatsReplicas, err)
+	}
+	if c, err := parse([]string{"--nats-replicas", "1"}, map[string]string{"SLUICE_NATS_REPLICAS": "3"}); err != nil || c.NatsReplicas != 1 {
+		t.Fatalf("the flag wins: %d, %v", c.NatsReplicas, err)
+	}
+	for _, bad := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--nats-replicas", "6"}, nil},
+		{[]string{"--nats-replicas", "-1"}, nil},
+		{nil, map[string]string{"SLUICE_NATS_REPLICAS": "three"}},
+	} {
+		if _, err := parse(bad.args, bad.env); err == nil || !strings.Contains(err.Error(), "REPLICAS") && !strings.Contains(err.Error(), "replicas") {
+			t.Errorf("%v %v: got %v", bad.args, bad.env, err)
+		}
+	}
+}
+
+// Without --node a server is named after its host plus a suffix kept in its
+// data directory: the same after a restart, different for another data
+// directory on the same host.
+func TestDefaultNodeName(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	n1, err := defaultNode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, _ := defaultNode(a)
+	n3, _ := defaultNode(b)
+	if n1 != n2 {
+		t.Fatalf("the name changed across restarts: %q then %q", n1, n2)
+	}
+	if n1 == n3 {
+		t.Fatalf("two data directories on one host share the name %q", n1)
+	}
+	host, _ := os.Hostname()
+	if !strings.HasPrefix(n1, sanitizeNode(host)+"-") {
+		t.Fatalf("%q does not start with the host name %q", n1, host)
+	}
+	st, err := os.Stat(filepath.Join(a, nodeIDFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("node id file: %v, %v", st, err)
+	}
+	c := DefaultConfig()
+	if err := c.ParseFlags("server", []string{"--data", a}, func(string) string { return "" }, io.Discard); err != nil || c.Node != "" {
+		t.Fatalf("without --node the name is chosen at start: %q, %v", c.Node, err)
+	}
+	if err := c.ParseFlags("server", []string{"--node", "bad name"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Fatal("a node name with a space was accepted")
+	}
+}

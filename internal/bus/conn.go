@@ -81,21 +81,22 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 	return nc, nil
 }
 
-// EnsureStreams creates or updates the state and counter streams. Both are
+// EnsureStreams creates or updates the state and counter streams with the
+// default limits, kept on replicas NATS servers (replicas.go). Both are
 // file-backed work queues: a message is removed once the worker acks it.
 // Duplicate detection over two minutes lets a publisher retry a batch with
 // the same message id without it being counted twice.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
-	return EnsureStreamsWith(StreamLimits{})(ctx, js)
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	return EnsureStreamsWith(StreamLimits{Replicas: replicas})(ctx, js)
 }
 
 // RestoreStreams creates the state and counter streams that are missing,
 // for a process that found them gone (NATS lost its data), and leaves the
 // others as they are: updating a stream while a consumer is being added to
 // it is not safe in every NATS version. A stream made here has the default
-// StreamLimits until the worker applies its own.
-func RestoreStreams(ctx context.Context, js jetstream.JetStream) error {
-	return RestoreStreamsWith(ctx, js, StreamLimits{})
+// StreamLimits until the worker applies its own, and replicas replicas.
+func RestoreStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	return RestoreStreamsWith(ctx, js, StreamLimits{Replicas: replicas})
 }
 
 func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
@@ -112,6 +113,7 @@ func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
 		out[i].MaxBytes = maxBytes
 		out[i].MaxAge = maxAge
 		out[i].Discard = jetstream.DiscardNew
+		out[i].Replicas = max(limits.Replicas, 1)
 	}
 	return out
 }

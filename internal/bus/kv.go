@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -28,11 +29,16 @@ func RestoreKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 
 // OpenKeyValue makes the bucket cfg describes, or opens it as it is. It
 // never updates a bucket's stream: servers may not (ServerRole), since an
-// update could make a stream republish onto worker-only subjects.
-func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// update could make a stream republish onto worker-only subjects. A bucket
+// that exists with fewer replicas than cfg asks for is opened and reported
+// on log (cmd/worker raises its replicas at start, see RaiseReplicas).
+func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, log *slog.Logger) (jetstream.KeyValue, error) {
 	kv, err := js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
-		return js.KeyValue(ctx, cfg.Bucket) // same name, other settings
+		// Same name, other settings.
+		if kv, err = js.KeyValue(ctx, cfg.Bucket); err == nil && log != nil {
+			CheckReplicas(ctx, js, max(cfg.Replicas, 1), log, KVStream(cfg.Bucket))
+		}
 	}
 	return kv, err
 }

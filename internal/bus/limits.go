@@ -25,6 +25,8 @@ type StreamLimits struct {
 	// MaxAge is how long an unapplied message is kept; 0 means
 	// DefaultStreamMaxAge, a negative value no limit.
 	MaxAge time.Duration
+	// Replicas is how many NATS servers keep each stream (0: one).
+	Replicas int
 }
 
 // Defaults of StreamLimits: a gibibyte is minutes of a flood of new

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -65,10 +66,11 @@ func (r *SessionRevocations) restore(ctx context.Context) error {
 	return err
 }
 
-// OpenSessionRevocations creates or opens the bucket, loads it (within
-// 10 s) and keeps watching it until ctx ends. maxAge is the longest a
-// session lives.
-func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge time.Duration) (*SessionRevocations, error) {
+// OpenSessionRevocations creates or opens the bucket, kept on replicas NATS
+// servers, loads it (within 10 s) and keeps watching it until ctx ends.
+// maxAge is the longest a session lives. An existing bucket with fewer
+// replicas is reported on log.
+func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge time.Duration, replicas int, log *slog.Logger) (*SessionRevocations, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ok := false
 	defer func() {
@@ -83,8 +85,9 @@ func OpenSessionRevocations(ctx context.Context, js jetstream.JetStream, maxAge 
 		Description: "Signed-out dashboard sessions, until they would have expired.",
 		TTL:         maxAge,
 		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
 	}
-	kv, err := OpenKeyValue(setup, js, cfg)
+	kv, err := OpenKeyValue(setup, js, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("revoked sessions bucket: %w", err)
 	}

@@ -87,7 +87,7 @@ func sessionServers(t *testing.T) (context.Context, func() *SessionRevocations) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := OpenSessionRevocations(ctx, js, time.Hour)
+		r, err := OpenSessionRevocations(ctx, js, time.Hour, 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,16 @@
 // consumption survives a hand-over; a server that died loses at most its
 // last flush interval, as on a single server.
 //
+// Node names. Leases and forwarded checks name servers by node, so two live
+// processes under one name would both renew its leases and split its
+// forwards. Each process holds its name through its entry in the members
+// bucket, which carries a random instance id kept in memory: Start refuses
+// a name whose entry another instance keeps renewing (NodeTakenError), and
+// takes over one nobody renews (this server before a restart), waiting out
+// the entry's TTL to tell the two apart. Renewals are compare-and-set on the
+// entry's revision, so a member whose entry another instance overwrote
+// notices, gives up its partitions and reports on Failed.
+//
 // Hand-over time is bounded by LeaseTTL + RenewInterval (+ the load): with
 // the defaults, 3 s + 0.5 s.
 //
@@ -61,7 +71,16 @@ const (
 
 // Config tunes a Cluster. Zero fields take their defaults.
 type Config struct {
-	Node          string
+	Node string
+	// Instance tells this process from any other that uses, or used, the
+	// same Node; a random one is made when empty. It lives in memory only.
+	Instance string
+	// Holder describes this process to another that finds its node name
+	// taken (host, pid, HTTP address), for the operator to find it.
+	Holder string
+	// Replicas is how many NATS servers keep the lease buckets; 0 chooses
+	// from the NATS the connection finds (bus.ResolveReplicas).
+	Replicas      int
 	LeaseTTL      time.Duration // default 3s
 	RenewInterval time.Duration // default 500ms
 	// Margin is how long before its lease runs out a server stops deciding
@@ -87,6 +106,21 @@ type Hooks struct {
 type lease struct {
 	Node    string `json:"node"`
 	Expires int64  `json:"expires"` // unix ms
+	// Instance and Holder are set on member entries: which process holds
+	// the node name, and where it runs.
+	Instance string `json:"instance,omitempty"`
+	Holder   string `json:"holder,omitempty"`
+}
+
+// NodeTakenError is returned by Start when another live process holds this
+// server's node name.
+type NodeTakenError struct {
+	Node   string
+	Holder string
+}
+
+func (e *NodeTakenError) Error() string {
+	return fmt.Sprintf("node name %q is held by another live server (%s): give each server its own --node, or leave --node unset for a unique default", e.Node, e.Holder)
 }
 
 type ownerEntry struct {
@@ -127,12 +161,22 @@ type Cluster struct {
 	ownerOf [bus.Partitions]atomic.Pointer[string]
 
 	owners_, members_ jetstream.KeyValue
-	fwd               *forwarder
-	metrics           clusterMetrics
-	changed           chan struct{} // closed and replaced on every ownership change
-	changedMu         sync.Mutex
-	stop              context.CancelFunc
-	done              sync.WaitGroup
+	// memberRev is the revision of this process's member entry; a write
+	// at another revision means someone else wrote our node name.
+	memberRev atomic.Uint64
+	// failed receives the error that made this member leave the cluster
+	// for good (its node name taken by another live process).
+	failed   chan error
+	conflict atomic.Bool
+	// claimWarned is when a failed open or claim was last logged (Start
+	// only).
+	claimWarned time.Time
+	fwd         *forwarder
+	metrics     clusterMetrics
+	changed     chan struct{} // closed and replaced on every ownership change
+	changedMu   sync.Mutex
+	stop        context.CancelFunc
+	done        sync.WaitGroup
 }
 
 type clusterMetrics struct {
@@ -161,12 +205,15 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = nats.NewInbox()[len(nats.InboxPrefix):]
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
-		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1)}
+		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), failed: make(chan error, 1)}
 	c.metrics = clusterMetrics{
 		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
 			func() float64 { return float64(c.OwnedCount()) }),
@@ -192,10 +239,18 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 // Node is this server's name.
 func (c *Cluster) Node() string { return c.cfg.Node }
 
-// Start joins the cluster: it opens the KV buckets, starts watching leases
-// and runs the lease loop in the background until Close.
+// Failed receives an error when this member had to leave the cluster for
+// good: another live process wrote its node name. The process should stop.
+func (c *Cluster) Failed() <-chan error { return c.failed }
+
+// Start joins the cluster: it opens the KV buckets, claims the node name
+// (a *NodeTakenError when another live process holds it), starts watching
+// leases and runs the lease loop in the background until Close.
 func (c *Cluster) Start(ctx context.Context) error {
 	if err := c.openBuckets(ctx); err != nil {
+		return err
+	}
+	if err := c.claim(ctx); err != nil {
 		return err
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -215,20 +270,152 @@ func (c *Cluster) openBuckets(ctx context.Context) error {
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("cluster: open kv: %w", err)
+		} else if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
+			c.claimWarned = now
+			c.log.Warn("opening the lease buckets failed; retrying", "err", err)
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
 }
 
-var bucketConfigs = [...]jetstream.KeyValueConfig{
-	{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage},
-	{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage},
+func (c *Cluster) bucketConfigs() [2]jetstream.KeyValueConfig {
+	r := bus.ResolveReplicas(c.nc, c.cfg.Replicas)
+	return [...]jetstream.KeyValueConfig{
+		{Bucket: OwnersBucket, History: 1, Storage: jetstream.MemoryStorage, Replicas: r},
+		{Bucket: MembersBucket, History: 1, Storage: jetstream.MemoryStorage, Replicas: r},
+	}
 }
 
 func (c *Cluster) createBuckets(ctx context.Context) (owners, members jetstream.KeyValue, err error) {
-	o, err1 := bus.OpenKeyValue(ctx, c.js, bucketConfigs[0])
-	m, err2 := bus.OpenKeyValue(ctx, c.js, bucketConfigs[1])
+	cfgs := c.bucketConfigs()
+	o, err1 := bus.OpenKeyValue(ctx, c.js, cfgs[0], c.log)
+	m, err2 := bus.OpenKeyValue(ctx, c.js, cfgs[1], c.log)
 	return o, m, errors.Join(err1, err2)
+}
+
+// claim makes this process the holder of its node name in the members
+// bucket. An entry of another instance that is still live may be this
+// server's previous life (restarted within LeaseTTL) or another process:
+// only a live process renews it, so claim waits until the entry would have
+// expired, plus a renew interval, and looks again. Renewed means taken.
+func (c *Cluster) claim(ctx context.Context) error {
+	for {
+		now := c.cfg.Now()
+		e, err := c.members_.Get(ctx, c.cfg.Node)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err := c.members_.Create(ctx, c.cfg.Node, c.memberValue(now))
+			if err == nil {
+				c.memberRev.Store(rev)
+				return nil
+			}
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				return c.retryClaim(ctx, err)
+			}
+			continue // someone wrote it meanwhile: look at it
+		case err != nil:
+			if err := c.retryClaim(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		var l lease
+		_ = json.Unmarshal(e.Value(), &l)
+		if l.Instance != c.cfg.Instance && l.Expires > now.UnixMilli() {
+			wait := time.UnixMilli(l.Expires).Sub(now) + c.cfg.RenewInterval
+			c.log.Info("node name held by a live entry; waiting to see whether it is renewed", "node", c.cfg.Node, "holder", l.Holder, "wait_ms", wait.Milliseconds())
+			sleep(ctx, wait)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			again, err := c.members_.Get(ctx, c.cfg.Node)
+			if err == nil && again.Revision() != e.Revision() {
+				var l2 lease
+				_ = json.Unmarshal(again.Value(), &l2)
+				if l2.Instance != c.cfg.Instance && l2.Expires > c.cfg.Now().UnixMilli() {
+					return &NodeTakenError{Node: c.cfg.Node, Holder: l2.Holder}
+				}
+			}
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				if err := c.retryClaim(ctx, err); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		rev, err := c.members_.Update(ctx, c.cfg.Node, c.memberValue(now), e.Revision())
+		if err == nil {
+			if l.Instance != "" && l.Instance != c.cfg.Instance {
+				c.log.Info("took over the node name from an entry nobody renewed (this server's previous run, or a stopped one)", "node", c.cfg.Node, "previous_holder", l.Holder)
+			}
+			c.memberRev.Store(rev)
+			return nil
+		}
+		// Another write came first: look again.
+	}
+}
+
+func (c *Cluster) retryClaim(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("cluster: claim node name %q: %w", c.cfg.Node, err)
+	}
+	if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
+		c.claimWarned = now
+		c.log.Warn("claiming the node name in the members bucket failed; retrying", "node", c.cfg.Node, "err", err)
+	}
+	sleep(ctx, 250*time.Millisecond)
+	return nil
+}
+
+func (c *Cluster) memberValue(now time.Time) []byte {
+	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: now.Add(c.cfg.LeaseTTL).UnixMilli(), Instance: c.cfg.Instance, Holder: c.cfg.Holder})
+	return b
+}
+
+// heartbeat renews this process's member entry at the revision it wrote
+// last. When that fails because another live instance wrote the entry, two
+// processes share the node name: this one gives up every partition, stops
+// taking any and reports on Failed, so the cluster never runs with two
+// servers under one name.
+func (c *Cluster) heartbeat(ctx context.Context, now time.Time) {
+	val := c.memberValue(now)
+	rev, err := c.members_.Update(ctx, c.cfg.Node, val, c.memberRev.Load())
+	if err == nil {
+		c.memberRev.Store(rev)
+		return
+	}
+	e, gerr := c.members_.Get(ctx, c.cfg.Node)
+	if gerr == nil {
+		var l lease
+		_ = json.Unmarshal(e.Value(), &l)
+		if l.Instance != c.cfg.Instance && l.Expires > now.UnixMilli() {
+			c.leave(&NodeTakenError{Node: c.cfg.Node, Holder: l.Holder})
+			return
+		}
+	} else if !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+		return // NATS does not answer; the next tick tries again
+	}
+	// Gone (a lost bucket) or expired: write it again.
+	if rev, err := c.members_.Put(ctx, c.cfg.Node, val); err == nil {
+		c.memberRev.Store(rev)
+	}
+}
+
+// leave stops deciding for everything and reports err once.
+func (c *Cluster) leave(err error) {
+	if c.conflict.Swap(true) {
+		return
+	}
+	c.log.Error("leaving the cluster", "node", c.cfg.Node, "err", err)
+	for p := range bus.Partitions {
+		if c.mine[p].Load() != 0 {
+			c.lose(p, "node name taken by another server")
+		}
+	}
+	select {
+	case c.failed <- err:
+	default:
+	}
 }
 
 // incarnation reads the owners bucket's creation time (unix ns). When the
@@ -239,7 +426,7 @@ func (c *Cluster) incarnation(ctx context.Context) (int64, bool) {
 	if errors.Is(err, jetstream.ErrBucketNotFound) && c.nc.IsConnected() {
 		bctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
 		defer cancel()
-		for _, cfg := range bucketConfigs {
+		for _, cfg := range c.bucketConfigs() {
 			if made, err := bus.RestoreKeyValue(bctx, c.js, cfg); err != nil {
 				c.log.Warn("making a lease bucket again failed; retrying", "bucket", cfg.Bucket, "err", err)
 			} else if made {
@@ -423,8 +610,12 @@ func (c *Cluster) tick(ctx context.Context) {
 	}
 
 	// Membership.
-	if b, err := json.Marshal(lease{Node: c.cfg.Node, Expires: exp}); err == nil {
-		_, _ = c.members_.Put(rctx, c.cfg.Node, b)
+	if c.conflict.Load() {
+		return
+	}
+	c.heartbeat(rctx, now)
+	if c.conflict.Load() {
+		return
 	}
 	live := 1
 	if keys, err := c.members_.ListKeys(rctx); err == nil {
@@ -632,9 +823,10 @@ func (c *Cluster) Close(ctx context.Context) {
 			c.release(ctx, p)
 		}
 	}
-	if c.members_ != nil {
+	if c.members_ != nil && !c.conflict.Load() && c.memberRev.Load() != 0 {
+		// Only our own entry: never one another process wrote since.
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = c.members_.Delete(dctx, c.cfg.Node)
+		_ = c.members_.Delete(dctx, c.cfg.Node, jetstream.LastRevision(c.memberRev.Load()))
 		cancel()
 	}
 	c.fwd.close()

@@ -298,3 +298,94 @@ func delay(dst, src net.Conn, d time.Duration) {
 	for range q { // let the reader finish
 	}
 }
+
+func newMember(t *testing.T, url, node, holder string) *Cluster {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := New(Config{Node: node, Holder: holder, LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A second process under a live member's node name is refused with an
+// error naming the node and the holder, and the first keeps its partitions;
+// a process that takes the name of one that stopped renewing (a restart
+// after kill -9) joins once the old entry would have expired.
+func TestNodeNameHeldByLiveMember(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	first := newMember(t, ns.ClientURL(), "same", "host h1, pid 1")
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitOwned(t, 10*time.Second, func() bool { return first.OwnedCount() == bus.Partitions })
+
+	second := newMember(t, ns.ClientURL(), "same", "host h2, pid 2")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = second.Start(ctx)
+	var taken *NodeTakenError
+	if !errors.As(err, &taken) {
+		t.Fatalf("second member under a live name: err = %v, want a NodeTakenError", err)
+	}
+	if taken.Node != "same" || taken.Holder != "host h1, pid 1" {
+		t.Fatalf("error names node %q holder %q", taken.Node, taken.Holder)
+	}
+	t.Log(err)
+	if first.OwnedCount() != bus.Partitions || first.conflict.Load() {
+		t.Fatalf("the first member was disturbed: owns %d, conflict %v", first.OwnedCount(), first.conflict.Load())
+	}
+
+	// The first stops renewing, as a killed process would: a new process
+	// under its name joins, and takes the partitions once the leases expire.
+	first.stop()
+	first.done.Wait()
+	third := newMember(t, ns.ClientURL(), "same", "host h1, pid 3")
+	if err := third.Start(ctx); err != nil {
+		t.Fatalf("restart under the name of a stopped member: %v", err)
+	}
+	waitOwned(t, 10*time.Second, func() bool { return third.OwnedCount() == bus.Partitions })
+	third.Close(context.Background())
+}
+
+// When another live instance writes a member's entry anyway (two processes
+// that claimed the name at the same instant), the member gives up every
+// partition and reports on Failed.
+func TestNodeNameOverwrittenLeavesCluster(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	m := newMember(t, ns.ClientURL(), "dup", "host h1, pid 1")
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitOwned(t, 10*time.Second, func() bool { return m.OwnedCount() == bus.Partitions })
+	other, _ := json.Marshal(lease{Node: "dup", Expires: time.Now().Add(time.Hour).UnixMilli(), Instance: "other", Holder: "host h2, pid 2"})
+	if _, err := m.members_.Put(context.Background(), "dup", other); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-m.Failed():
+		var taken *NodeTakenError
+		if !errors.As(err, &taken) || taken.Holder != "host h2, pid 2" {
+			t.Fatalf("Failed reported %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure reported")
+	}
+	if n := m.OwnedCount(); n != 0 {
+		t.Fatalf("still decides for %d partitions", n)
+	}
+	m.Close(context.Background())
+}

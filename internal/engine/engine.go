@@ -47,6 +47,9 @@ type Config struct {
 	// KeyUseInterval is how often the server reports which service keys it
 	// saw in use (keyuse.go). Default 30s.
 	KeyUseInterval time.Duration
+	// Replicas is how many NATS servers keep a stream this server makes
+	// again; 0 chooses from the NATS it finds (bus.ResolveReplicas).
+	Replicas int
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 	Log *slog.Logger
@@ -188,7 +191,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
-	if err := bus.WaitStreams(ctx, e.js, bus.RestoreStreams); err != nil {
+	if err := bus.WaitStreams(ctx, e.js, e.restoreStreamsOnce); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	started := time.Now()

@@ -241,7 +241,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	snap, _ := snapshot(t)
 	e := engineOn(t, nc, snap)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, e.js); err != nil {
+	if err := bus.EnsureStreams(ctx, e.js, 1); err != nil {
 		t.Fatal(err)
 	}
 	decisions := 0

@@ -163,9 +163,20 @@ func (e *Engine) restoreStreams(ctx context.Context, err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := bus.RestoreStreams(sctx, e.js); err != nil {
+	if err := bus.RestoreStreams(sctx, e.js, bus.ResolveReplicas(e.nc, e.cfg.Replicas)); err != nil {
 		e.log.Warn("making the state and counter streams again failed; will retry", "err", err)
 		return
 	}
 	e.log.Warn("the state and counter streams were gone (NATS lost them); made them again")
+}
+
+// restoreStreamsOnce makes the streams that are missing, at start, and
+// reports streams that have fewer replicas than this server asks for.
+func (e *Engine) restoreStreamsOnce(ctx context.Context, js jetstream.JetStream) error {
+	replicas := bus.ResolveReplicas(e.nc, e.cfg.Replicas)
+	if err := bus.RestoreStreams(ctx, js, replicas); err != nil {
+		return err
+	}
+	bus.CheckReplicas(ctx, js, replicas, e.log, bus.StateStream, bus.CounterStream)
+	return nil
 }

@@ -315,7 +315,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 	t.Cleanup(pub.Close)
 	t.Cleanup(func() { dbB.Close() })
 	js, _ := jetstream.New(pub)
-	if err := bus.EnsureStreams(context.Background(), js); err != nil {
+	if err := bus.EnsureStreams(context.Background(), js, 1); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{db: dbB, nc: pub, js: js}

@@ -162,7 +162,7 @@ func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, b
 func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if err := bus.RestoreStreamsWith(ctx, w.js, w.cfg.Streams); err != nil {
+		if err := bus.RestoreStreamsWith(ctx, w.js, w.streamLimits()); err != nil {
 			return nil, err
 		}
 		w.log.Warn("the stream was gone (NATS lost it); made it again", "stream", stream)
@@ -528,4 +528,30 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+func (w *Worker) replicas() int { return bus.ResolveReplicas(w.nc, w.cfg.Replicas) }
+
+// streamLimits are the configured stream limits with the replicas asked for.
+func (w *Worker) streamLimits() bus.StreamLimits {
+	l := w.cfg.Streams
+	l.Replicas = w.replicas()
+	return l
+}
+
+// ensureStreams makes or updates the state and counter streams with the
+// replicas asked for, and raises the replicas of the KV buckets servers made
+// with fewer (a server may not update a stream; the worker may).
+func (w *Worker) ensureStreams(ctx context.Context, js jetstream.JetStream) error {
+	limits := w.streamLimits()
+	replicas := limits.Replicas
+	bus.CheckReplicas(ctx, js, replicas, w.log, bus.StateStream, bus.CounterStream)
+	if err := bus.EnsureStreamsWith(limits)(ctx, js); err != nil {
+		return err
+	}
+	// A bucket that cannot be raised now (a NATS node down) keeps working
+	// with what it has; the warning says so, and the next start tries again.
+	_ = bus.RaiseReplicas(ctx, js, replicas, w.log, bus.KVStream(bus.OwnersBucket), bus.KVStream(bus.MembersBucket), bus.KVStream(bus.RevokedSessionsBucket))
+	w.log.Info("streams ready", "replicas", replicas)
+	return nil
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// Operator is applied to the store when Run starts, before the worker
 	// answers any request, so the first snapshot a server loads has it.
 	Operator Operator
+	// Replicas is how many NATS servers keep the streams and KV buckets;
+	// 0 chooses from the NATS the worker finds (bus.ResolveReplicas). At
+	// start the worker raises any that has fewer.
+	Replicas int
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -171,7 +175,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := sqlitedb.ConvertIncrementalVacuum(ctx, w.db, w.log); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if err := bus.WaitStreams(ctx, w.js, bus.EnsureStreamsWith(w.cfg.Streams)); err != nil {
+	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.bootstrapOperator(ctx)

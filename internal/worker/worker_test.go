@@ -52,7 +52,7 @@ func newEnvPayload(t *testing.T, cfg Config, maxPayload int32) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(context.Background(), js); err != nil {
+	if err := bus.EnsureStreams(context.Background(), js, 1); err != nil {
 		t.Fatal(err)
 	}
 	w, err := New(cfg, db, nc)
