@@ -77,12 +77,9 @@ func runRestart(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 50_000_000 {
-			return fmt.Errorf("-buckets: %q is not a number between 1 and 50000000", s)
-		}
-		cfg.Buckets = append(cfg.Buckets, n)
+	var err error
+	if cfg.Buckets, err = parseCounts("buckets", *sizes, 1, 50_000_000); err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "sluice-restart-")
 	if err != nil {
@@ -91,12 +88,8 @@ func runRestart(ctx context.Context, args []string, stdout io.Writer) error {
 	if !cfg.Keep {
 		defer os.RemoveAll(tmp)
 	}
-	if cfg.Server == "" {
-		cfg.Server = filepath.Join(tmp, "sluice-server")
-		b, err := exec.Command("go", "build", "-o", cfg.Server, "./cmd/server").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build ./cmd/server: %v\n%s", err, b)
-		}
+	if cfg.Server, err = serverBinary(cfg.Server, tmp); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "restart with persisted buckets (100 per 30 days, each caller consumed 10); single process, embedded NATS and worker\n\n")
 	var rows []restartRow
@@ -391,4 +384,31 @@ func seedBuckets(ctx context.Context, path, tenantID, policyID string, n int) er
 		}
 	}
 	return nil
+}
+
+// parseCounts reads a comma-separated list of whole numbers from lo to hi,
+// the value of flag name.
+func parseCounts(name, list string, lo, hi int) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("-%s: %q is not a number between %d and %d", name, s, lo, hi)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// serverBinary is path, or when it is empty a server built from
+// ./cmd/server into dir.
+func serverBinary(path, dir string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	path = filepath.Join(dir, "sluice-server")
+	if b, err := exec.Command("go", "build", "-o", path, "./cmd/server").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/server: %v\n%s", err, b)
+	}
+	return path, nil
 }

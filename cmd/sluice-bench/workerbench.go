@@ -31,7 +31,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -77,12 +76,9 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1000 || n > 16_000_000 {
-			return fmt.Errorf("-identities: %q is not a number between 1000 and 16000000", s)
-		}
-		cfg.Identities = append(cfg.Identities, n)
+	var err error
+	if cfg.Identities, err = parseCounts("identities", *sizes, 1000, 16_000_000); err != nil {
+		return err
 	}
 	for _, s := range strings.Split(*rates, ",") {
 		r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
@@ -103,12 +99,8 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 	} else {
 		fmt.Fprintf(stdout, "data directories and logs under %s\n", tmp)
 	}
-	if cfg.Server == "" {
-		cfg.Server = filepath.Join(tmp, "sluice-server")
-		b, err := exec.Command("go", "build", "-o", cfg.Server, "./cmd/server").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build ./cmd/server: %v\n%s", err, b)
-		}
+	if cfg.Server, err = serverBinary(cfg.Server, tmp); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "worker under new callers (each check a new IP, allowed: one bucket state); single process, embedded NATS and worker; %d clients, 1000 checks per request\n\n", cfg.Clients)
 	var rows []workerRow
