@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -202,7 +203,17 @@ func TestReverseProxyForwardAuth(t *testing.T) {
 			if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, listen, sluice, serviceKey, up, user, dir)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return start(t, "nginx", bin, []string{"-p", dir, "-c", conf, "-e", "stderr", "-g", "daemon off;"})
+			p := start(t, "nginx", bin, []string{"-p", dir, "-c", conf, "-e", "stderr", "-g", "daemon off;"})
+			// SIGTERM lets the master stop its workers; a killed master
+			// would leave them holding the log pipe. Runs before p.kill.
+			t.Cleanup(func() {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-p.done:
+				case <-time.After(10 * time.Second):
+				}
+			})
+			return p
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
