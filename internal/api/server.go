@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -58,6 +59,9 @@ type Config struct {
 	Transport httpsec.Transport
 	Now       func() time.Time
 	Log       *slog.Logger
+	// TrustedProxies are the peers whose X-Forwarded-For the forward-auth
+	// endpoint believes; from any other peer the peer is the client.
+	TrustedProxies []netip.Prefix
 }
 
 type handler struct {
@@ -97,6 +101,9 @@ func New(cfg Config) *echo.Echo {
 	// would apply anew (allocating) on every request.
 	svc := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	e.POST("/v1/check", svc(h.check))
+	// Proxies send their subrequest with the client's method (nginx) or
+	// GET (Caddy, Traefik), and no body: any method is accepted.
+	e.Any(ForwardAuthPath, h.forwardAuth)
 	e.POST("/v1/check/batch", svc(h.checkBatch))
 	e.POST("/v1/policies", svc(h.createPolicy))
 	e.GET("/v1/policies", svc(h.listPolicies))

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -37,6 +39,9 @@ type Config struct {
 	MetricsAddr     string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL       string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig     bool          // --check-config: validate the configuration and exit
+	// TrustedProxies (--trusted-proxies, SLUICE_TRUSTED_PROXIES) are the
+	// reverse proxies whose X-Forwarded-For /v1/forward-auth believes.
+	TrustedProxies []netip.Prefix
 	// Analytics retention of the embedded worker: --analytics-minutes,
 	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
 	Analytics worker.Retention
@@ -119,6 +124,8 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
+	proxies := env("SLUICE_TRUSTED_PROXIES", "")
+	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For /v1/forward-auth believes; empty = the peer is the client (SLUICE_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
 	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
 		return err
@@ -133,6 +140,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	tp, err := api.ParseTrustedProxies(proxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	c.TrustedProxies = tp
 	c.OperatorToken = getenv("SLUICE_OPERATOR_TOKEN")
 	c.OperatorEmail = getenv("SLUICE_OPERATOR_EMAIL")
 	c.OperatorPassword = getenv("SLUICE_OPERATOR_PASSWORD")

@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// requireProxy finds a reverse proxy binary (Debian's caddy or nginx),
+// skipping the test when it is missing unless CI=true, where it is required.
+func requireProxy(t *testing.T, name string, paths ...string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no %s found, and CI=true requires the reverse proxy tests: apt-get install %s", name, name)
+	}
+	t.Skipf("reverse proxy test skipped: no %s found (apt-get install %s); with CI=true it is required", name, name)
+	return ""
+}
+
+// upstream is the API behind the proxy: it counts the requests it sees and
+// keeps the rate-limit headers the proxy passed on.
+type upstream struct {
+	*httptest.Server
+	mu     sync.Mutex
+	seen   int
+	policy string
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen++
+		u.policy = r.Header.Get("RateLimit-Policy")
+		u.mu.Unlock()
+		w.Write([]byte("upstream"))
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) stats() (int, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen, u.policy
+}
+
+// waitListening waits until something accepts on addr.
+func waitListening(t *testing.T, p *proc, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited during start:\n%s", p.name, tail(p.logs.String(), 40))
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s not listening on %s after 30s:\n%s", p.name, addr, tail(p.logs.String(), 40))
+}
+
+const caddyConfig = `{
+	admin off
+	auto_https off
+}
+
+http://%[1]s {
+	forward_auth %[2]s {
+		uri /v1/forward-auth
+		header_up X-Sluice-Service-Key "%[3]s"
+		copy_headers RateLimit RateLimit-Policy X-RateLimit-Limit X-RateLimit-Remaining X-RateLimit-Reset
+	}
+	reverse_proxy %[4]s
+}
+`
+
+const nginxConfig = `%[5]s
+worker_processes 1;
+error_log stderr info;
+pid %[6]s/nginx.pid;
+events { worker_connections 64; }
+http {
+	access_log off;
+	client_body_temp_path %[6]s/body;
+	proxy_temp_path %[6]s/proxy;
+	fastcgi_temp_path %[6]s/fastcgi;
+	uwsgi_temp_path %[6]s/uwsgi;
+	scgi_temp_path %[6]s/scgi;
+
+	server {
+		listen %[1]s;
+
+		location / {
+			auth_request /_sluice;
+			auth_request_set $sluice_status $upstream_status;
+			auth_request_set $sluice_ratelimit $upstream_http_ratelimit;
+			auth_request_set $sluice_policy $upstream_http_ratelimit_policy;
+			auth_request_set $sluice_limit $upstream_http_x_ratelimit_limit;
+			auth_request_set $sluice_remaining $upstream_http_x_ratelimit_remaining;
+			auth_request_set $sluice_reset $upstream_http_x_ratelimit_reset;
+			auth_request_set $sluice_retry_after $upstream_http_retry_after;
+
+			add_header RateLimit $sluice_ratelimit always;
+			add_header RateLimit-Policy $sluice_policy always;
+			add_header X-RateLimit-Limit $sluice_limit always;
+			add_header X-RateLimit-Remaining $sluice_remaining always;
+			add_header X-RateLimit-Reset $sluice_reset always;
+			proxy_set_header RateLimit $sluice_ratelimit;
+			proxy_set_header RateLimit-Policy $sluice_policy;
+
+			error_page 401 = @sluice_401;
+			error_page 403 = @sluice_403;
+			error_page 500 = @sluice_denied;
+			proxy_pass http://%[4]s;
+		}
+
+		location = /_sluice {
+			internal;
+			proxy_pass http://%[2]s/v1/forward-auth;
+			proxy_pass_request_body off;
+			proxy_set_header Content-Length "";
+			proxy_set_header X-Original-URI $request_uri;
+			proxy_set_header X-Original-Method $request_method;
+			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+			proxy_set_header X-Sluice-Service-Key "%[3]s";
+		}
+
+		location @sluice_denied {
+			add_header RateLimit $sluice_ratelimit always;
+			add_header RateLimit-Policy $sluice_policy always;
+			add_header X-RateLimit-Limit $sluice_limit always;
+			add_header X-RateLimit-Remaining $sluice_remaining always;
+			add_header X-RateLimit-Reset $sluice_reset always;
+			add_header Retry-After $sluice_retry_after always;
+			default_type application/problem+json;
+			if ($sluice_status = 429) {
+				return 429 '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota exceeded","status":429}';
+			}
+			return 503 '{"type":"https://sluice.dev/problems/unavailable","title":"Service unavailable","status":503}';
+		}
+		location @sluice_401 {
+			add_header WWW-Authenticate 'Bearer error="invalid_token"' always;
+			default_type application/problem+json;
+			return 401 '{"type":"https://sluice.dev/problems/invalid-key","title":"Invalid API key","status":401}';
+		}
+		location @sluice_403 {
+			default_type application/problem+json;
+			return 403 '{"type":"https://sluice.dev/problems/blocked","title":"Blocked","status":403}';
+		}
+	}
+}
+`
+
+// TestReverseProxyForwardAuth runs real Caddy and nginx in front of an
+// upstream, each asking a real Sluice server on every request.
+func TestReverseProxyForwardAuth(t *testing.T) {
+	s := startServer(t, serverOpts{extra: []string{"--trusted-proxies", "127.0.0.1,::1"}})
+	sluice := s.addr
+
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T, listen, serviceKey, up string) *proc
+	}{
+		{"caddy", func(t *testing.T, listen, serviceKey, up string) *proc {
+			bin := requireProxy(t, "caddy", "/usr/bin/caddy")
+			dir := t.TempDir()
+			conf := filepath.Join(dir, "Caddyfile")
+			if err := os.WriteFile(conf, []byte(fmt.Sprintf(caddyConfig, listen, sluice, serviceKey, up)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return start(t, "caddy", bin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		}},
+		{"nginx", func(t *testing.T, listen, serviceKey, up string) *proc {
+			bin := requireProxy(t, "nginx", "/usr/sbin/nginx")
+			dir := t.TempDir()
+			user := ""
+			if os.Geteuid() == 0 {
+				user = "user root;"
+			}
+			conf := filepath.Join(dir, "nginx.conf")
+			if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, listen, sluice, serviceKey, up, user, dir)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := start(t, "nginx", bin, []string{"-p", dir, "-c", conf, "-e", "stderr", "-g", "daemon off;"})
+			// SIGTERM lets the master stop its workers; a killed master
+			// would leave them holding the log pipe. Runs before p.kill.
+			t.Cleanup(func() {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-p.done:
+				case <-time.After(10 * time.Second):
+				}
+			})
+			return p
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := createTenant(t, s, "proxy-"+tc.name)
+			const n = 3
+			createPolicy(t, s, tn, map[string]any{
+				"name": "items", "method": "GET", "path": "/api/items",
+				"tiers": map[string]any{
+					"anonymous": map[string]any{"algorithm": "token_bucket", "limit": n, "period": "60s"},
+					"pro":       map[string]any{"algorithm": "token_bucket", "limit": 7, "period": "60s"},
+				},
+			})
+			ck := mustStatus(t, call(t, "POST", s.base+"/v1/keys", tn.Key, map[string]any{"name": "app", "tier": "pro"}), 201).str("key")
+			up := newUpstream(t)
+			listen := freeAddr(t)
+			p := tc.start(t, listen, tn.Key, strings.TrimPrefix(up.URL, "http://"))
+			waitListening(t, p, listen)
+			base := "http://" + listen
+
+			for i := 1; i <= n; i++ {
+				r := call(t, "GET", base+"/api/items?page=1", "", nil)
+				if r.Status != 200 || string(r.Raw) != "upstream" {
+					t.Fatalf("request %d: %d %s", i, r.Status, r.Raw)
+				}
+				if tc.name == "nginx" && r.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(n-i) {
+					t.Errorf("request %d: downstream X-RateLimit-Remaining = %q, want %d", i, r.Header.Get("X-RateLimit-Remaining"), n-i)
+				}
+			}
+			if seen, policy := up.stats(); seen != n || policy != `"items";q=3;w=60` {
+				t.Fatalf("upstream saw %d requests with RateLimit-Policy %q, want %d with the anonymous policy", seen, policy, n)
+			}
+			r := call(t, "GET", base+"/api/items?page=1", "", nil)
+			if r.Status != 429 || r.Header.Get("Retry-After") == "" || !strings.HasPrefix(r.Header.Get("RateLimit"), `"items";r=0;`) ||
+				r.Header.Get("RateLimit-Policy") != `"items";q=3;w=60` || r.Header.Get("X-RateLimit-Remaining") != "0" {
+				t.Fatalf("request %d: %d %v %s, want 429 with Retry-After and the rate-limit headers", n+1, r.Status, r.Header, r.Raw)
+			}
+			if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") || r.str("type") != "https://iana.org/assignments/http-problem-types#quota-exceeded" {
+				t.Errorf("429 body: %s %s", r.Header.Get("Content-Type"), r.Raw)
+			}
+			if seen, _ := up.stats(); seen != n {
+				t.Fatalf("upstream saw %d requests, want %d: a denied request reached it", seen, n)
+			}
+
+			// A consumer key selects its tier, by X-API-Key or Bearer.
+			r = call(t, "GET", base+"/api/items", "", nil, "X-API-Key", ck)
+			if r.Status != 200 {
+				t.Fatalf("pro key: %d %s", r.Status, r.Raw)
+			}
+			if _, policy := up.stats(); policy != `"items";q=7;w=60` {
+				t.Errorf("pro key: upstream RateLimit-Policy %q, want the pro tier's", policy)
+			}
+			r = call(t, "GET", base+"/api/items", ck, nil)
+			if r.Status != 200 {
+				t.Fatalf("pro key as Bearer: %d %s", r.Status, r.Raw)
+			}
+			seen, _ := up.stats()
+
+			r = call(t, "GET", base+"/api/items", "", nil, "X-API-Key", "ck_not_a_real_key")
+			if r.Status != 401 || r.Header.Get("WWW-Authenticate") == "" || r.str("type") != "https://sluice.dev/problems/invalid-key" {
+				t.Errorf("invalid key: %d %v %s", r.Status, r.Header, r.Raw)
+			}
+			if now, _ := up.stats(); now != seen {
+				t.Errorf("upstream saw the invalid key's request")
+			}
+		})
+	}
+}
+
+// TestForwardAuthTraefikShape sends what Traefik's ForwardAuth sends (a GET
+// with X-Forwarded-Method, -Uri, -For and the client's headers) straight to
+// the endpoint: Traefik is not packaged in Debian.
+func TestForwardAuthTraefikShape(t *testing.T) {
+	s := startServer(t, serverOpts{extra: []string{"--trusted-proxies", "127.0.0.1"}})
+	tn := createTenant(t, s, "traefik")
+	createPolicy(t, s, tn, map[string]any{
+		"name": "upload", "method": "POST", "path": "/api/upload",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 1, "period": "60s"}},
+	})
+	fa := func(ip string) response {
+		return call(t, "GET", s.base+"/v1/forward-auth", "", nil,
+			"X-Sluice-Service-Key", tn.Key, "X-Forwarded-Method", "POST", "X-Forwarded-Proto", "http",
+			"X-Forwarded-Host", "api.example.com", "X-Forwarded-Uri", "/api/upload?x=1", "X-Forwarded-For", ip)
+	}
+	if r := fa("198.51.100.1"); r.Status != 200 || r.Header.Get("RateLimit-Policy") != `"upload";q=1;w=60` {
+		t.Fatalf("first: %d %v %s", r.Status, r.Header, r.Raw)
+	}
+	if r := fa("198.51.100.1"); r.Status != 429 || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("second from the same client: %d %v", r.Status, r.Header)
+	}
+	// X-Forwarded-For from the trusted peer names the client: another
+	// client has its own bucket.
+	if r := fa("198.51.100.2"); r.Status != 200 {
+		t.Fatalf("another client: %d %s", r.Status, r.Raw)
+	}
+	r := call(t, "GET", s.base+"/v1/forward-auth", "", nil, "X-Sluice-Service-Key", tn.Key, "X-Forwarded-Method", "POST")
+	if r.Status != 400 || !strings.Contains(r.str("error", "message"), "X-Forwarded-Uri") {
+		t.Errorf("no URI: %d %s", r.Status, r.Raw)
+	}
+}

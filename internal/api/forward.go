@@ -1,0 +1,268 @@
+package api
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// ForwardAuthPath is where reverse proxies ask whether a request may pass
+// (Caddy forward_auth, nginx auth_request, Traefik ForwardAuth).
+const ForwardAuthPath = "/v1/forward-auth"
+
+// ServiceKeyHeader carries the tenant's service key from the proxy: the
+// Authorization header belongs to the client and holds its consumer key.
+const ServiceKeyHeader = "X-Sluice-Service-Key"
+
+// Problem types of forward-auth denials, as the Go SDK's middleware writes them.
+const (
+	problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemInvalidKey    = "https://sluice.dev/problems/invalid-key"
+	problemBlocked       = "https://sluice.dev/problems/blocked"
+)
+
+// ParseTrustedProxies reads a comma-separated list of addresses and CIDR
+// prefixes, naming the entry that does not parse.
+func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", f)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+var (
+	problemContentType = []string{"application/problem+json"}
+	noSniff            = []string{"nosniff"}
+	invalidTokenChall  = []string{`Bearer error="invalid_token"`}
+)
+
+// forwardAuth answers a proxy's subrequest: 200 with the rate-limit
+// headers when the original request may pass, else the denial the proxy
+// hands to the client. It reads the original request from the headers the
+// proxy sets; it decides exactly as POST /v1/check does.
+func (h *handler) forwardAuth(c echo.Context) error {
+	now := h.Now()
+	r := c.Request()
+	hd := r.Header
+	key := headerValue(hd, ServiceKeyHeader)
+	if key == "" {
+		return errs.Errorf(errs.Unauthenticated, "Send the tenant's service key in the %s header: the proxy must set it on every forward-auth request.", ServiceKeyHeader)
+	}
+	if !h.Engine.Ready() {
+		return errs.Errorf(errs.Unavailable, "Sluice is starting and not ready to answer yet.")
+	}
+	tenant, ok := h.Engine.TenantForServiceKey(key)
+	if !ok {
+		return errs.Errorf(errs.Unauthenticated, "The service key in %s is unknown or revoked.", ServiceKeyHeader)
+	}
+	path := headerValue(hd, "X-Forwarded-Uri")
+	if path == "" {
+		path = headerValue(hd, "X-Original-Uri")
+	}
+	if path == "" {
+		return errs.Errorf(errs.Invalid, "X-Forwarded-Uri: required, the original request target (Caddy and Traefik send it; with nginx set X-Original-URI to $request_uri).")
+	}
+	method := headerValue(hd, "X-Forwarded-Method")
+	if method == "" {
+		method = headerValue(hd, "X-Original-Method")
+	}
+	if method == "" {
+		method = r.Method
+	}
+	req := engine.CheckRequest{
+		APIKey: consumerKey(hd),
+		IP:     h.forwardedIP(r),
+		Method: method,
+		Path:   path,
+		Cost:   1,
+	}
+	a, err := h.Engine.Check(tenant, &req, now)
+	if err != nil {
+		return err
+	}
+	out := c.Response().Header()
+	setRateLimitHeaders(out, &a)
+	if a.Allowed {
+		c.Response().WriteHeader(http.StatusOK)
+		return nil
+	}
+	return writeDenial(c, &a)
+}
+
+// headerValue is Header.Get for a canonical name without its allocation-free
+// lookup being lost to canonicalisation.
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return strings.TrimSpace(v[0])
+	}
+	return ""
+}
+
+// consumerKey is the client's API key: X-API-Key, else a bearer token that
+// looks like a Sluice consumer key (ck_...). Other bearer tokens belong to
+// the upstream's own authentication and are not Sluice's to judge.
+func consumerKey(h http.Header) string {
+	if k := headerValue(h, "X-Api-Key"); k != "" {
+		return k
+	}
+	auth := headerValue(h, "Authorization")
+	scheme, token, ok := strings.Cut(auth, " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		token = strings.TrimSpace(token)
+		if strings.HasPrefix(token, "ck_") {
+			return token
+		}
+	}
+	return ""
+}
+
+// forwardedIP is the original client's address: the peer's, unless the
+// peer is a trusted proxy; then X-Forwarded-For read from the right, each
+// trusted hop vouching for the one to its left. The first untrusted hop is
+// the client; a hop that does not parse stops the walk at the last hop
+// vouched for; if every hop is trusted, the left-most is the client.
+func (h *handler) forwardedIP(r *http.Request) string {
+	peer := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		peer = host
+	}
+	peer, _, _ = strings.Cut(peer, "%")
+	if len(h.TrustedProxies) == 0 {
+		return peer
+	}
+	if a, err := netip.ParseAddr(peer); err != nil || !h.trusted(a) {
+		return peer
+	}
+	lines := r.Header["X-Forwarded-For"]
+	client := peer
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for line != "" {
+			var hop string
+			if j := strings.LastIndexByte(line, ','); j >= 0 {
+				hop, line = strings.TrimSpace(line[j+1:]), line[:j]
+			} else {
+				hop, line = strings.TrimSpace(line), ""
+			}
+			if hop == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(hop)
+			if err != nil {
+				return client
+			}
+			client = hop
+			if !h.trusted(a) {
+				return client
+			}
+		}
+	}
+	return client
+}
+
+func (h *handler) trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range h.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeDenial answers a denied decision as the Go SDK's middleware does:
+// 401 for an invalid consumer key, 403 for a block, else 429, each with an
+// application/problem+json body (RFC 9457).
+func writeDenial(c echo.Context, a *engine.Answer) error {
+	buf := bufPool.Get().(*[]byte)
+	defer bufPool.Put(buf)
+	b := (*buf)[:0]
+	h := c.Response().Header()
+	var status int
+	switch a.Reason {
+	case engine.ReasonInvalidKey:
+		status = http.StatusUnauthorized
+		h["Www-Authenticate"] = invalidTokenChall
+		b = appendProblemHead(b, problemInvalidKey, "Invalid API key", status)
+		b = append(b, `,"detail":"The API key is unknown, revoked or expired."}`...)
+	case engine.ReasonBlocked:
+		status = http.StatusForbidden
+		b = appendProblemHead(b, problemBlocked, "Blocked", status)
+		b = append(b, `,"detail":"Requests from this client are blocked."}`...)
+	default:
+		status = http.StatusTooManyRequests
+		b = appendProblemHead(b, problemQuotaExceeded, "Quota exceeded", status)
+		b = append(b, `,"detail":"Too many requests`...)
+		if a.Policy != "" {
+			b = append(b, ` for \"`...)
+			b = appendEscaped(b, a.Policy)
+			b = append(b, `\"`...)
+		}
+		if a.RetryAfter > 0 && a.RetryAfter != quota.Never {
+			b = append(b, "; retry after "...)
+			b = strconv.AppendInt(b, ceilSeconds(a.RetryAfter), 10)
+			b = append(b, " s"...)
+		}
+		b = append(b, `.","violated-policies":[`...)
+		n := 0
+		for _, l := range a.Limits {
+			if l.Remaining <= 0 {
+				if n > 0 {
+					b = append(b, ',')
+				}
+				b = appendString(b, l.Name)
+				n++
+			}
+		}
+		if n == 0 && a.Policy != "" {
+			b = appendString(b, a.Policy)
+		}
+		b = append(b, "]}"...)
+	}
+	h["Content-Type"] = problemContentType
+	h["X-Content-Type-Options"] = noSniff
+	*buf = b
+	c.Response().WriteHeader(status)
+	_, err := c.Response().Write(b)
+	return err
+}
+
+func appendProblemHead(b []byte, typ, title string, status int) []byte {
+	b = append(b, `{"type":`...)
+	b = appendString(b, typ)
+	b = append(b, `,"title":`...)
+	b = appendString(b, title)
+	b = append(b, `,"status":`...)
+	return strconv.AppendInt(b, int64(status), 10)
+}
+
+// appendEscaped writes s as the inside of a JSON string.
+func appendEscaped(b []byte, s string) []byte {
+	start := len(b)
+	b = appendString(b, s)
+	b = append(b[:start], b[start+1:len(b)-1]...)
+	return b
+}
