@@ -1,13 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -77,26 +75,18 @@ func stop(t *testing.T, m *Main) {
 	f.(func())()
 }
 
+// do sends one API request through call and fails the test unless it
+// succeeds.
 func do(t testing.TB, m *Main, method, path, token string, body any) map[string]any {
 	t.Helper()
-	var rd io.Reader
+	raw := ""
 	if body != nil {
 		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+		raw = string(b)
 	}
-	req, _ := http.NewRequest(method, "http://"+m.Addr()+path, rd)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &out)
-	if resp.StatusCode >= 300 {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	status, out := call(t, m, method, path, token, raw)
+	if status >= 300 {
+		t.Fatalf("%s %s: %d %v", method, path, status, out)
 	}
 	return out
 }

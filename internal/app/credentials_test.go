@@ -17,7 +17,7 @@ import (
 )
 
 // call sends one API request and returns the status and decoded body.
-func call(t *testing.T, m *Main, method, path, token string, body string) (int, map[string]any) {
+func call(t testing.TB, m *Main, method, path, token string, body string) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {

@@ -200,54 +200,41 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { w.watchLag(ctx) })
-	wg.Go(func() { w.checkpoint(ctx) })
+	// Passive checkpoints copy committed pages from the WAL into the
+	// database file every second, on a connection of their own and
+	// without blocking the writer, so that the writer rarely has to do it
+	// inside a commit.
 	wg.Go(func() {
-		t := time.NewTicker(w.cfg.SweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.sweep(ctx)
+		every(ctx, time.Second, func() {
+			if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
+				w.log.Debug("passive checkpoint", "err", err)
 			}
-		}
+		})
 	})
+	wg.Go(func() { every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, r: w.cfg.Analytics, log: w.log,
+		compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
 	wg.Go(func() {
-		m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, r: w.cfg.Analytics, log: w.log,
-			compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
-		t := time.NewTicker(w.cfg.Analytics.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := m.run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
-					w.log.Error("analytics maintenance failed; will retry", "err", err)
-				}
+		every(ctx, w.cfg.Analytics.Interval, func() {
+			if _, err := m.run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
-		}
+		})
 	})
 	wg.Wait()
 	return nil
 }
 
-// checkpoint copies committed pages from the WAL into the database file
-// every second, on a connection of its own and without blocking the
-// writer (a passive checkpoint), so that the writer rarely has to do it
-// inside a commit.
-func (w *Worker) checkpoint(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
-			w.log.Debug("passive checkpoint", "err", err)
+			fn()
 		}
 	}
 }
