@@ -308,8 +308,12 @@ func TestHydrationOutlivesANATSRestart(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(afters) < 4 || afters[3] != afters[2] {
-		t.Fatalf("after NATS came back the load asked after %q, want %q (where it stopped)", afters[min(3, len(afters)-1)], afters[2])
+	// The page in flight either waited out the restart or was asked for
+	// again; either way the load went on from where it was, never back.
+	for i := 1; i < len(afters); i++ {
+		if afters[i] == "" || afters[i] < afters[i-1] {
+			t.Fatalf("page %d asked after %q, following %q: the load went back", i, afters[i], afters[i-1])
+		}
 	}
 	if r := env.remaining(t, e, env.keys[len(env.keys)-1]); r != 89 {
 		t.Fatalf("last key after the restart: remaining %d, want 89", r)
