@@ -1,0 +1,267 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/limitsfile"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+func cmdApply(ctx context.Context, e *env, args []string) error {
+	fs := e.flags()
+	file := fs.String("f", "", "the limits file (- reads standard input)")
+	dryRun := fs.Bool("dry-run", false, "print what would change and change nothing")
+	prune := fs.Bool("prune", false, "delete what the file does not name")
+	exitCode := fs.Bool("exit-code", false, "exit 3 when there are changes (to make, or made)")
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("unexpected argument %q", pos[0])
+	}
+	if *file == "" {
+		return usageError("name the limits file with -f")
+	}
+	f, err := e.readFile(*file)
+	if err != nil {
+		return err
+	}
+	tc, err := e.tenant()
+	if err != nil {
+		return err
+	}
+	var oc *client
+	if f.HasBlocks {
+		if oc, err = e.operator("the file's blocks section"); err != nil {
+			return err
+		}
+	}
+	st, tenantID, err := fetchState(ctx, tc, oc, f.HasKeys, f.HasBlocks)
+	if err != nil {
+		return err
+	}
+	plan, err := limitsfile.Diff(f, st, *prune)
+	if err != nil {
+		return err
+	}
+	out := e.Stdout
+	if plan.Empty() {
+		plan.Write(out)
+		fmt.Fprintf(out, "No changes: the tenant at %s already matches %s.\n", e.url, f.Name)
+		return nil
+	}
+	if *dryRun {
+		fmt.Fprintf(out, "Dry run: %s compared with the tenant at %s; nothing is changed.\n", f.Name, e.url)
+		plan.Write(out)
+		fmt.Fprintf(out, "Plan: %s.\n", plan.Summary())
+		if *exitCode {
+			return &exitError{code: ExitChanges}
+		}
+		return nil
+	}
+	fmt.Fprintf(out, "Applying %s to the tenant at %s:\n", f.Name, e.url)
+	plan.Write(out)
+	done, err := execute(ctx, tc, oc, tenantID, plan)
+	if err != nil {
+		fmt.Fprintf(out, "Stopped after %d of %d changes.\n", done, changesToMake(plan))
+		return fmt.Errorf("%w\nthe changes listed before it were applied; fix the problem and run apply again", err)
+	}
+	c, u, d, _ := plan.Counts()
+	fmt.Fprintf(out, "Applied: %d created, %d changed, %d deleted.\n", c, u, d)
+	if *exitCode {
+		return &exitError{code: ExitChanges}
+	}
+	return nil
+}
+
+func changesToMake(p limitsfile.Plan) int {
+	c, u, d, _ := p.Counts()
+	return c + u + d
+}
+
+// readFile reads and parses a limits file; "-" is standard input.
+func (e *env) readFile(name string) (*limitsfile.File, error) {
+	var data []byte
+	var err error
+	label := name
+	if name == "-" {
+		label = "stdin"
+		data, err = io.ReadAll(e.Stdin)
+	} else {
+		label = filepath.Base(name)
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the limits file: %w", err)
+	}
+	return limitsfile.Parse(label, data, time.Now())
+}
+
+// fetchState lists what the tenant has now. With blocks, it also finds the
+// tenant's id (blocks are the operator's, listed by tenant) from the
+// service keys, which carry it.
+func fetchState(ctx context.Context, tc, oc *client, keys, blocks bool) (limitsfile.State, string, error) {
+	var st limitsfile.State
+	var pols struct {
+		Policies []tenants.Policy `json:"policies"`
+	}
+	if _, err := tc.do(ctx, "GET", "/v1/policies", nil, &pols); err != nil {
+		return st, "", err
+	}
+	st.Policies = pols.Policies
+	if keys {
+		var ks struct {
+			Keys []tenants.ConsumerKey `json:"keys"`
+		}
+		if _, err := tc.do(ctx, "GET", "/v1/keys", nil, &ks); err != nil {
+			return st, "", err
+		}
+		st.Keys = ks.Keys
+	}
+	var tenantID string
+	if blocks {
+		var sks struct {
+			ServiceKeys []tenants.ServiceKey `json:"service_keys"`
+		}
+		if _, err := tc.do(ctx, "GET", "/v1/service-keys", nil, &sks); err != nil {
+			return st, "", err
+		}
+		if len(sks.ServiceKeys) == 0 {
+			return st, "", fmt.Errorf("GET /v1/service-keys listed no key, so the tenant's id is unknown")
+		}
+		tenantID = sks.ServiceKeys[0].TenantID
+		var bs struct {
+			Blocks []tenants.Block `json:"blocks"`
+		}
+		if _, err := oc.do(ctx, "GET", "/v1/admin/blocks?tenant_id="+url.QueryEscape(tenantID), nil, &bs); err != nil {
+			return st, "", err
+		}
+		st.Blocks = bs.Blocks
+	}
+	return st, tenantID, nil
+}
+
+// policyBody is a policy as POST and PUT /v1/policies take it.
+type policyBody struct {
+	Name          string                    `json:"name"`
+	Method        string                    `json:"method"`
+	Path          string                    `json:"path"`
+	Query         map[string]string         `json:"query,omitempty"`
+	Consistency   string                    `json:"consistency"`
+	Shadow        bool                      `json:"shadow"`
+	Tiers         map[string]tenants.Limits `json:"tiers"`
+	UnlistedTiers string                    `json:"unlisted_tiers"`
+}
+
+func bodyOf(p tenants.Policy) policyBody {
+	return policyBody{Name: p.Name, Method: p.Method, Path: p.Path, Query: p.Query, Consistency: p.Consistency, Shadow: p.Shadow, Tiers: p.Tiers, UnlistedTiers: p.UnlistedTiers}
+}
+
+type blockBody struct {
+	TenantID  string           `json:"tenant_id"`
+	Identity  tenants.Identity `json:"identity"`
+	Reason    string           `json:"reason"`
+	ExpiresAt *time.Time       `json:"expires_at,omitempty"`
+}
+
+// execute applies a plan: policies are created and changed first (keys'
+// overrides may name new policies), then keys and blocks, and policies are
+// deleted last. It stops at the first refusal and answers how many
+// changes were made.
+func execute(ctx context.Context, tc, oc *client, tenantID string, plan limitsfile.Plan) (int, error) {
+	done := 0
+	step := func(c limitsfile.Change) error {
+		var err error
+		switch {
+		case c.Kind == "policy" && c.Action == limitsfile.Create:
+			_, err = tc.do(ctx, "POST", "/v1/policies", bodyOf(c.Policy), nil)
+		case c.Kind == "policy" && c.Action == limitsfile.Update:
+			_, err = tc.do(ctx, "PUT", "/v1/policies/"+url.PathEscape(c.ID), bodyOf(c.Policy), nil)
+		case c.Kind == "policy" && c.Action == limitsfile.Delete:
+			_, err = tc.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(c.ID), nil, nil)
+		case c.Kind == "key" && c.Action == limitsfile.Update:
+			_, err = tc.do(ctx, "PATCH", "/v1/keys/"+url.PathEscape(c.ID), c.Patch, nil)
+		case c.Kind == "block":
+			if c.Action == limitsfile.Delete || c.Action == limitsfile.Replace {
+				if _, err = oc.do(ctx, "DELETE", "/v1/admin/blocks/"+url.PathEscape(c.ID), nil, nil); err != nil {
+					break
+				}
+			}
+			if c.Action == limitsfile.Create || c.Action == limitsfile.Replace {
+				b := blockBody{TenantID: tenantID, Identity: c.Block.Identity, Reason: c.Block.Reason, ExpiresAt: c.Block.ExpiresAt}
+				_, err = oc.do(ctx, "POST", "/v1/admin/blocks", b, nil)
+			}
+		default:
+			return nil // not in file: nothing to do
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", c.Kind, c.Name, err)
+		}
+		done++
+		return nil
+	}
+	var last []limitsfile.Change
+	for _, c := range plan.Changes {
+		if c.Kind == "policy" && c.Action == limitsfile.Delete {
+			last = append(last, c)
+			continue
+		}
+		if err := step(c); err != nil {
+			return done, err
+		}
+	}
+	for _, c := range last {
+		if err := step(c); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+func cmdExport(ctx context.Context, e *env, args []string) error {
+	fs := e.flags()
+	output := fs.String("o", "", "write the file here instead of standard output")
+	keys := fs.Bool("keys", true, "include the keys section (tiers and overrides of active consumer keys)")
+	blocks := fs.Bool("blocks", false, "include the blocks section (needs the operator token)")
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("unexpected argument %q", pos[0])
+	}
+	tc, err := e.tenant()
+	if err != nil {
+		return err
+	}
+	var oc *client
+	if *blocks {
+		if oc, err = e.operator("--blocks"); err != nil {
+			return err
+		}
+	}
+	st, _, err := fetchState(ctx, tc, oc, *keys, *blocks)
+	if err != nil {
+		return err
+	}
+	b, err := limitsfile.Marshal(limitsfile.FromState(st, *keys, *blocks, time.Now()))
+	if err != nil {
+		return err
+	}
+	if *output == "" {
+		_, err = e.Stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(*output, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", *output, err)
+	}
+	fmt.Fprintf(e.Stderr, "Wrote %s: %d %s.\n", *output, len(st.Policies), plural(len(st.Policies), "policy", "policies"))
+	return nil
+}
