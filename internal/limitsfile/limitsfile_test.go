@@ -240,3 +240,20 @@ policies:
 		t.Errorf("counts %d %d %d %d", c, u, d, n)
 	}
 }
+
+// The full example of docs/LIMITS.md is a valid file.
+func TestDocExampleParses(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/LIMITS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/LIMITS.md has no yaml example")
+	}
+	f := parse(t, example)
+	if len(f.Policies) != 2 || len(f.Keys) != 1 || len(f.Blocks) != 2 || !f.HasKeys || !f.HasBlocks {
+		t.Fatalf("the example reads as %d policies, %d keys, %d blocks", len(f.Policies), len(f.Keys), len(f.Blocks))
+	}
+}
