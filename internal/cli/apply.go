@@ -47,7 +47,7 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan, err := limitsfile.Diff(f, st, *prune)
+	plan, err := limitsfile.Diff(f, st, *prune, time.Now())
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	done, err := execute(ctx, tc, oc, tenantID, plan)
 	if err != nil {
 		fmt.Fprintf(out, "Stopped after %d of %d changes.\n", done, changesToMake(plan))
-		return fmt.Errorf("%w\nthe changes listed before it were applied; fix the problem and run apply again", err)
+		return fmt.Errorf("%w\n%d of the %d changes were made before it; fix the problem and run apply again to make the rest", err, done, changesToMake(plan))
 	}
 	c, u, d, _ := plan.Counts()
 	fmt.Fprintf(out, "Applied: %d created, %d changed, %d deleted.\n", c, u, d)

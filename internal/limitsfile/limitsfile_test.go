@@ -185,7 +185,7 @@ policies:
 keys:
   - {id: ckey_1}
 `)
-	plan, err := Diff(same, State{Policies: have, Keys: keys}, false)
+	plan, err := Diff(same, State{Policies: have, Keys: keys}, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ policies:
     path: /new
     tiers: {default: {algorithm: fixed_window, limit: 1, period: 1h}}
 `)
-	plan, err = Diff(changed, State{Policies: have, Keys: keys}, true)
+	plan, err = Diff(changed, State{Policies: have, Keys: keys}, true, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,8 +91,8 @@ func (p Plan) Empty() bool {
 // does not name are deleted (keys lose their overrides: keys themselves
 // are never revoked by a file); without it they are listed as NotInFile.
 // A key the file names that the tenant does not have is a problem of the
-// file, reported with its line.
-func Diff(f *File, s State, prune bool) (Plan, error) {
+// file, reported with its line. Blocks expired at now count as gone.
+func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 	var plan Plan
 	var probs Problems
 
@@ -189,7 +189,6 @@ func Diff(f *File, s State, prune bool) (Plan, error) {
 	}
 
 	if f.HasBlocks {
-		now := time.Now()
 		have := map[tenants.Identity]tenants.Block{}
 		for _, b := range s.Blocks {
 			if b.Active(now) {
