@@ -47,6 +47,7 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	where := fmt.Sprintf("tenant %s at %s", tenantID, e.url)
 	plan, err := limitsfile.Diff(f, st, *prune, time.Now())
 	if err != nil {
 		return err
@@ -54,11 +55,11 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	out := e.Stdout
 	if plan.Empty() {
 		plan.Write(out)
-		fmt.Fprintf(out, "No changes: the tenant at %s already matches %s.\n", e.url, f.Name)
+		fmt.Fprintf(out, "No changes: %s already matches %s.\n", where, f.Name)
 		return nil
 	}
 	if *dryRun {
-		fmt.Fprintf(out, "Dry run: %s compared with the tenant at %s; nothing is changed.\n", f.Name, e.url)
+		fmt.Fprintf(out, "Dry run: %s compared with %s; nothing is changed.\n", f.Name, where)
 		plan.Write(out)
 		fmt.Fprintf(out, "Plan: %s.\n", plan.Summary())
 		if *exitCode {
@@ -66,7 +67,7 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	fmt.Fprintf(out, "Applying %s to the tenant at %s:\n", f.Name, e.url)
+	fmt.Fprintf(out, "Applying %s to %s:\n", f.Name, where)
 	plan.Write(out)
 	done, err := execute(ctx, tc, oc, tenantID, plan)
 	if err != nil {
@@ -104,11 +105,21 @@ func (e *env) readFile(name string) (*limitsfile.File, error) {
 	return limitsfile.Parse(label, data, time.Now())
 }
 
-// fetchState lists what the tenant has now. With blocks, it also finds the
-// tenant's id (blocks are the operator's, listed by tenant) from the
-// service keys, which carry it.
+// fetchState lists what the tenant has now, and answers the tenant's id,
+// which its service keys carry: the output names the tenant, and blocks
+// (the operator's) are listed by tenant.
 func fetchState(ctx context.Context, tc, oc *client, keys, blocks bool) (limitsfile.State, string, error) {
 	var st limitsfile.State
+	var sks struct {
+		ServiceKeys []tenants.ServiceKey `json:"service_keys"`
+	}
+	if _, err := tc.do(ctx, "GET", "/v1/service-keys", nil, &sks); err != nil {
+		return st, "", err
+	}
+	if len(sks.ServiceKeys) == 0 {
+		return st, "", fmt.Errorf("GET /v1/service-keys listed no key, so the tenant's id is unknown")
+	}
+	tenantID := sks.ServiceKeys[0].TenantID
 	var pols struct {
 		Policies []tenants.Policy `json:"policies"`
 	}
@@ -125,18 +136,7 @@ func fetchState(ctx context.Context, tc, oc *client, keys, blocks bool) (limitsf
 		}
 		st.Keys = ks.Keys
 	}
-	var tenantID string
 	if blocks {
-		var sks struct {
-			ServiceKeys []tenants.ServiceKey `json:"service_keys"`
-		}
-		if _, err := tc.do(ctx, "GET", "/v1/service-keys", nil, &sks); err != nil {
-			return st, "", err
-		}
-		if len(sks.ServiceKeys) == 0 {
-			return st, "", fmt.Errorf("GET /v1/service-keys listed no key, so the tenant's id is unknown")
-		}
-		tenantID = sks.ServiceKeys[0].TenantID
 		var bs struct {
 			Blocks []tenants.Block `json:"blocks"`
 		}
