@@ -7,11 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,13 +99,13 @@ func sluice(t *testing.T, env map[string]string, stdin string, args ...string) r
 // environment its tenant verbs run with.
 func tenant(t *testing.T, name string) map[string]string {
 	t.Helper()
-	url := server(t)
-	r := sluice(t, map[string]string{"SLUICE_URL": url, "SLUICE_OPERATOR_TOKEN": opToken, "SLUICE_OWNER_PASSWORD": "a long passphrase"}, "",
+	base := server(t)
+	r := sluice(t, map[string]string{"SLUICE_URL": base, "SLUICE_OPERATOR_TOKEN": opToken, "SLUICE_OWNER_PASSWORD": "a long passphrase"}, "",
 		"tenants", "create", "--name", name, "--owner-email", "owner@"+name+".test")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "sk_") {
 		t.Fatalf("tenants create: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	return map[string]string{"SLUICE_URL": url, "SLUICE_SERVICE_KEY": strings.TrimSpace(r.stdout)}
+	return map[string]string{"SLUICE_URL": base, "SLUICE_SERVICE_KEY": strings.TrimSpace(r.stdout)}
 }
 
 // api sends one request to the server, outside the command, to see what
@@ -431,18 +435,62 @@ func TestCredentialAndServerErrors(t *testing.T) {
 		}
 	}
 
-	// What only the server refuses is shown as it answered, after the
-	// changes made before it.
+	// The server's refusal of a bad request is shown as it answered.
+	r = sluice(t, env, "", "keys", "create", "--name", "app", "--tier", "Gold Plan")
+	if r.code != ExitError || !has(r.stderr, "sluice keys: POST /v1/keys: 400 invalid_request: tier: must be 1 to 32 characters of a-z, 0-9, _ and -") {
+		t.Errorf("server refusal: exit %d\n%s", r.code, r.stderr)
+	}
+	// A key name the server would refuse is the file's problem, found
+	// before anything is sent.
 	r = sluice(t, env, "", "keys", "create", "--name", "app", "--tier", "pro")
 	if r.code != 0 {
 		t.Fatalf("keys create: %d\n%s", r.code, r.stderr)
 	}
 	id := regexp.MustCompile(`ckey_[A-Za-z0-9]+`).FindString(r.stderr)
-	long := strings.Repeat("n", 200)
-	r = sluice(t, env, "", "apply", "-f", write(t, "limits.yaml", limitsYAML+"keys:\n  - {id: "+id+", name: "+long+"}\n"))
-	if r.code != ExitError || !has(r.stderr, "key "+id+" (app): PATCH /v1/keys/"+id+": 400 invalid_request: name: must be at most 128 characters") ||
-		!has(r.stdout, "Stopped after 2 of 3 changes.") {
-		t.Errorf("server refusal: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	r = sluice(t, env, "", "apply", "-f", write(t, "limits.yaml", limitsYAML+"keys:\n  - {id: "+id+", name: "+strings.Repeat("n", 200)+"}\n"))
+	if r.code != ExitError || !has(r.stderr, "limits.yaml:19: keys[0].name: must be at most 128 characters") {
+		t.Errorf("long key name: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A write the server refuses in the middle of an apply (here another
+// writer created a policy of the same name since the plan was made) stops
+// the run with the server's answer; what was done before stays done and
+// the next apply finishes the job.
+func TestApplyStopsAtARefusal(t *testing.T) {
+	env := tenant(t, "race")
+	target, err := url.Parse(env["SLUICE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" && r.URL.Path == "/v1/policies" && posts.Add(1) == 2 {
+			// The second create (search) races with another writer.
+			status, body := api(t, env, "POST", "/v1/policies", "", map[string]any{"name": "search", "path": "/elsewhere",
+				"tiers": map[string]any{"default": map[string]any{"algorithm": "fixed_window", "limit": 1, "period": "1s"}}})
+			if status != 201 {
+				t.Errorf("the racing create: %d %v", status, body)
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	viaProxy := map[string]string{"SLUICE_URL": front.URL, "SLUICE_SERVICE_KEY": env["SLUICE_SERVICE_KEY"]}
+	file := write(t, "limits.yaml", limitsYAML)
+	r := sluice(t, viaProxy, "", "apply", "-f", file)
+	if r.code != ExitError || !has(r.stdout, "Stopped after 1 of 2 changes.") ||
+		!has(r.stderr, `sluice apply: policy search: POST /v1/policies: 409 conflict: a policy named "search" already exists`) ||
+		!has(r.stderr, "1 of the 2 changes were made before it") {
+		t.Fatalf("apply during a race: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if ps := policies(t, env); ps["heavy-example"] == nil || ps["search"]["path"] != "/elsewhere" {
+		t.Fatalf("after the refusal: %v", ps)
+	}
+	r = sluice(t, env, "", "apply", "-f", file)
+	if r.code != 0 || !has(r.stdout, "~ policy search: change") || !has(r.stdout, "path: /elsewhere -> /api/search/*") {
+		t.Fatalf("apply again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

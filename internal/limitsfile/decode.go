@@ -403,6 +403,11 @@ func (d *decoder) validate(now time.Time) {
 		default:
 			ids[k.ID] = i
 		}
+		if k.Name != "" {
+			if err := (tenants.KeyPatch{Name: &k.Name}).Validate(now); err != nil {
+				d.addErr(field, err)
+			}
+		}
 		if k.Tier != "" {
 			if err := tenants.ValidateTier(field+".tier", k.Tier); err != nil {
 				d.addErr("", err)
