@@ -88,6 +88,9 @@ func (c *client) do(ctx context.Context, method, path string, in, out any) (http
 	req.Header.Set("User-Agent", "sluice-cli")
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%s %s: interrupted before Sluice answered", method, path)
+	}
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
