@@ -257,3 +257,37 @@ func TestDocExampleParses(t *testing.T) {
 		t.Fatalf("the example reads as %d policies, %d keys, %d blocks", len(f.Policies), len(f.Keys), len(f.Blocks))
 	}
 }
+
+// Whatever the input, Parse answers a file or problems, never panics, and
+// a file it accepts marshals to a file it reads back the same.
+func FuzzParse(f *testing.F) {
+	raw, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(raw))
+	f.Add("version: 1\npolicies: []\nkeys: []\nblocks: []\n")
+	f.Add("version: 1\npolicies:\n  - &p {name: a, path: /a, tiers: {pro: {algorithm: token_bucket, limit: 1, period: 1s}}}\n  - *p\n")
+	f.Add("version: 1\nblocks:\n  - {identity: {kind: ip, id: \"::1\"}, expires_at: 2099-01-01T00:00:00Z}\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		file, err := Parse("f.yaml", []byte(text), now)
+		if err != nil {
+			if _, ok := IsProblems(err); !ok {
+				t.Fatalf("error %T is not Problems: %v", err, err)
+			}
+			return
+		}
+		out, err := Marshal(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse("f.yaml", out, now)
+		if err != nil {
+			t.Fatalf("marshaled file does not parse:\n%s\n%v", out, err)
+		}
+		again, err := Marshal(back)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("marshal not stable:\n%s\n---\n%s", out, again)
+		}
+	})
+}
