@@ -49,6 +49,9 @@ type workerBenchConfig struct {
 	Clients    int
 	Limit      time.Duration // per case, sending and draining together
 	Keep       bool
+	Period     time.Duration // the policy's period: short periods refill (and expire) buckets soon
+	Settle     time.Duration // after draining, watch memory this long (0: not at all)
+	Random     bool          // callers' IPs in scattered order instead of counting up
 }
 
 type workerRow struct {
@@ -62,6 +65,7 @@ type workerRow struct {
 	PeakAge     float64 // seconds; -1 when the worker does not report it
 	Drain       time.Duration
 	Err         string
+	Memory      []memoryStep // with -settle
 }
 
 func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -73,6 +77,9 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 	fs.IntVar(&cfg.Clients, "clients", 4, "concurrent keep-alive clients sending batches")
 	fs.DurationVar(&cfg.Limit, "limit", 15*time.Minute, "give up a case after this long (sending and draining)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the data directories and server logs")
+	fs.DurationVar(&cfg.Period, "period", 720*time.Hour, "the policy's period (100 checks per period); with a short one (e.g. 1s) every bucket is full again soon after the flood and expires")
+	order := fs.String("order", "sequential", "order of the callers' IPs: sequential (10.0.0.0, 10.0.0.1, …) or random (the same IPs, scattered: the worst case for SQLite's B-trees)")
+	fs.DurationVar(&cfg.Settle, "settle", 0, "after the worker has drained, watch the server's memory this long while the burst expires (e.g. 3m with -period 1s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -86,6 +93,13 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 			return fmt.Errorf("-rate: %q is not a non-negative number", s)
 		}
 		cfg.Rates = append(cfg.Rates, r)
+	}
+	switch *order {
+	case "sequential":
+	case "random":
+		cfg.Random = true
+	default:
+		return fmt.Errorf("-order: %q is neither sequential nor random", *order)
 	}
 	if cfg.Clients < 1 || cfg.Clients > 64 {
 		return errors.New("-clients must be between 1 and 64")
@@ -102,7 +116,7 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 	if cfg.Server, err = serverBinary(cfg.Server, tmp); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "worker under new callers (each check a new IP, allowed: one bucket state); single process, embedded NATS and worker; %d clients, 1000 checks per request\n\n", cfg.Clients)
+	fmt.Fprintf(stdout, "worker under new callers (each check a new IP, allowed: one bucket state); single process, embedded NATS and worker; %d clients, 1000 checks per request; IPs in %s order\n\n", cfg.Clients, *order)
 	var rows []workerRow
 	for _, n := range cfg.Identities {
 		for _, rate := range cfg.Rates {
@@ -115,6 +129,12 @@ func runWorkerBench(ctx context.Context, args []string, stdout io.Writer) error 
 		}
 	}
 	printWorkerRows(stdout, rows)
+	for _, r := range rows {
+		if len(r.Memory) > 0 {
+			fmt.Fprintf(stdout, "\nmemory, %d identities (%s):\n", r.Identities, paceName(r.Rate))
+			printMemory(stdout, r.Memory)
+		}
+	}
 	return nil
 }
 
@@ -208,8 +228,12 @@ func workerCase(ctx context.Context, cfg workerBenchConfig, data string, n int, 
 		ID string `json:"id"`
 	}
 	if err := s.call("POST", "/v1/policies", tn.ServiceKey, map[string]any{"name": "monthly", "method": "*", "path": "/api/*",
-		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 100, "period": "720h"}}}, &pol); err != nil {
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 100, "period": cfg.Period.String()}}}, &pol); err != nil {
 		return fail(err)
+	}
+	var mem memoryWatch
+	if cfg.Settle > 0 {
+		mem.step(s, "before the flood")
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.Limit)
 	defer cancel()
@@ -230,6 +254,9 @@ func workerCase(ctx context.Context, cfg workerBenchConfig, data string, n int, 
 				mu.Lock()
 				samples = append(samples, smp)
 				mu.Unlock()
+			}
+			if cfg.Settle > 0 {
+				mem.peak(s)
 			}
 			select {
 			case <-stopSampling:
@@ -277,7 +304,11 @@ func workerCase(ctx context.Context, cfg workerBenchConfig, data string, n int, 
 					if i > from {
 						body.WriteByte(',')
 					}
-					body.WriteString(`{"ip":"` + benchIP(i) + `","path":"/api/x"}`)
+					ip := i
+					if cfg.Random {
+						ip = scatter(i)
+					}
+					body.WriteString(`{"ip":"` + benchIP(ip) + `","path":"/api/x"}`)
 				}
 				body.WriteString(`]}`)
 				got, ok, err := send(hc, s.url+"/v1/check/batch", tn.ServiceKey, body.Bytes(), true)
@@ -346,7 +377,17 @@ func workerCase(ctx context.Context, cfg workerBenchConfig, data string, n int, 
 	if first != nil && lastS.at.After(first.at) {
 		row.Sustained = float64(lastS.rows-first.rows) / lastS.at.Sub(first.at).Seconds()
 	}
+	if cfg.Settle > 0 {
+		row.Memory = mem.settle(ctx, s, cfg.Settle, log)
+	}
 	return row
+}
+
+// scatter maps 0…2^24-1 onto itself in a scattered order (multiplication
+// by an odd number modulo 2^24 is a bijection), so distinct callers stay
+// distinct.
+func scatter(i int) int {
+	return int((uint32(i) * 2654435761) & (1<<24 - 1))
 }
 
 func paceName(rate float64) string {
