@@ -4,6 +4,8 @@
 // imports no other Sluice package but the domain types it carries.
 package bus
 
+import "strings"
+
 // Streams (JetStream). Both use work-queue retention: a message stays until
 // the worker has committed its effect to SQLite and acked it, so a worker
 // that is down loses nothing.
@@ -106,6 +108,28 @@ func Partition(key []byte) int {
 	}
 	return int(h % Partitions)
 }
+
+// CompareBucketKeys orders bucket keys the way the worker stores and pages
+// them: by partition, then by key. It returns -1, 0 or +1.
+func CompareBucketKeys(a, b string) int {
+	pa, pb := Partition([]byte(a)), Partition([]byte(b))
+	switch {
+	case pa < pb:
+		return -1
+	case pa > pb:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
+// OrderPartitionKey names the (partition, key) order of hydration pages
+// (CompareBucketKeys): a server asks for it, and a worker that pages in it
+// says so, in BucketsRequest/BucketsPage and in PageOrderHeader on a raw
+// page. A page without it is in plain key order (an older worker).
+const OrderPartitionKey = "part,key"
+
+// PageOrderHeader carries a raw hydration page's order.
+const PageOrderHeader = "Sluice-Page-Order"
 
 // Cluster subjects: ForwardPrefix + node receives checks forwarded to that
 // node; LocalPrefix + node carries a node's consumption deltas of "local"

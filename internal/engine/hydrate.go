@@ -8,13 +8,14 @@ package engine
 // persisted buckets. Asking for the first page makes the worker commit
 // everything already in the state stream first, so from then on SQLite
 // holds every state this server published before it stopped. The rest
-// loads in the background, page after page in key order; the next page is
-// fetched while the last one is inserted.
+// loads in the background, page after page in the table's order
+// (partition, then key: bus.CompareBucketKeys); the next page is fetched
+// while the last one is inserted.
 //
 // While the load runs, a check may touch a key that is not in memory yet.
 // Keys sort the same way in SQLite and in Go, so every key up to the last
-// inserted page's last key (upTo) is settled: it is in the cache, or it had
-// no live persisted bucket. A check on any other key that is not in the
+// inserted page's last key (upTo, compared in the page's order) is settled:
+// it is in the cache, or it had no live persisted bucket. A check on any other key that is not in the
 // cache first fetches that key's bucket from the worker (one round trip, a
 // first touch) and loads it. The bulk load and first touches insert with
 // LoadIfAbsent, never replacing a bucket: one that a check created or
@@ -60,7 +61,7 @@ const (
 
 type hydration struct {
 	done    atomic.Bool
-	upTo    atomic.Pointer[string]
+	upTo    atomic.Pointer[loadCursor]
 	loaded  atomic.Int64 // buckets inserted by the bulk load
 	touched atomic.Int64 // buckets loaded by a first touch
 
@@ -79,6 +80,7 @@ type bucketsRequest struct {
 	Partition *int     `json:"partition,omitempty"`
 	Keys      []string `json:"keys,omitempty"`
 	Packed    bool     `json:"packed"`
+	Order     string   `json:"order,omitempty"`
 }
 
 // bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
@@ -87,17 +89,37 @@ type bucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
 	Packed  []byte             `json:"packed"`
 	Next    string             `json:"next"`
+	Order   string             `json:"order"`
 }
 
 // SetRaw takes a packed page sent raw (bus.RawReceiver).
 func (p *bucketsPage) SetRaw(data []byte, h nats.Header) error {
-	p.Packed, p.Next = data, h.Get(bus.PageNextHeader)
+	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
 	return nil
+}
+
+// loadCursor is how far the bulk load has settled keys: every key up to
+// and including key in the page order (bus.CompareBucketKeys when byPart,
+// plain key order from an older worker).
+type loadCursor struct {
+	key    string
+	byPart bool
+}
+
+// covers reports whether key sorts at or before the cursor.
+func (c *loadCursor) covers(key []byte) bool {
+	if c.byPart {
+		return bus.CompareBucketKeys(string(key), c.key) <= 0
+	}
+	return string(key) <= c.key
 }
 
 func (e *Engine) requestBuckets(ctx context.Context, req bucketsRequest) (bucketsPage, error) {
 	var page bucketsPage
 	req.Packed = true
+	if req.Partition == nil && len(req.Keys) == 0 {
+		req.Order = bus.OrderPartitionKey
+	}
 	err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page)
 	return page, err
 }
@@ -179,7 +201,7 @@ func (e *Engine) insertPage(pl *pageLoader, page *bucketsPage) {
 		last = page.Next
 	}
 	if last != "" {
-		e.hyd.upTo.Store(&last)
+		e.hyd.upTo.Store(&loadCursor{key: last, byPart: page.Order == bus.OrderPartitionKey})
 	}
 }
 
@@ -262,7 +284,7 @@ func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
 // touch makes sure key's persisted bucket, if any, is in the cache before a
 // check decides on it, while the bulk load has not reached the key.
 func (e *Engine) touch(key []byte) error {
-	if up := e.hyd.upTo.Load(); up != nil && string(key) <= *up {
+	if up := e.hyd.upTo.Load(); up != nil && up.covers(key) {
 		return nil
 	}
 	if e.cache.Has(key) {

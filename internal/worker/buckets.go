@@ -15,7 +15,7 @@ import (
 // (not deleted), so that its sequence keeps older redeliveries out; the
 // sweep deletes it later.
 const upsertBucketSQL = `INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
+	ON CONFLICT (part, key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
 	WHERE excluded.seq > buckets.seq`
 
 // upsertBucket writes rec with the statement of upsertBucketSQL; buf is
@@ -148,7 +148,7 @@ func bucketRows(b *bus.StateBatch) []bucketRow {
 // statement, each with its own sequence.
 func writeBucketRows(tx *sql.Tx, rows []bucketRow, now int64) error {
 	m := newMultiRow(tx, `INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES`, 7,
-		`ON CONFLICT (key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
+		`ON CONFLICT (part, key) DO UPDATE SET state = excluded.state, full_at = excluded.full_at, seq = excluded.seq, updated_at = excluded.updated_at
 	WHERE excluded.seq > buckets.seq`)
 	for _, r := range rows {
 		if err := m.add(r.rec.Key, r.rec.TenantID, r.part, r.bin, r.rec.FullAt, int64(r.seq), now); err != nil {

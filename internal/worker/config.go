@@ -232,7 +232,7 @@ func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
 		}
 		key := c.TenantID + "/" + c.BucketReset.PolicyID + "/" + c.BucketReset.Identity.Kind + ":" + c.BucketReset.Identity.ID
 		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE key = ?`, key)
+			_, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ?`, bus.Partition([]byte(key)), key)
 			return err
 		})
 		if err != nil {

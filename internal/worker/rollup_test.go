@@ -344,8 +344,9 @@ func TestMaintenanceShrinksTheFile(t *testing.T) {
 			VALUES ('ten_a', ?, 'policy-name', 'anonymous', 'ip', ?, 1, 1)`, 1000+i%50, fmt.Sprintf("2001:db8:%x::/64", i)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, 'ten_a', 0, ?, 1, 1, 1)`,
-			fmt.Sprintf("ten_a/pol/ip:%d", i), fmt.Sprintf(`{"limits":[{"a":"token_bucket","l":10,"p":60000000000}],"states":[{"t":%d}]}`, i)); err != nil {
+		key := fmt.Sprintf("ten_a/pol/ip:%d", i)
+		if _, err := tx.Exec(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, 'ten_a', ?, ?, 1, 1, 1)`,
+			key, bus.Partition([]byte(key)), fmt.Sprintf(`{"limits":[{"a":"token_bucket","l":10,"p":60000000000}],"states":[{"t":%d}]}`, i)); err != nil {
 			t.Fatal(err)
 		}
 	}

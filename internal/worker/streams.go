@@ -436,7 +436,14 @@ func (w *Worker) mergeState(payloads []payload) []bucketRow {
 			order = append(order, r)
 		}
 	}
-	slices.SortFunc(order, func(a, b bucketRow) int { return strings.Compare(a.rec.Key, b.rec.Key) })
+	// In the table's order (partition, key): each statement then appends
+	// along the B-tree instead of seeking from its root for every row.
+	slices.SortFunc(order, func(a, b bucketRow) int {
+		if a.part != b.part {
+			return a.part - b.part
+		}
+		return strings.Compare(a.rec.Key, b.rec.Key)
+	})
 	return order
 }
 
@@ -477,18 +484,20 @@ func (w *Worker) sweep(ctx context.Context) {
 		for len(keys) > 0 && ctx.Err() == nil {
 			chunk := keys[:min(len(keys), sweepChunk)]
 			keys = keys[len(chunk):]
-			args := make([]any, 0, len(chunk)+2)
-			args = append(args, fullBy, quietSince)
-			for _, k := range chunk {
-				args = append(args, k)
-			}
 			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-				res, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE full_at <= ? AND updated_at <= ? AND key IN (?`+strings.Repeat(",?", len(chunk)-1)+`)`, args...)
+				st, err := tx.PrepareContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ? AND full_at <= ? AND updated_at <= ?`)
 				if err != nil {
 					return err
 				}
-				n, _ := res.RowsAffected()
-				deleted += n
+				defer st.Close()
+				for _, k := range chunk {
+					res, err := st.ExecContext(ctx, k.part, k.key, fullBy, quietSince)
+					if err != nil {
+						return err
+					}
+					n, _ := res.RowsAffected()
+					deleted += n
+				}
 				return nil
 			})
 			if err != nil {
@@ -505,17 +514,23 @@ func (w *Worker) sweep(ctx context.Context) {
 	}
 }
 
+// bucketID is a persisted bucket's primary key.
+type bucketID struct {
+	part int
+	key  string
+}
+
 // sweepable reads up to sweepRead keys of buckets the sweep may delete.
-func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]string, error) {
-	rows, err := w.db.QueryContext(ctx, `SELECT key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
+func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]bucketID, error) {
+	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var keys []string
+	var keys []bucketID
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var k bucketID
+		if err := rows.Scan(&k.part, &k.key); err != nil {
 			return nil, err
 		}
 		keys = append(keys, k)

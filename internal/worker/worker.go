@@ -92,6 +92,8 @@ type Worker struct {
 	// syncing counts sync requests waiting: while any is, fetched messages
 	// are applied without waiting for ApplyInterval.
 	syncing atomic.Int32
+
+	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -327,6 +329,10 @@ type BucketsRequest struct {
 	Keys []string `json:"keys,omitempty"`
 	// Packed asks for the page in Packed instead of Buckets.
 	Packed bool `json:"packed,omitempty"`
+	// Order is bus.OrderPartitionKey from servers that page in the table's
+	// order; older servers leave it empty and are answered in key order,
+	// which costs the worker a sort of the table per page (logged).
+	Order string `json:"order,omitempty"`
 }
 
 const (
@@ -343,6 +349,9 @@ type BucketsPage struct {
 	Buckets []bus.BucketRecord `json:"buckets"`
 	Packed  []byte             `json:"packed,omitempty"`
 	Next    string             `json:"next,omitempty"`
+	// Order is the page's order (bus.OrderPartitionKey, or empty for key
+	// order).
+	Order string `json:"order,omitempty"`
 }
 
 // RawReply sends a packed page raw, its Next in a header (bus.RawReply).
@@ -350,12 +359,16 @@ func (p BucketsPage) RawReply() ([]byte, nats.Header, bool) {
 	if len(p.Packed) == 0 {
 		return nil, nil, false
 	}
-	return p.Packed, nats.Header{bus.PageNextHeader: []string{p.Next}}, true
+	h := nats.Header{bus.PageNextHeader: []string{p.Next}}
+	if p.Order != "" {
+		h.Set(bus.PageOrderHeader, p.Order)
+	}
+	return p.Packed, h, true
 }
 
 // SetRaw takes a packed page sent raw (bus.RawReceiver).
 func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
-	p.Packed, p.Next = data, h.Get(bus.PageNextHeader)
+	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
 	return nil
 }
 
@@ -374,15 +387,33 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	if req.Limit <= 0 || req.Limit > maxPage {
 		req.Limit = maxPage
 	}
-	query := `SELECT key, tenant_id, state, full_at FROM buckets WHERE key > ? AND full_at > ?`
-	args := []any{req.After, w.cfg.Now().UnixNano()}
-	if req.Partition != nil {
-		query += ` AND part = ?`
-		args = append(args, *req.Partition)
+	now := w.cfg.Now().UnixNano()
+	var query string
+	var args []any
+	switch {
+	case req.Partition != nil:
+		// One partition: a range of the table, in key order (the same
+		// order as bus.CompareBucketKeys within a partition).
+		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE part = ? AND key > ? AND full_at > ? ORDER BY key LIMIT ?`
+		args = []any{*req.Partition, req.After, now}
+	case req.Order == bus.OrderPartitionKey:
+		part := 0
+		if req.After != "" {
+			part = bus.Partition([]byte(req.After))
+		}
+		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE (part, key) > (?, ?) AND full_at > ? ORDER BY part, key LIMIT ?`
+		args = []any{part, req.After, now}
+	default:
+		w.warnKeyOrder()
+		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE key > ? AND full_at > ? ORDER BY key LIMIT ?`
+		args = []any{req.After, now}
 	}
-	page, n, last, full, err := w.readBuckets(ctx, req.Packed, query+` ORDER BY key LIMIT ?`, append(args, req.Limit)...)
+	page, n, last, full, err := w.readBuckets(ctx, req.Packed, query, append(args, req.Limit)...)
 	if err != nil {
 		return BucketsPage{}, err
+	}
+	if req.Partition == nil {
+		page.Order = req.Order
 	}
 	if full || n == req.Limit {
 		page.Next = last
@@ -390,17 +421,30 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	return page, nil
 }
 
+// warnKeyOrder logs, at most once a minute, that a server asked for
+// hydration pages in plain key order: a server older than the worker. Such
+// pages are correct but cost the worker a sort of the whole table each.
+func (w *Worker) warnKeyOrder() {
+	now := time.Now().UnixNano()
+	last := w.keyOrderWarned.Load()
+	if now-last < int64(time.Minute) || !w.keyOrderWarned.CompareAndSwap(last, now) {
+		return
+	}
+	w.log.Warn("a server asked for hydration pages in key order; it is older than this worker and its pages cost a sort of the bucket table each: upgrade it")
+}
+
 // bucketsByKey answers the live persisted buckets among keys.
 func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (BucketsPage, error) {
 	if len(keys) > maxPageKeys {
 		return BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
 	}
-	args := make([]any, 0, len(keys)+1)
-	args = append(args, w.cfg.Now().UnixNano())
+	args := make([]any, 0, 2*len(keys)+1)
 	for _, k := range keys {
-		args = append(args, k)
+		args = append(args, bus.Partition([]byte(k)), k)
 	}
-	q := `SELECT key, tenant_id, state, full_at FROM buckets WHERE full_at > ? AND key IN (?` + strings.Repeat(",?", len(keys)-1) + `)`
+	args = append(args, w.cfg.Now().UnixNano())
+	q := `WITH k(part, key) AS (VALUES (?, ?)` + strings.Repeat(", (?, ?)", len(keys)-1) + `)
+	SELECT b.key, b.tenant_id, b.state, b.full_at FROM k JOIN buckets b ON b.part = k.part AND b.key = k.key WHERE b.full_at > ?`
 	page, _, _, _, err := w.readBuckets(ctx, packed, q, args...)
 	return page, err
 }

@@ -234,8 +234,8 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 	e := newEnv(t, Config{})
 	future := time.Now().Add(time.Hour).UnixNano()
 	old := `{"limits":[{"a":"token_bucket","l":10,"p":60000000000}],"states":[{"t":4,"a":5}]}`
-	if _, err := e.db.Exec(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, 'ten_a', 0, ?, ?, 1, 0)`,
-		"ten_a/p/ip:192.0.2.1", old, future); err != nil {
+	if _, err := e.db.Exec(`INSERT INTO buckets (key, tenant_id, part, state, full_at, seq, updated_at) VALUES (?, 'ten_a', ?, ?, ?, 1, 0)`,
+		"ten_a/p/ip:192.0.2.1", bus.Partition([]byte("ten_a/p/ip:192.0.2.1")), old, future); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.2", 7, future))
