@@ -72,16 +72,30 @@ type ErrorView struct {
 	Message string
 }
 
-// ChartPoint is one step of allowed/denied counts.
+// ChartPoint is one step of allowed/denied counts. Denied is every
+// denial; RateLimited, InvalidKey and Blocked split it by reason (denials
+// counted before reasons were may be in Denied only).
 type ChartPoint struct {
-	Start   time.Time
-	Allowed int64
-	Denied  int64
+	Start                            time.Time
+	Allowed                          int64
+	Denied                           int64
+	RateLimited, InvalidKey, Blocked int64
+}
+
+// Unexplained is the part of Denied counted without a reason.
+func (p ChartPoint) Unexplained() int64 {
+	return max(0, p.Denied-p.RateLimited-p.InvalidKey-p.Blocked)
 }
 
 // Totals sums a range.
 type Totals struct {
-	Allowed, Denied int64
+	Allowed, Denied                  int64
+	RateLimited, InvalidKey, Blocked int64
+}
+
+// Unexplained is the part of Denied counted without a reason.
+func (t Totals) Unexplained() int64 {
+	return max(0, t.Denied-t.RateLimited-t.InvalidKey-t.Blocked)
 }
 
 // Ratio is the share of denied decisions, 0 when there were none.
@@ -101,10 +115,12 @@ type Offender struct {
 	Label      string // the key's name, when known
 	Allowed    int64
 	Denied     int64
-	Ratio      float64
-	FirstSeen  time.Time
-	LastSeen   time.Time
-	DrillURL   string // the identity's history; empty on operator pages
+	// RateLimited, InvalidKey and Blocked split Denied by reason.
+	RateLimited, InvalidKey, Blocked int64
+	Ratio                            float64
+	FirstSeen                        time.Time
+	LastSeen                         time.Time
+	DrillURL                         string // the identity's history; empty on operator pages
 	// BlockedUntil says how long an active block on the caller lasts
 	// (operator pages only); empty when it is not blocked.
 	BlockedUntil string
@@ -255,6 +271,7 @@ type KeyRow struct {
 	Status                 string // active, revoked, expired
 	ExpiresAt              *time.Time
 	LastUsed               *time.Time
+	Usage                  Totals // checks in the last 30 days
 	CreatedAt              time.Time
 	URL                    string
 	Overrides              int
@@ -338,8 +355,39 @@ type AnalyticsView struct {
 	Step      string
 	Policy    string
 	Chart     Chart
-	Offenders []Offender
+	Offenders []ReasonOffender
 	Error     string
+}
+
+// ReasonOffender is one identity and one reason it was denied for, ranked
+// by that reason's denials: an identity denied for two reasons has a row
+// for each.
+type ReasonOffender struct {
+	Offender
+	Reason string // rate_limited, invalid_key or blocked
+	Count  int64  // denials for Reason
+	Checks int64  // the identity's decisions in the range, allowed and denied
+}
+
+// Share is Count's part of the identity's checks.
+func (o ReasonOffender) Share() float64 {
+	if o.Checks == 0 {
+		return 0
+	}
+	return float64(o.Count) / float64(o.Checks)
+}
+
+// ReasonLabel names a denial reason for people.
+func ReasonLabel(r string) string {
+	switch r {
+	case "rate_limited":
+		return "Rate limited"
+	case "invalid_key":
+		return "Invalid key"
+	case "blocked":
+		return "Blocked"
+	}
+	return r
 }
 
 // IdentityView is one identity's history.
