@@ -125,10 +125,11 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 	}
 	v := views.IdentityView{
 		Kind: id.Kind, ID: id.ID, Range: r.value, Policy: policy,
-		Ranges:   rangeChoices(analyticsRanges, r),
-		Policies: policyChoices(ps, policy),
-		BackURL:  "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
-		Reset:    views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: policyNames(ps), Policy: policy, Error: resetErr},
+		Ranges:    rangeChoices(analyticsRanges, r),
+		Policies:  policyChoices(ps, policy),
+		BackURL:   "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
+		CallerURL: callerURL(id.Kind, id.ID, ""),
+		Reset:     views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: policyNames(ps), Policy: policy, Error: resetErr},
 	}
 	if id.Kind == tenants.IdentityKey {
 		// Only this tenant's keys have a page; a foreign id is just a string.

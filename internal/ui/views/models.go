@@ -28,6 +28,7 @@ const (
 	NavPolicies  = "policies"
 	NavKeys      = "keys"
 	NavAnalytics = "analytics"
+	NavCallers   = "callers"
 	NavMembers   = "members"
 	NavTenants   = "tenants"
 	NavAbuse     = "abuse"
@@ -401,6 +402,7 @@ type IdentityView struct {
 	Chart           Chart
 	Totals          Totals
 	Summary         *Offender
+	CallerURL       string // the caller's live state and actions
 	Reset           ResetForm
 	BackURL         string
 	Error           string
@@ -513,4 +515,68 @@ type BlockForm struct {
 	Expiries                           []Choice
 	Errors                             map[string]string
 	FormError                          string
+}
+
+// CallersView is the Callers page: a search box and, once a caller is
+// found, its state.
+type CallersView struct {
+	Query   string
+	Message string        // the search found nothing, or cannot be read
+	Matches []CallerMatch // a prefix matched several keys
+	Caller  *CallerView
+}
+
+// CallerMatch is one key a search matched.
+type CallerMatch struct {
+	Label, Prefix, Tier, URL string
+}
+
+// CallerView is one caller: its buckets now, its recent decisions, and
+// the forms that act on it.
+type CallerView struct {
+	Kind, ID   string
+	Label      string // the key's name
+	KeyURL     string
+	KeyStatus  string // active, revoked or expired; empty for an IP
+	Tier       string
+	HistoryURL string
+	Block      *CallerBlock
+	Policies   []CallerPolicyRow
+	Recent     Chart
+	Minutes    int
+	Reset      ResetForm
+	BlockForm  CallerBlockForm
+	Error      string
+}
+
+// CallerBlock is the block in force on a caller.
+type CallerBlock struct {
+	ID, Reason string
+	Since      time.Time
+	Until      *time.Time
+}
+
+// CallerPolicyRow is one policy's bucket for the caller.
+type CallerPolicyRow struct {
+	Policy, Tier           string
+	Override               bool
+	Unlisted, DenyUnlisted bool
+	Allowed                bool
+	RetryAfter             string
+	Limits                 []CallerLimitRow
+	Err                    string
+	ResetURL               string
+}
+
+// CallerLimitRow is one limit's bucket.
+type CallerLimitRow struct {
+	Name, Period, FullIn string
+	Limit, Remaining     int64
+}
+
+// CallerBlockForm blocks the caller for a while.
+type CallerBlockForm struct {
+	Reason, Expiry string
+	Expiries       []Choice
+	Error          string
 }
