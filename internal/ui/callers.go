@@ -171,7 +171,7 @@ func (h *callerHandler) caller(c echo.Context, id tenants.Identity, policy strin
 		}
 		for _, l := range p.Limits {
 			row.Limits = append(row.Limits, views.CallerLimitRow{
-				Name: l.Name, Limit: l.Limit, Period: views.FormatWait(l.Period), Remaining: l.Remaining, FullIn: views.FormatWait(l.Reset),
+				Name: l.Name, Limit: l.Limit, Period: views.FormatPeriod(l.Period), Remaining: l.Remaining, FullIn: views.FormatWait(l.Reset),
 			})
 		}
 		cv.Policies = append(cv.Policies, row)

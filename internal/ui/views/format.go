@@ -149,3 +149,21 @@ func FormatWait(d time.Duration) string {
 	}
 	return strconv.FormatInt(secs, 10) + "s"
 }
+
+// FormatPeriod writes a limit's period in the unit it was most likely
+// given in: "60s" stays "1m", "1d" stays "1d", "1500ms" is "1.5s".
+func FormatPeriod(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return d.String()
+}

@@ -524,3 +524,16 @@ func TestChartSeriesByOutcome(t *testing.T) {
 	}
 	d.one("legend-no-reason")
 }
+
+func TestFormatPeriodAndWait(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Minute: "1m", 90 * time.Second: "90s", 36 * time.Hour: "36h", 48 * time.Hour: "2d", 1500 * time.Millisecond: "1.5s"} {
+		if got := FormatPeriod(d); got != want {
+			t.Errorf("FormatPeriod(%v) = %q, want %q", d, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "0s", 1: "1s", 55 * time.Second: "55s", 125 * time.Second: "2m 5s", time.Hour + 3*time.Second: "1h 0m 3s", 50 * time.Hour: "2d 2h"} {
+		if got := FormatWait(d); got != want {
+			t.Errorf("FormatWait(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
