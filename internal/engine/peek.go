@@ -104,21 +104,31 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 		n := min(len(tl.limits), MaxLimits)
 		limits := tl.limits[:n]
 		k := []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID))
-		// First: would a check of cost 1 pass now, and when if not.
-		allowed, _, err := e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, outs[:n])
+		// The buckets as they are: a cost no limit can hold is denied by
+		// every limit, and a denial reports each bucket's level and its
+		// time to full without the cost taken off.
+		var over int64
+		for _, l := range limits {
+			over = max(over, l.Capacity()+1)
+		}
+		_, _, err := e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
 		if err == nil {
-			cp.Allowed = allowed
-			if !allowed {
-				cp.RetryAfter = quota.CombinedRetryAfter(outs[:n])
+			// A check of cost 1 passes exactly when every limit has a whole
+			// unit left; only when one has not is the wait asked for.
+			cp.Allowed = true
+			for i := range n {
+				cp.Allowed = cp.Allowed && outs[i].Remaining >= 1
 			}
-			// Then the buckets as they are: a cost no limit can hold is
-			// denied by every limit, and a denial reports each bucket's
-			// level and its time to full without the cost taken off.
-			var over int64
-			for _, l := range limits {
-				over = max(over, l.Capacity()+1)
+			if !cp.Allowed {
+				var again [MaxLimits]quota.Outcome
+				var allowed bool
+				if allowed, _, err = e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, again[:n]); err == nil {
+					cp.Allowed = allowed
+					if !allowed {
+						cp.RetryAfter = quota.CombinedRetryAfter(again[:n])
+					}
+				}
 			}
-			_, _, err = e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
 		}
 		if err != nil {
 			cp.Err = errs.Message(err)
