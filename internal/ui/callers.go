@@ -288,7 +288,12 @@ func (h *callerHandler) unblock(c echo.Context) error {
 	want := c.FormValue("block_id")
 	found := false
 	for _, b := range bs {
-		if b.ID == want && b.TenantID == s.TenantID {
+		if b.ID != want || b.TenantID != s.TenantID || b.Identity.Kind != id.Kind {
+			continue
+		}
+		// The block must be on this caller (an IPv6 block names its /64
+		// by its first address; the caller by the /64).
+		if norm, err := engine.NormalizeIdentity("identity", b.Identity.Kind, b.Identity.ID); err == nil && norm == id.ID {
 			found = true
 		}
 	}

@@ -91,9 +91,28 @@ func TestCallerLookup(t *testing.T) {
 		t.Fatalf("blocked caller page: %q", p.text("caller-blocked"))
 	}
 	blockID := p.inputValue("block_id")
+	// The block id goes with its caller: another caller's page cannot lift it.
+	if r := a.post("/ui/callers/unblock", url.Values{"kind": {"ip"}, "id": {quiet}, "block_id": {blockID}}); r.status != http.StatusNotFound {
+		t.Errorf("unblock through another caller: %d", r.status)
+	}
 	want(t, a.post("/ui/callers/unblock", url.Values{"kind": {"ip"}, "id": {noisy}, "block_id": {blockID}}), http.StatusSeeOther, "unblock")
 	if c := s.check(tn, map[string]any{"ip": noisy, "path": "/api/heavy"}); !c["allowed"].(bool) {
 		t.Fatalf("after the unblock: %v", c)
+	}
+
+	// An IPv6 caller is its /64: blocked from one address, shown and
+	// unblocked as the /64.
+	want(t, a.post("/ui/callers/block", url.Values{"kind": {"ip"}, "id": {"2001:db8:7:7::1"}, "reason": {"v6"}, "expiry": {"never"}}), http.StatusSeeOther, "block an IPv6 caller")
+	if c := s.check(tn, map[string]any{"ip": "2001:db8:7:7::abcd", "path": "/api/heavy"}); c["reason"] != "blocked" {
+		t.Fatalf("another address of the /64: %v", c)
+	}
+	p = want(t, a.get("/ui/callers?q="+url.QueryEscape("2001:db8:7:7::99")), http.StatusOK, "look up the /64")
+	if attrOf(p.testID("caller")[0], "data-identity") != "2001:db8:7:7::/64" || !p.has("unblock-form") {
+		t.Fatalf("IPv6 caller: %q", p.text("caller"))
+	}
+	want(t, a.post("/ui/callers/unblock", url.Values{"kind": {"ip"}, "id": {"2001:db8:7:7::/64"}, "block_id": {p.inputValue("block_id")}}), http.StatusSeeOther, "unblock the /64")
+	if c := s.check(tn, map[string]any{"ip": "2001:db8:7:7::1", "path": "/api/heavy"}); c["reason"] == "blocked" {
+		t.Fatalf("the /64 is still blocked: %v", c)
 	}
 
 	// Keys: by id, by prefix, or by the whole secret (matched by prefix).
