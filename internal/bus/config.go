@@ -152,11 +152,16 @@ type TimeseriesQuery struct {
 	Identity *tenants.Identity `json:"identity,omitempty"`
 }
 
-// TimeseriesPoint is one step of a timeseries.
+// TimeseriesPoint is one step of a timeseries. Denied is every denial;
+// RateLimited, InvalidKey and Blocked split it by reason (denials counted
+// before reasons were, see migration 0006, may be in Denied only).
 type TimeseriesPoint struct {
-	Start   time.Time `json:"start"`
-	Allowed int64     `json:"allowed"`
-	Denied  int64     `json:"denied"`
+	Start       time.Time `json:"start"`
+	Allowed     int64     `json:"allowed"`
+	Denied      int64     `json:"denied"`
+	RateLimited int64     `json:"rate_limited"`
+	InvalidKey  int64     `json:"invalid_key"`
+	Blocked     int64     `json:"blocked"`
 }
 
 // Timeseries answers a TimeseriesQuery.
@@ -181,6 +186,9 @@ type TopQuery struct {
 	Identity       *tenants.Identity `json:"identity,omitempty"`
 	IdentityKind   string            `json:"identity_kind,omitempty"`
 	IncludeAllowed bool              `json:"include_allowed,omitempty"`
+	// Reason, when set ("rate_limited", "invalid_key" or "blocked"), ranks
+	// by that reason's denials and keeps only identities with some.
+	Reason string `json:"reason,omitempty"`
 }
 
 // TopEntry is one ranked identity.
@@ -190,6 +198,9 @@ type TopEntry struct {
 	Identity    tenants.Identity `json:"identity"`
 	Allowed     int64            `json:"allowed"`
 	Denied      int64            `json:"denied"`
+	RateLimited int64            `json:"rate_limited"`
+	InvalidKey  int64            `json:"invalid_key"`
+	Blocked     int64            `json:"blocked"`
 	DenialRatio float64          `json:"denial_ratio"`
 	FirstSeen   time.Time        `json:"first_seen"`
 	LastSeen    time.Time        `json:"last_seen"`

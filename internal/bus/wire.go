@@ -55,11 +55,16 @@ type CounterKey struct {
 	Minute       int64  `json:"m"` // unix minutes
 }
 
-// CounterRow is a delta to add to one cell.
+// CounterRow is a delta to add to one cell. Denied is every denial; the
+// three reasons split it (a row from an older server carries none, and its
+// denials count without a reason).
 type CounterRow struct {
 	CounterKey
-	Allowed int64 `json:"a,omitempty"`
-	Denied  int64 `json:"d,omitempty"`
+	Allowed     int64 `json:"a,omitempty"`
+	Denied      int64 `json:"d,omitempty"`
+	RateLimited int64 `json:"drl,omitempty"`
+	InvalidKey  int64 `json:"dik,omitempty"`
+	Blocked     int64 `json:"dbl,omitempty"`
 }
 
 // CounterOthers is the identity kind of the cells that count, per tenant,

@@ -272,7 +272,7 @@ func (e *Engine) recordAs(tenantID, policy, tier string, a *Answer, id string, p
 	if peek {
 		return
 	}
-	e.counters.add(tenantID, policy, tier, a.IdentityKind, id, nowNS, a.Allowed)
+	e.counters.add(tenantID, policy, tier, a.IdentityKind, id, nowNS, a.Allowed, a.Reason)
 }
 
 // keyPrefix is what an answer may say about a presented key that is not

@@ -30,7 +30,9 @@ import (
 
 const counterShards = 64
 
-type counterCell struct{ allowed, denied int64 }
+// counterCell counts one cell's decisions: allowed, and denied split by
+// reason (denied is their sum).
+type counterCell struct{ allowed, denied, rateLimited, invalidKey, blocked int64 }
 
 type counterShard struct {
 	mu    sync.Mutex
@@ -62,7 +64,7 @@ func newCounterAgg(identities int) *counterAgg {
 	return c
 }
 
-func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool) {
+func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool, reason string) {
 	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
 	s := &c.shards[maphash.String(c.seed, id)%counterShards]
 	s.mu.Lock()
@@ -83,6 +85,14 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 		cell.allowed++
 	} else {
 		cell.denied++
+		switch reason {
+		case ReasonRateLimited:
+			cell.rateLimited++
+		case ReasonInvalidKey:
+			cell.invalidKey++
+		case ReasonBlocked:
+			cell.blocked++
+		}
 	}
 	s.mu.Unlock()
 }
@@ -103,7 +113,8 @@ func (c *counterAgg) drain() []bus.CounterRow {
 		clear(s.perTenant)
 		s.mu.Unlock()
 		for k, v := range cells {
-			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied})
+			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied,
+				RateLimited: v.rateLimited, InvalidKey: v.invalidKey, Blocked: v.blocked})
 		}
 	}
 	return rows

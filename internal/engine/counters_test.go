@@ -39,7 +39,7 @@ func TestCounterAggConcurrentDrain(t *testing.T) {
 		wg.Go(func() {
 			for i := range perWriter {
 				// Few identities, so most shards stay empty between drains.
-				c.add("t", "p", "anonymous", "ip", string(rune('a'+w%3)), 0, i%2 == 0)
+				c.add("t", "p", "anonymous", "ip", string(rune('a'+w%3)), 0, i%2 == 0, ReasonRateLimited)
 			}
 		})
 	}
@@ -78,15 +78,15 @@ func TestHashKeyHex(t *testing.T) {
 func TestCountersBoundIdentitiesPerTenant(t *testing.T) {
 	c := newCounterAgg(counterShards * 4) // 4 identity cells per tenant per shard
 	const minuteNS = 29000000 * 60e9
-	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false)
+	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false, ReasonRateLimited)
 	for i := range 10000 {
-		c.add("ten_a", "p", "anonymous", "ip", fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), minuteNS, i%10 == 0)
+		c.add("ten_a", "p", "anonymous", "ip", fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), minuteNS, i%10 == 0, ReasonRateLimited)
 		if i%100 == 0 {
-			c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false)
+			c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", minuteNS, false, ReasonRateLimited)
 		}
 	}
 	for i := range 10 {
-		c.add("ten_b", "p", "anonymous", "ip", fmt.Sprintf("192.0.2.%d", i), minuteNS, true)
+		c.add("ten_b", "p", "anonymous", "ip", fmt.Sprintf("192.0.2.%d", i), minuteNS, true, ReasonRateLimited)
 	}
 	cells := map[string]int{}
 	var aAllowed, aDenied, heavy int64
@@ -123,7 +123,7 @@ func TestCountersBoundIdentitiesPerTenant(t *testing.T) {
 		t.Fatalf("tenant B has %d cells, want its 10 callers each in their own", cells["ten_b"])
 	}
 	// A drain starts a new interval: new identities get cells again.
-	c.add("ten_a", "p", "anonymous", "ip", "198.51.100.7", minuteNS, true)
+	c.add("ten_a", "p", "anonymous", "ip", "198.51.100.7", minuteNS, true, ReasonRateLimited)
 	if rows := c.drain(); len(rows) != 1 || rows[0].IdentityID != "198.51.100.7" {
 		t.Fatalf("after a drain: %+v", rows)
 	}
@@ -132,8 +132,8 @@ func TestCountersBoundIdentitiesPerTenant(t *testing.T) {
 // Counting allocates nothing for a known cell, nor past the bound.
 func TestCountersAddAllocations(t *testing.T) {
 	c := newCounterAgg(counterShards)
-	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true)
-	if n := testing.AllocsPerRun(1000, func() { c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true) }); n != 0 {
+	c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true, ReasonRateLimited)
+	if n := testing.AllocsPerRun(1000, func() { c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, true, ReasonRateLimited) }); n != 0 {
 		t.Fatalf("a known cell allocates %.0f times", n)
 	}
 	ids := make([]string, 5000)
@@ -141,13 +141,36 @@ func TestCountersAddAllocations(t *testing.T) {
 		ids[i] = fmt.Sprintf("10.0.%d.%d", i>>8, i&255)
 	}
 	for _, id := range ids[:2500] {
-		c.add("ten_a", "p", "anonymous", "ip", id, 0, false)
+		c.add("ten_a", "p", "anonymous", "ip", id, 0, false, ReasonRateLimited)
 	}
 	i := 2500
 	if n := testing.AllocsPerRun(2000, func() {
-		c.add("ten_a", "p", "anonymous", "ip", ids[i], 0, false)
+		c.add("ten_a", "p", "anonymous", "ip", ids[i], 0, false, ReasonRateLimited)
 		i++
 	}); n != 0 {
 		t.Fatalf("a new identity past the bound allocates %.0f times", n)
+	}
+}
+
+// Denials are counted by reason as well as in total, so the dashboard can
+// show rate limits, invalid keys and blocks as separate series.
+func TestCountersSplitDenialsByReason(t *testing.T) {
+	c := newCounterAgg(0)
+	add := func(n int, allowed bool, reason string) {
+		for range n {
+			c.add("ten_a", "p", "anonymous", "ip", "203.0.113.1", 0, allowed, reason)
+		}
+	}
+	add(4, true, ReasonOK)
+	add(3, false, ReasonRateLimited)
+	add(2, false, ReasonInvalidKey)
+	add(1, false, ReasonBlocked)
+	rows := c.drain()
+	if len(rows) != 1 {
+		t.Fatalf("drained %d rows, want 1: %+v", len(rows), rows)
+	}
+	r := rows[0]
+	if r.Allowed != 4 || r.Denied != 6 || r.RateLimited != 3 || r.InvalidKey != 2 || r.Blocked != 1 {
+		t.Fatalf("row %+v, want allowed 4, denied 6 = 3 rate_limited + 2 invalid_key + 1 blocked", r)
 	}
 }

@@ -64,21 +64,24 @@ func (h *analyticsHandler) show(c echo.Context) error {
 		v.Error = userMessage(err)
 	}
 	v.Chart = views.NewChart("Allowed and denied checks "+r.phrase, points, step)
-	entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxOffenders, Policy: policy})
+	rows, err := reasonOffenders(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxOffenders, Policy: policy})
 	if err != nil && v.Error == "" {
 		v.Error = userMessage(err)
 	}
 	var names map[string]string
-	if len(entries) > 0 {
+	if len(rows) > 0 {
 		if ks, err := listKeys(ctx, h.config, s.TenantID); err == nil {
 			names = keyNames(ks)
 		}
 	}
-	v.Offenders = offenders(entries, names, true)
-	for i := range v.Offenders {
-		o := &v.Offenders[i]
+	for i := range rows {
+		o := &rows[i].Offender
+		if o.Label == "" {
+			o.Label = names[o.ID]
+		}
 		o.DrillURL = identityURL(o.Kind, o.ID, r.value, policy)
 	}
+	v.Offenders = rows
 	return render(c, http.StatusOK, views.Analytics(page(c, "Analytics", views.NavAnalytics), v))
 }
 
@@ -122,10 +125,11 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 	}
 	v := views.IdentityView{
 		Kind: id.Kind, ID: id.ID, Range: r.value, Policy: policy,
-		Ranges:   rangeChoices(analyticsRanges, r),
-		Policies: policyChoices(ps, policy),
-		BackURL:  "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
-		Reset:    views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: policyNames(ps), Policy: policy, Error: resetErr},
+		Ranges:    rangeChoices(analyticsRanges, r),
+		Policies:  policyChoices(ps, policy),
+		BackURL:   "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
+		CallerURL: callerURL(id.Kind, id.ID, ""),
+		Reset:     views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: policyNames(ps), Policy: policy, Error: resetErr},
 	}
 	if id.Kind == tenants.IdentityKey {
 		// Only this tenant's keys have a page; a foreign id is just a string.

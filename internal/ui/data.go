@@ -1,8 +1,10 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -21,7 +23,8 @@ func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery)
 	}
 	out := make([]views.ChartPoint, len(ts.Points))
 	for i, p := range ts.Points {
-		out[i] = views.ChartPoint{Start: p.Start, Allowed: p.Allowed, Denied: p.Denied}
+		out[i] = views.ChartPoint{Start: p.Start, Allowed: p.Allowed, Denied: p.Denied,
+			RateLimited: p.RateLimited, InvalidKey: p.InvalidKey, Blocked: p.Blocked}
 	}
 	return out, nil
 }
@@ -43,6 +46,7 @@ func offenders(entries []bus.TopEntry, names map[string]string, drill bool) []vi
 			TenantID: e.TenantID, TenantName: e.TenantName,
 			Kind: e.Identity.Kind, ID: e.Identity.ID, Label: names[e.Identity.ID],
 			Allowed: e.Allowed, Denied: e.Denied, Ratio: e.DenialRatio,
+			RateLimited: e.RateLimited, InvalidKey: e.InvalidKey, Blocked: e.Blocked,
 			FirstSeen: e.FirstSeen, LastSeen: e.LastSeen,
 		}
 		if e.Identity.Kind == tenants.IdentityKey && e.Identity.ID == engine.InvalidKeyIdentity {
@@ -55,6 +59,39 @@ func offenders(entries []bus.TopEntry, names map[string]string, drill bool) []vi
 		out = append(out, o)
 	}
 	return out
+}
+
+// denialReasons are the reasons a check is denied for, as analytics count them.
+var denialReasons = []string{"rate_limited", "invalid_key", "blocked"}
+
+// reasonOffenders ranks (identity, reason) pairs by that reason's denials:
+// the top q.Limit identities of each reason, merged and cut to q.Limit. An
+// identity's one invalid-key check is one denial, ranked below every
+// caller denied more often, whatever its share.
+func reasonOffenders(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]views.ReasonOffender, error) {
+	var out []views.ReasonOffender
+	for _, reason := range denialReasons {
+		tq.Reason = reason
+		entries, err := top(ctx, q, tq)
+		if err != nil {
+			return nil, err
+		}
+		for i, o := range offenders(entries, nil, false) {
+			e := entries[i]
+			n := map[string]int64{"rate_limited": e.RateLimited, "invalid_key": e.InvalidKey, "blocked": e.Blocked}[reason]
+			out = append(out, views.ReasonOffender{Offender: o, Reason: reason, Count: n, Checks: e.Allowed + e.Denied})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b views.ReasonOffender) int {
+		if a.Count != b.Count {
+			return cmp.Compare(b.Count, a.Count)
+		}
+		return cmp.Compare(b.Share(), a.Share())
+	})
+	if len(out) > tq.Limit {
+		out = out[:tq.Limit]
+	}
+	return out, nil
 }
 
 func identityURL(kind, id, rng, policy string) string {

@@ -97,6 +97,10 @@ func (*fakeEngine) Check(string, *engine.CheckRequest, time.Time) (engine.Answer
 
 func (*fakeEngine) WaitVersion(context.Context, int64) {}
 
+func (*fakeEngine) PeekCaller(string, string, string, time.Time) (engine.CallerState, error) {
+	return engine.CallerState{}, errs.Errorf(errs.NotFound, "no such caller")
+}
+
 // testUI is the dashboard on a bare Echo with the fakes and a clock the
 // test moves.
 type testUI struct {

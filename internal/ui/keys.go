@@ -50,9 +50,21 @@ func keyStatus(k tenants.ConsumerKey, now time.Time) string {
 	return "active"
 }
 
-// lastUsed asks the analytics for the newest minute each key was seen in.
-// It is best effort: without it the list shows "—".
-func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Time) map[string]time.Time {
+// keyUsage is a key's checks in the last lastUsedWindow: the newest minute
+// it was seen in and its decisions by outcome.
+type keyUsage struct {
+	last   time.Time
+	totals views.Totals
+}
+
+func usageOf(e bus.TopEntry) keyUsage {
+	return keyUsage{last: e.LastSeen, totals: views.Totals{Allowed: e.Allowed, Denied: e.Denied,
+		RateLimited: e.RateLimited, InvalidKey: e.InvalidKey, Blocked: e.Blocked}}
+}
+
+// lastUsed asks the analytics for each key's usage. It is best effort:
+// without it the list shows "—" and no counts.
+func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Time) map[string]keyUsage {
 	entries, err := top(ctx, h.analytics, bus.TopQuery{
 		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute),
 		Limit: 1000, IdentityKind: tenants.IdentityKey, IncludeAllowed: true,
@@ -60,17 +72,17 @@ func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Tim
 	if err != nil {
 		return nil
 	}
-	m := make(map[string]time.Time, len(entries))
+	m := make(map[string]keyUsage, len(entries))
 	for _, e := range entries {
-		m[e.Identity.ID] = e.LastSeen
+		m[e.Identity.ID] = usageOf(e)
 	}
 	return m
 }
 
-func (h *keyHandler) keyRow(k tenants.ConsumerKey, used map[string]time.Time, now time.Time) views.KeyRow {
+func (h *keyHandler) keyRow(k tenants.ConsumerKey, used map[string]keyUsage, now time.Time) views.KeyRow {
 	r := views.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Tier: k.Tier, Status: keyStatus(k, now), ExpiresAt: k.ExpiresAt, CreatedAt: k.CreatedAt, URL: keyURL(k.ID), Overrides: len(k.Overrides)}
-	if t, ok := used[k.ID]; ok {
-		r.LastUsed = &t
+	if u, ok := used[k.ID]; ok {
+		r.LastUsed, r.Usage = &u.last, u.totals
 	}
 	return r
 }
@@ -279,7 +291,7 @@ func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey
 	return render(c, status, views.KeyDetail(page(c, "Key "+k.Name, views.NavKeys), v))
 }
 
-func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now time.Time) map[string]time.Time {
+func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now time.Time) map[string]keyUsage {
 	entries, err := top(ctx, h.analytics, bus.TopQuery{
 		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute), Limit: 1,
 		Identity: &tenants.Identity{Kind: tenants.IdentityKey, ID: id}, IncludeAllowed: true,
@@ -287,7 +299,7 @@ func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now t
 	if err != nil || len(entries) == 0 {
 		return nil
 	}
-	return map[string]time.Time{id: entries[0].LastSeen}
+	return map[string]keyUsage{id: usageOf(entries[0])}
 }
 
 func (h *keyHandler) update(c echo.Context) error {

@@ -40,6 +40,7 @@ type Engine interface {
 	checker
 	versionWaiter
 	sessionVersions
+	callerPeeker
 }
 
 // Worker is what the dashboard needs from the worker.
@@ -140,6 +141,7 @@ func Register(e *echo.Echo, d Deps) error {
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, sess: sess, now: d.Now}
 	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+	callers := &callerHandler{config: d.Worker, analytics: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
 	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
@@ -188,6 +190,10 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/analytics", an.show, tenant...)
 	e.GET("/ui/analytics/identity", an.identity, tenant...)
 	e.POST("/ui/analytics/reset", an.reset, tenant...)
+	e.GET("/ui/callers", callers.show, tenant...)
+	e.POST("/ui/callers/reset", callers.reset, tenant...)
+	e.POST("/ui/callers/block", callers.block, tenant...)
+	e.POST("/ui/callers/unblock", callers.unblock, tenant...)
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, owner...)

@@ -66,11 +66,11 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 		filter += ` AND identity_kind = ? AND identity_id = ?`
 		fargs = append(fargs, q.Identity.Kind, q.Identity.ID)
 	}
-	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied) FROM (
-			SELECT minute AS start, allowed, denied FROM counters
+	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied), SUM(rate_limited), SUM(invalid_key), SUM(blocked) FROM (
+			SELECT minute AS start, allowed, denied, rate_limited, invalid_key, blocked FROM counters
 			WHERE tenant_id = ? AND minute >= ? AND minute < ?` + filter + `
 			UNION ALL
-			SELECT start, allowed, denied FROM counter_rollups
+			SELECT start, allowed, denied, rate_limited, invalid_key, blocked FROM counter_rollups
 			WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?` + filter + `
 		) GROUP BY 1`
 	args := []any{fromMin, stepMin, q.TenantID, fromMin, toMin}
@@ -87,12 +87,13 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 		points[i].Start = time.Unix((fromMin+int64(i)*stepMin)*60, 0).UTC()
 	}
 	for rows.Next() {
-		var idx, a, d int64
-		if err := rows.Scan(&idx, &a, &d); err != nil {
+		var idx, a, d, rl, ik, bl int64
+		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl); err != nil {
 			return bus.Timeseries{}, err
 		}
 		if idx >= 0 && idx < n {
-			points[idx].Allowed, points[idx].Denied = a, d
+			p := &points[idx]
+			p.Allowed, p.Denied, p.RateLimited, p.InvalidKey, p.Blocked = a, d, rl, ik, bl
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -110,6 +111,15 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 	}
 	if q.Limit < 1 || q.Limit > maxTop {
 		return nil, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", maxTop)
+	}
+	rank := "c.denied"
+	switch q.Reason {
+	case "":
+	case "rate_limited", "invalid_key", "blocked":
+		// A column name from this fixed list, never the caller's text.
+		rank = "c." + q.Reason
+	default:
+		return nil, errs.Errorf(errs.Invalid, "reason: must be rate_limited, invalid_key or blocked")
 	}
 	fromMin, toMin := q.From.Unix()/60, (q.To.Unix()+59)/60
 	// The "others" cells are no identity: they count in totals only.
@@ -131,12 +141,12 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 		fargs = append(fargs, q.IdentityKind)
 	}
 	query := `SELECT c.tenant_id, COALESCE(t.name, ''), c.identity_kind, c.identity_id,
-			SUM(c.allowed), SUM(c.denied), MIN(c.first), MAX(c.last)
+			SUM(c.allowed), SUM(c.denied), SUM(c.rate_limited), SUM(c.invalid_key), SUM(c.blocked), MIN(c.first), MAX(c.last)
 		FROM (
-			SELECT tenant_id, identity_kind, identity_id, allowed, denied, minute AS first, minute AS last
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, minute AS first, minute AS last
 			FROM counters WHERE minute >= ? AND minute < ?` + filter + `
 			UNION ALL
-			SELECT tenant_id, identity_kind, identity_id, allowed, denied, first_minute, last_minute
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, first_minute, last_minute
 			FROM counter_rollups WHERE start >= ? AND start < ?` + filter + `
 		) c LEFT JOIN tenants t ON t.id = c.tenant_id
 		GROUP BY c.tenant_id, c.identity_kind, c.identity_id`
@@ -144,11 +154,11 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 	args = append(args, fargs...)
 	args = append(args, fromMin, toMin)
 	args = append(args, fargs...)
-	if !q.IncludeAllowed {
-		query += ` HAVING SUM(c.denied) > 0`
+	if !q.IncludeAllowed || q.Reason != "" {
+		query += ` HAVING SUM(` + rank + `) > 0`
 	}
 	query += `
-		ORDER BY SUM(c.denied) DESC, SUM(c.denied) * 1.0 / (SUM(c.allowed) + SUM(c.denied)) DESC, c.identity_id
+		ORDER BY SUM(` + rank + `) DESC, SUM(` + rank + `) * 1.0 / (SUM(c.allowed) + SUM(c.denied)) DESC, c.identity_id
 		LIMIT ?`
 	args = append(args, q.Limit)
 	rows, err := w.db.QueryContext(ctx, query, args...)
@@ -160,7 +170,7 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 	for rows.Next() {
 		var e bus.TopEntry
 		var first, last int64
-		if err := rows.Scan(&e.TenantID, &e.TenantName, &e.Identity.Kind, &e.Identity.ID, &e.Allowed, &e.Denied, &first, &last); err != nil {
+		if err := rows.Scan(&e.TenantID, &e.TenantName, &e.Identity.Kind, &e.Identity.ID, &e.Allowed, &e.Denied, &e.RateLimited, &e.InvalidKey, &e.Blocked, &first, &last); err != nil {
 			return nil, err
 		}
 		if total := e.Allowed + e.Denied; total > 0 {

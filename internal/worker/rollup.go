@@ -181,8 +181,10 @@ func formatDays(d time.Duration) string {
 type cellKey struct{ policy, tier, kind, id string }
 
 // cellVal is one counter row's counts and the minutes its identity was
-// first and last counted in.
-type cellVal struct{ allowed, denied, first, last int64 }
+// first and last counted in. denied is every denial; rl, ik and bl split it
+// by reason (rate_limited, invalid_key, blocked), except for denials
+// counted before reasons were (migration 0006).
+type cellVal struct{ allowed, denied, first, last, rl, ik, bl int64 }
 
 // cells is one tenant's period: a minute, an hour or a day.
 type cells map[cellKey]*cellVal
@@ -195,6 +197,9 @@ func (c cells) add(k cellKey, v cellVal) {
 	}
 	cur.allowed += v.allowed
 	cur.denied += v.denied
+	cur.rl += v.rl
+	cur.ik += v.ik
+	cur.bl += v.bl
 	cur.first = min(cur.first, v.first)
 	cur.last = max(cur.last, v.last)
 }
@@ -302,15 +307,16 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 				groups[tm] = g
 				order = append(order, tm)
 			}
-			g.add(cellKey{r.Policy, r.Tier, r.IdentityKind, r.IdentityID}, cellVal{r.Allowed, r.Denied, r.Minute, r.Minute})
+			g.add(cellKey{r.Policy, r.Tier, r.IdentityKind, r.IdentityID}, cellVal{allowed: r.Allowed, denied: r.Denied, first: r.Minute, last: r.Minute, rl: r.RateLimited, ik: r.InvalidKey, bl: r.Blocked})
 		}
 	}
 	if len(order) == 0 {
 		return 0, nil
 	}
-	m := newMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES`, 8,
+	m := newMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked) VALUES`, 11,
 		`ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
-		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied`)
+		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied,
+			rate_limited = rate_limited + excluded.rate_limited, invalid_key = invalid_key + excluded.invalid_key, blocked = blocked + excluded.blocked`)
 	written := 0
 	for _, tm := range order {
 		in := groups[tm]
@@ -333,7 +339,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 			}
 		}
 		for k, v := range in {
-			if err := m.add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
+			if err := m.add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl); err != nil {
 				return 0, err
 			}
 		}
@@ -347,7 +353,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 }
 
 func loadMinute(tx *sql.Tx, tm tenantMinute) (cells, error) {
-	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied FROM counters
+	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked FROM counters
 		WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute)
 	if err != nil {
 		return nil, err
@@ -357,7 +363,7 @@ func loadMinute(tx *sql.Tx, tm tenantMinute) (cells, error) {
 	for rows.Next() {
 		var k cellKey
 		v := cellVal{first: tm.minute, last: tm.minute}
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.rl, &v.ik, &v.bl); err != nil {
 			return nil, err
 		}
 		out.add(k, v)
@@ -520,13 +526,14 @@ func (m *analyticsMaintainer) foldMinute(ctx context.Context, tm tenantMinute) (
 		if _, err := tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute); err != nil {
 			return err
 		}
-		st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+		st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
 		for k, v := range out {
-			if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied); err != nil {
+			if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl); err != nil {
 				return err
 			}
 		}
@@ -602,10 +609,10 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	}
 	var rows *sql.Rows
 	if from == 1 {
-		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, minute, minute FROM counters
+		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, minute, minute, rate_limited, invalid_key, blocked FROM counters
 			WHERE tenant_id = ? AND minute >= ? AND minute < ?`, p.tenant, p.minute, p.minute+to)
 	} else {
-		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute FROM counter_rollups
+		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked FROM counter_rollups
 			WHERE tenant_id = ? AND res = ? AND start >= ? AND start < ?`, p.tenant, from, p.minute, p.minute+to)
 	}
 	if err != nil {
@@ -615,7 +622,7 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	for rows.Next() {
 		var k cellKey
 		var v cellVal
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -638,14 +645,14 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	if _, err := tx.Exec(`DELETE FROM counter_rollups WHERE tenant_id = ? AND res = ? AND start = ?`, p.tenant, to, p.minute); err != nil {
 		return 0, err
 	}
-	ins, err := tx.Prepare(`INSERT INTO counter_rollups (tenant_id, res, start, policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	ins, err := tx.Prepare(`INSERT INTO counter_rollups (tenant_id, res, start, policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return 0, err
 	}
 	defer ins.Close()
 	for k, v := range c {
-		if _, err := ins.Exec(p.tenant, to, p.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.first, v.last); err != nil {
+		if _, err := ins.Exec(p.tenant, to, p.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.first, v.last, v.rl, v.ik, v.bl); err != nil {
 			return 0, err
 		}
 	}
@@ -653,7 +660,7 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 }
 
 func loadRollup(tx *sql.Tx, tenant string, res, start int64) (cells, error) {
-	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute FROM counter_rollups
+	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked FROM counter_rollups
 		WHERE tenant_id = ? AND res = ? AND start = ?`, tenant, res, start)
 	if err != nil {
 		return nil, err
@@ -663,7 +670,7 @@ func loadRollup(tx *sql.Tx, tenant string, res, start int64) (cells, error) {
 	for rows.Next() {
 		var k cellKey
 		var v cellVal
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl); err != nil {
 			return nil, err
 		}
 		out.add(k, v)

@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,13 +32,54 @@ type Chart struct {
 // Empty reports whether the chart has no decisions to show.
 func (c Chart) Empty() bool { return c.Totals.Allowed+c.Totals.Denied == 0 }
 
-// Bar is one step: the allowed part at the bottom, the denied part on top.
+// Bar is one step: the allowed part at the bottom, the denied parts on
+// top of it, one per reason.
 type Bar struct {
-	X, W               string
-	AllowedY, AllowedH string
-	DeniedY, DeniedH   string
-	Allowed, Denied    int64
-	Title              string
+	X, W            string
+	Segments        []Segment
+	Allowed, Denied int64
+	Title           string
+}
+
+// Segment is one outcome's part of a bar.
+type Segment struct {
+	Class string // bar-allowed, bar-rate-limited, bar-invalid-key, bar-blocked, bar-no-reason
+	Y, H  string
+}
+
+// Outcomes lists the series a chart stacks, bottom to top, with their
+// legend names; the "no-reason" series holds denials counted without a reason.
+var outcomes = []struct{ class, name string }{
+	{"allowed", "Allowed"},
+	{"rate-limited", "Rate limited"},
+	{"invalid-key", "Invalid key"},
+	{"blocked", "Blocked"},
+	{"no-reason", "Denied, reason not recorded"},
+}
+
+func pointValues(p ChartPoint) [5]int64 {
+	return [5]int64{p.Allowed, p.RateLimited, p.InvalidKey, p.Blocked, p.Unexplained()}
+}
+
+// LegendItem is one series in a chart's legend.
+type LegendItem struct {
+	Class, Name string
+	Count       int64
+}
+
+// Legend lists the chart's series: allowed and the three reasons always,
+// denials without a reason only when there are some.
+func (c Chart) Legend() []LegendItem {
+	t := c.Totals
+	v := [5]int64{t.Allowed, t.RateLimited, t.InvalidKey, t.Blocked, t.Unexplained()}
+	out := make([]LegendItem, 0, 5)
+	for i, o := range outcomes {
+		if i == 4 && v[i] == 0 {
+			continue
+		}
+		out = append(out, LegendItem{Class: o.class, Name: o.name, Count: v[i]})
+	}
+	return out
 }
 
 // YTick is a horizontal grid line with its value. The HTML labels are
@@ -59,6 +101,9 @@ func NewChart(label string, points []ChartPoint, step time.Duration) Chart {
 	for _, p := range points {
 		c.Totals.Allowed += p.Allowed
 		c.Totals.Denied += p.Denied
+		c.Totals.RateLimited += p.RateLimited
+		c.Totals.InvalidKey += p.InvalidKey
+		c.Totals.Blocked += p.Blocked
 		c.Peak = max(c.Peak, p.Allowed+p.Denied)
 	}
 	top := niceCeil(c.Peak)
@@ -74,23 +119,32 @@ func NewChart(label string, points []ChartPoint, step time.Duration) Chart {
 	w := chartW / float64(n)
 	gap := min(w*0.2, 3)
 	for i, p := range points {
-		ah := chartH * float64(p.Allowed) / float64(top)
-		dh := chartH * float64(p.Denied) / float64(top)
-		// A step with any decision gets at least a sliver, so a single
-		// denial among thousands of allowed checks stays visible.
-		if p.Allowed > 0 {
-			ah = max(ah, 1.5)
-		}
-		if p.Denied > 0 {
-			dh = max(dh, 1.5)
-		}
-		c.Bars = append(c.Bars, Bar{
+		b := Bar{
 			X: num(float64(i)*w + gap/2), W: num(w - gap),
-			AllowedY: num(chartH - ah), AllowedH: num(ah),
-			DeniedY: num(chartH - ah - dh), DeniedH: num(dh),
 			Allowed: p.Allowed, Denied: p.Denied,
 			Title: fmt.Sprintf("%s: %s allowed, %s denied", formatPointTime(p.Start, step), FormatCount(p.Allowed), FormatCount(p.Denied)),
-		})
+		}
+		y := chartH
+		for k, v := range pointValues(p) {
+			if v == 0 {
+				continue
+			}
+			// A part with any decision gets at least a sliver, so a single
+			// denial among thousands of allowed checks stays visible.
+			h := max(chartH*float64(v)/float64(top), 1.5)
+			y -= h
+			b.Segments = append(b.Segments, Segment{Class: "bar-" + outcomes[k].class, Y: num(y), H: num(h)})
+		}
+		if p.Denied > 0 && p.Denied != p.Unexplained() {
+			var parts []string
+			for k, v := range pointValues(p) {
+				if k > 0 && k < 4 && v > 0 {
+					parts = append(parts, FormatCount(v)+" "+strings.ToLower(outcomes[k].name))
+				}
+			}
+			b.Title += " (" + strings.Join(parts, ", ") + ")"
+		}
+		c.Bars = append(c.Bars, b)
 	}
 	// Five labels across (first, three inside, last), fewer for short series.
 	labels := min(5, n)

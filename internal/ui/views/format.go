@@ -130,3 +130,40 @@ func describeField(k string) string {
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
 }
+
+// FormatWait writes a duration for people, rounded up to a whole second
+// below a day ("0s", "45s", "2m 5s", "1h 0m 3s"), in days and hours above.
+func FormatWait(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	secs := int64((d + time.Second - 1) / time.Second)
+	days, h, m, s := secs/86400, secs/3600%24, secs/60%60, secs%60
+	switch {
+	case days > 0:
+		return strconv.FormatInt(days, 10) + "d " + strconv.FormatInt(h, 10) + "h"
+	case secs >= 3600:
+		return strconv.FormatInt(secs/3600, 10) + "h " + strconv.FormatInt(m, 10) + "m " + strconv.FormatInt(s, 10) + "s"
+	case secs >= 60:
+		return strconv.FormatInt(secs/60, 10) + "m " + strconv.FormatInt(s, 10) + "s"
+	}
+	return strconv.FormatInt(secs, 10) + "s"
+}
+
+// FormatPeriod writes a limit's period in the unit it was most likely
+// given in: "60s" stays "1m", "1d" stays "1d", "1500ms" is "1.5s".
+func FormatPeriod(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return d.String()
+}

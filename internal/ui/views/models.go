@@ -28,6 +28,7 @@ const (
 	NavPolicies  = "policies"
 	NavKeys      = "keys"
 	NavAnalytics = "analytics"
+	NavCallers   = "callers"
 	NavMembers   = "members"
 	NavTenants   = "tenants"
 	NavAbuse     = "abuse"
@@ -72,16 +73,30 @@ type ErrorView struct {
 	Message string
 }
 
-// ChartPoint is one step of allowed/denied counts.
+// ChartPoint is one step of allowed/denied counts. Denied is every
+// denial; RateLimited, InvalidKey and Blocked split it by reason (denials
+// counted before reasons were may be in Denied only).
 type ChartPoint struct {
-	Start   time.Time
-	Allowed int64
-	Denied  int64
+	Start                            time.Time
+	Allowed                          int64
+	Denied                           int64
+	RateLimited, InvalidKey, Blocked int64
+}
+
+// Unexplained is the part of Denied counted without a reason.
+func (p ChartPoint) Unexplained() int64 {
+	return max(0, p.Denied-p.RateLimited-p.InvalidKey-p.Blocked)
 }
 
 // Totals sums a range.
 type Totals struct {
-	Allowed, Denied int64
+	Allowed, Denied                  int64
+	RateLimited, InvalidKey, Blocked int64
+}
+
+// Unexplained is the part of Denied counted without a reason.
+func (t Totals) Unexplained() int64 {
+	return max(0, t.Denied-t.RateLimited-t.InvalidKey-t.Blocked)
 }
 
 // Ratio is the share of denied decisions, 0 when there were none.
@@ -101,10 +116,12 @@ type Offender struct {
 	Label      string // the key's name, when known
 	Allowed    int64
 	Denied     int64
-	Ratio      float64
-	FirstSeen  time.Time
-	LastSeen   time.Time
-	DrillURL   string // the identity's history; empty on operator pages
+	// RateLimited, InvalidKey and Blocked split Denied by reason.
+	RateLimited, InvalidKey, Blocked int64
+	Ratio                            float64
+	FirstSeen                        time.Time
+	LastSeen                         time.Time
+	DrillURL                         string // the identity's history; empty on operator pages
 	// BlockedUntil says how long an active block on the caller lasts
 	// (operator pages only); empty when it is not blocked.
 	BlockedUntil string
@@ -255,6 +272,7 @@ type KeyRow struct {
 	Status                 string // active, revoked, expired
 	ExpiresAt              *time.Time
 	LastUsed               *time.Time
+	Usage                  Totals // checks in the last 30 days
 	CreatedAt              time.Time
 	URL                    string
 	Overrides              int
@@ -338,8 +356,39 @@ type AnalyticsView struct {
 	Step      string
 	Policy    string
 	Chart     Chart
-	Offenders []Offender
+	Offenders []ReasonOffender
 	Error     string
+}
+
+// ReasonOffender is one identity and one reason it was denied for, ranked
+// by that reason's denials: an identity denied for two reasons has a row
+// for each.
+type ReasonOffender struct {
+	Offender
+	Reason string // rate_limited, invalid_key or blocked
+	Count  int64  // denials for Reason
+	Checks int64  // the identity's decisions in the range, allowed and denied
+}
+
+// Share is Count's part of the identity's checks.
+func (o ReasonOffender) Share() float64 {
+	if o.Checks == 0 {
+		return 0
+	}
+	return float64(o.Count) / float64(o.Checks)
+}
+
+// ReasonLabel names a denial reason for people.
+func ReasonLabel(r string) string {
+	switch r {
+	case "rate_limited":
+		return "Rate limited"
+	case "invalid_key":
+		return "Invalid key"
+	case "blocked":
+		return "Blocked"
+	}
+	return r
 }
 
 // IdentityView is one identity's history.
@@ -353,6 +402,7 @@ type IdentityView struct {
 	Chart           Chart
 	Totals          Totals
 	Summary         *Offender
+	CallerURL       string // the caller's live state and actions
 	Reset           ResetForm
 	BackURL         string
 	Error           string
@@ -465,4 +515,68 @@ type BlockForm struct {
 	Expiries                           []Choice
 	Errors                             map[string]string
 	FormError                          string
+}
+
+// CallersView is the Callers page: a search box and, once a caller is
+// found, its state.
+type CallersView struct {
+	Query   string
+	Message string        // the search found nothing, or cannot be read
+	Matches []CallerMatch // a prefix matched several keys
+	Caller  *CallerView
+}
+
+// CallerMatch is one key a search matched.
+type CallerMatch struct {
+	Label, Prefix, Tier, URL string
+}
+
+// CallerView is one caller: its buckets now, its recent decisions, and
+// the forms that act on it.
+type CallerView struct {
+	Kind, ID   string
+	Label      string // the key's name
+	KeyURL     string
+	KeyStatus  string // active, revoked or expired; empty for an IP
+	Tier       string
+	HistoryURL string
+	Block      *CallerBlock
+	Policies   []CallerPolicyRow
+	Recent     Chart
+	Minutes    int
+	Reset      ResetForm
+	BlockForm  CallerBlockForm
+	Error      string
+}
+
+// CallerBlock is the block in force on a caller.
+type CallerBlock struct {
+	ID, Reason string
+	Since      time.Time
+	Until      *time.Time
+}
+
+// CallerPolicyRow is one policy's bucket for the caller.
+type CallerPolicyRow struct {
+	Policy, Tier           string
+	Override               bool
+	Unlisted, DenyUnlisted bool
+	Allowed                bool
+	RetryAfter             string
+	Limits                 []CallerLimitRow
+	Err                    string
+	ResetURL               string
+}
+
+// CallerLimitRow is one limit's bucket.
+type CallerLimitRow struct {
+	Name, Period, FullIn string
+	Limit, Remaining     int64
+}
+
+// CallerBlockForm blocks the caller for a while.
+type CallerBlockForm struct {
+	Reason, Expiry string
+	Expiries       []Choice
+	Error          string
 }

@@ -380,11 +380,24 @@ func TestKeyDetail(t *testing.T) {
 
 func TestAnalyticsAndAbuse(t *testing.T) {
 	off := []Offender{{TenantID: "ten_1", TenantName: "acme", Kind: "ip", ID: "203.0.113.7", Allowed: 10, Denied: 30, Ratio: 0.75, FirstSeen: t0, LastSeen: t0.Add(time.Hour), DrillURL: "/ui/analytics/identity?kind=ip&id=203.0.113.7"}}
-	d := renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute), Offenders: off}))
+	byReason := []ReasonOffender{
+		{Offender: off[0], Reason: "rate_limited", Count: 30, Checks: 40},
+		{Offender: Offender{Kind: "key", ID: "key_1", Label: "old app", Denied: 1, InvalidKey: 1}, Reason: "invalid_key", Count: 1, Checks: 1},
+	}
+	d := renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute), Offenders: byReason}))
 	checkAccessible(t, d)
-	row := d.one("offender-row")
-	if attr(row, "data-identity") != "203.0.113.7" || !strings.Contains(text(row), "75.0%") || !strings.Contains(text(row), "2026-03-01 13:00 UTC") {
+	rows := d.byTestID("offender-row")
+	if len(rows) != 2 {
+		t.Fatalf("%d offender rows", len(rows))
+	}
+	row := rows[0]
+	if attr(row, "data-identity") != "203.0.113.7" || attr(row, "data-reason") != "rate_limited" || !strings.Contains(text(row), "Rate limited") ||
+		!strings.Contains(text(row), "75.0%") || !strings.Contains(text(row), "30 of 40 checks") || !strings.Contains(text(row), "2026-03-01 13:00 UTC") {
 		t.Errorf("offender %q", text(row))
+	}
+	// A key's one invalid check says so: 1 of 1 checks, not just "100%".
+	if got := text(rows[1]); !strings.Contains(got, "Invalid key") || !strings.Contains(got, "1 of 1 checks") || !strings.Contains(got, "old app") {
+		t.Errorf("invalid key row %q", got)
 	}
 	d = renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute)}))
 	d.one("offenders-empty")
@@ -464,5 +477,63 @@ func TestFormatting(t *testing.T) {
 	}
 	if got := sortedKeys(map[string]string{"tier.10.name": "", "tier.9.name": "", "path": "", "name": ""}); strings.Join(got, " ") != "name path tier.9.name tier.10.name" {
 		t.Errorf("sortedKeys %v", got)
+	}
+}
+
+// The chart stacks each outcome as its own series, names each in the
+// legend with its total, and splits the data table by reason.
+func TestChartSeriesByOutcome(t *testing.T) {
+	pts := []ChartPoint{
+		{Start: t0, Allowed: 20, Denied: 6, RateLimited: 3, InvalidKey: 2, Blocked: 1},
+		{Start: t0.Add(time.Minute), Allowed: 4},
+	}
+	c := NewChart("Decisions", pts, time.Minute)
+	d := renderDOM(t, ChartView(c))
+	chart := d.one("chart")
+	for name, want := range map[string]string{"data-allowed": "24", "data-denied": "6", "data-rate-limited": "3", "data-invalid-key": "2", "data-blocked": "1"} {
+		if got := attr(chart, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	for id, want := range map[string]string{"chart-allowed": "24", "chart-rate-limited": "3", "chart-invalid-key": "2", "chart-blocked": "1", "chart-denied": "6"} {
+		if got := text(d.one(id)); got != want {
+			t.Errorf("legend %s = %q, want %q", id, got, want)
+		}
+	}
+	d.none("legend-no-reason") // every denial has a reason
+	bars := d.byTestID("chart-bar")
+	classes := map[string]bool{}
+	for _, r := range d.all(func(n *html.Node) bool { return n.Data == "rect" && strings.HasPrefix(attr(n, "class"), "bar-") }) {
+		classes[attr(r, "class")] = true
+	}
+	for _, want := range []string{"bar-allowed", "bar-rate-limited", "bar-invalid-key", "bar-blocked"} {
+		if !classes[want] {
+			t.Errorf("no %s segment among %v", want, classes)
+		}
+	}
+	if got := text(bars[0]); got != "12:00: 20 allowed, 6 denied (3 rate limited, 2 invalid key, 1 blocked)" {
+		t.Errorf("bar title %q", got)
+	}
+	if got := text(d.byTestID("chart-row")[0]); got != "2026-03-01 12:00 UTC"+"20"+"3"+"2"+"1"+"6" {
+		t.Errorf("table row %q", got)
+	}
+	// Denials counted before reasons were get a series of their own.
+	d = renderDOM(t, ChartView(NewChart("Decisions", []ChartPoint{{Start: t0, Denied: 5, RateLimited: 2}}, time.Minute)))
+	if got := text(d.one("chart-denied")); got != "5" {
+		t.Errorf("denied in all %q", got)
+	}
+	d.one("legend-no-reason")
+}
+
+func TestFormatPeriodAndWait(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Minute: "1m", 90 * time.Second: "90s", 36 * time.Hour: "36h", 48 * time.Hour: "2d", 1500 * time.Millisecond: "1.5s"} {
+		if got := FormatPeriod(d); got != want {
+			t.Errorf("FormatPeriod(%v) = %q, want %q", d, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "0s", 1: "1s", 55 * time.Second: "55s", 125 * time.Second: "2m 5s", time.Hour + 3*time.Second: "1h 0m 3s", 50 * time.Hour: "2d 2h"} {
+		if got := FormatWait(d); got != want {
+			t.Errorf("FormatWait(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

@@ -1,0 +1,145 @@
+package engine
+
+// Looking a caller up: the dashboard's "Callers" page shows, for one IP or
+// consumer key of a tenant, what each of the tenant's policies would answer
+// it now. Every policy's bucket is read through the same path a check with
+// peek: true takes (hydration first, the partition's owner in a cluster),
+// with consume false, so nothing is taken, counted or reset; a bucket that
+// is not in memory is full, as a peek creates it.
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// CallerState is one caller of a tenant as the servers see it now.
+type CallerState struct {
+	Kind, ID string
+	// KeyStatus is "active", "revoked" or "expired" for a key; a key that
+	// is not active answers invalid_key before any policy is matched.
+	KeyStatus string
+	// Tier is the caller's own tier: the key's, or anonymous for an IP.
+	Tier string
+	// Block is the block in force on the caller, if any.
+	Block    *tenants.Block
+	Policies []CallerPolicy
+}
+
+// CallerPolicy is one policy's bucket for the caller.
+type CallerPolicy struct {
+	Policy string
+	// Tier is the tier the policy decides the caller with.
+	Tier string
+	// Override says the key's override for this policy replaces the tier.
+	Override bool
+	// Unlisted: no tier of the policy covers the caller; DenyUnlisted says
+	// whether its checks are then denied (else unlimited).
+	Unlisted, DenyUnlisted bool
+	// Limits has each limit's bucket: remaining of limit, and when it is
+	// full again; Allowed whether a check of cost 1 would pass now.
+	Limits     []LimitStatus
+	Allowed    bool
+	RetryAfter time.Duration // quota.Never when no wait helps
+	// Err is why the bucket could not be read (its owner changing hands).
+	Err string
+}
+
+// PeekCaller reports the caller's state at now for every policy of the
+// tenant. kind is "ip" or "key"; a key id that is not this tenant's
+// answers not found, as the API does for foreign ids.
+func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerState, error) {
+	v := e.view.Load()
+	tv := v.compiled[tenantID]
+	if tv == nil {
+		return CallerState{}, errs.Errorf(errs.NotFound, "no such tenant")
+	}
+	st := CallerState{Kind: kind}
+	var key *keyView
+	switch kind {
+	case KindIP:
+		ip, err := NormalizeIdentity("identity", kind, id)
+		if err != nil {
+			return CallerState{}, err
+		}
+		st.ID, st.Tier = ip, TierAnonymous
+	case KindKey:
+		key = v.ckByID[id]
+		if key == nil || key.tenantID != tenantID {
+			return CallerState{}, errs.Errorf(errs.NotFound, "key not found")
+		}
+		st.ID, st.Tier, st.KeyStatus = key.id, key.tier, "active"
+		switch {
+		case key.revoked:
+			st.KeyStatus = "revoked"
+		case key.expiresAt != 0 && now.UnixNano() >= key.expiresAt:
+			st.KeyStatus = "expired"
+		}
+	default:
+		return CallerState{}, errs.Errorf(errs.Invalid, "kind: must be ip or key")
+	}
+	if b, ok := tv.activeBlock(st.Kind, st.ID, now); ok {
+		st.Block = &b
+	}
+	nowNS := now.UnixNano()
+	var outs [MaxLimits]quota.Outcome
+	for _, pv := range tv.policies {
+		cp := CallerPolicy{Policy: pv.name, Tier: st.Tier}
+		var tl *tierLimits
+		overrideKey := ""
+		if o := key.override(pv.name); o != nil {
+			tl, overrideKey, cp.Override = o, key.id, true
+		} else if tl = pv.tiers[cp.Tier]; tl == nil {
+			if tl = pv.tiers[TierDefault]; tl != nil {
+				cp.Tier = TierDefault
+			}
+		}
+		if tl == nil || len(tl.limits) == 0 {
+			cp.Unlisted, cp.DenyUnlisted, cp.Allowed = true, pv.denyUnlisted, !pv.denyUnlisted
+			st.Policies = append(st.Policies, cp)
+			continue
+		}
+		n := min(len(tl.limits), MaxLimits)
+		limits := tl.limits[:n]
+		k := []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID))
+		// The buckets as they are: a cost no limit can hold is denied by
+		// every limit, and a denial reports each bucket's level and its
+		// time to full without the cost taken off.
+		var over int64
+		for _, l := range limits {
+			over = max(over, l.Capacity()+1)
+		}
+		_, _, err := e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
+		if err == nil {
+			// A check of cost 1 passes exactly when every limit has a whole
+			// unit left; only when one has not is the wait asked for.
+			cp.Allowed = true
+			for i := range n {
+				cp.Allowed = cp.Allowed && outs[i].Remaining >= 1
+			}
+			if !cp.Allowed {
+				var again [MaxLimits]quota.Outcome
+				var allowed bool
+				if allowed, _, err = e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, again[:n]); err == nil {
+					cp.Allowed = allowed
+					if !allowed {
+						cp.RetryAfter = quota.CombinedRetryAfter(again[:n])
+					}
+				}
+			}
+		}
+		if err != nil {
+			cp.Err = errs.Message(err)
+			st.Policies = append(st.Policies, cp)
+			continue
+		}
+		cp.Limits = make([]LimitStatus, n)
+		for i := range n {
+			cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+		}
+		st.Policies = append(st.Policies, cp)
+	}
+	return st, nil
+}
