@@ -1,0 +1,212 @@
+package worker
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
+)
+
+// haWorker is one worker of a pair: its own SQLite file, the shared NATS.
+type haWorker struct {
+	db     *sql.DB
+	w      *Worker
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startHAWorker(t *testing.T, url, dir, name string) *haWorker {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rec := &sqlitedb.Recorder{}
+	db, err := sqlitedb.OpenRecorded(context.Background(), filepath.Join(dir, "sluice.db"), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	w, err := New(Config{Recorder: rec, LeaseTTL: time.Second, Name: name,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil)).With("worker", name)}, db, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &haWorker{db: db, w: w, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(h.done); _ = w.Run(ctx) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *haWorker) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func (h *haWorker) active() bool {
+	h.w.repl.mu.Lock()
+	defer h.w.repl.mu.Unlock()
+	return h.w.repl.active
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dump reads every table of db, rows in a stable order, as text.
+func dump(t *testing.T, db *sql.DB) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'goose_db_version'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var n string
+		_ = rows.Scan(&n)
+		tables = append(tables, n)
+	}
+	rows.Close()
+	out := map[string][]string{}
+	for _, tb := range tables {
+		r, err := db.QueryContext(ctx, `SELECT * FROM "`+tb+`" ORDER BY 1, 2`)
+		if err != nil {
+			r, err = db.QueryContext(ctx, `SELECT * FROM "`+tb+`" ORDER BY 1`)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := r.Columns()
+		for r.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := r.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			out[tb] = append(out[tb], fmt.Sprintf("%v", vals))
+		}
+		r.Close()
+	}
+	return out
+}
+
+// createTenant creates a tenant, asking again while no worker answers (a
+// worker taking over starts serving a moment after it takes the lease).
+func createTenant(t *testing.T, nc *nats.Conn, name string) error {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var out bus.Written[bus.TenantCreated]
+		err := bus.Request(ctx, nc, bus.ConfigPrefix+"."+bus.OpTenantCreate,
+			bus.TenantCreate{Name: name, OwnerEmail: name + "@example.com", OwnerPassword: "correct horse battery"}, &out)
+		cancel()
+		if err == nil || errs.Code(err) != errs.Unavailable || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tenantCount(t *testing.T, db *sql.DB) int {
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM tenants`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStandbyWorkerTakesOver runs two workers with their own SQLite files:
+// the second copies a snapshot of the first, follows its log, takes over
+// when the first stops, and the first, back, follows the second; every
+// acknowledged write ends up in both files, which end equal.
+func TestStandbyWorkerTakesOver(t *testing.T) {
+	dir := t.TempDir()
+	ns := bustest.Start(t, "ha-test")
+	client, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+
+	dirA, dirB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	a := startHAWorker(t, ns.URL(), dirA, "a")
+	waitFor(t, "the first worker is active", a.active)
+	for i := range 3 {
+		if err := createTenant(t, client, fmt.Sprintf("before%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The second starts after those writes: it must copy a snapshot.
+	b := startHAWorker(t, ns.URL(), dirB, "b")
+	waitFor(t, "the standby has the snapshot", func() bool { return tenantCount(t, b.db) == 3 })
+	if b.active() {
+		t.Fatal("two active workers")
+	}
+	if err := createTenant(t, client, "after-snapshot"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby applied the log", func() bool { return tenantCount(t, b.db) == 4 })
+
+	a.stop()
+	waitFor(t, "the standby is active", b.active)
+	if err := createTenant(t, client, "on-b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tenantCount(t, a.db); got != 4 {
+		t.Fatalf("the stopped worker has %d tenants, want 4", got)
+	}
+
+	// The first comes back as a standby and catches up from the log.
+	a2 := startHAWorker(t, ns.URL(), dirA, "a")
+	waitFor(t, "the old worker caught up", func() bool { return tenantCount(t, a2.db) == 5 })
+	if a2.active() {
+		t.Fatal("two active workers")
+	}
+	if err := createTenant(t, client, "last"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both have every tenant", func() bool { return tenantCount(t, a2.db) == 6 })
+	b.stop()
+	a2.stop()
+	da, db := dump(t, a2.db), dump(t, b.db)
+	if !reflect.DeepEqual(da, db) {
+		for tb := range da {
+			if !reflect.DeepEqual(da[tb], db[tb]) {
+				t.Errorf("table %s differs:\n a: %v\n b: %v", tb, da[tb], db[tb])
+			}
+		}
+	}
+	if len(da["tenants"]) != 6 {
+		t.Fatalf("tenants: %v", da["tenants"])
+	}
+}
