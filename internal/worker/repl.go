@@ -111,21 +111,7 @@ type leaseValue struct {
 
 // runElected takes part in the election until ctx ends.
 func (w *Worker) runElected(ctx context.Context) error {
-	r := &w.repl
-	err := bus.WaitStreams(ctx, w.js, func(ctx context.Context, js jetstream.JetStream) error {
-		maxBytes, maxAge := w.cfg.Streams.Resolved()
-		s, err := js.CreateOrUpdateStream(ctx, bus.ReplStreamConfig(maxBytes, maxAge, w.replicas()))
-		if err != nil {
-			return fmt.Errorf("replication log: %w", err)
-		}
-		kv, err := bus.OpenKeyValue(ctx, js, bus.WorkerLeaseConfig(w.cfg.LeaseTTL, w.replicas()), w.log)
-		if err != nil {
-			return fmt.Errorf("worker lease bucket: %w", err)
-		}
-		r.log, r.kv = s, kv
-		return nil
-	})
-	if err != nil {
+	if err := bus.WaitStreams(ctx, w.js, w.ensureRepl); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.cfg.Recorder.SetHook(w.shipTx)
@@ -138,6 +124,30 @@ func (w *Worker) runElected(ctx context.Context) error {
 		w.activeTerm(ctx, epoch, rev)
 	}
 	return nil
+}
+
+// ensureRepl makes or opens the replication log and the lease bucket, also
+// when NATS lost them (its data directory wiped): a new log then starts
+// from whichever worker takes the lease first, and the other copies it.
+func (w *Worker) ensureRepl(ctx context.Context, js jetstream.JetStream) error {
+	maxBytes, maxAge := w.cfg.Streams.Resolved()
+	s, err := js.CreateOrUpdateStream(ctx, bus.ReplStreamConfig(maxBytes, maxAge, w.replicas()))
+	if err != nil {
+		return fmt.Errorf("replication log: %w", err)
+	}
+	kv, err := bus.OpenKeyValue(ctx, js, bus.WorkerLeaseConfig(w.cfg.LeaseTTL, w.replicas()), w.log)
+	if err != nil {
+		return fmt.Errorf("worker lease bucket: %w", err)
+	}
+	w.repl.mu.Lock()
+	w.repl.log, w.repl.kv = s, kv
+	w.repl.mu.Unlock()
+	return nil
+}
+
+// gone reports whether err says a stream or bucket no longer exists.
+func gone(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
 // position is a database's place in the log.
@@ -174,6 +184,13 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		info, err := r.log.Info(ctx)
+		if gone(err) {
+			w.log.Warn("the replication log was gone (NATS lost it); making it again")
+			a.reset()
+			if err = w.ensureRepl(ctx, w.js); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			warn("standby: the replication log does not answer; retrying", "err", err)
 			sleepCtx(ctx, 250*time.Millisecond)
@@ -232,9 +249,15 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 	return 0, 0, false
 }
 
-// leaseHeld reports whether some worker holds the lease now.
+// leaseHeld reports whether some worker holds the lease now. A lease that
+// cannot be read counts as held; a bucket NATS lost is made again.
 func (w *Worker) leaseHeld(ctx context.Context) bool {
 	_, err := w.repl.kv.Get(ctx, bus.WorkerLeaseKey)
+	if gone(err) {
+		w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
+		_ = w.ensureRepl(ctx, w.js)
+		return true
+	}
 	return err == nil || !errors.Is(err, jetstream.ErrKeyNotFound)
 }
 
@@ -249,6 +272,10 @@ func (w *Worker) takeLease(ctx context.Context, a *applier, pos position) (uint6
 	sent := time.Now()
 	rev, err := r.kv.Create(ctx, bus.WorkerLeaseKey, val)
 	if err != nil {
+		if _, kerr := w.js.KeyValue(ctx, bus.WorkerLeaseBucket); gone(kerr) {
+			w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
+			_ = w.ensureRepl(ctx, w.js)
+		}
 		return 0, 0, false
 	}
 	msg := &nats.Msg{Subject: bus.ReplSubject, Header: nats.Header{}}
@@ -294,11 +321,16 @@ func (w *Worker) activeTerm(ctx context.Context, epoch, rev uint64) {
 	r.stop = cancel
 	pos := r.pos
 	r.mu.Unlock()
-	r.role.Set(1)
 	r.lagRecords.Set(0)
 	r.lagSeconds.Set(0)
 	r.takeovers.Inc()
-	w.log.Info("worker is active", "log_seq", pos, "epoch", epoch, "worker", w.cfg.Name)
+	w.serving = func() {
+		// Once NATS has the service's subscriptions: from here a request
+		// reaches this worker.
+		_ = w.nc.Flush()
+		r.role.Set(1)
+		w.log.Info("worker is active", "log_seq", pos, "epoch", epoch, "worker", w.cfg.Name)
+	}
 
 	renewCtx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -314,6 +346,7 @@ func (w *Worker) activeTerm(ctx context.Context, epoch, rev uint64) {
 		_ = sub.Unsubscribe()
 	}
 	w.stepDown("")
+	r.role.Set(0)
 	stopRenew()
 	wg.Wait()
 	cancel()

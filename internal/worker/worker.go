@@ -105,8 +105,9 @@ type Worker struct {
 	// are applied without waiting for ApplyInterval.
 	syncing atomic.Int32
 
-	repl  replState // the election and the replication log (repl.go)
-	snaps snapshots // copies kept for standbys
+	repl    replState // the election and the replication log (repl.go)
+	serving func()    // called once the request subjects are served
+	snaps   snapshots // copies kept for standbys
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -223,6 +224,9 @@ func (w *Worker) runActive(ctx context.Context) error {
 	defer svc.Stop()
 	if err := w.registerEndpoints(svc); err != nil {
 		return err
+	}
+	if w.serving != nil {
+		w.serving()
 	}
 	maxBytes, maxAge := w.cfg.Streams.Resolved()
 	w.log.Info("worker started", "stream_max_bytes", maxBytes, "stream_max_age", maxAge.String())
