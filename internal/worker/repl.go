@@ -76,6 +76,10 @@ type replState struct {
 	leaseUntil time.Time // the active's own bound on its lease
 	stop       context.CancelFunc
 
+	// txRows is the stream rows the transaction being committed wrote,
+	// set by applyBatch and taken by shipTx; both run under the one writer.
+	txRows txRows
+
 	role       prometheus.Gauge
 	lagRecords prometheus.Gauge
 	lagSeconds prometheus.Gauge
@@ -98,6 +102,15 @@ func newReplState() replState {
 			Help: "Times this worker became active."}),
 	}
 }
+
+type txRows struct {
+	stream string
+	rows   int
+}
+
+// replRowsHeader carries "<stream> <rows>" on the last part of a record
+// that applied stream messages: the standby counts them in its metrics.
+const replRowsHeader = "Sluice-Repl-Rows"
 
 // errNotActive refuses a write on a worker that does not hold the lease.
 var errNotActive = errs.Errorf(errs.Unavailable, "This worker is not the active one; try again shortly.")
@@ -431,6 +444,8 @@ func (w *Worker) stepDownLocked(reason string) {
 // under the store's one writer, so records are published in commit order.
 func (w *Worker) shipTx(stmts []sqlitedb.Statement, exec func(string, ...any) (int64, error)) error {
 	r := &w.repl
+	rows := r.txRows
+	r.txRows = txRows{}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.active {
@@ -461,6 +476,9 @@ func (w *Worker) shipTx(stmts []sqlitedb.Statement, exec func(string, ...any) (i
 		msg := &nats.Msg{Subject: bus.ReplSubject, Data: p, Header: nats.Header{}}
 		msg.Header.Set(bus.ReplEpochHeader, strconv.FormatUint(r.epoch, 10))
 		msg.Header.Set(bus.ReplPartHeader, strconv.Itoa(i+1)+"/"+strconv.Itoa(len(parts)))
+		if i == len(parts)-1 && rows.stream != "" {
+			msg.Header.Set(replRowsHeader, rows.stream+" "+strconv.Itoa(rows.rows))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ack, err := w.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(pos))
 		cancel()
@@ -655,6 +673,7 @@ func (a *applier) catchUp(ctx context.Context, pos position, last uint64) error 
 			if err := a.record(ctx, seq, e, stmts); err != nil {
 				return fmt.Errorf("replication record %d: %w", seq, err)
 			}
+			w.countReplayedRows(m.Headers().Get(replRowsHeader))
 			epoch = e
 			if behind := last > seq; behind {
 				w.repl.lagSeconds.Set(time.Since(md.Timestamp).Seconds())
@@ -683,6 +702,25 @@ func (a *applier) record(ctx context.Context, seq, epoch uint64, stmts []sqlited
 		_, err := tx.ExecContext(rctx, `UPDATE repl_state SET seq = ?, epoch = ? WHERE id = 1`, seq, epoch)
 		return err
 	})
+}
+
+// countReplayedRows adds the stream rows a replayed record wrote to the
+// same totals the active keeps.
+func (w *Worker) countReplayedRows(h string) {
+	stream, n, ok := strings.Cut(h, " ")
+	rows, err := strconv.Atoi(n)
+	if !ok || err != nil || rows < 0 {
+		return
+	}
+	switch stream {
+	case bus.StateStream:
+		w.stateRows.Add(uint64(rows))
+	case bus.CounterStream:
+		w.counterRows.Add(uint64(rows))
+	default:
+		return
+	}
+	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
 }
 
 func parsePart(h string) (int, int, bool) {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
@@ -176,6 +178,24 @@ func TestStandbyWorkerTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the standby applied the log", func() bool { return tenantCount(t, b.db) == 4 })
+	// A bucket state the active commits reaches the standby, which counts
+	// the row as the active does.
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(stateBatch("ten_a/pol_1/ip:192.0.2.9", 3, time.Now().Add(time.Hour).UnixNano()))
+	if _, err := js.Publish(context.Background(), bus.StateSubjectPrefix+"n1", data); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby has the bucket", func() bool {
+		var n int
+		_ = b.db.QueryRow(`SELECT COUNT(*) FROM buckets`).Scan(&n)
+		return n == 1
+	})
+	if got := b.w.Stats().StateRows; got != 1 {
+		t.Fatalf("the standby counted %d state rows, want 1", got)
+	}
 
 	a.stop()
 	waitFor(t, "the standby is active", b.active)
