@@ -252,6 +252,12 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 		if !held {
 			cur, err := w.readPosition(ctx)
 			if err == nil {
+				// Parts of a record its writer never finished (it died
+				// between them) move no position; the new term's marker
+				// goes after them, and every reader drops them.
+				if a.cons != nil && a.consumed > cur.seq {
+					cur.seq = a.consumed
+				}
 				if epoch, rev, ok := w.takeLease(ctx, a, cur); ok {
 					return epoch, rev, true
 				}

@@ -230,3 +230,44 @@ func TestStandbyWorkerTakesOver(t *testing.T) {
 		t.Fatalf("tenants: %v", da["tenants"])
 	}
 }
+
+// A record whose writer died between its parts is dropped by every reader:
+// the next term's marker goes after it, and the worker that takes over
+// writes on. Here the unfinished part is appended by hand, which also
+// makes the active worker's next publish fail: it steps down, catches up
+// and takes the lease again.
+func TestUnfinishedRecordIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	ns := bustest.Start(t, "ha-partial")
+	client, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	a := startHAWorker(t, ns.URL(), filepath.Join(dir, "a"), "a")
+	waitFor(t, "the worker is active", a.active)
+	if err := createTenant(t, client, "first"); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: bus.ReplSubject, Header: nats.Header{}, Data: []byte(`[{"q":"DELETE FROM tenants"`)}
+	msg.Header.Set(bus.ReplEpochHeader, "1")
+	msg.Header.Set(bus.ReplPartHeader, "1/2")
+	if _, err := js.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := createTenant(t, client, "second"); err != nil {
+		t.Fatalf("no worker writes after an unfinished record: %v", err)
+	}
+	b := startHAWorker(t, ns.URL(), filepath.Join(dir, "b"), "b")
+	if err := createTenant(t, client, "third"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby has every tenant", func() bool { return tenantCount(t, b.db) == 3 })
+	if got := tenantCount(t, a.db); got != 3 {
+		t.Fatalf("the active worker has %d tenants, want 3", got)
+	}
+}
