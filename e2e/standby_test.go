@@ -204,6 +204,7 @@ func copyFile(t *testing.T, from, to string) {
 // dead worker's file holds nothing the new one lacks. Then a SIGTERM of the
 // new active hands over back, faster.
 func TestHAStandbyWorker(t *testing.T) {
+	testStart := time.Now()
 	tp := &topology{t: t, natsAddr: freeAddr(t), natsDir: t.TempDir()}
 	tp.startNATS()
 	w1 := startHAWorker(t, tp.natsURL(), "w1")
@@ -335,6 +336,17 @@ func TestHAStandbyWorker(t *testing.T) {
 	}
 	if allowed.Load() < 1000 {
 		t.Errorf("only %d checks admitted: the load did not run", allowed.Load())
+	}
+	// Decision counters too: the dead worker's unacknowledged counter
+	// batches were committed by the new active exactly once.
+	var counted, denied int64
+	waitFor(t, 30*time.Second, "analytics count every decision", func() bool {
+		counted, denied = analyticsTotals(t, s1, tn, testStart.Add(-time.Minute))
+		return counted >= allowed.Load()
+	})
+	t.Logf("analytics: %d allowed, %d denied; the clients saw %d allowed", counted, denied, allowed.Load())
+	if counted != allowed.Load() || denied != 0 {
+		t.Errorf("analytics count %d allowed and %d denied, want %d and 0: a counter batch was lost or counted twice across the failover", counted, denied, allowed.Load())
 	}
 
 	// A clean SIGTERM of the new active hands over to the first worker,
