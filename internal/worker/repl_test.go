@@ -271,3 +271,73 @@ func TestUnfinishedRecordIsDropped(t *testing.T) {
 		t.Fatalf("the active worker has %d tenants, want 3", got)
 	}
 }
+
+// A transaction larger than NATS's max_payload travels in parts: bucket
+// states committed in large batches on a NATS with 64 KiB messages reach
+// the standby whole, and it counts them.
+func TestLargeTransactionsReplicateInParts(t *testing.T) {
+	dir := t.TempDir()
+	ns := bustest.StartConfig(t, bus.EmbeddedConfig{Name: "ha-parts", MaxPayload: 64 << 10})
+	client, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	a := startHAWorker(t, ns.URL(), filepath.Join(dir, "a"), "a")
+	waitFor(t, "the worker is active", a.active)
+	if err := createTenant(t, client, "first"); err != nil {
+		t.Fatal(err)
+	}
+	b := startHAWorker(t, ns.URL(), filepath.Join(dir, "b"), "b")
+	waitFor(t, "the standby has the snapshot", func() bool { return tenantCount(t, b.db) == 1 })
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msgs, per = 12, 250
+	for i := range msgs {
+		data, _ := json.Marshal(manyBuckets(fmt.Sprintf("m%d", i), per))
+		if len(data) > 60<<10 {
+			t.Fatalf("a state message of %d bytes does not fit 64 KiB", len(data))
+		}
+		if _, err := js.Publish(context.Background(), bus.StateSubjectPrefix+"n1", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(db *sql.DB) int {
+		var n int
+		_ = db.QueryRow(`SELECT COUNT(*) FROM buckets`).Scan(&n)
+		return n
+	}
+	waitFor(t, "the active has every bucket", func() bool { return count(a.db) == msgs*per })
+	waitFor(t, "the standby has every bucket", func() bool { return count(b.db) == msgs*per })
+	if got := b.w.Stats().StateRows; got != msgs*per {
+		t.Fatalf("the standby counted %d state rows, want %d", got, msgs*per)
+	}
+	info, err := js.Stream(context.Background(), bus.ReplStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := 0
+	for seq := uint64(1); seq <= info.CachedInfo().State.LastSeq; seq++ {
+		m, err := info.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Data) > 64<<10 {
+			t.Fatalf("log message %d has %d bytes, over max_payload", seq, len(m.Data))
+		}
+		if _, n, _ := parsePart(m.Header.Get(bus.ReplPartHeader)); n > 1 {
+			split++
+		}
+	}
+	if split == 0 {
+		t.Fatal("no transaction went in parts")
+	}
+	t.Logf("%d log messages, %d of them parts of a larger transaction", info.CachedInfo().State.LastSeq, split)
+	a.stop()
+	b.stop()
+	if da, db := dump(t, a.db), dump(t, b.db); !reflect.DeepEqual(da["buckets"], db["buckets"]) {
+		t.Fatal("the buckets differ between the active and the standby")
+	}
+}
