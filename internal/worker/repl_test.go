@@ -295,8 +295,10 @@ func TestLargeTransactionsReplicateInParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	const msgs, per = 12, 250
+	in := 0
 	for i := range msgs {
 		data, _ := json.Marshal(manyBuckets(fmt.Sprintf("m%d", i), per))
+		in += len(data)
 		if len(data) > 60<<10 {
 			t.Fatalf("a state message of %d bytes does not fit 64 KiB", len(data))
 		}
@@ -334,7 +336,8 @@ func TestLargeTransactionsReplicateInParts(t *testing.T) {
 	if split == 0 {
 		t.Fatal("no transaction went in parts")
 	}
-	t.Logf("%d log messages, %d of them parts of a larger transaction", info.CachedInfo().State.LastSeq, split)
+	t.Logf("%d log messages, %d of them parts of a larger transaction; %d bytes of state messages, %d bytes of log",
+		info.CachedInfo().State.LastSeq, split, in, info.CachedInfo().State.Bytes)
 	a.stop()
 	b.stop()
 	if da, db := dump(t, a.db), dump(t, b.db); !reflect.DeepEqual(da["buckets"], db["buckets"]) {
