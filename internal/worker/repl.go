@@ -240,6 +240,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			announced = true
 			w.log.Info("worker is standby", "log_seq", pos.seq, "epoch", pos.epoch, "log_last", last)
 		}
+		r.lagRecords.Set(float64(last - min(pos.seq, last)))
 		if err := a.catchUp(ctx, pos, last); err != nil {
 			if ctx.Err() == nil {
 				warn("standby: applying the replication log failed; retrying", "err", err)
@@ -793,14 +794,20 @@ func (w *Worker) serveSnapshots() (*nats.Subscription, error) {
 			}
 			s.mu.Unlock()
 			path := dbFile + ".snapshot-" + id
-			// Under the one writer, so that no transaction commits between
-			// the copy and the position it records.
-			err = w.store.Exclusive(ctx, func() error {
-				_, err := w.db.ExecContext(ctx, `VACUUM INTO ?`, path)
-				return err
-			})
+			// Made empty and owner-only first: VACUUM INTO fills an empty
+			// file and keeps its mode, so the copy is never readable by
+			// others, whatever the umask.
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err == nil {
-				err = os.Chmod(path, 0o600)
+				err = errors.Join(os.Chmod(path, 0o600), f.Close())
+			}
+			if err == nil {
+				// Under the one writer, so that no transaction commits
+				// between the copy and the position it records.
+				err = w.store.Exclusive(ctx, func() error {
+					_, err := w.db.ExecContext(ctx, `VACUUM INTO ?`, path)
+					return err
+				})
 			}
 			if err != nil {
 				_ = os.Remove(path)
