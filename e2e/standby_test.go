@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -405,6 +406,39 @@ func TestHAStandbyWorker(t *testing.T) {
 	for _, id := range acked {
 		if !first["consumer_keys"][id] {
 			t.Errorf("acknowledged key %s is not in the first worker's file", id)
+		}
+	}
+}
+
+// cmd/worker's standby settings: flags, their SLUICE_* twins (the flag
+// winning), and refusals that name the setting.
+func TestHAWorkerFlags(t *testing.T) {
+	_, worker := build(t)
+	for _, tc := range []struct {
+		args []string
+		env  string
+		ok   bool
+		name string // named in the refusal
+	}{
+		{[]string{"--lease-ttl", "5s", "--name", "w-a"}, "", true, ""},
+		{nil, "SLUICE_WORKER_LEASE_TTL=2s", true, ""},
+		{[]string{"--lease-ttl", "4s"}, "SLUICE_WORKER_LEASE_TTL=1ms", true, ""},
+		{[]string{"--ha=false"}, "", true, ""},
+		{nil, "SLUICE_HA=false", true, ""},
+		{[]string{"--lease-ttl", "100ms"}, "", false, "lease-ttl"},
+		{[]string{"--lease-ttl", "2m"}, "", false, "lease-ttl"},
+		{nil, "SLUICE_WORKER_LEASE_TTL=soon", false, "SLUICE_WORKER_LEASE_TTL"},
+		{nil, "SLUICE_HA=maybe", false, "SLUICE_HA"},
+	} {
+		args := append([]string{"--nats-url", "nats://127.0.0.1:4222", "--data", t.TempDir()}, tc.args...)
+		cmd := exec.Command(worker, append(args, "--check-config")...)
+		cmd.Env = append(os.Environ(), tc.env)
+		out, err := cmd.CombinedOutput()
+		if ok := err == nil && strings.Contains(string(out), "configuration ok"); ok != tc.ok {
+			t.Errorf("%v %s: accepted %v, want %v\n%s", tc.args, tc.env, ok, tc.ok, out)
+		}
+		if !tc.ok && !strings.Contains(string(out), tc.name) {
+			t.Errorf("%v %s: the refusal does not name %s: %s", tc.args, tc.env, tc.name, out)
 		}
 	}
 }

@@ -50,7 +50,15 @@ func run() error {
 	natsURL := fs.String("nats-url", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (SLUICE_NATS_URL)")
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
-	ha := fs.Bool("ha", env("SLUICE_HA", "true") != "false", "take part in the election of the active worker and keep the replication log for standbys: run a second worker with its own --data as a standby (SLUICE_HA)")
+	haDef := true
+	if v := os.Getenv("SLUICE_HA"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("SLUICE_HA: %q is not true or false", v)
+		}
+		haDef = b
+	}
+	ha := fs.Bool("ha", haDef, "take part in the election of the active worker and keep the replication log for standbys: run a second worker with its own --data as a standby (SLUICE_HA)")
 	leaseTTL := fs.Duration("lease-ttl", 3*time.Second, "how long the active worker's lease outlives its last renewal: a standby takes over this long after the active one dies (SLUICE_WORKER_LEASE_TTL)")
 	host, _ := os.Hostname()
 	name := fs.String("name", env("SLUICE_WORKER_NAME", host+"-"+strconv.Itoa(os.Getpid())), "this worker's name in logs and in the lease (SLUICE_WORKER_NAME)")
