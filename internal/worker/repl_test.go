@@ -344,3 +344,42 @@ func TestLargeTransactionsReplicateInParts(t *testing.T) {
 		t.Fatal("the buckets differ between the active and the standby")
 	}
 }
+
+// A record from an ended term (a deposed active that appended after the
+// new term began) changes no database: every reader skips it, the active
+// whose append it overtook steps down, catches up and writes on.
+func TestRecordOfAnEndedTermIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	ns := bustest.Start(t, "ha-fence")
+	client, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	a := startHAWorker(t, ns.URL(), filepath.Join(dir, "a"), "a")
+	waitFor(t, "the worker is active", a.active)
+	b := startHAWorker(t, ns.URL(), filepath.Join(dir, "b"), "b")
+	if err := createTenant(t, client, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby has the tenant", func() bool { return tenantCount(t, b.db) == 1 })
+
+	// Term 0 ended before term 1 began: its record must not delete anything.
+	data, err := encodeStatements([]sqlitedb.Statement{{Query: `DELETE FROM tenants`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(client)
+	msg := &nats.Msg{Subject: bus.ReplSubject, Header: nats.Header{}, Data: data}
+	msg.Header.Set(bus.ReplEpochHeader, "0")
+	msg.Header.Set(bus.ReplPartHeader, "1/1")
+	if _, err := js.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := createTenant(t, client, "after"); err != nil {
+		t.Fatalf("no worker writes after a stale record: %v", err)
+	}
+	for name, h := range map[string]*haWorker{"a": a, "b": b} {
+		waitFor(t, name+" has both tenants", func() bool { return tenantCount(t, h.db) == 2 })
+	}
+}
