@@ -127,6 +127,7 @@ func (w *Worker) runElected(ctx context.Context) error {
 	if err := bus.WaitStreams(ctx, w.js, w.ensureRepl); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	w.removeStaleSnapshots(ctx)
 	w.cfg.Recorder.SetHook(w.shipTx)
 	defer w.cfg.Recorder.SetHook(nil)
 	for ctx.Err() == nil {
@@ -874,6 +875,22 @@ func (w *Worker) serveSnapshots() (*nats.Subscription, error) {
 		_ = csub.Unsubscribe()
 	}()
 	return sub, nil
+}
+
+// removeStaleSnapshots deletes snapshot files a previous run of this
+// worker left beside its database (it stopped before their two minutes).
+func (w *Worker) removeStaleSnapshots(ctx context.Context) {
+	dbFile, err := w.dbPath(ctx)
+	if err != nil {
+		return
+	}
+	stale, _ := filepath.Glob(dbFile + ".snapshot-*")
+	stale = append(stale, dbFile+".incoming")
+	for _, f := range stale {
+		if err := os.Remove(f); err == nil {
+			w.log.Info("removed a snapshot file left by a previous run", "file", f)
+		}
+	}
 }
 
 // loadSnapshot copies the active's database into this one.
