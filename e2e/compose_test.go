@@ -39,7 +39,7 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	natsNodes := []string{"nats-1", "nats-2", "nats-3"}
-	for _, name := range append(slices.Clone(natsNodes), "worker", "server-1", "server-2") {
+	for _, name := range append(slices.Clone(natsNodes), "worker", "worker-2", "server-1", "server-2") {
 		svc, ok := compose.Services[name]
 		if !ok {
 			t.Errorf("service %s missing", name)
@@ -65,6 +65,11 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 				t.Errorf("%s: volume %s is not declared", name, vol)
 			}
 		}
+	}
+	// Two workers, each with a SQLite volume of its own: one active, one
+	// standby (docs/HA.md).
+	if w1, w2 := compose.Services["worker"], compose.Services["worker-2"]; len(w1.Volumes) > 0 && len(w2.Volumes) > 0 && w1.Volumes[0] == w2.Volumes[0] {
+		t.Errorf("worker and worker-2 share the volume %s: each needs its own SQLite file", w1.Volumes[0])
 	}
 	// Three NATS nodes, each with JetStream, docs/NATS.md's configuration
 	// and the routes of deploy/nats-cluster.conf, under a name of its own.

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,6 +50,18 @@ func run() error {
 	natsURL := fs.String("nats-url", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (SLUICE_NATS_URL)")
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	haDef := true
+	if v := os.Getenv("SLUICE_HA"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("SLUICE_HA: %q is not true or false", v)
+		}
+		haDef = b
+	}
+	ha := fs.Bool("ha", haDef, "take part in the election of the active worker and keep the replication log for standbys: run a second worker with its own --data as a standby (SLUICE_HA)")
+	leaseTTL := fs.Duration("lease-ttl", 3*time.Second, "how long the active worker's lease outlives its last renewal: a standby takes over this long after the active one dies (SLUICE_WORKER_LEASE_TTL)")
+	host, _ := os.Hostname()
+	name := fs.String("name", env("SLUICE_WORKER_NAME", host+"-"+strconv.Itoa(os.Getpid())), "this worker's name in logs and in the lease (SLUICE_WORKER_NAME)")
 	checkConfig := fs.Bool("check-config", false, "validate flags and environment, print the result and exit")
 	replicasDef := 0
 	if v := os.Getenv("SLUICE_NATS_REPLICAS"); v != "" {
@@ -66,8 +79,18 @@ func run() error {
 	var auth bus.Auth
 	auth.RegisterFlags(fs, os.Getenv)
 	streams := app.StreamLimitFlags(fs, os.Getenv)
+	if v := os.Getenv("SLUICE_WORKER_LEASE_TTL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("SLUICE_WORKER_LEASE_TTL: %w", err)
+		}
+		*leaseTTL = d
+	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
+	}
+	if *leaseTTL < 500*time.Millisecond || *leaseTTL > time.Minute {
+		return fmt.Errorf("--lease-ttl %s: must be between 500ms and 1m", *leaseTTL)
 	}
 	limits, err := streams()
 	if err != nil {
@@ -123,7 +146,14 @@ func run() error {
 	if err := os.MkdirAll(*data, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	db, err := sqlitedb.Open(ctx, filepath.Join(*data, "sluice.db"))
+	var rec *sqlitedb.Recorder
+	var db *sql.DB
+	if *ha {
+		rec = &sqlitedb.Recorder{}
+		db, err = sqlitedb.OpenRecorded(ctx, filepath.Join(*data, "sluice.db"), rec)
+	} else {
+		db, err = sqlitedb.Open(ctx, filepath.Join(*data, "sluice.db"))
+	}
 	if err != nil {
 		return err
 	}
@@ -135,7 +165,8 @@ func run() error {
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits, Replicas: *replicas}, db, nc)
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits, Replicas: *replicas,
+		Recorder: rec, LeaseTTL: *leaseTTL, Name: *name}, db, nc)
 	if err != nil {
 		return err
 	}
@@ -151,7 +182,7 @@ func run() error {
 		}()
 		defer srv.Close()
 	}
-	log.Info("sluice worker starting", "data", *data, "nats", *natsURL, "nats_auth", auth.Identity(), "nats_tls", auth.TLS())
+	log.Info("sluice worker starting", "data", *data, "nats", *natsURL, "nats_auth", auth.Identity(), "nats_tls", auth.TLS(), "ha", *ha, "name", *name)
 	return w.Run(ctx)
 }
 

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestEnsureRoleKeysMakesPrivateSeedsOnce(t *testing.T) {
@@ -178,5 +180,80 @@ func TestConnectCredentials(t *testing.T) {
 		}
 		nc.Close()
 		ns.Shutdown()
+	}
+}
+
+// A server's credential can neither append to the replication log, write
+// the worker lease, ask the active worker for a snapshot of its database,
+// nor make or change their streams; the worker's can do all of it.
+func TestServerRoleCannotTouchReplication(t *testing.T) {
+	dir := t.TempDir()
+	keys, err := EnsureRoleKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0", Keys: &keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	wopt, _ := nats.NkeyOptionFromSeed(keys.WorkerSeedFile)
+	wc, err := nats.Connect(ns.ClientURL(), wopt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	wjs, _ := jetstream.New(wc)
+	ctx := context.Background()
+	if _, err := wjs.CreateOrUpdateStream(ctx, ReplStreamConfig(1<<20, time.Hour, 1)); err != nil {
+		t.Fatalf("the worker cannot make the replication log: %v", err)
+	}
+	kv, err := OpenKeyValue(ctx, wjs, WorkerLeaseConfig(3*time.Second, 1), nil)
+	if err != nil {
+		t.Fatalf("the worker cannot make the lease bucket: %v", err)
+	}
+	if _, err := kv.Create(ctx, WorkerLeaseKey, []byte("w")); err != nil {
+		t.Fatalf("the worker cannot take the lease: %v", err)
+	}
+	if _, err := wjs.Publish(ctx, ReplSubject, []byte("[]")); err != nil {
+		t.Fatalf("the worker cannot append to the log: %v", err)
+	}
+
+	opt, _ := nats.NkeyOptionFromSeed(keys.ServerSeedFile)
+	errc := make(chan error, 16)
+	sc, err := nats.Connect(ns.ClientURL(), opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errc <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	for _, subject := range []string{
+		ReplSubject,
+		ReplSnapshotSubject,
+		ReplChunkSubject,
+		"$KV." + WorkerLeaseBucket + "." + WorkerLeaseKey,
+		"$JS.API.STREAM.CREATE." + ReplStream,
+		"$JS.API.STREAM.UPDATE." + ReplStream,
+		"$JS.API.STREAM.CREATE.KV_" + WorkerLeaseBucket,
+		"$JS.API.STREAM.PURGE." + ReplStream,
+	} {
+		if err := sc.Publish(subject, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errc:
+			if !strings.Contains(err.Error(), "Permissions Violation") || !strings.Contains(err.Error(), subject) {
+				t.Fatalf("publish to %s: want a permissions violation, got %v", subject, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a server's credential published to %s", subject)
+		}
+	}
+	// The log still holds only the worker's record.
+	s, err := wjs.Stream(ctx, ReplStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("the log holds %d records, want 1", n)
 	}
 }

@@ -115,8 +115,9 @@ func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int, log *s
 func KVStream(bucket string) string { return "KV_" + bucket }
 
 // SluiceStreams are every stream Sluice makes: the state and counter
-// streams and the streams of its KV buckets.
+// streams, the workers' replication log and the streams of its KV buckets.
 func SluiceStreams() []string {
 	return []string{StateStream, CounterStream,
-		KVStream(OwnersBucket), KVStream(MembersBucket), KVStream(RevokedSessionsBucket)}
+		KVStream(OwnersBucket), KVStream(MembersBucket), KVStream(RevokedSessionsBucket),
+		ReplStream, KVStream(WorkerLeaseBucket)}
 }

@@ -36,14 +36,17 @@ func WorkerRole() Role {
 		Name: "worker",
 		PublishAllow: []string{
 			ChangesSubject,
-			"$JS.API.>", // streams, consumers, fetching
-			"$JS.ACK.>", // acks after commit
+			"$JS.API.>",  // streams, consumers, fetching
+			"$JS.ACK.>",  // acks after commit
+			replSubjects, // the replication log, snapshot requests
+			"$KV." + WorkerLeaseBucket + ".>",
 		},
 		SubscribeAllow: []string{
 			ConfigPrefix + ".>",
 			"sluice.worker.>",
 			AnalyticsPrefix + ".>",
-			"$SRV.>", // the service's discovery subjects
+			replSubjects, // snapshot requests from the standby
+			"$SRV.>",     // the service's discovery subjects
 			"_INBOX.>",
 		},
 	}

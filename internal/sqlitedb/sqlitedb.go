@@ -19,7 +19,11 @@ import (
 const driverName = "sqlite3_sluice"
 
 func init() {
-	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+	sql.Register(driverName, &sqlite3.SQLiteDriver{ConnectHook: connectHook})
+}
+
+func connectHook(c *sqlite3.SQLiteConn) error {
+	{
 		// Checkpoint the WAL every 64 MiB instead of every 4 MiB: under a
 		// flood of new callers the worker rewrites the same B-tree pages
 		// many times between checkpoints, and each checkpoint copies a
@@ -33,7 +37,7 @@ func init() {
 		// cache. Writes still go through the WAL.
 		_, err := c.Exec(`PRAGMA mmap_size = 4294967296`, nil)
 		return err
-	}})
+	}
 }
 
 // Open opens (creating if needed) the SQLite file at path with Sluice's
@@ -46,6 +50,13 @@ func init() {
 // Writers use BEGIN IMMEDIATE (_txlock=immediate) so that two transactions
 // never deadlock upgrading a read lock; WAL lets readers run beside them.
 func Open(ctx context.Context, path string) (*sql.DB, error) {
+	return open(ctx, path, func(dsn string) *sql.DB {
+		db, _ := sql.Open(driverName, dsn) // fails only for an unknown driver
+		return db
+	})
+}
+
+func open(ctx context.Context, path string, opener func(dsn string) *sql.DB) (*sql.DB, error) {
 	if err := restrictFiles(path); err != nil {
 		return nil, err
 	}
@@ -65,10 +76,7 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 	// its time reading back pages it just evicted. Memory is taken only as
 	// pages are used.
 	q.Set("_cache_size", "-131072")
-	db, err := sql.Open(driverName, "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
+	db := opener("file:" + path + "?" + q.Encode())
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)

@@ -298,9 +298,15 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		}
 		if stream == bus.StateStream && len(fresh) == len(payloads) {
 			rows = len(merged)
-			return writeBucketRows(tx, merged, w.cfg.Now().UnixNano())
+			err = writeBucketRows(tx, merged, w.cfg.Now().UnixNano())
+		} else {
+			rows, err = apply(tx, fresh)
 		}
-		rows, err = apply(tx, fresh)
+		if err == nil {
+			// The replication record carries the count, so that a standby
+			// counts these rows when it writes them (repl.go).
+			w.repl.txRows = txRows{stream: stream, rows: rows}
+		}
 		return err
 	})
 	if err != nil {

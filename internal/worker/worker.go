@@ -67,6 +67,18 @@ type Config struct {
 	// 0 chooses from the NATS the worker finds (bus.ResolveReplicas). At
 	// start the worker raises any that has fewer.
 	Replicas int
+	// Recorder, when set, makes the worker take part in the election of
+	// the active worker and keep the replication log (repl.go); the
+	// database must have been opened with sqlitedb.OpenRecorded over it.
+	// Without it the worker is the only one and always active.
+	Recorder *sqlitedb.Recorder
+	// LeaseTTL is how long the active worker's lease lives after its last
+	// renewal (renewed every sixth of it): how long a standby waits after
+	// the active one's death. Default 3s. The first worker to make the
+	// lease bucket sets it for all.
+	LeaseTTL time.Duration
+	// Name tells workers apart in logs and in the lease.
+	Name string
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -94,6 +106,10 @@ type Worker struct {
 	syncing atomic.Int32
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
+
+	repl    replState // the election and the replication log (repl.go)
+	serving func()    // called once the request subjects are served
+	snaps   snapshots // copies kept for standbys
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -137,6 +153,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 3 * time.Second
+	}
 	cfg.Analytics.defaults()
 	if err := cfg.Analytics.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -157,8 +176,13 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 			Help: "Stream batches whose transaction failed and that stay in the stream, by reason (disk_full, error)."}, []string{"stream", "reason"}),
 	}
 	w.metrics.lag = newLagMetrics()
+	w.repl = newReplState()
 	if cfg.Registerer != nil {
-		for _, c := range append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...) {
+		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...)
+		if cfg.Recorder != nil {
+			cs = append(cs, w.repl.collectors()...)
+		}
+		for _, c := range cs {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("worker: register metrics: %w", err)
 			}
@@ -172,11 +196,20 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 func (w *Worker) Store() *tenants.Store { return w.store }
 
 // Run serves until ctx ends, then stops fetching; a batch in flight is
-// committed and acked before Run returns.
+// committed and acked before Run returns. With a Recorder, the worker
+// serves only while it holds the lease, and is a standby otherwise.
 func (w *Worker) Run(ctx context.Context) error {
 	if err := sqlitedb.ConvertIncrementalVacuum(ctx, w.db, w.log); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if w.cfg.Recorder != nil {
+		return w.runElected(ctx)
+	}
+	return w.runActive(ctx)
+}
+
+// runActive is the active worker's work, until ctx ends.
+func (w *Worker) runActive(ctx context.Context) error {
 	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -193,6 +226,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer svc.Stop()
 	if err := w.registerEndpoints(svc); err != nil {
 		return err
+	}
+	if w.serving != nil {
+		w.serving()
 	}
 	maxBytes, maxAge := w.cfg.Streams.Resolved()
 	w.log.Info("worker started", "stream_max_bytes", maxBytes, "stream_max_age", maxAge.String())
