@@ -316,6 +316,11 @@ func TestOpenAPIExchanges(t *testing.T) {
 		t.Errorf("429: %v %v", b, h)
 	}
 	fwd("GET", 401, map[string]string{"X-Forwarded-Uri": "/api/items", "X-Api-Key": "ck_unknownunknownunknownunknownunknown"})
+	// nginx cannot pass the body on: it asks for it in a header.
+	nginxDenied := map[string]string{"X-Original-URI": "/api/items", "X-Original-Method": "GET", "X-Forwarded-For": "198.51.100.9", "X-Sluice-Problem-Header": "on"}
+	if b, h := fwd("GET", 429, nginxDenied); h.Get("X-Sluice-Problem") == "" || b["status"] != float64(429) {
+		t.Errorf("429 with the problem in a header: %v %v", b, h)
+	}
 	fwd("GET", 200, map[string]string{"X-Forwarded-Uri": "/api/items", "Authorization": "Bearer " + ck})
 	fwd("GET", 400, nil)
 	s.do(t, exchange{method: "GET", path: api.ForwardAuthPath, header: map[string]string{"X-Forwarded-Uri": "/api/items"}, status: 401, badRequest: true})
