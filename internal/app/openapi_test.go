@@ -2,9 +2,11 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -18,6 +20,7 @@ import (
 	"github.com/pb33f/libopenapi-validator/config"
 
 	"github.com/sluicehq/sluice/internal/api"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 )
 
 // openAPIMethods are the operations a path item can hold in OpenAPI 3.1.
@@ -401,4 +404,39 @@ func TestOpenAPIExchanges(t *testing.T) {
 		sort.Strings(routes)
 		t.Logf("exchanges: %s", strings.Join(routes, "\n"))
 	}
+}
+
+// A server whose worker never answers is not ready: its 503 answers match
+// the description too.
+func TestOpenAPIUnavailable(t *testing.T) {
+	ns := bustest.Start(t, "noworker")
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Data = t.TempDir()
+	cfg.Node = "noworker"
+	cfg.OperatorToken = testToken
+	cfg.NatsURL = ns.URL()
+	cfg.Worker = "external"
+	m := NewMain(cfg, slog.New(slog.DiscardHandler))
+	m.Out = io.Discard
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = m.Close(ctx) // it cannot flush to a worker that never came
+	})
+	if m.Engine().Ready() {
+		t.Fatal("ready without a worker")
+	}
+	raw, err := api.OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAPISpec(t, m, raw)
+	const sk = "sk_0123456789abcdef0123456789abcdef"
+	s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"ip":"203.0.113.7","path":"/a"}`, status: 503})
+	s.do(t, exchange{method: "GET", path: "/v1/policies", auth: sk, status: 503})
+	s.do(t, exchange{method: "GET", path: api.ForwardAuthPath, header: map[string]string{"X-Sluice-Service-Key": sk, "X-Forwarded-Uri": "/a"}, status: 503})
 }
