@@ -87,12 +87,36 @@ const caddyConfig = `{
 }
 
 http://%[1]s {
-	forward_auth %[2]s {
-		uri /v1/forward-auth
-		header_up X-Sluice-Service-Key "%[3]s"
-		copy_headers RateLimit RateLimit-Policy X-RateLimit-Limit X-RateLimit-Remaining X-RateLimit-Reset
+	route {
+		# Only Sluice's answer may set these for the upstream.
+		request_header -Ratelimit
+		request_header -Ratelimit-Policy
+		# forward_auth written out, so that an allowed request's rate-limit
+		# headers reach the client as well as the upstream.
+		reverse_proxy %[2]s {
+			method GET
+			rewrite /v1/forward-auth
+			header_up X-Forwarded-Method {method}
+			header_up X-Forwarded-Uri {uri}
+			header_up X-Sluice-Service-Key "%[3]s"
+			@allowed status 2xx
+			handle_response @allowed {
+				copy_response_headers {
+					include Ratelimit Ratelimit-Policy X-Ratelimit-Limit X-Ratelimit-Remaining X-Ratelimit-Reset
+				}
+				route {
+					request_header Ratelimit {http.reverse_proxy.header.Ratelimit}
+					request_header Ratelimit-Policy {http.reverse_proxy.header.Ratelimit-Policy}
+					# A header Sluice did not send (no policy) stays an unreplaced placeholder: drop it.
+					@unset_rl header_regexp Ratelimit ^\{
+					request_header @unset_rl -Ratelimit
+					@unset_rlp header_regexp Ratelimit-Policy ^\{
+					request_header @unset_rlp -Ratelimit-Policy
+				}
+			}
+		}
+		reverse_proxy %[4]s
 	}
-	reverse_proxy %[4]s
 }
 `
 
@@ -121,6 +145,7 @@ http {
 			auth_request_set $sluice_remaining $upstream_http_x_ratelimit_remaining;
 			auth_request_set $sluice_reset $upstream_http_x_ratelimit_reset;
 			auth_request_set $sluice_retry_after $upstream_http_retry_after;
+			auth_request_set $sluice_problem $upstream_http_x_sluice_problem;
 
 			add_header RateLimit $sluice_ratelimit always;
 			add_header RateLimit-Policy $sluice_policy always;
@@ -145,6 +170,7 @@ http {
 			proxy_set_header X-Original-Method $request_method;
 			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
 			proxy_set_header X-Sluice-Service-Key "%[3]s";
+			proxy_set_header X-Sluice-Problem-Header on;
 		}
 
 		location @sluice_denied {
@@ -156,18 +182,18 @@ http {
 			add_header Retry-After $sluice_retry_after always;
 			default_type application/problem+json;
 			if ($sluice_status = 429) {
-				return 429 '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota exceeded","status":429}';
+				return 429 $sluice_problem;
 			}
 			return 503 '{"type":"https://sluice.dev/problems/unavailable","title":"Service unavailable","status":503}';
 		}
 		location @sluice_401 {
 			add_header WWW-Authenticate 'Bearer error="invalid_token"' always;
 			default_type application/problem+json;
-			return 401 '{"type":"https://sluice.dev/problems/invalid-key","title":"Invalid API key","status":401}';
+			return 401 $sluice_problem;
 		}
 		location @sluice_403 {
 			default_type application/problem+json;
-			return 403 '{"type":"https://sluice.dev/problems/blocked","title":"Blocked","status":403}';
+			return 403 $sluice_problem;
 		}
 	}
 }
@@ -238,7 +264,7 @@ func TestReverseProxyForwardAuth(t *testing.T) {
 				if r.Status != 200 || string(r.Raw) != "upstream" {
 					t.Fatalf("request %d: %d %s", i, r.Status, r.Raw)
 				}
-				if tc.name == "nginx" && r.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(n-i) {
+				if r.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(n-i) || r.Header.Get("RateLimit-Policy") != `"items";q=3;w=60` {
 					t.Errorf("request %d: downstream X-RateLimit-Remaining = %q, want %d", i, r.Header.Get("X-RateLimit-Remaining"), n-i)
 				}
 			}
@@ -250,11 +276,26 @@ func TestReverseProxyForwardAuth(t *testing.T) {
 				r.Header.Get("RateLimit-Policy") != `"items";q=3;w=60` || r.Header.Get("X-RateLimit-Remaining") != "0" {
 				t.Fatalf("request %d: %d %v %s, want 429 with Retry-After and the rate-limit headers", n+1, r.Status, r.Header, r.Raw)
 			}
-			if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") || r.str("type") != "https://iana.org/assignments/http-problem-types#quota-exceeded" {
+			// Sluice's own problem body reaches the client, whatever the proxy.
+			if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") || r.str("type") != "https://iana.org/assignments/http-problem-types#quota-exceeded" ||
+				!strings.HasPrefix(r.str("detail"), `Too many requests for "items"; retry after `) || !strings.Contains(string(r.Raw), `"violated-policies":["items"]`) {
 				t.Errorf("429 body: %s %s", r.Header.Get("Content-Type"), r.Raw)
+			}
+			if r.Header.Get("X-Sluice-Problem") != "" {
+				t.Errorf("the problem header reached the client: %v", r.Header)
 			}
 			if seen, _ := up.stats(); seen != n {
 				t.Fatalf("upstream saw %d requests, want %d: a denied request reached it", seen, n)
+			}
+
+			// A path no policy covers passes with no rate-limit headers, to
+			// the client or the upstream, even when the client sends its own.
+			r = call(t, "GET", base+"/elsewhere", "", nil, "RateLimit-Policy", `"spoofed";q=1;w=1`)
+			if _, ok := r.Header["Ratelimit"]; r.Status != 200 || ok {
+				t.Errorf("unlimited path: %d %v", r.Status, r.Header)
+			}
+			if _, policy := up.stats(); policy != "" {
+				t.Errorf("unlimited path: upstream RateLimit-Policy %q, want none", policy)
 			}
 
 			// A consumer key selects its tier, by X-API-Key or Bearer.
@@ -272,11 +313,24 @@ func TestReverseProxyForwardAuth(t *testing.T) {
 			seen, _ := up.stats()
 
 			r = call(t, "GET", base+"/api/items", "", nil, "X-API-Key", "ck_not_a_real_key")
-			if r.Status != 401 || r.Header.Get("WWW-Authenticate") == "" || r.str("type") != "https://sluice.dev/problems/invalid-key" {
+			if r.Status != 401 || r.Header.Get("WWW-Authenticate") == "" || r.str("type") != "https://sluice.dev/problems/invalid-key" ||
+				r.str("detail") != "The API key is unknown, revoked or expired." {
 				t.Errorf("invalid key: %d %v %s", r.Status, r.Header, r.Raw)
 			}
 			if now, _ := up.stats(); now != seen {
 				t.Errorf("upstream saw the invalid key's request")
+			}
+
+			// A blocked client gets Sluice's 403 problem body.
+			mustStatus(t, call(t, "POST", s.base+"/v1/admin/blocks", operatorToken, map[string]any{
+				"tenant_id": tn.ID, "identity": map[string]any{"kind": "ip", "id": "127.0.0.1"}, "reason": "e2e",
+			}), 201)
+			r = call(t, "GET", base+"/api/items", "", nil)
+			if r.Status != 403 || r.str("type") != "https://sluice.dev/problems/blocked" || r.str("detail") != "Requests from this client are blocked." {
+				t.Errorf("blocked: %d %v %s", r.Status, r.Header, r.Raw)
+			}
+			if now, _ := up.stats(); now != seen {
+				t.Errorf("upstream saw the blocked client's request")
 			}
 		})
 	}

@@ -23,6 +23,18 @@ const ForwardAuthPath = "/v1/forward-auth"
 // Authorization header belongs to the client and holds its consumer key.
 const ServiceKeyHeader = "X-Sluice-Service-Key"
 
+// A proxy that cannot hand the subrequest's body to its client (nginx's
+// auth_request drops it) sets ProblemHeaderRequest on its subrequest; a
+// denial then also carries its problem body, verbatim, in ProblemHeader,
+// which the proxy can return as its own body. The body is JSON without
+// line breaks or other control characters (appendString escapes them, and
+// policy names are ASCII letters, digits, '.', '_' and '-'), so it is a
+// valid header value.
+const (
+	ProblemHeaderRequest = "X-Sluice-Problem-Header"
+	ProblemHeader        = "X-Sluice-Problem"
+)
+
 // Problem types of forward-auth denials, as the Go SDK's middleware writes them.
 const (
 	problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -244,6 +256,9 @@ func writeDenial(c echo.Context, a *engine.Answer) error {
 	}
 	h["Content-Type"] = problemContentType
 	h["X-Content-Type-Options"] = noSniff
+	if headerValue(c.Request().Header, ProblemHeaderRequest) != "" {
+		h[ProblemHeader] = []string{string(b)}
+	}
 	*buf = b
 	c.Response().WriteHeader(status)
 	_, err := c.Response().Write(b)

@@ -99,6 +99,7 @@ func New(cfg Config) *echo.Echo {
 	// wants 405 for a known path with the wrong method. Handlers are wrapped
 	// once here rather than passed to Echo as route middleware, which Echo
 	// would apply anew (allocating) on every request.
+	e.GET(OpenAPIPath, h.openAPIDoc)
 	svc := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	e.POST("/v1/check", svc(h.check))
 	// Proxies send their subrequest with the client's method (nginx) or

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/api"
 )
 
 // forward asks /v1/forward-auth as a proxy would, with the given headers.
@@ -106,4 +109,99 @@ func TestForwardAuth(t *testing.T) {
 			t.Errorf("invalid key: %d %v %v", resp.StatusCode, body, resp.Header)
 		}
 	})
+}
+
+// Traefik's ForwardAuth sends a GET with exactly these headers (its
+// documentation's list) plus the client's own and those of earlier
+// middlewares (here the service key). Traefik itself is not run in tests:
+// this pins the names its documented config relies on.
+func TestForwardAuthTraefikHeaders(t *testing.T) {
+	m := bootWith(t, func(c *Config) { c.TrustedProxies = mustTrusted(t, "127.0.0.1") })
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "traefik", "owner_email": "o@traefik.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{
+		"name": "upload", "method": "POST", "path": "/api/upload",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 1, "period": "60s"}},
+	})
+	traefik := func(client string) map[string]string {
+		return map[string]string{
+			"X-Sluice-Service-Key": sk, // the headers middleware before forwardAuth
+			"X-Forwarded-Method":   "POST",
+			"X-Forwarded-Proto":    "https",
+			"X-Forwarded-Host":     "api.example.com",
+			"X-Forwarded-Uri":      "/api/upload?draft=1",
+			"X-Forwarded-For":      client,
+			"User-Agent":           "client/1.0", // the client's own headers come along
+		}
+	}
+	resp, _ := forward(t, m, "GET", traefik("198.51.100.1"))
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"upload";q=1;w=60` {
+		t.Fatalf("first POST /api/upload: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, body := forward(t, m, "GET", traefik("198.51.100.1"))
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || body["status"] != float64(429) {
+		t.Fatalf("second from the same client: %d %v %v", resp.StatusCode, resp.Header, body)
+	}
+	if resp.Header.Get("X-Sluice-Problem") != "" {
+		t.Errorf("problem header sent unasked: %q", resp.Header.Get("X-Sluice-Problem"))
+	}
+	// X-Forwarded-For names the client: another client has its own bucket.
+	if resp, _ := forward(t, m, "GET", traefik("198.51.100.2")); resp.StatusCode != 200 {
+		t.Errorf("another client: %d", resp.StatusCode)
+	}
+}
+
+// A proxy that drops the subrequest's body (nginx) asks for it in a header:
+// the header holds the body byte for byte.
+func TestForwardAuthProblemHeader(t *testing.T) {
+	m := boot(t)
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "nginx", "owner_email": "o@nginx.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{
+		"name": "items", "path": "/api/items",
+		"tiers": map[string]any{"anonymous": []any{
+			map[string]any{"name": "burst", "algorithm": "token_bucket", "limit": 1, "period": "60s"},
+			map[string]any{"name": "daily", "algorithm": "fixed_window", "limit": 100, "period": "1d"},
+		}},
+	})
+	h := map[string]string{"X-Sluice-Service-Key": sk, "X-Original-URI": "/api/items", "X-Original-Method": "GET", "X-Sluice-Problem-Header": "on"}
+	if resp, _ := forward(t, m, "GET", h); resp.StatusCode != 200 || resp.Header.Get("X-Sluice-Problem") != "" {
+		t.Fatalf("allowed: %d %v", resp.StatusCode, resp.Header)
+	}
+	for _, tc := range []struct {
+		status int
+		extra  map[string]string
+	}{
+		{429, nil},
+		{401, map[string]string{"X-Api-Key": "ck_not_a_key"}},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+m.Addr()+"/v1/forward-auth", nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		for k, v := range tc.extra {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("X-Sluice-Problem") != string(raw) {
+			t.Errorf("%d: header %q, body %q", resp.StatusCode, resp.Header.Get("X-Sluice-Problem"), raw)
+		}
+		if tc.status == 429 && !strings.Contains(string(raw), `"violated-policies":["items.burst"]`) {
+			t.Errorf("429 body: %s", raw)
+		}
+	}
+}
+
+func mustTrusted(t *testing.T, s string) []netip.Prefix {
+	t.Helper()
+	ps, err := api.ParseTrustedProxies(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
 }
