@@ -80,11 +80,14 @@ type Engine struct {
 	applyMu   sync.Mutex // serialises view swaps
 	resyncCh  chan struct{}
 
-	flushMu         sync.Mutex // one flush at a time
-	pendingStates   map[string]bus.BucketRecord
-	pendingCounters []pendingBatch
-	batchSeq        atomic.Uint64
-	epoch           int64
+	flushMu       sync.Mutex // one flush at a time
+	pendingStates map[string]bus.BucketRecord
+	// pendingStatesPeak is the most entries pendingStates has held since
+	// it was last made (shrinkPendingStates).
+	pendingStatesPeak int
+	pendingCounters   []pendingBatch
+	batchSeq          atomic.Uint64
+	epoch             int64
 
 	cluster *cluster.Cluster
 	deltas  deltaAgg

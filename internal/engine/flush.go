@@ -56,6 +56,8 @@ func (e *Engine) flushStates(ctx context.Context) {
 			Limits: bus.EncodeLimits(limits), States: bus.EncodeStates(states), FullAt: fullAt,
 		}
 	})
+	e.pendingStatesPeak = max(e.pendingStatesPeak, len(e.pendingStates))
+	defer e.shrinkPendingStates()
 	if len(e.pendingStates) == 0 {
 		return
 	}
@@ -96,6 +98,21 @@ func (e *Engine) flushStates(ctx context.Context) {
 		publish()
 	}
 }
+
+// shrinkPendingStates gives back the memory of a pending-states map that a
+// burst grew, once it is empty again: a Go map keeps its largest size, and
+// after a million new callers that is tens of MiB held for nothing.
+// flushMu must be held.
+func (e *Engine) shrinkPendingStates() {
+	if len(e.pendingStates) == 0 && e.pendingStatesPeak > shrinkPendingAbove {
+		e.pendingStates = map[string]bus.BucketRecord{}
+		e.pendingStatesPeak = 0
+	}
+}
+
+// shrinkPendingAbove is the size past which an emptied pending-states map is
+// replaced by a new one.
+const shrinkPendingAbove = 4096
 
 // flushCounters publishes decision counters. Batches keep their message id
 // from their first attempt (a retry of a batch that did arrive is dropped by

@@ -396,3 +396,34 @@ func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
 		t.Fatalf("%d buckets left, want the 10 live and 3 recent", n)
 	}
 }
+
+// An idle worker gives back the memory a burst took: once a sweep finds
+// that nothing was written since the sweep before, the idle SQLite
+// connections (and their page caches) are closed; a busy worker keeps them.
+func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
+	e := newEnv(t, Config{SweepInterval: time.Hour})
+	ctx := context.Background()
+	e.run(t)
+	e.w.sweep(ctx) // nothing written yet: idle
+	base := e.db.Stats().MaxIdleClosed
+	b := manyBuckets("burst", 500)
+	e.publish(t, bus.StateSubjectPrefix+"n1", "", b)
+	eventually(t, 30*time.Second, "the burst committed", func() bool { return e.w.Stats().StateRows == 500 })
+	closed := func() int64 { return e.db.Stats().MaxIdleClosed - base }
+	e.w.sweep(ctx) // rows were written since the last sweep: busy
+	if n := closed(); n != 0 {
+		t.Fatalf("%d connections closed after a busy spell, want 0", n)
+	}
+	e.w.sweep(ctx) // nothing written since: idle
+	after := closed()
+	if after == 0 {
+		t.Fatal("no idle connection closed once the worker was idle")
+	}
+	e.w.sweep(ctx) // still idle: released once per idle spell
+	if n := closed(); n != after {
+		t.Fatalf("%d more connections closed in the same idle spell", n-after)
+	}
+	if n := e.count(t, `SELECT count(*) FROM buckets`); n != 500 {
+		t.Fatalf("%d buckets after the release, want 500", n)
+	}
+}

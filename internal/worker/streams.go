@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
 )
 
 // consume runs one stream's fetch/apply/ack loop until ctx ends.
@@ -518,7 +519,40 @@ func (w *Worker) sweep(ctx context.Context) {
 	if deleted > 0 {
 		w.log.Debug("bucket sweep", "deleted", deleted)
 	}
+	w.releaseIfIdle(deleted)
 }
+
+// releaseIfIdle gives memory back after a burst: when neither the streams
+// nor the sweep wrote anything since the last sweep, it closes the idle
+// SQLite connections (each keeps a page cache of up to 128 MiB) and hands
+// the C heap's free pages back to the system, once per idle spell. A busy
+// worker keeps its warm caches.
+func (w *Worker) releaseIfIdle(swept int64) {
+	w.releaseMu.Lock()
+	defer w.releaseMu.Unlock()
+	written := w.stateRows.Load() + w.counterRows.Load()
+	idle := written == w.rowsAtSweep && swept == 0
+	w.rowsAtSweep = written
+	if !idle || w.released {
+		w.released = w.released && idle
+		return
+	}
+	w.released = true
+	// Under the writer's semaphore: closing the last connection
+	// checkpoints the WAL, which must not meet a write transaction.
+	err := w.store.Exclusive(context.Background(), func() error {
+		w.db.SetMaxIdleConns(0) // closes the idle connections now
+		w.db.SetMaxIdleConns(maxIdleConns)
+		sqlitedb.ReleaseMemory()
+		return nil
+	})
+	if err == nil {
+		w.log.Debug("idle: SQLite connections closed and memory released")
+	}
+}
+
+// maxIdleConns is database/sql's default, restored after releaseIfIdle.
+const maxIdleConns = 2
 
 // bucketID is a persisted bucket's primary key.
 type bucketID struct {

@@ -107,6 +107,11 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
+	// rowsAtSweep and released are releaseIfIdle's, under releaseMu.
+	releaseMu   sync.Mutex
+	rowsAtSweep uint64
+	released    bool
+
 	repl    replState // the election and the replication log (repl.go)
 	serving func()    // called once the request subjects are served
 	snaps   snapshots // copies kept for standbys
