@@ -316,9 +316,10 @@ func TestClusterExactAndLocal(t *testing.T) {
 }
 
 // kill -9 of the server that owns a busy caller's bucket: its partitions
-// move to the others within the lease time, they keep answering, and the
-// caller's total stays within limit + what the dead owner had not flushed.
-func TestClusterOwnerKilled(t *testing.T) {
+// move to the others within the lease time (2 s + a 400 ms renewal), every
+// check is answered again within 3 s of the kill, and the caller's total
+// stays within limit + what the dead owner had not flushed.
+func TestHAOwnerKilled(t *testing.T) {
 	tp := startTopology(t, 3, nil)
 	tn := createTenant(t, tp.servers[0], "failover")
 	policyID := createPolicy(t, tp.servers[0], tn, limitPolicy("exact", "exact", 1000))
@@ -338,6 +339,7 @@ func TestClusterOwnerKilled(t *testing.T) {
 	}
 
 	var allowed, failed, total atomic.Int64
+	var lastFail atomic.Int64 // unix ns of the last failed check
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 6; g++ {
@@ -356,6 +358,9 @@ func TestClusterOwnerKilled(t *testing.T) {
 				total.Add(1)
 				if err != nil {
 					failed.Add(1)
+					if now := time.Now().UnixNano(); now > lastFail.Load() {
+						lastFail.Store(now)
+					}
 				} else if c.Allowed {
 					allowed.Add(1)
 				}
@@ -374,8 +379,13 @@ func TestClusterOwnerKilled(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("%d checks: %d allowed, %d failed (all during the %s hand-over: %v)", total.Load(), allowed.Load(), failed.Load(), took.Round(time.Millisecond), failed.Load() == beforeStop)
-	if took > 5*time.Second {
-		t.Errorf("hand-over took %s, target 5s", took)
+	answered := time.Duration(0) // from the kill until the last failed check
+	if lf := lastFail.Load(); lf > 0 {
+		answered = max(time.Unix(0, lf).Sub(killedAt), 0)
+	}
+	t.Logf("every check answered again %s after the kill", answered.Round(time.Millisecond))
+	if answered > 3*time.Second {
+		t.Errorf("checks failed until %s after the kill, target 3s", answered.Round(time.Millisecond))
 	}
 	if failed.Load() != beforeStop {
 		t.Errorf("checks kept failing after the hand-over: %d more", failed.Load()-beforeStop)
@@ -385,7 +395,6 @@ func TestClusterOwnerKilled(t *testing.T) {
 	if a := allowed.Load(); a > 1000+400 {
 		t.Errorf("allowed %d over the window; limit 1000 + the unflushed-state bound 400", a)
 	}
-	_ = killedAt
 }
 
 func isDone(p *server) bool {

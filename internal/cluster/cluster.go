@@ -31,7 +31,11 @@
 // notices, gives up its partitions and reports on Failed.
 //
 // Hand-over time is bounded by LeaseTTL + RenewInterval (+ the load): with
-// the defaults, 3 s + 0.5 s.
+// the defaults, 2 s + 0.4 s. An owner stops deciding LeaseTTL - Margin
+// (1.5 s) after its last renewal, so it rides out about 1.1 s of NATS
+// unavailability before its partitions answer 503; a renewal that arrives
+// later than that finds the lease still its own (nobody may take it before
+// it expires) and it decides again.
 //
 // Lost buckets. The lease buckets are kept in memory, so a NATS restart
 // loses them (a bucket can also be deleted by hand). A server that finds
@@ -81,8 +85,8 @@ type Config struct {
 	// Replicas is how many NATS servers keep the lease buckets; 0 chooses
 	// from the NATS the connection finds (bus.ResolveReplicas).
 	Replicas      int
-	LeaseTTL      time.Duration // default 3s
-	RenewInterval time.Duration // default 500ms
+	LeaseTTL      time.Duration // default 2s
+	RenewInterval time.Duration // default 400ms
 	// Margin is how long before its lease runs out a server stops deciding
 	// for the partition (clock skew allowance). Default 500ms.
 	Margin time.Duration
@@ -191,10 +195,10 @@ type clusterMetrics struct {
 // New prepares a cluster member; Start joins.
 func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 3 * time.Second
+		cfg.LeaseTTL = 2 * time.Second
 	}
 	if cfg.RenewInterval <= 0 {
-		cfg.RenewInterval = 500 * time.Millisecond
+		cfg.RenewInterval = 400 * time.Millisecond
 	}
 	if cfg.Margin <= 0 {
 		cfg.Margin = 500 * time.Millisecond
