@@ -639,3 +639,75 @@ func (p *proxy) cut() {
 }
 
 func (p *proxy) restore() { p.listen() }
+
+// SIGTERM of the server that owns a busy caller's bucket, under load
+// through the other servers: the partitions are handed over, no check
+// fails, and the caller gets exactly its limit (a clean hand-over loses no
+// state).
+func TestHAOwnerStopped(t *testing.T) {
+	tp := startTopology(t, 3, nil)
+	tn := createTenant(t, tp.servers[0], "handover")
+	// 1000 per 30 days: no token comes back within the test, so exactly
+	// 1000 may be admitted.
+	policyID := createPolicy(t, tp.servers[0], tn, map[string]any{"name": "exact", "path": "/exact", "consistency": "exact",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 1000, "period": "720h"}}})
+	ip := "203.0.113.60"
+	owner := tp.ownerOf(tn.ID + "/" + policyID + "/ip:" + ip)
+	var victim *server
+	var live []*server
+	for i, s := range tp.servers {
+		if fmt.Sprintf("s%d", i+1) == owner {
+			victim = s
+		} else {
+			live = append(live, s)
+		}
+	}
+	if victim == nil {
+		t.Fatalf("owner %q is not one of the servers", owner)
+	}
+
+	var allowed, failed, total atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := tryCheck(live[(g+i)%len(live)], tn, ipCheck(ip, "/exact"))
+				total.Add(1)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				} else if c.Allowed {
+					allowed.Add(1)
+				}
+				time.Sleep(4 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopped := make(chan time.Duration, 1)
+	at := time.Now()
+	go func() { victim.stop(); stopped <- time.Since(at) }()
+	took := tp.waitBalanced(10*time.Second, live...)
+	exit := <-stopped
+	t.Logf("SIGTERM: partitions owned by the other servers %s after the signal; the server exited after %s", took.Round(time.Millisecond), exit.Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d checks through the other servers: %d allowed, %d failed", total.Load(), allowed.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d checks failed during a clean hand-over (first: %v)", failed.Load(), firstErr.Load())
+	}
+	if a := allowed.Load(); a != 1000 {
+		t.Errorf("allowed %d, want exactly the limit 1000: a clean hand-over loses no state", a)
+	}
+	if took > time.Second {
+		t.Errorf("hand-over took %s after SIGTERM, target 1s", took.Round(time.Millisecond))
+	}
+}

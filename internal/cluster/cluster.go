@@ -157,6 +157,10 @@ type Cluster struct {
 	synced, watching atomic.Int64
 	// rewatch asks the watch to reopen on a new incarnation.
 	rewatch chan struct{}
+	// freed is signalled when the watch sees a lease deleted (a server
+	// giving partitions back): the loop ticks at once instead of at its
+	// next RenewInterval, so a clean hand-over takes no extra interval.
+	freed chan struct{}
 
 	// mine[p] is the unix ns until which this server decides for p; 0 when
 	// it does not own p (or has not finished loading it).
@@ -217,7 +221,7 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
-		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), failed: make(chan error, 1)}
+		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), freed: make(chan struct{}, 1), failed: make(chan error, 1)}
 	c.metrics = clusterMetrics{
 		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
 			func() float64 { return float64(c.OwnedCount()) }),
@@ -516,6 +520,12 @@ func (c *Cluster) watch(ctx context.Context) {
 			}
 			c.mu.Unlock()
 			c.publishOwner(p)
+			if e.Operation() != jetstream.KeyValuePut {
+				select {
+				case c.freed <- struct{}{}:
+				default:
+				}
+			}
 		}
 	reopen:
 		_ = w.Stop()
@@ -582,6 +592,7 @@ func (c *Cluster) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.freed:
 		}
 	}
 }
@@ -822,11 +833,22 @@ func (c *Cluster) Close(ctx context.Context) {
 		c.stop()
 		c.done.Wait()
 	}
+	// Every owned partition stops deciding first, then all are released
+	// at once: each release's flush and wait for the worker then covers
+	// the others too, and the hand-over takes one round instead of one
+	// per partition.
+	var owned []int
 	for p := range bus.Partitions {
 		if c.mine[p].Load() != 0 {
-			c.release(ctx, p)
+			c.mine[p].Store(0)
+			owned = append(owned, p)
 		}
 	}
+	var wg sync.WaitGroup
+	for _, p := range owned {
+		wg.Go(func() { c.release(ctx, p) })
+	}
+	wg.Wait()
 	if c.members_ != nil && !c.conflict.Load() && c.memberRev.Load() != 0 {
 		// Only our own entry: never one another process wrote since.
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
