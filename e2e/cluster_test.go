@@ -139,6 +139,23 @@ func (tp *topology) ownerOf(key string) string {
 	return tp.partitionOwners()[bus.Partition([]byte(key))]
 }
 
+// ownerAndOthers splits the servers into the owner of a bucket key's
+// partition and the rest.
+func (tp *topology) ownerAndOthers(key string) (owner *server, others []*server) {
+	node := tp.ownerOf(key)
+	for i, s := range tp.servers {
+		if fmt.Sprintf("s%d", i+1) == node {
+			owner = s
+		} else {
+			others = append(others, s)
+		}
+	}
+	if owner == nil {
+		tp.t.Fatalf("owner %q is not one of the servers", node)
+	}
+	return owner, others
+}
+
 // partitionOwners reads every partition's lease: partition → node.
 func (tp *topology) partitionOwners() map[int]string {
 	out, err := tp.tryPartitionOwners()
@@ -324,19 +341,7 @@ func TestHAOwnerKilled(t *testing.T) {
 	tn := createTenant(t, tp.servers[0], "failover")
 	policyID := createPolicy(t, tp.servers[0], tn, limitPolicy("exact", "exact", 1000))
 	ip := "203.0.113.50"
-	owner := tp.ownerOf(tn.ID + "/" + policyID + "/ip:" + ip)
-	var victim *server
-	var live []*server
-	for i, s := range tp.servers {
-		if fmt.Sprintf("s%d", i+1) == owner {
-			victim = s
-		} else {
-			live = append(live, s)
-		}
-	}
-	if victim == nil {
-		t.Fatalf("owner %q is not one of the servers", owner)
-	}
+	victim, live := tp.ownerAndOthers(tn.ID + "/" + policyID + "/ip:" + ip)
 
 	var allowed, failed, total atomic.Int64
 	var lastFail atomic.Int64 // unix ns of the last failed check
@@ -652,19 +657,7 @@ func TestHAOwnerStopped(t *testing.T) {
 	policyID := createPolicy(t, tp.servers[0], tn, map[string]any{"name": "exact", "path": "/exact", "consistency": "exact",
 		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 1000, "period": "720h"}}})
 	ip := "203.0.113.60"
-	owner := tp.ownerOf(tn.ID + "/" + policyID + "/ip:" + ip)
-	var victim *server
-	var live []*server
-	for i, s := range tp.servers {
-		if fmt.Sprintf("s%d", i+1) == owner {
-			victim = s
-		} else {
-			live = append(live, s)
-		}
-	}
-	if victim == nil {
-		t.Fatalf("owner %q is not one of the servers", owner)
-	}
+	victim, live := tp.ownerAndOthers(tn.ID + "/" + policyID + "/ip:" + ip)
 
 	var allowed, failed, total atomic.Int64
 	var firstErr atomic.Value
