@@ -403,11 +403,18 @@ func TestAnalyticsAndAbuse(t *testing.T) {
 	d.one("offenders-empty")
 
 	off[0].DrillURL = ""
+	off[0].RateLimited, off[0].InvalidKey, off[0].Blocked = 25, 1, 4
 	d = renderDOM(t, Abuse(operator, AbuseView{Rows: off, Expiries: []Choice{{Value: "24h", Label: "1 day", Current: true}}}))
 	checkAccessible(t, d)
 	r := d.one("abuse-row")
 	if attr(r, "data-tenant-id") != "ten_1" || !strings.Contains(text(r), "acme") {
 		t.Errorf("abuse row %q", text(r))
+	}
+	// The operator sees the denials by reason too.
+	for id, want := range map[string]string{"abuse-rate-limited": "25", "abuse-invalid-key": "1", "abuse-blocked": "4"} {
+		if got := strings.TrimSpace(text(d.one(id))); got != want {
+			t.Errorf("%s: %q, want %q", id, got, want)
+		}
 	}
 	d.one("block-form")
 	if got := attr(d.one("block-reason"), "value"); got != "abuse report: 30 denied" {
