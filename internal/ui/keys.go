@@ -134,10 +134,11 @@ func (h *keyHandler) renderList(c echo.Context, status int, form views.KeyForm, 
 	needle := strings.ToLower(v.Filter)
 	for _, k := range ks {
 		r := h.keyRow(k, used, now)
-		if r.Status == "revoked" && !v.ShowRevoked {
+		if needle != "" && !strings.Contains(strings.ToLower(r.Name+" "+r.Prefix+" "+r.Tier), needle) {
 			continue
 		}
-		if needle != "" && !strings.Contains(strings.ToLower(r.Name+" "+r.Prefix+" "+r.Tier), needle) {
+		if r.Status == "revoked" && !v.ShowRevoked {
+			v.HiddenRevoked++
 			continue
 		}
 		v.Keys = append(v.Keys, r)

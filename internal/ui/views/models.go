@@ -291,10 +291,13 @@ type KeysView struct {
 	Total       int // keys before filtering
 	Filter      string
 	ShowRevoked bool
-	Columns     []SortColumn
-	Create      KeyForm
-	Created     *CreatedKey
-	Tiers       []string
+	// HiddenRevoked counts the revoked keys left out because ShowRevoked
+	// is off (among those the filter matches).
+	HiddenRevoked int
+	Columns       []SortColumn
+	Create        KeyForm
+	Created       *CreatedKey
+	Tiers         []string
 }
 
 // KeyForm is the create or edit form of a key.

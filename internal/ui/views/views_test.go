@@ -343,6 +343,33 @@ func TestKeysPage(t *testing.T) {
 	if len(btn) != 1 || !hasAttr(btn[0], "hidden") {
 		t.Error("copy button")
 	}
+	d.none("revoked-hidden")
+}
+
+// Revoked keys left out of the list are counted, with a way to show them:
+// a tenant whose keys are all revoked does not read "no keys".
+func TestKeysPageSaysRevokedKeysAreHidden(t *testing.T) {
+	d := renderDOM(t, Keys(owner, KeysView{Total: 1, HiddenRevoked: 1}))
+	checkAccessible(t, d)
+	d.none("empty-keys")
+	if got := strings.Join(strings.Fields(text(d.one("keys-only-revoked"))), " "); got != "No active keys — 1 revoked key hidden. Show them" {
+		t.Errorf("message %q", got)
+	}
+	if got := attr(d.one("show-revoked"), "href"); got != "/ui/keys?revoked=1" {
+		t.Errorf("show link %q", got)
+	}
+	d = renderDOM(t, Keys(owner, KeysView{Total: 3, Filter: "old", HiddenRevoked: 2}))
+	if got := strings.Join(strings.Fields(text(d.one("keys-only-revoked"))), " "); got != "No active key matches this filter — 2 revoked keys hidden. Show them" {
+		t.Errorf("filtered message %q", got)
+	}
+	if got := attr(d.one("show-revoked"), "href"); got != "/ui/keys?q=old&revoked=1" {
+		t.Errorf("filtered show link %q", got)
+	}
+	d = renderDOM(t, Keys(owner, KeysView{Total: 2, HiddenRevoked: 1,
+		Keys: []KeyRow{{ID: "ckey_1", Name: "app", Prefix: "ck_AbCd1", Tier: "pro", Status: "active", URL: "/ui/keys/ckey_1"}}}))
+	if got := strings.Join(strings.Fields(text(d.one("revoked-hidden"))), " "); got != "1 revoked key hidden. Show them" {
+		t.Errorf("hint %q", got)
+	}
 }
 
 func hasAttr(n *html.Node, key string) bool {
