@@ -1,6 +1,6 @@
 // Sluice dashboard: the few behaviours plain HTML lacks. Every page works
-// without this file; it adds copy buttons, confirmation of destructive
-// forms and a periodic refresh of live regions.
+// without this file; it adds copy buttons, local times, confirmation of
+// destructive forms and a periodic refresh of live regions.
 (function () {
   "use strict";
 
@@ -36,6 +36,26 @@
     s.addRange(r);
   }
 
+  // Times: <time datetime="…Z" title="… UTC" data-local>… UTC</time>. The
+  // server writes UTC (what readers without scripts see); here the text
+  // becomes the browser's local time with its zone, and the title keeps
+  // the UTC time for hovering.
+  function localTimes(root) {
+    root.querySelectorAll("time[data-local]").forEach(function (el) {
+      var d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d.getTime())) return;
+      var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+      var zone = "";
+      try {
+        var parts = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(d);
+        parts.forEach(function (p) { if (p.type === "timeZoneName") zone = " " + p.value; });
+      } catch (e) { /* no zone name */ }
+      el.textContent = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+        pad(d.getHours()) + ":" + pad(d.getMinutes()) + zone;
+    });
+  }
+  localTimes(document);
+
   // Destructive forms: <form data-confirm="Revoke this key?">.
   document.querySelectorAll("form[data-confirm]").forEach(function (f) {
     f.addEventListener("submit", function (ev) {
@@ -63,7 +83,7 @@
           if (!html) return;
           var doc = new DOMParser().parseFromString(html, "text/html");
           var fresh = doc.getElementById(region.id);
-          if (fresh) region.innerHTML = fresh.innerHTML;
+          if (fresh) { region.innerHTML = fresh.innerHTML; localTimes(region); }
         })
         .catch(function () { /* keep the current content */ });
     }, every);
