@@ -391,10 +391,16 @@ func TestHANATSNodeKilled(t *testing.T) {
 	}
 	t.Logf("admitted %d of limit %d (%d checks failed)", got, limit, nFailed)
 
-	// Every acknowledged config change is there, on both servers.
+	// Every acknowledged config change is there, on both servers. The
+	// worker may still be waiting for NATS to elect new leaders for its
+	// lease and replication log (it answers 503 meanwhile): wait for it.
 	ackMu.Lock()
 	want := append([][2]string(nil), acked...)
 	ackMu.Unlock()
+	back := waitFor(t, 60*time.Second, "the worker answering after the NATS node's death", func() bool {
+		return call(t, "GET", servers[0].base+"/v1/keys", tn.Key, nil).Status == 200
+	})
+	t.Logf("config reads answered again %s after the checks ended", back.Round(time.Millisecond))
 	for _, s := range servers {
 		r := mustStatus(t, call(t, "GET", s.base+"/v1/keys", tn.Key, nil), 200)
 		have := map[string]bool{}
