@@ -125,7 +125,7 @@ func TestWorkerDiskFullLosesNothing(t *testing.T) {
 	}
 	defer db.Close()
 	var rows int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM buckets WHERE tenant_id = ?`, tn.ID).Scan(&rows); err != nil {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM buckets_live WHERE tenant_id = ?`, tn.ID).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != n+1 {

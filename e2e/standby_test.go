@@ -164,7 +164,7 @@ func tableKeys(t *testing.T, path string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	keyCols := map[string]string{
 		"tenants": "id", "policies": "id", "consumer_keys": "id", "service_keys": "id", "users": "id",
-		"blocks": "id", "buckets": "key", "settings": "key",
+		"blocks": "id", "buckets_live": "key", "settings": "key",
 	}
 	for table, col := range keyCols {
 		rows, err := db.Query(`SELECT ` + col + ` FROM ` + table)

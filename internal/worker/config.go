@@ -231,8 +231,12 @@ func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
 			continue
 		}
 		key := c.TenantID + "/" + c.BucketReset.PolicyID + "/" + c.BucketReset.Identity.Kind + ":" + c.BucketReset.Identity.ID
+		part := bus.Partition([]byte(key))
 		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ?`, bus.Partition([]byte(key)), key)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ?`, part, key); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `DELETE FROM bucket_runs WHERE run IN (SELECT run FROM bucket_run_ids) AND part = ? AND key = ?`, part, key)
 			return err
 		})
 		if err != nil {

@@ -190,7 +190,7 @@ func TestStandbyWorkerTakesOver(t *testing.T) {
 	}
 	waitFor(t, "the standby has the bucket", func() bool {
 		var n int
-		_ = b.db.QueryRow(`SELECT COUNT(*) FROM buckets`).Scan(&n)
+		_ = b.db.QueryRow(`SELECT COUNT(*) FROM buckets_live`).Scan(&n)
 		return n == 1
 	})
 	if got := b.w.Stats().StateRows; got != 1 {
@@ -308,7 +308,7 @@ func TestLargeTransactionsReplicateInParts(t *testing.T) {
 	}
 	count := func(db *sql.DB) int {
 		var n int
-		_ = db.QueryRow(`SELECT COUNT(*) FROM buckets`).Scan(&n)
+		_ = db.QueryRow(`SELECT COUNT(*) FROM buckets_live`).Scan(&n)
 		return n
 	}
 	waitFor(t, "the active has every bucket", func() bool { return count(a.db) == msgs*per })

@@ -147,7 +147,7 @@ func TestWorkerJobsNeverLockEachOther(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "every batch committed", func() bool {
 		a, _ := e.counterTotals(t)
-		return a == messages && e.count(t, `SELECT count(*) FROM buckets WHERE key NOT LIKE '%old%'`) == messages*perMessage
+		return a == messages && e.count(t, `SELECT count(*) FROM buckets_live WHERE key NOT LIKE '%old%'`) == messages*perMessage
 	})
 	if n := e.count(t, `SELECT count(*) FROM tenants`); n != 4 {
 		t.Errorf("%d tenants, want 4", n)
@@ -202,7 +202,7 @@ func TestStreamBoundRefusesNewKeepsAcknowledged(t *testing.T) {
 	// The worker comes: it reports the stream full, then drains it.
 	e.run(t)
 	eventually(t, 30*time.Second, "every acknowledged bucket committed", func() bool {
-		return e.count(t, `SELECT count(*) FROM buckets`) == acked*20
+		return e.count(t, `SELECT count(*) FROM buckets_live`) == acked*20
 	})
 	eventually(t, 10*time.Second, "stream full counted", func() bool {
 		return gauge(t, reg, "sluice_worker_stream_full_total", bus.StateStream) >= 1
@@ -216,7 +216,7 @@ func TestStreamBoundRefusesNewKeepsAcknowledged(t *testing.T) {
 		t.Fatalf("publish after the drain: %v", err)
 	}
 	eventually(t, 10*time.Second, "the refused batch, published again, committed", func() bool {
-		return e.count(t, `SELECT count(*) FROM buckets`) == (acked+1)*20
+		return e.count(t, `SELECT count(*) FROM buckets_live`) == (acked+1)*20
 	})
 }
 
@@ -278,7 +278,7 @@ func TestLagMetricsReportBacklog(t *testing.T) {
 	eventually(t, 10*time.Second, "backlog drained", func() bool {
 		return gauge(t, reg, "sluice_worker_stream_backlog_messages", bus.StateStream) == 0 &&
 			gauge(t, reg, "sluice_worker_stream_oldest_unapplied_seconds", bus.StateStream) == 0 &&
-			e.count(t, `SELECT count(*) FROM buckets`) == 50
+			e.count(t, `SELECT count(*) FROM buckets_live`) == 50
 	})
 	eventually(t, 10*time.Second, "caught up logged", func() bool { return strings.Contains(logs.String(), `"msg":"worker caught up"`) })
 }
@@ -350,7 +350,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 	e.run(t)
 	eventually(t, 60*time.Second, "every bucket and counter committed by the new worker", func() bool {
 		a, d := e.counterTotals(t)
-		return e.count(t, `SELECT count(*) FROM buckets`) == messages*perMessage && a == 2*messages && d == messages
+		return e.count(t, `SELECT count(*) FROM buckets_live`) == messages*perMessage && a == 2*messages && d == messages
 	})
 	// Nothing more arrives later: every decision was counted once.
 	time.Sleep(500 * time.Millisecond)
@@ -389,10 +389,10 @@ func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.w.sweep(ctx)
-	if n := e.count(t, `SELECT count(*) FROM buckets WHERE key LIKE '%full-%'`); n != 0 {
+	if n := e.count(t, `SELECT count(*) FROM buckets_live WHERE key LIKE '%full-%'`); n != 0 {
 		t.Fatalf("%d full, quiet buckets left", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM buckets`); n != 13 {
+	if n := e.count(t, `SELECT count(*) FROM buckets_live`); n != 13 {
 		t.Fatalf("%d buckets left, want the 10 live and 3 recent", n)
 	}
 }
@@ -409,6 +409,7 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	b := manyBuckets("burst", 500)
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", b)
 	eventually(t, 30*time.Second, "the burst committed", func() bool { return e.w.Stats().StateRows == 500 })
+	eventually(t, 30*time.Second, "the burst merged", func() bool { return e.w.runs.stagedRows() == 0 })
 	closed := func() int64 { return e.db.Stats().MaxIdleClosed - base }
 	e.w.sweep(ctx) // rows were written since the last sweep: busy
 	if n := closed(); n != 0 {
@@ -423,7 +424,7 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	if n := closed(); n != after {
 		t.Fatalf("%d more connections closed in the same idle spell", n-after)
 	}
-	if n := e.count(t, `SELECT count(*) FROM buckets`); n != 500 {
+	if n := e.count(t, `SELECT count(*) FROM buckets_live`); n != 500 {
 		t.Fatalf("%d buckets after the release, want 500", n)
 	}
 }

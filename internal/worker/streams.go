@@ -201,7 +201,8 @@ func (w *Worker) consumerGone(ctx context.Context, stream string) bool {
 // nothing out. A stream seen for the first time is taken as the one the
 // rows came from.
 func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created time.Time) error {
-	return w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+	merged := false
+	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
 		var known int64
 		err := tx.QueryRowContext(ctx, `SELECT created FROM stream_incarnations WHERE stream = ?`, stream).Scan(&known)
 		switch {
@@ -218,6 +219,12 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 		}
 		var reset int64
 		if stream == bus.StateStream {
+			// Staged states are merged first: with every sequence at 0
+			// none could win over buckets' rows any more.
+			if err := mergeEverything(ctx, tx); err != nil {
+				return err
+			}
+			merged = true
 			res, err := tx.ExecContext(ctx, `UPDATE buckets SET seq = 0 WHERE seq > 0`)
 			if err != nil {
 				return err
@@ -231,6 +238,10 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 			"stream", stream, "bucket_rows_reset", reset)
 		return nil
 	})
+	if err == nil && merged {
+		err = w.runs.load(ctx, w.db)
+	}
+	return err
 }
 
 // applyDue reports whether pending messages should be applied now.
@@ -298,8 +309,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 			return err
 		}
 		if stream == bus.StateStream && len(fresh) == len(payloads) {
-			rows = len(merged)
-			err = writeBucketRows(tx, merged, w.cfg.Now().UnixNano())
+			rows, err = w.stage(tx, merged)
 		} else {
 			rows, err = apply(tx, fresh)
 		}
@@ -398,20 +408,12 @@ func decodeState(w *Worker, data []byte) *bus.StateBatch {
 	return bs[0]
 }
 
-// applyState upserts bucket states. Within one transaction a key is written
-// once, with its newest state (payloads are in stream order), in multi-row
-// statements (writeBucketRows). A bucket that is full again is written too
-// (not deleted), so that its sequence keeps older redeliveries out; the
-// sweep deletes it later.
+// applyState stages bucket states (runs.go). Within one transaction a key
+// is written once, with its newest state (payloads are in stream order). A
+// bucket that is full again is written too (not deleted), so that its
+// sequence keeps older redeliveries out; the sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
-	order := w.mergeState(payloads)
-	if len(order) == 0 {
-		return 0, nil
-	}
-	if err := writeBucketRows(tx, order, w.cfg.Now().UnixNano()); err != nil {
-		return 0, err
-	}
-	return len(order), nil
+	return w.stage(tx, w.mergeState(payloads))
 }
 
 // mergeState keeps each key's newest state among payloads, in key order,
@@ -480,9 +482,20 @@ func (w *Worker) sweep(ctx context.Context) {
 	w.pruneApplied(ctx)
 	now := w.cfg.Now()
 	fullBy, quietSince := now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano()
+	// Only partitions with nothing staged (runs.go): a staged state may
+	// be older than the one a swept row held, and must not come back.
+	parts, ok := w.runs.clean()
+	if !ok {
+		// Not active (a test, or a standby): nothing stages meanwhile.
+		if err := w.runs.load(ctx, w.db); err != nil {
+			w.log.Error("bucket sweep failed", "err", err)
+			return
+		}
+		parts, _ = w.runs.clean()
+	}
 	var deleted int64
-	for ctx.Err() == nil {
-		keys, err := w.sweepable(ctx, fullBy, quietSince)
+	for len(parts) > 0 && ctx.Err() == nil {
+		keys, err := w.sweepable(ctx, parts, fullBy, quietSince)
 		if err != nil {
 			w.log.Error("bucket sweep failed", "err", err)
 			return
@@ -497,7 +510,11 @@ func (w *Worker) sweep(ctx context.Context) {
 					return err
 				}
 				defer st.Close()
+				staged := w.runs.dirty()
 				for _, k := range chunk {
+					if staged&(1<<k.part) != 0 {
+						continue // staged since the read: swept next time
+					}
 					res, err := st.ExecContext(ctx, k.part, k.key, fullBy, quietSince)
 					if err != nil {
 						return err
@@ -530,7 +547,7 @@ func (w *Worker) sweep(ctx context.Context) {
 func (w *Worker) releaseIfIdle(swept int64) {
 	w.releaseMu.Lock()
 	defer w.releaseMu.Unlock()
-	written := w.stateRows.Load() + w.counterRows.Load()
+	written := w.stateRows.Load() + w.counterRows.Load() + w.runs.mergedRows.Load()
 	idle := written == w.rowsAtSweep && swept == 0
 	w.rowsAtSweep = written
 	if !idle || w.released {
@@ -561,8 +578,12 @@ type bucketID struct {
 }
 
 // sweepable reads up to sweepRead keys of buckets the sweep may delete.
-func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]bucketID, error) {
-	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
+func (w *Worker) sweepable(ctx context.Context, parts []int, fullBy, quietSince int64) ([]bucketID, error) {
+	in := make([]int64, len(parts))
+	for i, p := range parts {
+		in[i] = int64(p)
+	}
+	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE part IN (`+intList(in)+`) AND full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
 	if err != nil {
 		return nil, err
 	}

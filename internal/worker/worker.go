@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,8 @@ type Worker struct {
 	rowsAtSweep uint64
 	released    bool
 
+	runs *stagedRuns // staged bucket states (runs.go)
+
 	repl    replState // the election and the replication log (repl.go)
 	serving func()    // called once the request subjects are served
 	snaps   snapshots // copies kept for standbys
@@ -182,8 +185,10 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	}
 	w.metrics.lag = newLagMetrics()
 	w.repl = newReplState()
+	w.runs = newStagedRuns()
 	if cfg.Registerer != nil {
 		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...)
+		cs = append(cs, w.runs.collectors()...)
 		if cfg.Recorder != nil {
 			cs = append(cs, w.repl.collectors()...)
 		}
@@ -218,6 +223,10 @@ func (w *Worker) runActive(ctx context.Context) error {
 	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	// The account of staged runs comes first: stream batches add to it.
+	if err := w.runs.load(ctx, w.db); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	w.bootstrapOperator(ctx)
 	svc, err := micro.AddService(w.nc, micro.Config{
 		Name:        bus.ServiceName,
@@ -240,6 +249,7 @@ func (w *Worker) runActive(ctx context.Context) error {
 	defer w.log.Info("worker stopped")
 
 	var wg sync.WaitGroup
+	wg.Go(func() { w.mergeLoop(ctx) })
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { w.watchLag(ctx) })
@@ -416,6 +426,10 @@ func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
 // bucketsPage answers hydration. The first page waits until every state
 // batch already in the stream is committed, so a restarted server never
 // hydrates from state older than what it published before it died.
+//
+// Each page reads buckets and the staged runs together (readMerged). A
+// page in (partition, key) order reads one partition at a time, going on
+// to the next while the page has room.
 func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPage, error) {
 	if len(req.Keys) > 0 {
 		return w.bucketsByKey(ctx, req.Keys, req.Packed)
@@ -428,38 +442,47 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	if req.Limit <= 0 || req.Limit > maxPage {
 		req.Limit = maxPage
 	}
-	now := w.cfg.Now().UnixNano()
-	var query string
-	var args []any
+	pb := w.newPageBuilder(req.Packed, w.cfg.Now().UnixNano())
 	switch {
 	case req.Partition != nil:
 		// One partition: a range of the table, in key order (the same
 		// order as bus.CompareBucketKeys within a partition).
-		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE part = ? AND key > ? AND full_at > ? ORDER BY key LIMIT ?`
-		args = []any{*req.Partition, req.After, now}
-	case req.Order == bus.OrderPartitionKey:
-		part := 0
-		if req.After != "" {
-			part = bus.Partition([]byte(req.After))
+		more, err := w.readMerged(ctx, pb, req.Limit, `part = ? AND key > ?`, *req.Partition, req.After)
+		if err != nil {
+			return BucketsPage{}, err
 		}
-		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE (part, key) > (?, ?) AND full_at > ? ORDER BY part, key LIMIT ?`
-		args = []any{part, req.After, now}
+		if more {
+			pb.page.Next = pb.last
+		}
+		return pb.page, nil
+	case req.Order == bus.OrderPartitionKey:
+		part, after := 0, req.After
+		if after != "" {
+			part = bus.Partition([]byte(after))
+		}
+		for ; part < bus.Partitions; part, after = part+1, "" {
+			more, err := w.readMerged(ctx, pb, req.Limit-pb.read, `part = ? AND key > ?`, part, after)
+			if err != nil {
+				return BucketsPage{}, err
+			}
+			if more || pb.read >= req.Limit {
+				pb.page.Next = pb.last
+				break
+			}
+		}
+		pb.page.Order = req.Order
+		return pb.page, nil
 	default:
 		w.warnKeyOrder()
-		query = `SELECT key, tenant_id, state, full_at FROM buckets WHERE key > ? AND full_at > ? ORDER BY key LIMIT ?`
-		args = []any{req.After, now}
+		more, err := w.readMerged(ctx, pb, req.Limit, `key > ?`, req.After)
+		if err != nil {
+			return BucketsPage{}, err
+		}
+		if more {
+			pb.page.Next = pb.last
+		}
+		return pb.page, nil
 	}
-	page, n, last, full, err := w.readBuckets(ctx, req.Packed, query, append(args, req.Limit)...)
-	if err != nil {
-		return BucketsPage{}, err
-	}
-	if req.Partition == nil {
-		page.Order = req.Order
-	}
-	if full || n == req.Limit {
-		page.Next = last
-	}
-	return page, nil
 }
 
 // warnKeyOrder logs, at most once a minute, that a server asked for
@@ -474,64 +497,193 @@ func (w *Worker) warnKeyOrder() {
 	w.log.Warn("a server asked for hydration pages in key order; it is older than this worker and its pages cost a sort of the bucket table each: upgrade it")
 }
 
-// bucketsByKey answers the live persisted buckets among keys.
+// bucketsByKey answers the live persisted buckets among keys: each key's
+// newest state in buckets or in a staged run.
 func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (BucketsPage, error) {
 	if len(keys) > maxPageKeys {
 		return BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
 	}
-	args := make([]any, 0, 2*len(keys)+1)
+	args := make([]any, 0, 2*len(keys))
 	for _, k := range keys {
 		args = append(args, bus.Partition([]byte(k)), k)
 	}
-	args = append(args, w.cfg.Now().UnixNano())
 	q := `WITH k(part, key) AS (VALUES (?, ?)` + strings.Repeat(", (?, ?)", len(keys)-1) + `)
-	SELECT b.key, b.tenant_id, b.state, b.full_at FROM k JOIN buckets b ON b.part = k.part AND b.key = k.key WHERE b.full_at > ?`
-	page, _, _, _, err := w.readBuckets(ctx, packed, q, args...)
-	return page, err
+	SELECT b.key, b.tenant_id, b.state, b.full_at, b.seq FROM k JOIN buckets b ON b.part = k.part AND b.key = k.key
+	UNION ALL
+	SELECT r.key, r.tenant_id, r.state, r.full_at, r.seq FROM k JOIN bucket_runs r ON r.run IN (SELECT run FROM bucket_run_ids) AND r.part = k.part AND r.key = k.key`
+	found, err := queryStored(ctx, w.db, q, args...)
+	if err != nil {
+		return BucketsPage{}, err
+	}
+	slices.SortFunc(found, func(a, b storedBucket) int { return strings.Compare(a.key, b.key) })
+	pb := w.newPageBuilder(packed, w.cfg.Now().UnixNano())
+	for i := 0; i < len(found); {
+		j, newest := i+1, i
+		for ; j < len(found) && found[j].key == found[i].key; j++ {
+			if found[j].seq > found[newest].seq {
+				newest = j
+			}
+		}
+		pb.add(&found[newest])
+		i = j
+	}
+	return pb.page, nil
 }
 
-// readBuckets reads the rows of a bucket query into a page, packed or not,
-// and reports how many buckets it holds and the last one's key. It stops
-// early, reporting full, once the records reach half of max_payload: any
-// reply may travel in parts, but a page that fits one message keeps
-// hydration to one round trip per page and the worker from holding large
-// replies for it.
-func (w *Worker) readBuckets(ctx context.Context, packed bool, query string, args ...any) (page BucketsPage, n int, last string, full bool, err error) {
-	rows, err := w.db.QueryContext(ctx, query, args...)
+// storedBucket is one persisted row of a bucket, from buckets or a run.
+type storedBucket struct {
+	key, tenant string
+	state       []byte
+	fullAt, seq int64
+}
+
+func queryStored(ctx context.Context, db *sql.DB, query string, args ...any) ([]storedBucket, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return BucketsPage{}, 0, "", false, err
+		return nil, err
 	}
 	defer rows.Close()
-	budget := max(int(w.nc.MaxPayload())/2, 4096)
-	size := 0
-	var state, bin []byte
+	var out []storedBucket
 	for rows.Next() {
-		var rec bus.BucketRecord
-		if err := rows.Scan(&rec.Key, &rec.TenantID, &state, &rec.FullAt); err != nil {
-			return BucketsPage{}, 0, "", false, err
+		var b storedBucket
+		if err := rows.Scan(&b.key, &b.tenant, &b.state, &b.fullAt, &b.seq); err != nil {
+			return nil, err
 		}
-		if size += len(rec.Key) + len(rec.TenantID) + len(state) + 64; size > budget && n > 0 {
-			return page, n, last, true, nil
-		}
-		if packed {
-			bin, err = bus.BinaryState(bin[:0], state)
-			if err == nil {
-				page.Packed = bus.AppendPacked(page.Packed, rec.Key, rec.TenantID, rec.FullAt, bin)
-			}
-		} else {
-			rec.Limits, rec.States, err = bus.DecodeState(state)
-			if err == nil {
-				page.Buckets = append(page.Buckets, rec)
-			}
-		}
-		if err != nil {
-			w.log.Error("skipping unreadable bucket", "key", rec.Key, "err", err)
-			continue
-		}
-		n++
-		last = rec.Key
+		out = append(out, b)
 	}
-	return page, n, last, false, rows.Err()
+	return out, rows.Err()
+}
+
+// readMerged adds to pb, in key order, the newest state of each key that
+// matches cond (a condition on part and key) in buckets or a staged run,
+// reading at most limit keys, and reports whether more may follow. Both
+// tables are read in one statement, so in one snapshot.
+//
+// Each table is read up to its limit; keys beyond the first table's last
+// row, or up to the runs' last key (whose other versions may be cut off),
+// are left for the next page. A key is in a run at most once, so the runs
+// are read up to limit plus the number of runs: the page always advances.
+func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, cond string, args ...any) (more bool, err error) {
+	if limit <= 0 {
+		return true, nil
+	}
+	runLimit := limit + max(w.runs.count(), maxRuns) + 1
+	q := `SELECT key, tenant_id, state, full_at, seq, 0 FROM (SELECT key, tenant_id, state, full_at, seq FROM buckets WHERE ` + cond + ` ORDER BY key LIMIT ?)
+	UNION ALL
+	SELECT key, tenant_id, state, full_at, seq, 1 FROM (SELECT key, tenant_id, state, full_at, seq FROM bucket_runs WHERE run IN (SELECT run FROM bucket_run_ids) AND ` + cond + ` ORDER BY key LIMIT ?)`
+	qargs := append(append(append(append([]any{}, args...), limit), args...), runLimit)
+	rows, err := w.db.QueryContext(ctx, q, qargs...)
+	if err != nil {
+		return false, err
+	}
+	var table, staged []storedBucket
+	for rows.Next() {
+		var b storedBucket
+		var src int
+		if err := rows.Scan(&b.key, &b.tenant, &b.state, &b.fullAt, &b.seq, &src); err != nil {
+			rows.Close()
+			return false, err
+		}
+		if src == 0 {
+			table = append(table, b)
+		} else {
+			staged = append(staged, b)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	byKey := func(a, b storedBucket) int { return strings.Compare(a.key, b.key) }
+	slices.SortStableFunc(table, byKey)
+	slices.SortStableFunc(staged, byKey)
+	// The keys this read is complete for: up to the table's last row if it
+	// was cut off, and below the runs' last key if they were.
+	tableCut, stagedCut := len(table) == limit, len(staged) == runLimit
+	within := func(key string) bool {
+		return (!tableCut || key <= table[len(table)-1].key) && (!stagedCut || key < staged[len(staged)-1].key)
+	}
+	i, j := 0, 0
+	for i < len(table) || j < len(staged) {
+		var key string
+		switch {
+		case j == len(staged) || (i < len(table) && table[i].key <= staged[j].key):
+			key = table[i].key
+		default:
+			key = staged[j].key
+		}
+		if !within(key) {
+			return true, nil
+		}
+		var newest *storedBucket
+		if i < len(table) && table[i].key == key {
+			newest = &table[i]
+			i++
+		}
+		for ; j < len(staged) && staged[j].key == key; j++ {
+			if newest == nil || staged[j].seq > newest.seq {
+				newest = &staged[j]
+			}
+		}
+		if !pb.add(newest) {
+			return true, nil
+		}
+	}
+	return tableCut || stagedCut, nil
+}
+
+// pageBuilder fills a hydration page, packed or not, with the live buckets
+// it is given, up to half of NATS's max_payload: any reply may travel in
+// parts, but a page that fits one message keeps hydration to one round
+// trip per page and the worker from holding large replies for it.
+type pageBuilder struct {
+	w      *Worker
+	page   BucketsPage
+	packed bool
+	now    int64
+	budget int
+	size   int
+	read   int    // keys taken, live or not
+	last   string // the last key taken
+	bin    []byte
+}
+
+func (w *Worker) newPageBuilder(packed bool, now int64) *pageBuilder {
+	return &pageBuilder{w: w, packed: packed, now: now, budget: max(int(w.nc.MaxPayload())/2, 4096)}
+}
+
+// add takes b's key, adding b to the page unless it is full again (no
+// longer live); it reports false, taking nothing, when the page has no
+// room left.
+func (pb *pageBuilder) add(b *storedBucket) bool {
+	if b.fullAt <= pb.now {
+		pb.read++
+		pb.last = b.key
+		return true
+	}
+	if pb.size+len(b.key)+len(b.tenant)+len(b.state)+64 > pb.budget && pb.size > 0 {
+		return false
+	}
+	pb.size += len(b.key) + len(b.tenant) + len(b.state) + 64
+	pb.read++
+	pb.last = b.key
+	var err error
+	if pb.packed {
+		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
+		if err == nil {
+			pb.page.Packed = bus.AppendPacked(pb.page.Packed, b.key, b.tenant, b.fullAt, pb.bin)
+		}
+	} else {
+		rec := bus.BucketRecord{Key: b.key, TenantID: b.tenant, FullAt: b.fullAt}
+		rec.Limits, rec.States, err = bus.DecodeState(b.state)
+		if err == nil {
+			pb.page.Buckets = append(pb.page.Buckets, rec)
+		}
+	}
+	if err != nil {
+		pb.w.log.Error("skipping unreadable bucket", "key", b.key, "err", err)
+	}
+	return true
 }
 
 // SyncReply reports the stream sequences the worker has committed.
