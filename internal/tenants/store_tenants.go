@@ -448,7 +448,7 @@ func (s *Store) SetOperatorTokenHash(ctx context.Context, hash string, onlyIfAbs
 		}
 		// The token's hash is a secret too: the entry says only that it changed.
 		err = recordAudit(ctx, tx, AuditEntry{At: normTime(now), Action: action, ObjectType: AuditOperator,
-			ObjectID: "operator_token", ObjectName: "operator token", Changes: []FieldChange{{Field: "token", After: "changed"}}})
+			ObjectID: "operator_token", ObjectName: "token", Changes: []FieldChange{{Field: "token", After: "changed"}}})
 		if err != nil {
 			return nil, err
 		}
