@@ -100,12 +100,16 @@ func New(cfg Config) *echo.Echo {
 	// once here rather than passed to Echo as route middleware, which Echo
 	// would apply anew (allocating) on every request.
 	e.GET(OpenAPIPath, h.openAPIDoc)
-	svc := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
-	e.POST("/v1/check", svc(h.check))
+	decide := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
+	// Config routes carry the service key's prefix to the audit log.
+	svc := func(f echo.HandlerFunc) echo.HandlerFunc {
+		return h.requireJSON(h.serviceAuth(h.withActor(serviceKeyActor, f)))
+	}
+	e.POST("/v1/check", decide(h.check))
 	// Proxies send their subrequest with the client's method (nginx) or
 	// GET (Caddy, Traefik), and no body: any method is accepted.
 	e.Any(ForwardAuthPath, h.forwardAuth)
-	e.POST("/v1/check/batch", svc(h.checkBatch))
+	e.POST("/v1/check/batch", decide(h.checkBatch))
 	e.POST("/v1/policies", svc(h.createPolicy))
 	e.GET("/v1/policies", svc(h.listPolicies))
 	e.GET("/v1/policies/:id", svc(h.getPolicy))
@@ -122,8 +126,12 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/v1/service-keys", svc(h.tenantListServiceKeys))
 	e.POST("/v1/service-keys", svc(h.tenantCreateServiceKey))
 	e.DELETE("/v1/service-keys/:id", svc(h.tenantRevokeServiceKey))
+	e.GET("/v1/audit", svc(h.tenantAudit))
+	e.GET("/v1/audit/:id", svc(h.tenantAuditEntry))
 
-	adm := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.operatorAuth(f)) }
+	adm := func(f echo.HandlerFunc) echo.HandlerFunc {
+		return h.requireJSON(h.operatorAuth(h.withActor(operatorActor, f)))
+	}
 	e.POST("/v1/admin/tenants", adm(h.createTenant))
 	e.GET("/v1/admin/tenants", adm(h.listTenants))
 	e.GET("/v1/admin/abuse", adm(h.abuse))
@@ -133,6 +141,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/v1/admin/tenants/:id/service-keys", adm(h.adminListServiceKeys))
 	e.POST("/v1/admin/tenants/:id/service-keys", adm(h.adminCreateServiceKey))
 	e.DELETE("/v1/admin/tenants/:id/service-keys/:key_id", adm(h.adminRevokeServiceKey))
+	e.GET("/v1/admin/audit", adm(h.adminAudit))
 	return e
 }
 

@@ -380,6 +380,35 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + tenant + "/service-keys/" + first, auth: testToken, status: 409})
 	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + other["id"].(string) + "/service-keys/" + first, auth: testToken, status: 404})
 
+	// The audit log: the writes above, by the service key's prefix and by
+	// the operator; another tenant's entries answer 404.
+	log, _ := s.do(t, exchange{method: "GET", path: "/v1/audit?limit=2", auth: sk, status: 200})
+	entries, _ := log["entries"].([]any)
+	if len(entries) != 2 || log["next_before"] == nil {
+		t.Errorf("first audit page: %v", log)
+	}
+	newest := entries[0].(map[string]any)
+	if a := newest["actor"].(map[string]any); a["kind"] != "operator" || newest["action"] != "revoked" {
+		t.Errorf("newest entry (the operator's revocation): %v", newest)
+	}
+	before := fmt.Sprint(int64(log["next_before"].(float64)))
+	byKey, _ := s.do(t, exchange{method: "GET", path: "/v1/audit?before=" + before + "&object_type=policy&actor=" + sk[:8] + "…", auth: sk, status: 200})
+	if es, _ := byKey["entries"].([]any); len(es) != 3 || es[0].(map[string]any)["actor"].(map[string]any)["kind"] != "service_key" {
+		t.Errorf("policy entries by %s…: %v", sk[:8], byKey)
+	}
+	s.do(t, exchange{method: "GET", path: "/v1/audit?object_type=spaceship", auth: sk, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/audit?limit=0", auth: sk, status: 400, badRequest: true})
+	entryID := fmt.Sprint(int64(newest["id"].(float64)))
+	s.do(t, exchange{method: "GET", path: "/v1/audit/" + entryID, auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/audit/" + entryID, auth: other["service_key"].(string), status: 404})
+	s.do(t, exchange{method: "GET", path: "/v1/audit/x", auth: sk, status: 404})
+	all, _ := s.do(t, exchange{method: "GET", path: "/v1/admin/audit?tenant_id=" + tenant + "&object_type=block", auth: testToken, status: 200})
+	if blocks, _ := all["entries"].([]any); len(blocks) != 2 || blocks[0].(map[string]any)["tenant_name"] != "spec" {
+		t.Errorf("operator's block entries of %s: %v", tenant, all)
+	}
+	s.do(t, exchange{method: "GET", path: "/v1/admin/audit", auth: testToken, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/admin/audit", auth: sk, status: 401})
+
 	// Deletions last.
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/" + kid, auth: sk, status: 200})
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/key_missing", auth: sk, status: 404})

@@ -238,3 +238,11 @@ func LoadSnapshot(ctx context.Context, nc *nats.Conn) (tenants.Snapshot, error) 
 	err := Request(ctx, nc, ConfigPrefix+"."+OpSnapshot, struct{}{}, &snap)
 	return snap, err
 }
+
+// AuditGet reads one audit entry; AllTenants (the operator) reads any
+// tenant's, otherwise another tenant's entry answers not found.
+type AuditGet struct {
+	TenantID   string `json:"tenant_id,omitempty"`
+	AllTenants bool   `json:"all_tenants,omitempty"`
+	ID         int64  `json:"id"`
+}

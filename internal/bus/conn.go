@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // Connect opens a NATS connection that reconnects forever, with auth's
@@ -142,7 +143,11 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, out any) e
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", subject, err)
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
+	m := &nats.Msg{Subject: subject, Data: data}
+	if a, ok := tenants.ActorFrom(ctx); ok {
+		m.Header = nats.Header{ActorHeader: []string{EncodeActor(a)}}
+	}
+	msg, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return unavailable(subject, err)
 	}

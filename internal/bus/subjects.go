@@ -92,6 +92,10 @@ const (
 	OpUserEmail        = "user.email"
 	OpUserSignedIn     = "user.signed_in"
 	OpUserEndSessions  = "user.end_sessions"
+
+	// The audit log (reads; entries are written by the writes above).
+	OpAuditList = "audit.list"
+	OpAuditGet  = "audit.get"
 )
 
 // Partitions is the fixed number of bucket-key partitions whose ownership

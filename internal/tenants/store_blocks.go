@@ -3,11 +3,8 @@ package tenants
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/errs"
 )
 
 // Blocks are the operator's; their methods are not tenant-scoped.
@@ -44,6 +41,11 @@ func (s *Store) CreateBlock(ctx context.Context, b Block, now time.Time) (Block,
 		if err != nil {
 			return nil, fmt.Errorf("create block: %w", err)
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: b.TenantID, At: now, Action: ActionCreated, ObjectType: AuditBlock,
+			ObjectID: b.ID, ObjectName: identityText(b.Identity), Changes: created(blockFields(b))})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{{Kind: ChangeBlock, TenantID: b.TenantID, Block: &b}}, nil
 	})
 	if err != nil {
@@ -73,37 +75,47 @@ func (s *Store) GetBlock(ctx context.Context, id string) (Block, error) {
 	return queryOne(ctx, s.db, scanBlock, "block not found", `SELECT `+blockColumns+` FROM blocks WHERE id = ?`, id)
 }
 
-// DeleteBlock lifts a block.
-func (s *Store) DeleteBlock(ctx context.Context, id string) ([]Change, error) {
+// DeleteBlock lifts a block. With tenantID set, another tenant's block
+// answers errs.NotFound as a missing one does; the operator passes "".
+func (s *Store) DeleteBlock(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
-		var tenantID string
-		err := tx.QueryRowContext(ctx, `DELETE FROM blocks WHERE id = ? RETURNING tenant_id`, id).Scan(&tenantID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, errs.Errorf(errs.NotFound, "block not found")
+		q, args := `SELECT `+blockColumns+` FROM blocks WHERE id = ?`, []any{id}
+		if tenantID != "" {
+			q, args = q+` AND tenant_id = ?`, append(args, tenantID)
 		}
+		b, err := queryOne(ctx, tx, scanBlock, "block not found", q, args...)
 		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = ?`, id); err != nil {
 			return nil, fmt.Errorf("delete block: %w", err)
 		}
-		return []Change{{Kind: ChangeBlockDeleted, TenantID: tenantID, ID: id}}, nil
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: b.TenantID, At: normTime(now), Action: ActionDeleted, ObjectType: AuditBlock,
+			ObjectID: b.ID, ObjectName: identityText(b.Identity), Changes: diffFields(blockFields(b), nil)})
+		if err != nil {
+			return nil, err
+		}
+		return []Change{{Kind: ChangeBlockDeleted, TenantID: b.TenantID, ID: id}}, nil
 	})
 }
 
 // PurgeExpiredBlocks deletes the blocks that expired at or before now, so
 // they stop taking room in every server's snapshot.
 func (s *Store) PurgeExpiredBlocks(ctx context.Context, now time.Time) ([]Change, error) {
+	now = normTime(now)
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
-		type gone struct{ id, tenantID string }
-		rows, err := queryAll(ctx, tx, func(sc scanner) (gone, error) {
-			var g gone
-			err := sc.Scan(&g.id, &g.tenantID)
-			return g, err
-		}, `DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING id, tenant_id`, toMS(now))
+		gone, err := queryAll(ctx, tx, scanBlock, `DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING `+blockColumns, toMS(now))
 		if err != nil {
 			return nil, fmt.Errorf("purge blocks: %w", err)
 		}
-		changes := make([]Change, 0, len(rows))
-		for _, g := range rows {
-			changes = append(changes, Change{Kind: ChangeBlockDeleted, TenantID: g.tenantID, ID: g.id})
+		changes := make([]Change, 0, len(gone))
+		for _, b := range gone {
+			err := recordAudit(ctx, tx, AuditEntry{TenantID: b.TenantID, At: now, Action: ActionExpired, ObjectType: AuditBlock,
+				ObjectID: b.ID, ObjectName: identityText(b.Identity), Changes: diffFields(blockFields(b), nil)})
+			if err != nil {
+				return nil, err
+			}
+			changes = append(changes, Change{Kind: ChangeBlockDeleted, TenantID: b.TenantID, ID: b.ID})
 		}
 		return changes, nil
 	})

@@ -96,6 +96,11 @@ func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier stri
 		if err != nil {
 			return nil, fmt.Errorf("create consumer key: %w", err)
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionCreated, ObjectType: AuditConsumerKey,
+			ObjectID: k.ID, ObjectName: consumerKeyName(k), Changes: created(consumerKeyFields(k))})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{consumerKeyChange(k)}, nil
 	})
 	if err != nil {
@@ -138,6 +143,7 @@ func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patc
 		if k, err = getConsumerKey(ctx, tx, tenantID, id); err != nil || patch.Empty() {
 			return nil, err
 		}
+		before := consumerKeyFields(k)
 		if patch.Name != nil {
 			k.Name = *patch.Name
 		}
@@ -170,6 +176,11 @@ func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patc
 		if err != nil {
 			return nil, fmt.Errorf("update consumer key: %w", err)
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionUpdated, ObjectType: AuditConsumerKey,
+			ObjectID: k.ID, ObjectName: consumerKeyName(k), Changes: diffFields(before, consumerKeyFields(k))})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{consumerKeyChange(k)}, nil
 	})
 	if err != nil {
@@ -192,6 +203,11 @@ func (s *Store) RevokeConsumerKey(ctx context.Context, tenantID, id string, now 
 		if _, err := tx.ExecContext(ctx, `UPDATE consumer_keys SET revoked_at = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
 			toMS(now), toMS(now), id, tenantID); err != nil {
 			return nil, fmt.Errorf("revoke consumer key: %w", err)
+		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionRevoked, ObjectType: AuditConsumerKey,
+			ObjectID: k.ID, ObjectName: consumerKeyName(k), Changes: []FieldChange{{Field: "status", Before: "active", After: "revoked"}}})
+		if err != nil {
+			return nil, err
 		}
 		return []Change{consumerKeyChange(k)}, nil
 	})

@@ -77,6 +77,11 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 		if err != nil {
 			return nil, fmt.Errorf("create policy: %w", err)
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionCreated,
+			ObjectType: AuditPolicy, ObjectID: p.ID, ObjectName: p.Name, Changes: created(policyFields(p))})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{policyChange(p)}, nil
 	})
 	if err != nil {
@@ -147,6 +152,11 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 		if err != nil {
 			return nil, fmt.Errorf("update policy: %w", err)
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionUpdated,
+			ObjectType: AuditPolicy, ObjectID: p.ID, ObjectName: p.Name, Changes: diffFields(policyFields(cur), policyFields(p))})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{policyChange(p)}, nil
 	})
 	if err != nil {
@@ -157,18 +167,20 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 
 // DeletePolicy deletes one of the tenant's policies. Consumer key
 // overrides naming it stay, inert, and apply again if a policy of that
-// name is created.
-func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string) ([]Change, error) {
+// name is created. The audit entry keeps the deleted policy's fields.
+func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
-		res, err := tx.ExecContext(ctx, `DELETE FROM policies WHERE id = ? AND tenant_id = ?`, id, tenantID)
+		cur, err := getPolicy(ctx, tx, tenantID, id)
 		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM policies WHERE id = ? AND tenant_id = ?`, id, tenantID); err != nil {
 			return nil, fmt.Errorf("delete policy: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			if err != nil {
-				return nil, fmt.Errorf("delete policy: %w", err)
-			}
-			return nil, errs.Errorf(errs.NotFound, "policy not found")
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: normTime(now), Action: ActionDeleted,
+			ObjectType: AuditPolicy, ObjectID: id, ObjectName: cur.Name, Changes: diffFields(policyFields(cur), nil)})
+		if err != nil {
+			return nil, err
 		}
 		return []Change{{Kind: ChangePolicyDeleted, TenantID: tenantID, ID: id}}, nil
 	})
@@ -178,7 +190,7 @@ func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string) ([]Change
 // policy (by name, as POST /v1/buckets/reset names it) are to be refilled.
 // Nothing here is stored but the version; the servers' caches act on the
 // change and their next state flush replaces the persisted buckets.
-func (s *Store) ResetBuckets(ctx context.Context, tenantID, policyName string, id Identity) ([]Change, error) {
+func (s *Store) ResetBuckets(ctx context.Context, tenantID, policyName string, id Identity, now time.Time) ([]Change, error) {
 	if policyName == "" {
 		return nil, invalid("policy", "required")
 	}
@@ -194,6 +206,12 @@ func (s *Store) ResetBuckets(ctx context.Context, tenantID, policyName string, i
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reset buckets: %w", err)
+		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: normTime(now), Action: ActionReset,
+			ObjectType: AuditBucket, ObjectID: policyID, ObjectName: policyName,
+			Changes: []FieldChange{{Field: "caller", After: identityText(id)}}})
+		if err != nil {
+			return nil, err
 		}
 		return []Change{{Kind: ChangeBucketReset, TenantID: tenantID,
 			BucketReset: &BucketReset{PolicyID: policyID, Policy: policyName, Identity: id}}}, nil

@@ -96,6 +96,11 @@ func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPasswor
 		if err := insertServiceKey(ctx, tx, key); err != nil {
 			return nil, err
 		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: t.ID, At: now, Action: ActionCreated, ObjectType: AuditTenant,
+			ObjectID: t.ID, ObjectName: t.Name, Changes: created([]field{{"name", t.Name}, {"owner", owner.Email}, {"service key", keyName(key.Prefix)}})})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{tenantChange(t), serviceKeyChange(key), userSessionChange(owner)}, nil
 	})
 	if err != nil {
@@ -165,6 +170,11 @@ func (s *Store) CreateServiceKey(ctx context.Context, tenantID string, now time.
 		if err := insertServiceKey(ctx, tx, k); err != nil {
 			return nil, err
 		}
+		err := recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: k.CreatedAt, Action: ActionCreated, ObjectType: AuditServiceKey,
+			ObjectID: k.ID, ObjectName: keyName(k.Prefix), Changes: created([]field{{"prefix", keyName(k.Prefix)}})})
+		if err != nil {
+			return nil, err
+		}
 		return []Change{serviceKeyChange(k)}, nil
 	})
 	if err != nil {
@@ -209,6 +219,11 @@ func (s *Store) RevokeServiceKey(ctx context.Context, tenantID, id string, now t
 		if _, err := tx.ExecContext(ctx, `UPDATE service_keys SET revoked_at = ? WHERE id = ? AND tenant_id = ?`,
 			toMS(now), id, tenantID); err != nil {
 			return nil, fmt.Errorf("revoke service key: %w", err)
+		}
+		err = recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionRevoked, ObjectType: AuditServiceKey,
+			ObjectID: k.ID, ObjectName: keyName(k.Prefix), Changes: []FieldChange{{Field: "status", Before: "active", After: "revoked"}}})
+		if err != nil {
+			return nil, err
 		}
 		return []Change{serviceKeyChange(k)}, nil
 	})
@@ -263,7 +278,11 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return err
 		}
-		return insertUser(ctx, tx, u)
+		if err := insertUser(ctx, tx, u); err != nil {
+			return err
+		}
+		return recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: u.CreatedAt, Action: ActionInvited, ObjectType: AuditUser,
+			ObjectID: u.ID, ObjectName: u.Email, Changes: created([]field{{"email", u.Email}, {"role", u.Role}})})
 	})
 	if err != nil {
 		return User{}, err
@@ -351,6 +370,11 @@ func (s *Store) EnsureOperator(ctx context.Context, email, password string, now 
 			if err := insertUser(ctx, tx, u); err != nil {
 				return nil, err
 			}
+			err := recordAudit(ctx, tx, AuditEntry{At: normTime(now), Action: ActionCreated, ObjectType: AuditOperator,
+				ObjectID: u.ID, ObjectName: u.Email, Changes: created([]field{{"login", u.Email}})})
+			if err != nil {
+				return nil, err
+			}
 			cs = append(cs, userSessionChange(u))
 		case err != nil:
 			return nil, err
@@ -362,22 +386,27 @@ func (s *Store) EnsureOperator(ctx context.Context, email, password string, now 
 				if u, err = updateUser(ctx, tx, u.ID, "password_hash = ?", hash); err != nil {
 					return nil, err
 				}
+				err := recordAudit(ctx, tx, AuditEntry{At: normTime(now), Action: ActionPasswordChanged, ObjectType: AuditOperator,
+					ObjectID: u.ID, ObjectName: u.Email, Changes: []FieldChange{{Field: "password", After: "changed"}}})
+				if err != nil {
+					return nil, err
+				}
 				cs = append(cs, userSessionChange(u))
 			}
 		}
-		rows, err := tx.QueryContext(ctx, `DELETE FROM users WHERE role = ? AND id <> ? RETURNING id`, RoleOperator, u.ID)
+		retired, err := queryAll(ctx, tx, scanUser, `DELETE FROM users WHERE role = ? AND id <> ? RETURNING `+userColumns, RoleOperator, u.ID)
 		if err != nil {
 			return nil, fmt.Errorf("retire previous operator logins: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+		for _, r := range retired {
+			err := recordAudit(ctx, tx, AuditEntry{At: normTime(now), Action: ActionRemoved, ObjectType: AuditOperator,
+				ObjectID: r.ID, ObjectName: r.Email, Changes: []FieldChange{{Field: "login", Before: r.Email}}})
+			if err != nil {
 				return nil, err
 			}
-			cs = append(cs, Change{Kind: ChangeUserDeleted, ID: id})
+			cs = append(cs, Change{Kind: ChangeUserDeleted, ID: r.ID})
 		}
-		return cs, rows.Err()
+		return cs, nil
 	})
 	if err != nil {
 		return User{}, nil, err
@@ -396,7 +425,7 @@ func (s *Store) OperatorTokenHash(ctx context.Context) (string, error) {
 // token; later starts keep it). Storing the hash already stored is not a
 // change either. set reports whether the hash was written, in which case
 // change is the one to announce.
-func (s *Store) SetOperatorTokenHash(ctx context.Context, hash string, onlyIfAbsent bool) (set bool, change Change, err error) {
+func (s *Store) SetOperatorTokenHash(ctx context.Context, hash string, onlyIfAbsent bool, now time.Time) (set bool, change Change, err error) {
 	if hash == "" {
 		return false, Change{}, errors.New("set operator token: empty hash")
 	}
@@ -412,6 +441,16 @@ func (s *Store) SetOperatorTokenHash(ctx context.Context, hash string, onlyIfAbs
 			INSERT INTO settings (key, value) VALUES (?, ?)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, settingOperatorTokenHash, hash); err != nil {
 			return nil, fmt.Errorf("set operator token: %w", err)
+		}
+		action := ActionCreated
+		if cur != "" {
+			action = ActionUpdated
+		}
+		// The token's hash is a secret too: the entry says only that it changed.
+		err = recordAudit(ctx, tx, AuditEntry{At: normTime(now), Action: action, ObjectType: AuditOperator,
+			ObjectID: "operator_token", ObjectName: "token", Changes: []FieldChange{{Field: "token", After: "changed"}}})
+		if err != nil {
+			return nil, err
 		}
 		return []Change{{Kind: ChangeOperatorToken, OperatorTokenHash: hash}}, nil
 	})

@@ -268,7 +268,7 @@ func TestPolicyCRUD(t *testing.T) {
 	}
 
 	v = version(t, s)
-	changes, err = s.DeletePolicy(ctx, a.ID, p.ID)
+	changes, err = s.DeletePolicy(ctx, a.ID, p.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestPolicyCRUD(t *testing.T) {
 	}
 	_, err = s.GetPolicy(ctx, a.ID, p.ID)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.DeletePolicy(ctx, a.ID, p.ID)
+	_, err = s.DeletePolicy(ctx, a.ID, p.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
 
 	bad := samplePolicy("bad")
@@ -411,7 +411,7 @@ func TestBlocks(t *testing.T) {
 	}
 
 	v = version(t, s)
-	changes, err = s.DeleteBlock(ctx, blk.ID)
+	changes, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestBlocks(t *testing.T) {
 	if changes[0].ID != blk.ID || changes[0].TenantID != a.ID {
 		t.Fatalf("change = %+v", changes[0])
 	}
-	_, err = s.DeleteBlock(ctx, blk.ID)
+	_, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
 
 	// Purging: one expired block goes, the permanent one stays.
@@ -450,7 +450,7 @@ func TestTenantIsolation(t *testing.T) {
 	wantCode(t, err, errs.NotFound)
 	_, _, err = s.UpdatePolicy(ctx, b.ID, p.ID, samplePolicy("stolen"), t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.DeletePolicy(ctx, b.ID, p.ID)
+	_, err = s.DeletePolicy(ctx, b.ID, p.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
 	_, err = s.GetConsumerKey(ctx, b.ID, k.ID)
 	wantCode(t, err, errs.NotFound)
@@ -459,7 +459,7 @@ func TestTenantIsolation(t *testing.T) {
 	wantCode(t, err, errs.NotFound)
 	_, _, err = s.RevokeConsumerKey(ctx, b.ID, k.ID, t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.ResetBuckets(ctx, b.ID, p.Name, tenants.Identity{Kind: "ip", ID: "192.0.2.1"})
+	_, err = s.ResetBuckets(ctx, b.ID, p.Name, tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	wantCode(t, err, errs.NotFound)
 	// Tenant B may not point an override at A's policy either.
 	_, _, _, err = s.CreateConsumerKey(ctx, b.ID, "k", "pro", nil, map[string]tenants.Limits{"heavy": samplePolicy("x").Tiers["anonymous"]}, t0)
@@ -577,19 +577,19 @@ func TestUsersAndOperator(t *testing.T) {
 	}
 
 	hash := tenants.HashToken("op_token_0123456789012345678901234567890")
-	set, c, err := s.SetOperatorTokenHash(ctx, hash, true)
+	set, c, err := s.SetOperatorTokenHash(ctx, hash, true, time.Now())
 	if err != nil || !set {
 		t.Fatalf("first set: %v %v", set, err)
 	}
 	checkChanges(t, s, v+3, []tenants.Change{c}, tenants.ChangeOperatorToken)
-	if set, _, err := s.SetOperatorTokenHash(ctx, "other", true); err != nil || set {
+	if set, _, err := s.SetOperatorTokenHash(ctx, "other", true, time.Now()); err != nil || set {
 		t.Fatalf("onlyIfAbsent overwrote: %v %v", set, err)
 	}
-	if set, _, err := s.SetOperatorTokenHash(ctx, hash, false); err != nil || set {
+	if set, _, err := s.SetOperatorTokenHash(ctx, hash, false, time.Now()); err != nil || set {
 		t.Fatalf("same hash rewritten: %v %v", set, err)
 	}
 	v = version(t, s)
-	set, c, err = s.SetOperatorTokenHash(ctx, "other", false)
+	set, c, err = s.SetOperatorTokenHash(ctx, "other", false, time.Now())
 	if err != nil || !set {
 		t.Fatalf("replace: %v %v", set, err)
 	}
@@ -605,7 +605,7 @@ func TestResetBuckets(t *testing.T) {
 	a := mustTenant(t, s, "a")
 	p := must[tenants.Policy](t)(first(s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)))
 	v := version(t, s)
-	changes, err := s.ResetBuckets(ctx, a.ID, "heavy", tenants.Identity{Kind: "ip", ID: "::ffff:192.0.2.1"})
+	changes, err := s.ResetBuckets(ctx, a.ID, "heavy", tenants.Identity{Kind: "ip", ID: "::ffff:192.0.2.1"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func TestResetBuckets(t *testing.T) {
 	if *changes[0].BucketReset != want {
 		t.Fatalf("reset = %+v", *changes[0].BucketReset)
 	}
-	_, err = s.ResetBuckets(ctx, a.ID, "missing", tenants.Identity{Kind: "ip", ID: "192.0.2.1"})
+	_, err = s.ResetBuckets(ctx, a.ID, "missing", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	wantCode(t, err, errs.NotFound)
 }
 
@@ -654,29 +654,29 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	record(changes, err)
 	_, changes, err = s.CreateBlock(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "key", ID: k.ID}}, t0)
 	record(changes, err)
-	changes, err = s.DeleteBlock(ctx, blk.ID)
+	changes, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
 	record(changes, err)
-	changes, err = s.DeletePolicy(ctx, b.ID, p.ID)
+	changes, err = s.DeletePolicy(ctx, b.ID, p.ID, time.Now())
 	record(changes, err)
-	_, c, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("token"), false)
+	_, c, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("token"), false, time.Now())
 	record([]tenants.Change{c}, err)
-	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"})
+	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	record(changes, err)
 	m, err := s.CreateUser(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	record(s.AnnounceUser(ctx, m.ID))
-	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2")
+	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2", time.Now())
 	record(changes, err)
-	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner)
+	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
 	record(changes, err)
 	m2, err := s.CreateUser(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	record(s.AnnounceUser(ctx, m2.ID))
-	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID)
+	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID, time.Now())
 	record(changes, err)
 
 	end := must[tenants.Snapshot](t)(s.Snapshot(ctx))

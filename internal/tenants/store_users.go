@@ -84,7 +84,7 @@ func (s *Store) checkCurrentPassword(ctx context.Context, id, current string) (U
 
 // ChangePassword sets a user's password after checking the current one,
 // and ends every session of theirs (the session version moves).
-func (s *Store) ChangePassword(ctx context.Context, id, current, next string) (User, []Change, error) {
+func (s *Store) ChangePassword(ctx context.Context, id, current, next string, now time.Time) (User, []Change, error) {
 	if err := validatePassword("new_password", next); err != nil {
 		return User{}, nil, err
 	}
@@ -101,6 +101,10 @@ func (s *Store) ChangePassword(ctx context.Context, id, current, next string) (U
 		if u, err = updateUser(ctx, tx, id, `password_hash = ?`, hash); err != nil {
 			return nil, err
 		}
+		err = recordAudit(ctx, tx, userEntry(u, now, ActionPasswordChanged, []FieldChange{{Field: "password", After: "changed"}}))
+		if err != nil {
+			return nil, err
+		}
 		return []Change{userSessionChange(u)}, nil
 	})
 	if err != nil {
@@ -111,11 +115,14 @@ func (s *Store) ChangePassword(ctx context.Context, id, current, next string) (U
 
 // EndSessions ends every session of a user (sign out everywhere) by
 // moving their session version.
-func (s *Store) EndSessions(ctx context.Context, id string) (User, []Change, error) {
+func (s *Store) EndSessions(ctx context.Context, id string, now time.Time) (User, []Change, error) {
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
 		if u, err = updateUser(ctx, tx, id, ""); err != nil {
+			return nil, err
+		}
+		if err = recordAudit(ctx, tx, userEntry(u, now, ActionSessionsEnded, nil)); err != nil {
 			return nil, err
 		}
 		return []Change{userSessionChange(u)}, nil
@@ -129,7 +136,7 @@ func (s *Store) EndSessions(ctx context.Context, id string) (User, []Change, err
 // ChangeEmail sets the email a user signs in with, after checking their
 // password, and ends every session of theirs. A taken email answers
 // errs.Conflict.
-func (s *Store) ChangeEmail(ctx context.Context, id, password, email string) (User, []Change, error) {
+func (s *Store) ChangeEmail(ctx context.Context, id, password, email string, now time.Time) (User, []Change, error) {
 	if err := ValidateEmail(email); err != nil {
 		return User{}, nil, err
 	}
@@ -151,6 +158,10 @@ func (s *Store) ChangeEmail(ctx context.Context, id, password, email string) (Us
 			return nil, errs.Errorf(errs.Conflict, "a user with this email already exists")
 		}
 		if u, err = updateUser(ctx, tx, id, `email = ?`, email); err != nil {
+			return nil, err
+		}
+		err = recordAudit(ctx, tx, userEntry(u, now, ActionEmailChanged, []FieldChange{{Field: "email", Before: cur.Email, After: u.Email}}))
+		if err != nil {
 			return nil, err
 		}
 		return []Change{userSessionChange(u)}, nil
@@ -180,7 +191,7 @@ func otherOwner(ctx context.Context, tx *sql.Tx, tenantID, id string) (bool, err
 // their sessions, so the new role applies at once. Setting the role a user
 // already has changes nothing. The tenant's last owner cannot become a
 // member (errs.Conflict): nobody could manage its members any more.
-func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string) (User, []Change, error) {
+func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string, now time.Time) (User, []Change, error) {
 	if role != RoleOwner && role != RoleMember {
 		return User{}, nil, invalid("role", "must be owner or member")
 	}
@@ -199,7 +210,12 @@ func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string) (Use
 				return nil, errs.Errorf(errs.Conflict, "this is the tenant's only owner; make another member an owner first")
 			}
 		}
+		before := u.Role
 		if u, err = updateUser(ctx, tx, id, `role = ?`, role); err != nil {
+			return nil, err
+		}
+		err = recordAudit(ctx, tx, userEntry(u, now, ActionRoleChanged, []FieldChange{{Field: "role", Before: before, After: u.Role}}))
+		if err != nil {
 			return nil, err
 		}
 		return []Change{userSessionChange(u)}, nil
@@ -213,7 +229,7 @@ func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string) (Use
 // DeleteUser removes one of a tenant's users; their sessions end on every
 // server with the announced change. The tenant's last owner cannot be
 // removed (errs.Conflict).
-func (s *Store) DeleteUser(ctx context.Context, tenantID, id string) (User, []Change, error) {
+func (s *Store) DeleteUser(ctx context.Context, tenantID, id string, now time.Time) (User, []Change, error) {
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
@@ -232,12 +248,26 @@ func (s *Store) DeleteUser(ctx context.Context, tenantID, id string) (User, []Ch
 		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE id = ? AND tenant_id = ?`, id, tenantID); err != nil {
 			return nil, fmt.Errorf("delete user: %w", err)
 		}
+		err = recordAudit(ctx, tx, userEntry(u, now, ActionRemoved, []FieldChange{{Field: "email", Before: u.Email}, {Field: "role", Before: u.Role}}))
+		if err != nil {
+			return nil, err
+		}
 		return []Change{{Kind: ChangeUserDeleted, TenantID: tenantID, ID: id}}, nil
 	})
 	if err != nil {
 		return User{}, nil, err
 	}
 	return u, changes, nil
+}
+
+// userEntry is the audit entry of a change to a user's login: a tenant's
+// user's in its tenant's log, the operator's in the platform's.
+func userEntry(u User, now time.Time, action string, changes []FieldChange) AuditEntry {
+	typ := AuditUser
+	if u.Role == RoleOperator {
+		typ = AuditOperator
+	}
+	return AuditEntry{TenantID: u.TenantID, At: normTime(now), Action: action, ObjectType: typ, ObjectID: u.ID, ObjectName: u.Email, Changes: changes}
 }
 
 // RecordSignIn stores when a user last signed in. It changes nothing

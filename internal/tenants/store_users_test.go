@@ -29,18 +29,18 @@ func TestPasswordAndEmailChangesEndSessions(t *testing.T) {
 		t.Fatalf("new owner's session version: %d %v (%d)", v, ok, owner.SessionVersion)
 	}
 
-	_, _, err := s.ChangePassword(ctx, owner.ID, "wrong password here", "a new long password")
+	_, _, err := s.ChangePassword(ctx, owner.ID, "wrong password here", "a new long password", time.Now())
 	wantCode(t, err, errs.Invalid)
 	if errs.Message(err) != "current_password: is not your current password" {
 		t.Errorf("wrong current password: %q", errs.Message(err))
 	}
-	_, _, err = s.ChangePassword(ctx, owner.ID, "correct horse battery", "short")
+	_, _, err = s.ChangePassword(ctx, owner.ID, "correct horse battery", "short", time.Now())
 	wantCode(t, err, errs.Invalid)
-	_, _, err = s.ChangePassword(ctx, "usr_missing", "correct horse battery", "a new long password")
+	_, _, err = s.ChangePassword(ctx, "usr_missing", "correct horse battery", "a new long password", time.Now())
 	wantCode(t, err, errs.NotFound)
 
 	v := version(t, s)
-	u, changes, err := s.ChangePassword(ctx, owner.ID, "correct horse battery", "a new long password")
+	u, changes, err := s.ChangePassword(ctx, owner.ID, "correct horse battery", "a new long password", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,15 +56,15 @@ func TestPasswordAndEmailChangesEndSessions(t *testing.T) {
 	// Email: the password is required, a taken email is a conflict, the
 	// same email is no change.
 	mustTenant(t, s, "b")
-	_, _, err = s.ChangeEmail(ctx, owner.ID, "a new long password", "b@example.com")
+	_, _, err = s.ChangeEmail(ctx, owner.ID, "a new long password", "b@example.com", time.Now())
 	wantCode(t, err, errs.Conflict)
-	_, _, err = s.ChangeEmail(ctx, owner.ID, "correct horse battery", "new@example.com")
+	_, _, err = s.ChangeEmail(ctx, owner.ID, "correct horse battery", "new@example.com", time.Now())
 	wantCode(t, err, errs.Invalid)
 	v = version(t, s)
-	if _, changes, err := s.ChangeEmail(ctx, owner.ID, "a new long password", "A@example.com"); err != nil || len(changes) != 0 {
+	if _, changes, err := s.ChangeEmail(ctx, owner.ID, "a new long password", "A@example.com", time.Now()); err != nil || len(changes) != 0 {
 		t.Fatalf("same email: %v, %d changes", err, len(changes))
 	}
-	u, changes, err = s.ChangeEmail(ctx, owner.ID, "a new long password", "New@Example.com")
+	u, changes, err = s.ChangeEmail(ctx, owner.ID, "a new long password", "New@Example.com", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,24 +91,24 @@ func TestMembersRolesAndRemoval(t *testing.T) {
 	checkChanges(t, s, v, changes, tenants.ChangeUserSession)
 
 	// Another tenant's member is not found, whatever the operation.
-	_, _, err := s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner)
+	_, _, err := s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
 	wantCode(t, err, errs.NotFound)
-	_, _, err = s.DeleteUser(ctx, b.ID, m.ID)
+	_, _, err = s.DeleteUser(ctx, b.ID, m.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
-	_, _, err = s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleOperator)
+	_, _, err = s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleOperator, time.Now())
 	wantCode(t, err, errs.Invalid)
 
 	// The only owner stays an owner and stays.
-	_, _, err = s.SetUserRole(ctx, a.ID, owner.ID, tenants.RoleMember)
+	_, _, err = s.SetUserRole(ctx, a.ID, owner.ID, tenants.RoleMember, time.Now())
 	wantCode(t, err, errs.Conflict)
-	_, _, err = s.DeleteUser(ctx, a.ID, owner.ID)
+	_, _, err = s.DeleteUser(ctx, a.ID, owner.ID, time.Now())
 	wantCode(t, err, errs.Conflict)
 
 	v = version(t, s)
-	if _, changes, err := s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleMember); err != nil || len(changes) != 0 {
+	if _, changes, err := s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleMember, time.Now()); err != nil || len(changes) != 0 {
 		t.Fatalf("same role: %v, %d changes", err, len(changes))
 	}
-	u, changes, err := s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleOwner)
+	u, changes, err := s.SetUserRole(ctx, a.ID, m.ID, tenants.RoleOwner, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +117,9 @@ func TestMembersRolesAndRemoval(t *testing.T) {
 		t.Fatalf("promoted: %+v", u)
 	}
 	// With two owners, the first may step down or leave.
-	must[tenants.User](t)(first(s.SetUserRole(ctx, a.ID, owner.ID, tenants.RoleMember)))
+	must[tenants.User](t)(first(s.SetUserRole(ctx, a.ID, owner.ID, tenants.RoleMember, time.Now())))
 	v = version(t, s)
-	_, changes, err = s.DeleteUser(ctx, a.ID, owner.ID)
+	_, changes, err = s.DeleteUser(ctx, a.ID, owner.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

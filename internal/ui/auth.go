@@ -99,6 +99,10 @@ func (g *gate) session(next echo.HandlerFunc) echo.HandlerFunc {
 			if s, ok := g.current(c); ok {
 				c.Set(ctxSession, s)
 				c.Set(ctxFormToken, g.sess.formToken(purposeSession, s.SID))
+				// Every config write the request makes is recorded in
+				// the audit log as this user's.
+				r := c.Request()
+				c.SetRequest(r.WithContext(tenants.WithActor(r.Context(), tenants.UserActor(s.UserID, s.Email, s.Role))))
 				return next(c)
 			}
 			c.SetCookie(g.sess.cookie(c.Request(), sessionCookie, "", -1))

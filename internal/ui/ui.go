@@ -147,6 +147,8 @@ func Register(e *echo.Echo, d Deps) error {
 	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
 	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
+	audit := &auditHandler{config: d.Worker}
+	admAudit := &auditHandler{config: d.Worker, operator: true}
 
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -194,6 +196,7 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/callers/reset", callers.reset, tenant...)
 	e.POST("/ui/callers/block", callers.block, tenant...)
 	e.POST("/ui/callers/unblock", callers.unblock, tenant...)
+	e.GET("/ui/audit", audit.show, tenant...)
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, owner...)
@@ -214,6 +217,7 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/admin/blocks", adm.blocks, operator...)
 	e.POST("/ui/admin/blocks", adm.createBlock, operator...)
 	e.POST("/ui/admin/blocks/:id/delete", adm.deleteBlock, operator...)
+	e.GET("/ui/admin/audit", admAudit.show, operator...)
 	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)

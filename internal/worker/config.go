@@ -87,7 +87,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpPolicyDelete: handle(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID)
+				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID, now())
 				return none{}, cs, err
 			})
 		}),
@@ -123,13 +123,13 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpBlockDelete: handle(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.DeleteBlock(ctx, r.ID)
+				cs, err := st.DeleteBlock(ctx, r.TenantID, r.ID, now())
 				return none{}, cs, err
 			})
 		}),
 		bus.OpBucketReset: handle(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (bus.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.ResetBuckets(ctx, r.TenantID, r.Policy, r.Identity)
+				cs, err := st.ResetBuckets(ctx, r.TenantID, r.Policy, r.Identity, now())
 				if err == nil {
 					w.deleteResetBuckets(ctx, cs)
 				}
@@ -152,29 +152,29 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpUserRole: handle(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (bus.Written[tenants.User], error) {
 			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
-				return st.SetUserRole(ctx, r.TenantID, r.ID, r.Role)
+				return st.SetUserRole(ctx, r.TenantID, r.ID, r.Role, now())
 			})
 		}),
 		bus.OpUserDelete: handle(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.User], error) {
 			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
-				return st.DeleteUser(ctx, r.TenantID, r.ID)
+				return st.DeleteUser(ctx, r.TenantID, r.ID, now())
 			})
 		}),
 		bus.OpUserPassword: handle(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (bus.Written[bus.UserRecord], error) {
 			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.ChangePassword(ctx, r.ID, r.Current, r.New)
+				u, cs, err := st.ChangePassword(ctx, r.ID, r.Current, r.New, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
 		bus.OpUserEmail: handle(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (bus.Written[bus.UserRecord], error) {
 			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.ChangeEmail(ctx, r.ID, r.Password, r.Email)
+				u, cs, err := st.ChangeEmail(ctx, r.ID, r.Password, r.Email, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
 		bus.OpUserEndSessions: handle(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.UserRecord], error) {
 			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.EndSessions(ctx, r.ID)
+				u, cs, err := st.EndSessions(ctx, r.ID, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
@@ -197,6 +197,12 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			return write(w, ctx, func() (tenants.ServiceKey, []tenants.Change, error) {
 				return st.RevokeServiceKey(ctx, r.TenantID, r.ID, now())
 			})
+		}),
+		bus.OpAuditList: handle(w, bus.OpAuditList, func(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
+			return st.ListAudit(ctx, q)
+		}),
+		bus.OpAuditGet: handle(w, bus.OpAuditGet, func(ctx context.Context, r bus.AuditGet) (tenants.AuditEntry, error) {
+			return st.GetAuditEntry(ctx, r.TenantID, r.ID, r.AllTenants)
 		}),
 		bus.OpServiceKeyUsed: handle(w, bus.OpServiceKeyUsed, func(ctx context.Context, r bus.ServiceKeyUsed) (none, error) {
 			if r.V != bus.WireVersion {

@@ -38,7 +38,7 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 	}
 	if token != "" {
 		res, err := write(w, ctx, func() (bool, []tenants.Change, error) {
-			set, c, err := w.store.SetOperatorTokenHash(ctx, tenants.HashToken(token), generated)
+			set, c, err := w.store.SetOperatorTokenHash(ctx, tenants.HashToken(token), generated, w.cfg.Now())
 			if err != nil || !set {
 				return set, nil, err
 			}

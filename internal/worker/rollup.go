@@ -69,9 +69,16 @@ type Retention struct {
 	// TopK is how many identities per tenant each minute, hour and day
 	// keeps exactly; the others are counted together. Default 100.
 	TopK int
+	// Audit is how long audit log entries are kept. Default 400 days.
+	Audit time.Duration
 	// Interval is how often roll-ups, retention and the vacuum run. Default 1m.
 	Interval time.Duration
 }
+
+// DefaultAuditRetention is how long audit entries are kept unless
+// --audit-retention says otherwise: over a year, so last year's change is
+// still there at the yearly review.
+const DefaultAuditRetention = 400 * 24 * time.Hour
 
 // openCellsPerK × TopK is how many cells a tenant's open minute may hold
 // before it is folded down to its TopK identities.
@@ -94,6 +101,9 @@ func (r *Retention) defaults() {
 	if r.TopK <= 0 {
 		r.TopK = 100
 	}
+	if r.Audit <= 0 {
+		r.Audit = DefaultAuditRetention
+	}
 	if r.Interval <= 0 {
 		r.Interval = time.Minute
 	}
@@ -110,6 +120,8 @@ func (r Retention) Validate() error {
 		return fmt.Errorf("--analytics-hours must be at least 1d and at least --analytics-minutes, not %s", r.HourRows)
 	case r.DayRows < r.HourRows:
 		return fmt.Errorf("--analytics-days must be at least --analytics-hours, not %s", r.DayRows)
+	case r.Audit < 24*time.Hour:
+		return fmt.Errorf("--audit-retention must be at least 1d, not %s", r.Audit)
 	case r.TopK > 100000:
 		return fmt.Errorf("--analytics-top-k must be at most 100000, not %d", r.TopK)
 	}
@@ -142,6 +154,7 @@ func (r *Retention) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) 
 	dur("analytics-minutes", "SLUICE_ANALYTICS_MINUTES", &r.MinuteRows, "how long per-minute analytics rows are kept before they are rolled up into hours, e.g. 72h or 3d")
 	dur("analytics-hours", "SLUICE_ANALYTICS_HOURS", &r.HourRows, "how long per-hour analytics rows are kept before they are rolled up into days")
 	dur("analytics-days", "SLUICE_ANALYTICS_DAYS", &r.DayRows, "how long per-day analytics rows are kept before they are deleted")
+	dur("audit-retention", "SLUICE_AUDIT_RETENTION", &r.Audit, "how long audit log entries (config changes) are kept before they are deleted")
 	if v := getenv("SLUICE_ANALYTICS_TOP_K"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -377,6 +390,7 @@ type MaintenanceStats struct {
 	MinuteRowsUp   int64 // minute rows rolled up into hours
 	HourRowsUp     int64 // hour rows rolled up into days
 	DayRowsDeleted int64 // day rows past retention
+	AuditDeleted   int64 // audit log entries past retention
 	FreedPages     int64 // pages given back to the file system
 	PageSize       int64
 }
@@ -388,8 +402,11 @@ type analyticsMaintainer struct {
 	// write runs one write transaction, exclusive one non-transactional
 	// write, each as the process's only SQLite writer (the worker's
 	// store.WriteTx and store.Exclusive).
-	write       func(ctx context.Context, fn func(*sql.Tx) error) error
-	exclusive   func(ctx context.Context, fn func() error) error
+	write     func(ctx context.Context, fn func(*sql.Tx) error) error
+	exclusive func(ctx context.Context, fn func() error) error
+	// pruneAudit deletes audit entries older than a time (the store's
+	// PruneAudit), in transactions of at most batch rows.
+	pruneAudit  func(ctx context.Context, cut time.Time, batch int) (int64, error)
 	r           Retention
 	log         *slog.Logger
 	compactedTo int64
@@ -405,7 +422,7 @@ func Maintain(ctx context.Context, db *sql.DB, r Retention, now time.Time, log *
 		log = slog.New(slog.DiscardHandler)
 	}
 	st := tenants.NewStore(db)
-	m := &analyticsMaintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, r: r, log: log, compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
+	m := &analyticsMaintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, pruneAudit: st.PruneAudit, r: r, log: log, compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
 	return m.run(ctx, now)
 }
 
@@ -450,6 +467,9 @@ func (m *analyticsMaintainer) run(ctx context.Context, now time.Time) (Maintenan
 			break
 		}
 	}
+	if st.AuditDeleted, err = m.pruneAudit(ctx, now.Add(-m.r.Audit), 5000); err != nil {
+		return st, fmt.Errorf("delete audit entries past retention: %w", err)
+	}
 	var vs sqlitedb.VacuumStats
 	err = m.exclusive(ctx, func() (err error) {
 		vs, err = sqlitedb.IncrementalVacuum(ctx, m.db, vacuumMinFreePages)
@@ -459,9 +479,10 @@ func (m *analyticsMaintainer) run(ctx context.Context, now time.Time) (Maintenan
 	if err != nil {
 		return st, fmt.Errorf("incremental vacuum: %w", err)
 	}
-	if st.MinutesFolded+int(st.MinuteRowsUp+st.HourRowsUp+st.DayRowsDeleted+st.FreedPages) > 0 {
+	if st.MinutesFolded+int(st.MinuteRowsUp+st.HourRowsUp+st.DayRowsDeleted+st.AuditDeleted+st.FreedPages) > 0 {
 		m.log.Info("analytics maintenance", "minutes_folded", st.MinutesFolded, "minute_rows_rolled_up", st.MinuteRowsUp,
-			"hour_rows_rolled_up", st.HourRowsUp, "day_rows_deleted", st.DayRowsDeleted, "bytes_freed", st.FreedPages*st.PageSize)
+			"hour_rows_rolled_up", st.HourRowsUp, "day_rows_deleted", st.DayRowsDeleted, "audit_entries_deleted", st.AuditDeleted,
+			"bytes_freed", st.FreedPages*st.PageSize)
 	}
 	return st, nil
 }

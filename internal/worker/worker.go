@@ -265,7 +265,7 @@ func (w *Worker) runActive(ctx context.Context) error {
 		})
 	})
 	wg.Go(func() { every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
-	m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, r: w.cfg.Analytics, log: w.log,
+	m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, pruneAudit: w.store.PruneAudit, r: w.cfg.Analytics, log: w.log,
 		compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
 	wg.Go(func() {
 		every(ctx, w.cfg.Analytics.Interval, func() {
@@ -292,6 +292,24 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 	}
 }
 
+// requestActor returns ctx carrying the actor the request names in
+// bus.ActorHeader, for the audit log. A request without one (a server of an
+// older version) is recorded as made by an unknown actor rather than
+// refused, so an upgrade does not stop config writes; one that cannot be
+// read is recorded the same way, since refusing it would lose the change
+// and not only its author.
+func requestActor(ctx context.Context, h micro.Headers) context.Context {
+	v := h.Get(bus.ActorHeader)
+	if v == "" {
+		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
+	}
+	a, err := bus.DecodeActor(v)
+	if err != nil {
+		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
+	}
+	return tenants.WithActor(ctx, a)
+}
+
 // handler adapts a typed function to a micro endpoint: it decodes the
 // request, runs fn, and replies with the envelope. Each call runs in its own
 // goroutine so a slow request (a sync wait) does not hold up the others.
@@ -303,6 +321,7 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 			var req Req
 			var res Res
 			var err error
+			ctx = requestActor(ctx, r.Headers())
 			if len(r.Data()) > 0 {
 				if jerr := json.Unmarshal(r.Data(), &req); jerr != nil {
 					err = errs.Errorf(errs.Invalid, "malformed request: %v", jerr)

@@ -56,6 +56,8 @@ func ratioWidth(r float64) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+func int64s(n int64) string { return strconv.FormatInt(n, 10) }
+
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // fieldID is the id of the input posting name: "tier.0.name" → "f-tier-0-name".

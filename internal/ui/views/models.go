@@ -35,6 +35,7 @@ const (
 	NavBlocks    = "blocks"
 	NavService   = "service-keys"
 	NavAccount   = "account"
+	NavAudit     = "audit"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -582,4 +583,40 @@ type CallerBlockForm struct {
 	Reason, Expiry string
 	Expiries       []Choice
 	Error          string
+}
+
+// AuditView is one page of the audit log: a tenant's, or with Operator
+// every tenant's, with a Tenant column and filter.
+type AuditView struct {
+	Operator bool
+	// Action is the URL the filter form is sent to.
+	Action      string
+	ObjectTypes []Choice // the object type filter, "" first (all)
+	Tenants     []Choice // the operator's tenant filter, "" first (all)
+	Actor       string   // the actor filter's value
+	Filtered    bool     // a filter is set: offer to clear it
+	Entries     []AuditRow
+	// OlderURL is the next page's address, NewestURL the first page's
+	// when this is not it; empty when there is none.
+	OlderURL, NewestURL string
+	Error               string
+}
+
+// AuditRow is one entry of the audit log.
+type AuditRow struct {
+	ID         int64
+	At         time.Time
+	TenantName string // on the operator's page; "" for the platform's entries
+	Actor      string // as people read it: an email, "service key sk_AbC12…", "operator"
+	ActorURL   string // the page filtered to this actor
+	Action     string // "created", "role changed", …
+	ObjectType string // "policy", "consumer key", …
+	ObjectName string
+	ObjectID   string
+	Changes    []AuditChange
+}
+
+// AuditChange is one field before and after; an empty side was not set.
+type AuditChange struct {
+	Field, Before, After string
 }
