@@ -33,6 +33,36 @@ func (h *handler) listTenants(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"tenants": ts})
 }
 
+func (h *handler) getTenant(c echo.Context) error {
+	var t tenants.TenantSummary
+	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantGet, bus.TenantScoped{TenantID: c.Param("id")}, &t); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h *handler) suspendTenant(c echo.Context) error { return h.tenantState(c, bus.OpTenantSuspend) }
+func (h *handler) resumeTenant(c echo.Context) error  { return h.tenantState(c, bus.OpTenantResume) }
+
+// tenantState suspends or resumes a tenant and answers it as it now is.
+func (h *handler) tenantState(c echo.Context, op string) error {
+	var w bus.Written[tenants.Tenant]
+	if err := h.Worker.Call(c.Request().Context(), op, bus.TenantScoped{TenantID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.JSON(http.StatusOK, w.Result)
+}
+
+func (h *handler) deleteTenant(c echo.Context) error {
+	var w bus.Written[tenants.Tenant]
+	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantDelete, bus.TenantScoped{TenantID: c.Param("id")}, &w); err != nil {
+		return err
+	}
+	h.applied(c, w.Version)
+	return c.NoContent(http.StatusNoContent)
+}
+
 func (h *handler) abuse(c echo.Context) error { return h.rankIdentities(c, "") }
 
 func (h *handler) createBlock(c echo.Context) error {

@@ -90,6 +90,9 @@ func (h *handler) forwardAuth(c echo.Context) error {
 	if !ok {
 		return errs.Errorf(errs.Unauthenticated, "The service key in %s is unknown or revoked.", ServiceKeyHeader)
 	}
+	if h.Engine.TenantSuspended(tenant) {
+		return errSuspended
+	}
 	path := headerValue(hd, "X-Forwarded-Uri")
 	if path == "" {
 		path = headerValue(hd, "X-Original-Uri")

@@ -35,6 +35,7 @@ type Engine interface {
 	Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
 	CheckBatch(tenantID string, reqs []engine.CheckRequest, now time.Time) ([]engine.Answer, error)
 	TenantForServiceKey(key string) (string, bool)
+	TenantSuspended(tenantID string) bool
 	OperatorTokenHash() string
 	Ready() bool
 	WaitVersion(ctx context.Context, v int64)
@@ -134,6 +135,10 @@ func New(cfg Config) *echo.Echo {
 	}
 	e.POST("/v1/admin/tenants", adm(h.createTenant))
 	e.GET("/v1/admin/tenants", adm(h.listTenants))
+	e.GET("/v1/admin/tenants/:id", adm(h.getTenant))
+	e.DELETE("/v1/admin/tenants/:id", adm(h.deleteTenant))
+	e.POST("/v1/admin/tenants/:id/suspend", adm(h.suspendTenant))
+	e.POST("/v1/admin/tenants/:id/resume", adm(h.resumeTenant))
 	e.GET("/v1/admin/abuse", adm(h.abuse))
 	e.POST("/v1/admin/blocks", adm(h.createBlock))
 	e.GET("/v1/admin/blocks", adm(h.listBlocks))
@@ -181,10 +186,16 @@ func (h *handler) serviceAuth(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return errs.Errorf(errs.Unauthenticated, "The service key is unknown or revoked.")
 		}
+		if h.Engine.TenantSuspended(id) {
+			return errSuspended
+		}
 		c.Set(tenantKey, id)
 		return next(c)
 	}
 }
+
+// errSuspended refuses a valid service key of a suspended tenant.
+var errSuspended = errs.Errorf(errs.Forbidden, "This tenant is suspended by the platform operator; its service keys are refused until it is resumed.")
 
 // operatorAuth admits a request bearing the operator token, compared by
 // hash in constant time.

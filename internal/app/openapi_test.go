@@ -409,6 +409,23 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "GET", path: "/v1/admin/audit", auth: testToken, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/admin/audit", auth: sk, status: 401})
 
+	// A tenant suspended, resumed and deleted by the operator.
+	dm, _ := s.do(t, exchange{method: "POST", path: "/v1/admin/tenants", auth: testToken, body: `{"name":"doomed","owner_email":"owner@doomed.test","owner_password":"a long passphrase"}`, status: 201})
+	doomed, dsk := dm["id"].(string), dm["service_key"].(string)
+	s.do(t, exchange{method: "GET", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/admin/tenants/ten_missing", auth: testToken, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants/" + doomed + "/suspend", auth: testToken, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants/ten_missing/suspend", auth: testToken, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/check", auth: dsk, body: anon, status: 403})
+	s.do(t, exchange{method: "GET", path: "/v1/policies", auth: dsk, status: 403})
+	s.do(t, exchange{method: "GET", path: api.ForwardAuthPath, header: map[string]string{"X-Sluice-Service-Key": dsk, "X-Forwarded-Uri": "/api/items"}, status: 403})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants/" + doomed + "/resume", auth: testToken, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants/ten_missing/resume", auth: testToken, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/check", auth: dsk, body: anon, status: 200})
+	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 204})
+	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/check", auth: dsk, body: anon, status: 401})
+
 	// Deletions last.
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/" + kid, auth: sk, status: 200})
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/key_missing", auth: sk, status: 404})

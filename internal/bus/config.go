@@ -129,11 +129,13 @@ type UserByEmail struct {
 }
 
 // UserRecord is a user with its password hash, for sign-in checks, and the
-// session version a new session of theirs carries.
+// session version a new session of theirs carries. TenantSuspended says the
+// user's tenant is suspended: sign-in is refused.
 type UserRecord struct {
-	User           tenants.User `json:"user"`
-	PasswordHash   string       `json:"password_hash"`
-	SessionVersion int64        `json:"session_version"`
+	User            tenants.User `json:"user"`
+	PasswordHash    string       `json:"password_hash"`
+	SessionVersion  int64        `json:"session_version"`
+	TenantSuspended bool         `json:"tenant_suspended,omitempty"`
 }
 
 // Version answers OpVersion.

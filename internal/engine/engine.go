@@ -417,6 +417,13 @@ func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 	return ent.tenantID, true
 }
 
+// TenantSuspended reports whether the operator suspended the tenant: its
+// service keys are then refused (403) although they are valid.
+func (e *Engine) TenantSuspended(tenantID string) bool {
+	t, ok := e.view.Load().tenants[tenantID]
+	return ok && t.SuspendedAt != nil
+}
+
 // SessionVersion returns the session version a dashboard user's sessions
 // must carry; false for a user this server does not know (deleted, or not
 // yet announced) and before the config is hydrated.

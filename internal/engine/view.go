@@ -207,6 +207,8 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 	case tenants.ChangeUserDeleted:
 		n.users = maps.Clone(v.users)
 		delete(n.users, c.ID)
+	case tenants.ChangeTenantDeleted:
+		n.dropTenant(v, c.TenantID)
 	case tenants.ChangeOperatorToken:
 		n.operatorHash = c.OperatorTokenHash
 	default:
@@ -222,6 +224,40 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.compiled[recompile] = tv
 	}
 	return &n, nil
+}
+
+// dropTenant removes a deleted tenant and everything of it from n, a copy
+// of v. Its users are removed by the ChangeUserDeleted changes announced
+// with the deletion.
+func (n *view) dropTenant(v *view, id string) {
+	n.tenants = maps.Clone(v.tenants)
+	delete(n.tenants, id)
+	n.compiled = maps.Clone(v.compiled)
+	delete(n.compiled, id)
+	n.serviceKeys = maps.Clone(v.serviceKeys)
+	n.svcHash = maps.Clone(v.svcHash)
+	for kid, k := range v.serviceKeys {
+		if k.TenantID == id {
+			delete(n.serviceKeys, kid)
+			delete(n.svcHash, k.Hash)
+		}
+	}
+	n.consumerKeys = maps.Clone(v.consumerKeys)
+	n.ckHash = maps.Clone(v.ckHash)
+	n.ckByID = maps.Clone(v.ckByID)
+	for kid, k := range v.consumerKeys {
+		if k.TenantID == id {
+			delete(n.consumerKeys, kid)
+			if kv := v.ckByID[kid]; kv != nil {
+				delete(n.ckHash, kv.hash)
+			}
+			delete(n.ckByID, kid)
+		}
+	}
+	n.policies = maps.Clone(v.policies)
+	maps.DeleteFunc(n.policies, func(_ string, p tenants.Policy) bool { return p.TenantID == id })
+	n.blocks = maps.Clone(v.blocks)
+	maps.DeleteFunc(n.blocks, func(_ string, b tenants.Block) bool { return b.TenantID == id })
 }
 
 // compileTenant builds the router and lookups of one tenant. Policies are

@@ -39,6 +39,7 @@ const (
 	ChangeBucketReset   = "bucket_reset"   // BucketReset: refill one identity's buckets of a policy
 	ChangeUserSession   = "user_session"   // UserSession: a user's session version, new or moved
 	ChangeUserDeleted   = "user_deleted"   // ID, TenantID: the user and every session of theirs are gone
+	ChangeTenantDeleted = "tenant_deleted" // TenantID: the tenant and everything it owned are gone
 )
 
 // Change is one committed config change, as the worker announces it.
@@ -210,6 +211,8 @@ func (s *Snapshot) apply(c Change) error {
 		s.Users = upsert(s.Users, *c.UserSession, func(u UserSession) string { return u.ID })
 	case ChangeUserDeleted:
 		s.Users = remove(s.Users, c.ID, func(u UserSession) string { return u.ID })
+	case ChangeTenantDeleted:
+		s.deleteTenant(c.TenantID)
 	case ChangeOperatorToken:
 		s.OperatorTokenHash = c.OperatorTokenHash
 	case ChangeBucketReset:
@@ -219,6 +222,24 @@ func (s *Snapshot) apply(c Change) error {
 	}
 	s.Version = c.Version
 	return nil
+}
+
+// deleteTenant drops a tenant and every object that belongs to it.
+func (s *Snapshot) deleteTenant(id string) {
+	s.Tenants = remove(s.Tenants, id, func(t Tenant) string { return t.ID })
+	s.ServiceKeys = dropTenant(s.ServiceKeys, id, func(k ServiceKeyRecord) string { return k.TenantID })
+	s.ConsumerKeys = dropTenant(s.ConsumerKeys, id, func(k ConsumerKeyRecord) string { return k.TenantID })
+	s.Policies = dropTenant(s.Policies, id, func(p Policy) string { return p.TenantID })
+	s.Blocks = dropTenant(s.Blocks, id, func(b Block) string { return b.TenantID })
+	s.Users = dropTenant(s.Users, id, func(u UserSession) string { return u.TenantID })
+}
+
+func dropTenant[T any](s []T, tenantID string, tenant func(T) string) []T {
+	s = slices.DeleteFunc(s, func(v T) bool { return tenant(v) == tenantID })
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 func upsert[T any](s []T, v T, id func(T) string) []T {

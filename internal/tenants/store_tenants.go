@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	tenantColumns     = `id, name, created_at`
+	tenantColumns     = `id, name, created_at, suspended_at`
 	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
 	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
 )
@@ -19,10 +19,12 @@ const (
 func scanTenant(sc scanner) (Tenant, error) {
 	var t Tenant
 	var created int64
-	if err := sc.Scan(&t.ID, &t.Name, &created); err != nil {
+	var suspended sql.NullInt64
+	if err := sc.Scan(&t.ID, &t.Name, &created, &suspended); err != nil {
 		return Tenant{}, err
 	}
 	t.CreatedAt = fromMS(created)
+	t.SuspendedAt = fromOptMS(suspended)
 	return t, nil
 }
 
@@ -118,26 +120,38 @@ func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
 	return queryOne(ctx, s.db, scanTenant, "tenant not found", `SELECT `+tenantColumns+` FROM tenants WHERE id = ?`, id)
 }
 
-// ListTenants returns every tenant by name, with the number of its
-// policies, active (unrevoked) consumer and service keys, and users.
-func (s *Store) ListTenants(ctx context.Context) ([]TenantSummary, error) {
-	out, err := queryAll(ctx, s.db, func(sc scanner) (TenantSummary, error) {
-		var t TenantSummary
-		var created int64
-		err := sc.Scan(&t.ID, &t.Name, &created, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
-		t.CreatedAt = fromMS(created)
-		return t, err
-	}, `
-		SELECT t.id, t.name, t.created_at,
+const tenantSummarySelect = `
+		SELECT t.id, t.name, t.created_at, t.suspended_at,
 			(SELECT COUNT(*) FROM policies p WHERE p.tenant_id = t.id),
 			(SELECT COUNT(*) FROM consumer_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
 			(SELECT COUNT(*) FROM service_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
 			(SELECT COUNT(*) FROM users u WHERE u.tenant_id = t.id)
-		FROM tenants t ORDER BY t.name`)
+		FROM tenants t`
+
+func scanTenantSummary(sc scanner) (TenantSummary, error) {
+	var t TenantSummary
+	var created int64
+	var suspended sql.NullInt64
+	err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
+	t.CreatedAt = fromMS(created)
+	t.SuspendedAt = fromOptMS(suspended)
+	return t, err
+}
+
+// ListTenants returns every tenant by name, with the number of its
+// policies, active (unrevoked) consumer and service keys, and users.
+func (s *Store) ListTenants(ctx context.Context) ([]TenantSummary, error) {
+	out, err := queryAll(ctx, s.db, scanTenantSummary, tenantSummarySelect+` ORDER BY t.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return out, nil
+}
+
+// GetTenantSummary returns one tenant with the sizes of its configuration,
+// as ListTenants counts them.
+func (s *Store) GetTenantSummary(ctx context.Context, id string) (TenantSummary, error) {
+	return queryOne(ctx, s.db, scanTenantSummary, "tenant not found", tenantSummarySelect+` WHERE t.id = ?`, id)
 }
 
 // Service keys.

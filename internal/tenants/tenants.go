@@ -56,7 +56,14 @@ type Tenant struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// SuspendedAt is when the operator suspended the tenant; nil while it
+	// is active. A suspended tenant's service keys are refused with 403
+	// and its users cannot sign in; nothing of it is deleted.
+	SuspendedAt *time.Time `json:"suspended_at"`
 }
+
+// Suspended reports whether the operator suspended the tenant.
+func (t Tenant) Suspended() bool { return t.SuspendedAt != nil }
 
 // TenantSummary is a tenant with the sizes of its configuration, for the
 // operator's tenant list.

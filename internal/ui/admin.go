@@ -67,7 +67,7 @@ func (h *adminHandler) renderTenants(c echo.Context, status int, form views.Tena
 	v := views.TenantsView{Form: form, Created: created}
 	from, to := window(24*time.Hour, time.Minute, h.now())
 	for i, t := range ts {
-		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
+		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Suspended: t.Suspended(), Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
 		if i < maxUsageTenants {
 			pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: t.ID, From: from, To: to, Step: stepParam(to.Sub(from))})
 			if err != nil {
@@ -134,7 +134,9 @@ func (h *adminHandler) abuse(c echo.Context) error {
 			o.BlockedUntil = until[[3]string{o.TenantID, o.Kind, o.ID}]
 		}
 	}
-	return render(c, http.StatusOK, views.Abuse(page(c, "Abuse report", views.NavAbuse), v))
+	p := page(c, "Abuse report", views.NavAbuse)
+	operatorBlocked(c, h.config, &p, h.now(), "abuse")
+	return render(c, http.StatusOK, views.Abuse(p, v))
 }
 
 // blockedID is the identity a block applies to as analytics name it: an
@@ -177,7 +179,9 @@ func (h *adminHandler) renderBlocks(c echo.Context, status int, f views.BlockFor
 			ExpiresAt: b.ExpiresAt, CreatedAt: b.CreatedAt, Active: b.Active(now),
 		})
 	}
-	return render(c, status, views.Blocks(page(c, "Blocks", views.NavBlocks), v))
+	p := page(c, "Blocks", views.NavBlocks)
+	operatorBlocked(c, h.config, &p, now, "blocks")
+	return render(c, status, views.Blocks(p, v))
 }
 
 func (h *adminHandler) createBlock(c echo.Context) error {
@@ -230,7 +234,7 @@ func (h *adminHandler) createBlock(c echo.Context) error {
 	if c.FormValue("from") == "abuse" {
 		back = "/ui/admin/abuse"
 	}
-	return seeOther(c, back, "blocked")
+	return seeOther(c, withBlock(back, w.Result.ID), "blocked")
 }
 
 func (h *adminHandler) deleteBlock(c echo.Context) error {
@@ -239,5 +243,9 @@ func (h *adminHandler) deleteBlock(c echo.Context) error {
 		return err
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
-	return seeOther(c, "/ui/admin/blocks", "unblocked")
+	back := "/ui/admin/blocks"
+	if c.FormValue("from") == "abuse" {
+		back = "/ui/admin/abuse"
+	}
+	return seeOther(c, back, "unblocked")
 }

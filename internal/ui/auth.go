@@ -239,6 +239,10 @@ func (h *authHandler) login(c echo.Context) error {
 	case !tenants.CheckPassword(rec.PasswordHash, password):
 		v.Error = "Wrong email or password."
 		return h.render(c, http.StatusUnauthorized, v)
+	case rec.TenantSuspended:
+		// Said only after the password is right: it tells nothing to a guesser.
+		v.Error = "Your tenant is suspended by the platform operator, so its users cannot sign in. Nothing of it was deleted; ask the operator to resume it."
+		return h.render(c, http.StatusForbidden, v)
 	}
 
 	u := session{UserID: rec.User.ID, TenantID: rec.User.TenantID, Role: rec.User.Role, Email: rec.User.Email, Version: rec.SessionVersion}

@@ -133,7 +133,9 @@ func (h *callerHandler) render(c echo.Context, status int, back *callerForms) er
 			v.Caller = &cv
 		}
 	}
-	return render(c, status, views.Callers(page(c, "Callers", views.NavCallers), v))
+	p := page(c, "Callers", views.NavCallers)
+	tenantBlocked(c, h.config, &p, s.TenantID, h.now())
+	return render(c, status, views.Callers(p, v))
 }
 
 // caller reads one caller's state, recent decisions and block.
@@ -268,7 +270,7 @@ func (h *callerHandler) block(c echo.Context) error {
 		return h.again(c, id, &callerForms{block: &f})
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
-	return seeOther(c, callerURL(id.Kind, id.ID, ""), "blocked")
+	return seeOther(c, withBlock(callerURL(id.Kind, id.ID, ""), w.Result.ID), "blocked")
 }
 
 func (h *callerHandler) unblock(c echo.Context) error {

@@ -400,14 +400,20 @@ func TestOperatorPages(t *testing.T) {
 	}
 	form.Set("expiry", "24h")
 	p = want(t, op.post("/ui/admin/blocks", form), http.StatusSeeOther, "block")
-	if p.location != "/ui/admin/abuse?done=blocked" {
+	if !strings.HasPrefix(p.location, "/ui/admin/abuse?block=blk_") || !strings.HasSuffix(p.location, "&done=blocked") {
 		t.Errorf("after blocking: to %q", p.location)
 	}
 	if c := s.check(tn, map[string]any{"ip": "2001:db8:1:2::99", "path": "/p"}); c["reason"] != "blocked" {
 		t.Errorf("check from the blocked /64: %v", c)
 	}
-	if p := op.get("/ui/admin/abuse?range=1h&done=blocked"); !p.has("already-blocked") || !strings.Contains(p.text("flash"), "Blocked") {
-		t.Error("the abuse report does not show the block")
+	// The notice names who was blocked, where and until when, with an undo.
+	if p := op.get(p.location); !p.has("already-blocked") || !p.has("flash-undo") ||
+		!strings.Contains(p.text("flash"), "Blocked IP 2001:db8:1:2::/64 in acme until") {
+		t.Errorf("the abuse report does not show the block: %q", p.text("flash"))
+	}
+	// A link naming no block of the operator's says only "Blocked."
+	if p := op.get("/ui/admin/abuse?range=1h&done=blocked&block=blk_nope"); p.has("flash-undo") || !strings.HasPrefix(p.text("flash"), "Blocked.") {
+		t.Errorf("a made-up block id: %q", p.text("flash"))
 	}
 	p = want(t, op.get("/ui/admin/blocks"), http.StatusOK, "blocks")
 	blockID := p.attr("block-row", "data-block-id")

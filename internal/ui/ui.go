@@ -218,6 +218,10 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/admin/blocks", adm.createBlock, operator...)
 	e.POST("/ui/admin/blocks/:id/delete", adm.deleteBlock, operator...)
 	e.GET("/ui/admin/audit", admAudit.show, operator...)
+	e.GET("/ui/admin/tenants/:id", adm.tenant, operator...)
+	e.POST("/ui/admin/tenants/:id/suspend", adm.suspendTenant, operator...)
+	e.POST("/ui/admin/tenants/:id/resume", adm.resumeTenant, operator...)
+	e.POST("/ui/admin/tenants/:id/delete", adm.deleteTenant, operator...)
 	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)
@@ -310,6 +314,9 @@ var flashes = map[string]string{
 	"password-changed":    "Password changed. Your other sessions have ended.",
 	"email-changed":       "Email changed. Your other sessions have ended.",
 	"sessions-ended":      "Your other sessions have ended.",
+	"tenant-suspended":    "Tenant suspended. Every server refuses its service keys with 403 within a second, and its users are signed out.",
+	"tenant-resumed":      "Tenant resumed. Its service keys work again; its users sign in again.",
+	"tenant-deleted":      "Tenant deleted, with its policies, keys, users, buckets and analytics.",
 }
 
 // renderError answers a failed /ui request with an HTML page.

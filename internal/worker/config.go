@@ -69,6 +69,28 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpTenantList: handle(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
 			return st.ListTenants(ctx)
 		}),
+		bus.OpTenantGet: handle(w, bus.OpTenantGet, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
+			return st.GetTenantSummary(ctx, r.TenantID)
+		}),
+		bus.OpTenantSuspend: handle(w, bus.OpTenantSuspend, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
+				return st.SuspendTenant(ctx, r.TenantID, now())
+			})
+		}),
+		bus.OpTenantResume: handle(w, bus.OpTenantResume, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
+				return st.ResumeTenant(ctx, r.TenantID)
+			})
+		}),
+		bus.OpTenantDelete: handle(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+			res, err := write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
+				return st.DeleteTenant(ctx, r.TenantID)
+			})
+			if err == nil {
+				w.purgeLater(r.TenantID)
+			}
+			return res, err
+		}),
 		bus.OpPolicyCreate: handle(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
 			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
 				return st.CreatePolicy(ctx, r.TenantID, r.Policy, now())
@@ -145,7 +167,18 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpUserByEmail: handle(w, bus.OpUserByEmail, func(ctx context.Context, r bus.UserByEmail) (bus.UserRecord, error) {
 			u, err := st.UserByEmail(ctx, r.Email)
-			return bus.UserRecord{User: u, PasswordHash: u.PasswordHash, SessionVersion: u.SessionVersion}, err
+			if err != nil {
+				return bus.UserRecord{}, err
+			}
+			rec := bus.UserRecord{User: u, PasswordHash: u.PasswordHash, SessionVersion: u.SessionVersion}
+			if u.TenantID != "" {
+				t, err := st.GetTenant(ctx, u.TenantID)
+				if err != nil {
+					return bus.UserRecord{}, err
+				}
+				rec.TenantSuspended = t.Suspended()
+			}
+			return rec, nil
 		}),
 		bus.OpUserList: handle(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
 			return nonNil(st.ListUsers(ctx, r.TenantID))
@@ -227,6 +260,56 @@ func (w *Worker) announceUser(ctx context.Context, id string) error {
 		return none{}, cs, err
 	})
 	return err
+}
+
+// purgeDelays are when, after a tenant is deleted, its buckets and
+// analytics are deleted again: servers may have had states and counters of
+// it in flight (flushed every 200 ms and 1 s, applied within about a
+// second), which land after the delete committed.
+var purgeDelays = []time.Duration{10 * time.Second, 2 * time.Minute}
+
+// purgeLater asks purgeDeleted to delete a deleted tenant's late buckets
+// and counters.
+func (w *Worker) purgeLater(tenantID string) {
+	select {
+	case w.purges <- tenantID:
+	default:
+		w.log.Warn("purge queue full; a deleted tenant's late data stays until it expires", "tenant", tenantID)
+	}
+}
+
+// purgeDeleted runs the purges purgeLater asked for, at purgeDelays after
+// each delete, until ctx ends.
+func (w *Worker) purgeDeleted(ctx context.Context) {
+	type due struct {
+		tenantID string
+		at       time.Time
+	}
+	var pending []due
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-w.purges:
+			for _, d := range purgeDelays {
+				pending = append(pending, due{id, time.Now().Add(d)})
+			}
+		case now := <-tick.C:
+			rest := pending[:0]
+			for _, p := range pending {
+				if now.Before(p.at) {
+					rest = append(rest, p)
+					continue
+				}
+				if err := w.store.PurgeTenantData(ctx, p.tenantID); err != nil && ctx.Err() == nil {
+					w.log.Warn("purge deleted tenant's late data", "tenant", p.tenantID, "err", err)
+				}
+			}
+			pending = rest
+		}
+	}
 }
 
 // deleteResetBuckets removes a reset identity's persisted buckets, so a

@@ -118,6 +118,8 @@ type Worker struct {
 	repl    replState // the election and the replication log (repl.go)
 	serving func()    // called once the request subjects are served
 	snaps   snapshots // copies kept for standbys
+
+	purges chan string // deleted tenants whose late data to purge (purgeDeleted)
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -175,7 +177,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
 	w.metrics = workerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
 		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
@@ -253,6 +255,7 @@ func (w *Worker) runActive(ctx context.Context) error {
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { w.watchLag(ctx) })
+	wg.Go(func() { w.purgeDeleted(ctx) })
 	// Passive checkpoints copy committed pages from the WAL into the
 	// database file every second, on a connection of their own and
 	// without blocking the writer, so that the writer rarely has to do it

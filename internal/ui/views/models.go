@@ -20,7 +20,29 @@ type Page struct {
 	CSRF   string    // the token every form posts back as _csrf
 	Assets Assets
 	Flash  string // a confirmation such as "Key revoked."
+	// Blocked, after a block, names who was blocked and offers to undo it;
+	// it replaces Flash.
+	Blocked *BlockedNotice
 }
+
+// BlockedNotice is the notice after a block: who, in which tenant (on the
+// operator's pages), until when, and the form that lifts it again.
+type BlockedNotice struct {
+	Kind, ID   string // identity kind ("ip" or "key") and id
+	TenantName string // set on the operator's pages
+	Until      *time.Time
+	Undo       UndoForm
+}
+
+// UndoForm is a one-button form that posts Fields (plus the form token) to
+// Action.
+type UndoForm struct {
+	Action string
+	Fields []Hidden
+}
+
+// Hidden is one hidden form field.
+type Hidden struct{ Name, Value string }
 
 // Navigation entries.
 const (
@@ -464,8 +486,25 @@ type MemberForm struct {
 type TenantRow struct {
 	ID, Name                           string
 	CreatedAt                          time.Time
+	Suspended                          bool
 	Policies, Keys, ServiceKeys, Users int
 	Allowed, Denied                    int64
+}
+
+// TenantView is the operator's page of one tenant: its details, suspend or
+// resume, and delete with the tenant's name typed to confirm.
+type TenantView struct {
+	ID, Name    string
+	CreatedAt   time.Time
+	SuspendedAt *time.Time
+	// Owners are the owners' emails; Users counts every login of the tenant.
+	Owners                             []string
+	Policies, Keys, ServiceKeys, Users int
+	// Allowed and Denied are the tenant's checks of the last 24 hours.
+	Allowed, Denied int64
+	Error           string
+	// ConfirmError is shown under the delete form's name input.
+	ConfirmError string
 }
 
 // TenantsView is the operator's tenant list.

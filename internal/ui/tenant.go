@@ -1,0 +1,99 @@
+package ui
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/ui/views"
+)
+
+// The operator's page of one tenant (/ui/admin/tenants/:id): details,
+// suspend or resume, and delete. Deleting asks for the tenant's name typed
+// out, checked here, so a slip of the mouse on the wrong tenant's page
+// deletes nothing.
+
+func (h *adminHandler) tenant(c echo.Context) error {
+	return h.renderTenant(c, http.StatusOK, "")
+}
+
+func (h *adminHandler) renderTenant(c echo.Context, status int, confirmError string) error {
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	var t tenants.TenantSummary
+	if err := h.config.Call(ctx, bus.OpTenantGet, bus.TenantScoped{TenantID: id}, &t); err != nil {
+		return err
+	}
+	var users []tenants.User
+	if err := h.config.Call(ctx, bus.OpUserList, bus.TenantScoped{TenantID: id}, &users); err != nil {
+		return err
+	}
+	v := views.TenantView{
+		ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, SuspendedAt: t.SuspendedAt,
+		Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users,
+		ConfirmError: confirmError,
+	}
+	for _, u := range users {
+		if u.Role == tenants.RoleOwner {
+			v.Owners = append(v.Owners, u.Email)
+		}
+	}
+	from, to := window(24*time.Hour, time.Minute, h.now())
+	pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: id, From: from, To: to, Step: stepParam(to.Sub(from))})
+	if err != nil {
+		v.Error = userMessage(err)
+	}
+	for _, p := range pts {
+		v.Allowed += p.Allowed
+		v.Denied += p.Denied
+	}
+	return render(c, status, views.Tenant(page(c, t.Name, views.NavTenants), v))
+}
+
+func (h *adminHandler) suspendTenant(c echo.Context) error {
+	return h.setSuspended(c, bus.OpTenantSuspend, "tenant-suspended")
+}
+
+func (h *adminHandler) resumeTenant(c echo.Context) error {
+	return h.setSuspended(c, bus.OpTenantResume, "tenant-resumed")
+}
+
+func (h *adminHandler) setSuspended(c echo.Context, op, done string) error {
+	id := c.Param("id")
+	var w bus.Written[tenants.Tenant]
+	if err := h.config.Call(c.Request().Context(), op, bus.TenantScoped{TenantID: id}, &w); err != nil {
+		return err
+	}
+	applied(c.Request().Context(), h.wait, w.Version)
+	return seeOther(c, "/ui/admin/tenants/"+id, done)
+}
+
+func (h *adminHandler) deleteTenant(c echo.Context) error {
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	var t tenants.TenantSummary
+	if err := h.config.Call(ctx, bus.OpTenantGet, bus.TenantScoped{TenantID: id}, &t); err != nil {
+		return err
+	}
+	if typed := strings.TrimSpace(c.FormValue("confirm_name")); typed != t.Name {
+		msg := "type the tenant's name exactly, " + t.Name + ", to delete it"
+		if typed == "" {
+			msg = "type the tenant's name, " + t.Name + ", to delete it"
+		}
+		return h.renderTenant(c, http.StatusBadRequest, msg)
+	}
+	var w bus.Written[tenants.Tenant]
+	if err := h.config.Call(ctx, bus.OpTenantDelete, bus.TenantScoped{TenantID: id}, &w); err != nil {
+		if errs.Is(err, errs.NotFound) {
+			return seeOther(c, "/ui/admin/tenants", "tenant-deleted")
+		}
+		return err
+	}
+	applied(ctx, h.wait, w.Version)
+	return seeOther(c, "/ui/admin/tenants", "tenant-deleted")
+}
