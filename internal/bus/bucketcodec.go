@@ -17,6 +17,14 @@ package bus
 // A packed page is a sequence of records:
 //
 //	record = str(key) str(tenant id) varint(full_at ns) str(state)
+//
+// A packed state batch is a state stream message in the same records:
+//
+//	batch  = 0xB1 uvarint(wire version) str(node) record*
+//
+// Its first byte is never JSON's '{', so a worker tells the two forms
+// apart by it. Servers publish it only to workers that name
+// PackedStateFormat in their version reply: an older worker would drop it.
 
 import (
 	"encoding/binary"
@@ -30,6 +38,11 @@ import (
 )
 
 const stateFormatV1 = 0x01
+
+// PackedStateFormat names the packed state batch in Version.StateFormats.
+const PackedStateFormat = "packed1"
+
+const packedBatchMagic = 0xB1
 
 var errShortState = errors.New("bucket state: truncated")
 
@@ -250,3 +263,44 @@ func (r *reader) bytes() []byte {
 }
 
 func (r *reader) str() string { return string(r.bytes()) }
+
+// AppendPackedStateBatch appends recs as one packed state batch from node.
+func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord) []byte {
+	dst = append(dst, packedBatchMagic)
+	dst = binary.AppendUvarint(dst, WireVersion)
+	dst = appendStr(dst, node)
+	var state []byte
+	for i := range recs {
+		r := &recs[i]
+		state = AppendState(state[:0], r.Limits, r.States)
+		dst = AppendPacked(dst, r.Key, r.TenantID, r.FullAt, state)
+	}
+	return dst
+}
+
+// IsPackedStateBatch reports whether data is a packed state batch (else it
+// is JSON, a StateBatch).
+func IsPackedStateBatch(data []byte) bool { return len(data) > 0 && data[0] == packedBatchMagic }
+
+// WalkPackedStateBatch calls fn for each record of a packed state batch,
+// whose states are in the binary form (checked), and returns the node that
+// sent it. The records' byte slices point into data.
+func WalkPackedStateBatch(data []byte, fn func(PackedRecord) error) (node string, err error) {
+	if !IsPackedStateBatch(data) {
+		return "", errors.New("packed state batch: wrong leading byte")
+	}
+	r := reader{b: data[1:]}
+	if v := r.uvarint(); r.err == nil && v != WireVersion {
+		return "", fmt.Errorf("packed state batch: wire version %d", v)
+	}
+	node = string(r.bytes())
+	if r.err != nil {
+		return "", fmt.Errorf("packed state batch: %w", r.err)
+	}
+	return node, WalkPacked(r.b, func(rec PackedRecord) error {
+		if len(rec.State) == 0 || rec.State[0] != stateFormatV1 {
+			return fmt.Errorf("packed state batch: bucket %q: unknown state format", rec.Key)
+		}
+		return fn(rec)
+	})
+}

@@ -141,6 +141,10 @@ type UserRecord struct {
 // Version answers OpVersion.
 type Version struct {
 	Version int64 `json:"version"`
+	// StateFormats are the state stream message forms the worker reads
+	// besides JSON (PackedStateFormat); servers publish those only to a
+	// worker that names them.
+	StateFormats []string `json:"state_formats,omitempty"`
 }
 
 // TimeseriesQuery asks for allowed/denied counts per step, optionally of

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +97,11 @@ type Engine struct {
 	keyUse keyUse
 
 	statesPublished atomic.Uint64
-	rowsPublished   atomic.Uint64
+	// packedStates is set while the worker reads packed state batches
+	// (its version reply says so), which cost far less to encode and
+	// decode than JSON; until then, and with an older worker, JSON.
+	packedStates  atomic.Bool
+	rowsPublished atomic.Uint64
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -337,20 +342,29 @@ func (e *Engine) requestResync() {
 func (e *Engine) resyncLoop(ctx context.Context) {
 	t := time.NewTicker(e.cfg.ResyncInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.resyncCh:
-		case <-t.C:
-			var ver struct {
-				Version int64 `json:"version"`
-			}
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver)
-			cancel()
-			if err != nil || ver.Version <= e.view.Load().version {
-				continue
+	// behind asks the worker for its config version, and notes the state
+	// batch forms it reads.
+	behind := func() bool {
+		var ver bus.Version
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver)
+		cancel()
+		if err != nil {
+			return false
+		}
+		e.packedStates.Store(slices.Contains(ver.StateFormats, bus.PackedStateFormat))
+		return ver.Version > e.view.Load().version
+	}
+	for need := behind(); ; need = false {
+		if !need {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.resyncCh:
+			case <-t.C:
+				if !behind() {
+					continue
+				}
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

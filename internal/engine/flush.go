@@ -63,13 +63,18 @@ func (e *Engine) flushStates(ctx context.Context) {
 	}
 	batch := make([]bus.BucketRecord, 0, min(len(e.pendingStates), maxBucketsPerBatch))
 	publish := func() bool {
-		data, err := json.Marshal(bus.StateBatch{V: bus.WireVersion, Node: e.cfg.Node, Buckets: batch})
-		if err != nil {
-			e.log.Error("encode state batch", "err", err)
-			return false
+		var data []byte
+		if e.packedStates.Load() {
+			data = bus.AppendPackedStateBatch(nil, e.cfg.Node, batch)
+		} else {
+			var err error
+			if data, err = json.Marshal(bus.StateBatch{V: bus.WireVersion, Node: e.cfg.Node, Buckets: batch}); err != nil {
+				e.log.Error("encode state batch", "err", err)
+				return false
+			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = e.js.Publish(pctx, bus.StateSubjectPrefix+e.cfg.Node, data, jetstream.WithMsgID(e.nextMsgID("s")))
+		_, err := e.js.Publish(pctx, bus.StateSubjectPrefix+e.cfg.Node, data, jetstream.WithMsgID(e.nextMsgID("s")))
 		cancel()
 		if err != nil {
 			e.metrics.flushFailures.WithLabelValues(bus.StateStream).Inc()

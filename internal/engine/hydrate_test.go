@@ -319,3 +319,32 @@ func TestHydrationOutlivesANATSRestart(t *testing.T) {
 		t.Fatalf("last key after the restart: remaining %d, want 89", r)
 	}
 }
+
+// A worker that reads packed state batches says so, and the server then
+// publishes them packed: a restarted server finds the consumption they
+// carried.
+func TestStatesTravelPackedToAWorkerThatReadsThem(t *testing.T) {
+	env := newHydrateEnv(t, 10)
+	e := env.startEngine(t, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.packedStates.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never learned that the worker reads packed state batches")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	key := env.keys[0]
+	if r := env.remaining(t, e, key); r != 89 {
+		t.Fatalf("first check: remaining %d, want 89", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil { // publishes what is pending and waits for the worker
+		t.Fatal(err)
+	}
+	e2 := env.startEngine(t, nil)
+	waitHydrated(t, e2)
+	if r := env.remaining(t, e2, key); r != 88 {
+		t.Fatalf("after a restart: remaining %d, want 88", r)
+	}
+}

@@ -23,10 +23,12 @@ package worker
 // seq wins, as for any upsert), deletes them from the runs, and drops the
 // ids of the runs left empty, all in one transaction. The merge policy
 // (mergeDue) keeps the work per staged row small during a flood and the
-// runs few for readers: a partition is merged once it has staged as many
-// rows as buckets holds for it (so each merge at least halves the rows per
-// page it rewrites), when the state stream has been quiet for a moment,
-// or when there are more than maxRuns runs.
+// runs few for readers: while the stream is busy, a partition is merged
+// once it has staged mergeRatio times as many rows as buckets holds for it
+// (so a merge rewrites each page for several new rows, and a flood into a
+// small table merges early, while that is cheap); everything is merged
+// once the stream has been quiet for a moment; and the oldest runs are
+// merged when there are more than maxRuns.
 //
 // The sweep deletes full buckets only from partitions with nothing
 // staged: a staged row is never older than what buckets holds for its key
@@ -55,7 +57,10 @@ var _ [64 - bus.Partitions]struct{}
 const (
 	// maxRuns is how many runs readers may have to look a partition up
 	// in before the oldest are merged whatever their size.
-	maxRuns = 64
+	maxRuns = 256
+	// mergeRatio is how many times the rows buckets holds for a partition
+	// it must have staged to be merged while the stream is busy.
+	mergeRatio = 4
 	// mergeMinRows is how many rows a partition stages before a merge is
 	// worth its transaction while the stream is busy.
 	mergeMinRows = 4096
@@ -313,7 +318,7 @@ func (r *stagedRuns) clean() (parts []int, ok bool) {
 
 // mergeDue picks the next partition to merge and why, or -1. While the
 // stream is busy it picks the partition with the most rows staged among
-// those that have staged at least as many rows as buckets holds for them
+// those that have staged mergeRatio times the rows buckets holds for them
 // (and mergeMinRows); when there are too many runs, a partition of the
 // oldest; once the stream is quiet, any partition with rows staged.
 func (r *stagedRuns) mergeDue(now time.Time) (int, string) {
@@ -324,7 +329,7 @@ func (r *stagedRuns) mergeDue(now time.Time) (int, string) {
 	}
 	best, why := -1, ""
 	for p, n := range r.staged {
-		if !r.tableKnown || r.merging[p] || n < max(r.table[p], mergeMinRows) {
+		if !r.tableKnown || r.merging[p] || n < max(mergeRatio*r.table[p], mergeMinRows) {
 			continue
 		}
 		if best < 0 || n > r.staged[best] {

@@ -249,9 +249,10 @@ func TestStagedRunsAccountIsRebuilt(t *testing.T) {
 	}
 }
 
-// The merge policy: a partition is merged by size once it has staged as
-// many rows as buckets holds for it (and mergeMinRows), when there are too
-// many runs, or once the stream has been quiet for mergeQuiet.
+// The merge policy: a partition is merged by size once it has staged
+// mergeRatio times the rows buckets holds for it (and mergeMinRows), when
+// there are too many runs, or once the stream has been quiet for
+// mergeQuiet.
 func TestMergeDue(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r := newStagedRuns()
@@ -273,9 +274,9 @@ func TestMergeDue(t *testing.T) {
 	if p, why := r.mergeDue(now); p != 3 || why != "size" {
 		t.Fatalf("due: %d (%s), want 3 by size", p, why)
 	}
-	r.table[3] = 10 * mergeMinRows
+	r.table[3] = mergeMinRows/mergeRatio + 1
 	if p, why := r.mergeDue(now); p >= 0 {
-		t.Fatalf("partition %d due (%s) with fewer rows staged than buckets holds", p, why)
+		t.Fatalf("partition %d due (%s) with fewer than mergeRatio times the rows buckets holds", p, why)
 	}
 	if p, why := r.mergeDue(now.Add(mergeQuiet)); p < 0 || why != "quiet" {
 		t.Fatalf("due once quiet: %d (%s), want a partition with rows", p, why)
@@ -287,5 +288,46 @@ func TestMergeDue(t *testing.T) {
 	}
 	if p, why := r.mergeDue(now); p != 3 && p != 9 || why != "runs" {
 		t.Fatalf("due with %d runs: %d (%s), want a partition of the oldest run by runs", len(r.runs), p, why)
+	}
+}
+
+// The state stream takes batches in both forms: JSON, and the packed form
+// the worker announces in its version reply. An unreadable message is
+// dropped with an ERROR, and the ones behind it still land.
+func TestStateBatchesInBothForms(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.run(t)
+	var ver bus.Version
+	eventually(t, 10*time.Second, "worker serving", func() bool {
+		return bus.Request(context.Background(), e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver) == nil
+	})
+	if !slices.Contains(ver.StateFormats, bus.PackedStateFormat) {
+		t.Fatalf("version reply %+v does not name %s", ver, bus.PackedStateFormat)
+	}
+	future := time.Now().Add(time.Hour).UnixNano()
+	jsonBatch := stateBatch("ten_a/p/ip:json", 3, future)
+	e.publish(t, bus.StateSubjectPrefix+"n1", "", jsonBatch)
+	raw := func(data []byte) {
+		if _, err := e.js.Publish(context.Background(), bus.StateSubjectPrefix+"n1", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw(append(bus.AppendPackedStateBatch(nil, "n1", stateBatch("ten_a/p/ip:lost", 1, future).Buckets), 0xff)) // damaged
+	packed := stateBatch("ten_a/p/ip:packed", 5, future)
+	packed.Buckets = append(packed.Buckets, stateBatch("ten_b/p/ip:packed", 6, future).Buckets...)
+	packed.Buckets[1].TenantID = "ten_b"
+	raw(bus.AppendPackedStateBatch(nil, "n1", packed.Buckets))
+	eventually(t, 30*time.Second, "both forms committed", func() bool { return e.w.Stats().StateRows == 3 })
+	page, err := e.w.bucketsByKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, rec := range page.Buckets {
+		got[rec.Key] = fmt.Sprintf("%s %v", rec.TenantID, rec.States[0].Tokens)
+	}
+	want := map[string]string{"ten_a/p/ip:json": "ten_a 3", "ten_a/p/ip:packed": "ten_a 5", "ten_b/p/ip:packed": "ten_b 6"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stored %v, want %v", got, want)
 	}
 }

@@ -262,13 +262,13 @@ func (w *Worker) fetchBatch(stream string) int {
 	return w.cfg.FetchBatch
 }
 
-// payload is one message's data and its stream sequence; state or
-// counters is its decoded batch once decoded is set (nil if unreadable).
+// payload is one message's data and its stream sequence; rows (a state
+// message's buckets in their stored form) or counters is its decoded batch
+// once decoded is set (none if unreadable).
 type payload struct {
 	seq      uint64
 	data     []byte
-	state    *bus.StateBatch
-	rows     []bucketRow // state's buckets in their stored form
+	rows     []bucketRow
 	counters *bus.CounterBatch
 	decoded  bool
 }
@@ -288,8 +288,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		// Decoded before the write transaction, so that the one writer is
 		// held for SQL only.
 		if stream == bus.StateStream {
-			p.state, p.decoded = decodeState(w, p.data), true
-			p.rows = bucketRows(p.state)
+			p.rows, p.decoded = stateRows(w, p.data), true
 		} else {
 			p.counters, p.decoded = decodeCounters(w, p.data), true
 		}
@@ -399,13 +398,28 @@ func decodeBatches[T any](w *Worker, payloads []payload, version func(*T) int) [
 	return out
 }
 
-// decodeState decodes one state stream message, or logs and returns nil.
-func decodeState(w *Worker, data []byte) *bus.StateBatch {
-	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.StateBatch) int { return b.V })
-	if len(bs) == 0 {
+// stateRows decodes one state stream message, packed or JSON, into its
+// buckets' stored form, or logs and returns none, as decodeBatches does.
+// A packed message's states are stored as they came, without a decode.
+func stateRows(w *Worker, data []byte) []bucketRow {
+	if !bus.IsPackedStateBatch(data) {
+		bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.StateBatch) int { return b.V })
+		if len(bs) == 0 {
+			return nil
+		}
+		return bucketRows(bs[0])
+	}
+	var rows []bucketRow
+	_, err := bus.WalkPackedStateBatch(data, func(pr bus.PackedRecord) error {
+		rec := &bus.BucketRecord{Key: string(pr.Key), TenantID: string(pr.TenantID), FullAt: pr.FullAt}
+		rows = append(rows, bucketRow{rec: rec, bin: pr.State, part: bus.Partition(pr.Key)})
+		return nil
+	})
+	if err != nil {
+		w.log.Error("dropping unreadable stream message", "err", err)
 		return nil
 	}
-	return bs[0]
+	return rows
 }
 
 // applyState stages bucket states (runs.go). Within one transaction a key
@@ -423,10 +437,7 @@ func (w *Worker) mergeState(payloads []payload) []bucketRow {
 	for i := range payloads {
 		p := &payloads[i]
 		if !p.decoded {
-			p.state, p.decoded = decodeState(w, p.data), true
-		}
-		if p.rows == nil {
-			p.rows = bucketRows(p.state)
+			p.rows, p.decoded = stateRows(w, p.data), true
 		}
 		n += len(p.rows)
 	}
