@@ -24,7 +24,7 @@ import (
 // default) and with --cluster-listen off, where every forward is a NATS
 // request/reply. Reports p50 and p99 per check, and for forwarded checks
 // the owner round trip as s1 measured it (sluice_cluster_forward_seconds,
-// mean) and the share of forward requests that went direct.
+// median interpolated in its buckets) and the share of forward requests that went direct.
 //
 //	go test ./e2e -run '^$' -bench BenchmarkClusterCheck -benchtime 3000x
 func BenchmarkClusterCheck(b *testing.B) {
@@ -96,7 +96,7 @@ func benchClusterCheck(b *testing.B, direct bool) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			if after := forwardStats(b, s1); after.count > before.count {
 				n := after.count - before.count
-				b.ReportMetric((after.sum-before.sum)/n*1e6, "owner-rtt-µs")
+				b.ReportMetric(after.p50(before)*1e6, "owner-rtt-p50-µs")
 				b.ReportMetric((after.direct-before.direct)/n*100, "direct-%")
 			}
 		})
@@ -137,10 +137,33 @@ func benchClusterCheck(b *testing.B, direct bool) {
 	})
 }
 
-type fwdStats struct{ sum, count, direct float64 }
+type fwdStats struct {
+	count, direct float64
+	buckets       map[float64]float64 // upper bound (s) -> cumulative count
+}
+
+// p50 estimates the median forward round trip since before from the
+// histogram's buckets, interpolating linearly within the bucket.
+func (s fwdStats) p50(before fwdStats) float64 {
+	var bounds []float64
+	for le := range s.buckets {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	half := (s.count - before.count) / 2
+	lo, below := 0.0, 0.0
+	for _, le := range bounds {
+		n := s.buckets[le] - before.buckets[le]
+		if n >= half {
+			return lo + (le-lo)*(half-below)/max(n-below, 1)
+		}
+		lo, below = le, n
+	}
+	return lo
+}
 
 var (
-	fwdSumRe    = regexp.MustCompile(`(?m)^sluice_cluster_forward_seconds_sum (\S+)`)
+	fwdBucketRe = regexp.MustCompile(`(?m)^sluice_cluster_forward_seconds_bucket\{le="([0-9.e+-]+)"\} (\S+)`)
 	fwdCountRe  = regexp.MustCompile(`(?m)^sluice_cluster_forward_seconds_count (\S+)`)
 	fwdDirectRe = regexp.MustCompile(`(?m)^sluice_cluster_forward_requests_total\{transport="direct"\} (\S+)`)
 )
@@ -163,5 +186,11 @@ func forwardStats(t testing.TB, s *server) fwdStats {
 		f, _ := strconv.ParseFloat(string(m[1]), 64)
 		return f
 	}
-	return fwdStats{sum: num(fwdSumRe), count: num(fwdCountRe), direct: num(fwdDirectRe)}
+	st := fwdStats{count: num(fwdCountRe), direct: num(fwdDirectRe), buckets: map[float64]float64{}}
+	for _, m := range fwdBucketRe.FindAllSubmatch(body, -1) {
+		le, _ := strconv.ParseFloat(string(m[1]), 64)
+		n, _ := strconv.ParseFloat(string(m[2]), 64)
+		st.buckets[le] = n
+	}
+	return st
 }

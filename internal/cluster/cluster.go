@@ -256,7 +256,7 @@ func (c *Cluster) initMetrics() error {
 		fwdBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_batch_size", Help: "Checks per forward request.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		fwdTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_seconds", Help: "Round trip of a forward request to the owner.",
-			Buckets: []float64{50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}}),
+			Buckets: []float64{25e-6, 50e-6, 75e-6, 100e-6, 125e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}}),
 		served: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_forwarded_checks_served_total", Help: "Checks other servers forwarded to this one."}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_forward_requests_total",
 			Help: "Forward requests (batches) sent to owners, by transport: direct (a connection to the owner) or nats (the fallback)."}, []string{"transport"}),
