@@ -211,15 +211,18 @@ func dialerHandshake(conn io.ReadWriter, key []byte) error {
 }
 
 // readFrame reads one length-prefixed frame into buf (grown as needed)
-// and returns its body. deadline, when set, is called once the header is
-// in, so a body that trickles in is cut off.
+// and returns its body. body, when set, is called once the header is in,
+// so that the caller can give the rest a deadline of its own.
 func readFrame(r io.Reader, buf []byte, body func()) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return buf, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > maxFrame {
+	if n == 0 {
+		return buf, errMalformed
+	}
+	if n > maxFrame {
 		return buf, errFrameSize
 	}
 	if body != nil {
@@ -407,7 +410,7 @@ func (s *directServer) serveConn(raw net.Conn) {
 				s.reject(raw, rejectFrameSize, err)
 			case inFrame && isTimeout(err) && !s.closing.Load():
 				s.reject(raw, rejectTimeout, err)
-			case errors.Is(err, io.ErrUnexpectedEOF):
+			case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errMalformed):
 				s.reject(raw, rejectMalformed, err)
 			}
 			return // EOF, closed, idle, or draining at Close

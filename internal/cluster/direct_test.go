@@ -238,6 +238,9 @@ func TestDirectRejectsGarbage(t *testing.T) {
 	send(t, true, append(frame, garbage...))
 	waitRejected(t, c, rejectMalformed, 1)
 
+	send(t, true, []byte{0, 0, 0, 0}) // an empty frame
+	waitRejected(t, c, rejectMalformed, 2)
+
 	// A header promising more than arrives: cut off after frameTimeout.
 	send(t, true, binary.BigEndian.AppendUint32(nil, 100))
 	waitRejected(t, c, rejectTimeout, 2)
@@ -413,4 +416,49 @@ func TestForwardDirectAndFallback(t *testing.T) {
 		t.Fatalf("%v of 20 forwards over NATS after the listener closed", batches("nats")-before)
 	}
 	waitOwned(t, 5*time.Second, func() bool { forward(); return testutil.ToFloat64(a.metrics.dialFailures) > 0 })
+}
+
+// A listener closing (the server stopping) still answers the request it
+// is deciding: a decided check's answer is never dropped on the floor,
+// which would make the sender ask again and consume twice.
+func TestDirectCloseAnswersInFlight(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	decide := func(items []Item, out []Result) {
+		close(entered)
+		<-release
+		echoDecide(items, out)
+	}
+	c, info := owner(t, decide, nil)
+	pc, err := dialPeer(context.Background(), info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.close()
+	type answer struct {
+		res []Result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, _, err := pc.roundTrip([]Item{{Key: "k", Cost: 5}})
+		got <- answer{res, err}
+	}()
+	<-entered
+	closed := make(chan struct{})
+	go func() { c.fwd.srv.close(); close(closed) }()
+	time.Sleep(20 * time.Millisecond) // close is waiting for the decision
+	select {
+	case <-closed:
+		t.Fatal("close returned while a request was being decided")
+	default:
+	}
+	close(release)
+	a := <-got
+	if a.err != nil || len(a.res) != 1 || a.res[0].Outcomes[0].Remaining != 5 {
+		t.Fatalf("in-flight request: %+v, %v", a.res, a.err)
+	}
+	<-closed
+	if _, _, err := pc.roundTrip([]Item{{Key: "k"}}); err == nil {
+		t.Fatal("a closed listener answered")
+	}
 }
