@@ -723,7 +723,7 @@ func (c *Cluster) peer(node string) (peerInfo, bool) {
 	return info, true
 }
 
-// logValue keeps the key out of logs should a peerInfo ever be logged.
+// LogValue keeps the key out of logs should a peerInfo ever be logged.
 func (p peerInfo) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("addr", p.Addr), slog.String("host", p.Host), slog.Bool("tls", p.Cert != ""))
 }
