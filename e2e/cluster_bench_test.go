@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,13 +18,26 @@ import (
 // BenchmarkClusterCheck measures what forwarding adds to a check. Two
 // servers, one worker and one NATS run as processes; checks go one at a
 // time over keep-alive HTTP to s1, for identities whose partition s1 owns
-// (decided in s1's memory) and for identities s2 owns (forwarded to s2 over
-// NATS request/reply and answered back), and, for comparison, under a
-// "local" policy that never forwards. Reports p50 and p99 per check.
+// (decided in s1's memory) and for identities s2 owns (forwarded to s2 and
+// answered back), and, for comparison, under a "local" policy that never
+// forwards. It runs twice: with the servers' direct connections (the
+// default) and with --cluster-listen off, where every forward is a NATS
+// request/reply. Reports p50 and p99 per check, and for forwarded checks
+// the owner round trip as s1 measured it (sluice_cluster_forward_seconds,
+// median interpolated in its buckets) and the share of forward requests that went direct.
 //
-//	go test ./e2e -run '^$' -bench BenchmarkClusterCheck -benchtime 5000x
+//	go test ./e2e -run '^$' -bench BenchmarkClusterCheck -benchtime 3000x
 func BenchmarkClusterCheck(b *testing.B) {
-	tp := startTopology(b, 2, nil)
+	b.Run("direct", func(b *testing.B) { benchClusterCheck(b, true) })
+	b.Run("nats-only", func(b *testing.B) { benchClusterCheck(b, false) })
+}
+
+func benchClusterCheck(b *testing.B, direct bool) {
+	var args []string
+	if !direct {
+		args = []string{"--cluster-listen", "off"}
+	}
+	tp := startTopology(b, 2, nil, args...)
 	s1 := tp.servers[0]
 	tn := createTenant(b, s1, "bench")
 	exactID := createPolicy(b, s1, tn, limitPolicy("exact", "exact", 1_000_000_000))
@@ -42,16 +59,29 @@ func BenchmarkClusterCheck(b *testing.B) {
 		}
 	}
 	mine, theirs = mine[:256], theirs[:256]
+	// A few forwards first: the direct connection is made in the
+	// background while the first ones go over NATS.
+	for i := range 20 {
+		if _, err := tryCheck(s1, tn, map[string]any{"ip": theirs[i], "path": "/exact"}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
-	for _, c := range []struct {
+	cases := []struct {
 		name, path string
 		ips        []string
 	}{
 		{"exact-owned", "/exact", mine},
 		{"exact-forwarded", "/exact", theirs},
 		{"local", "/local", theirs},
-	} {
+	}
+	if !direct {
+		cases = cases[:2] // the others do not depend on the transport
+	}
+	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			before := forwardStats(b, s1)
 			lat := make([]time.Duration, 0, b.N)
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
@@ -64,7 +94,15 @@ func BenchmarkClusterCheck(b *testing.B) {
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			if after := forwardStats(b, s1); after.count > before.count {
+				n := after.count - before.count
+				b.ReportMetric(after.p50(before)*1e6, "owner-rtt-p50-µs")
+				b.ReportMetric((after.direct-before.direct)/n*100, "direct-%")
+			}
 		})
+	}
+	if !direct {
+		return
 	}
 
 	// The transport's own floor: one NATS request/reply through the same
@@ -97,4 +135,62 @@ func BenchmarkClusterCheck(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	})
+}
+
+type fwdStats struct {
+	count, direct float64
+	buckets       map[float64]float64 // upper bound (s) -> cumulative count
+}
+
+// p50 estimates the median forward round trip since before from the
+// histogram's buckets, interpolating linearly within the bucket.
+func (s fwdStats) p50(before fwdStats) float64 {
+	var bounds []float64
+	for le := range s.buckets {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	half := (s.count - before.count) / 2
+	lo, below := 0.0, 0.0
+	for _, le := range bounds {
+		n := s.buckets[le] - before.buckets[le]
+		if n >= half {
+			return lo + (le-lo)*(half-below)/max(n-below, 1)
+		}
+		lo, below = le, n
+	}
+	return lo
+}
+
+var (
+	fwdBucketRe = regexp.MustCompile(`(?m)^sluice_cluster_forward_seconds_bucket\{le="([0-9.e+-]+)"\} (\S+)`)
+	fwdCountRe  = regexp.MustCompile(`(?m)^sluice_cluster_forward_seconds_count (\S+)`)
+	fwdDirectRe = regexp.MustCompile(`(?m)^sluice_cluster_forward_requests_total\{transport="direct"\} (\S+)`)
+)
+
+// forwardStats reads s's forward round trips from /metrics.
+func forwardStats(t testing.TB, s *server) fwdStats {
+	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	num := func(re *regexp.Regexp) float64 {
+		m := re.FindSubmatch(body)
+		if m == nil {
+			return 0
+		}
+		f, _ := strconv.ParseFloat(string(m[1]), 64)
+		return f
+	}
+	st := fwdStats{count: num(fwdCountRe), direct: num(fwdDirectRe), buckets: map[float64]float64{}}
+	for _, m := range fwdBucketRe.FindAllSubmatch(body, -1) {
+		le, _ := strconv.ParseFloat(string(m[1]), 64)
+		n, _ := strconv.ParseFloat(string(m[2]), 64)
+		st.buckets[le] = n
+	}
+	return st
 }

@@ -75,7 +75,7 @@ func (tp *topology) startNATS() {
 
 // startTopology starts NATS, a worker and servers. Cluster tests do not run
 // in parallel with each other: each starts five processes on two cores.
-func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct string) string) *topology {
+func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct string) string, serverArgs ...string) *topology {
 	t.Helper()
 	tp := &topology{t: t, natsAddr: freeAddr(t), natsDir: t.TempDir(), data: t.TempDir()}
 	tp.startNATS()
@@ -85,9 +85,9 @@ func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct stri
 		if natsURLFor != nil {
 			url = natsURLFor(i, url)
 		}
-		s := startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: []string{
+		s := startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: append([]string{
 			"--nats-url", url, "--worker=external", "--node", fmt.Sprintf("s%d", i+1),
-		}})
+		}, serverArgs...)})
 		tp.servers = append(tp.servers, s)
 	}
 	for _, s := range tp.servers {

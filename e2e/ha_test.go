@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -116,11 +117,15 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// natsCluster is three nats-server processes on loopback, routed to each
-// other, each with JetStream and its own store. It runs without client
-// authentication, to keep the test about replication.
+// natsCluster is three nats-server processes on loopback, each with
+// JetStream and its own store, configured as docs/NATS.md and
+// deploy/nats-cluster.conf say: client TLS with certificates from one CA,
+// the worker and server users with their role permissions, and routes with
+// mutual TLS. Sluice's processes connect with the credentials of their role.
 type natsCluster struct {
 	t       testing.TB
+	pki     testPKI
+	conf    string // docs/NATS.md's configuration, paths pointed at pki
 	names   []string
 	clients []string // host:port
 	routes  []string
@@ -128,9 +133,12 @@ type natsCluster struct {
 	procs   []*proc
 }
 
+const haWorkerPass, haServerPass = "ha-worker-secret", "ha-server-secret"
+
 func startNATSCluster(t testing.TB) *natsCluster {
 	t.Helper()
-	nc := &natsCluster{t: t}
+	nc := &natsCluster{t: t, pki: newTestPKI(t)}
+	nc.conf = docNATSConfig(t, nc.pki)
 	for i := range 3 {
 		nc.names = append(nc.names, fmt.Sprintf("n%d", i+1))
 		nc.clients = append(nc.clients, freeAddr(t))
@@ -143,7 +151,7 @@ func startNATSCluster(t testing.TB) *natsCluster {
 	}
 	// JetStream answers once the cluster has elected its meta leader.
 	waitFor(t, 60*time.Second, "JetStream on the NATS cluster", func() bool {
-		c, err := nats.Connect(nc.url())
+		c, err := nc.connect()
 		if err != nil {
 			return false
 		}
@@ -154,35 +162,83 @@ func startNATSCluster(t testing.TB) *natsCluster {
 		_, err = js.AccountInfo(ctx)
 		return err == nil
 	})
+	// Nothing gets in without a credential.
+	if c, err := nats.Connect(nc.url(), nats.RootCAs(nc.pki.ca), nats.ClientCert(nc.pki.clientCert, nc.pki.clientKey), nats.Timeout(5*time.Second)); err == nil {
+		c.Close()
+		t.Fatal("the NATS cluster accepted a client without credentials")
+	}
 	return nc
 }
 
+// start runs node i with deploy/nats-cluster.conf, its listen address and
+// routes pointed at loopback and its include at docs/NATS.md's
+// configuration with a store of the node's own.
 func (nc *natsCluster) start(i int) {
-	host, port, _ := net.SplitHostPort(nc.clients[i])
-	var routes []string
-	for j, r := range nc.routes {
-		if j != i {
-			routes = append(routes, "nats://"+r)
-		}
+	t := nc.t
+	base, err := os.ReadFile(nc.conf)
+	if err != nil {
+		t.Fatal(err)
 	}
-	nc.procs[i] = start(nc.t, "nats-"+nc.names[i], buildNATS(nc.t), []string{
-		"-a", host, "-p", port, "-js", "-sd", nc.dirs[i], "--name", nc.names[i],
-		"--cluster_name", "sluice-ha", "--cluster", "nats://" + nc.routes[i], "--routes", strings.Join(routes, ","),
-	})
+	own := strings.ReplaceAll(string(base), filepath.Join(nc.pki.dir, "jetstream"), nc.dirs[i])
+	ownPath := filepath.Join(nc.pki.dir, "nats-"+nc.names[i]+".conf")
+	if err := os.WriteFile(ownPath, []byte(own), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := os.ReadFile("../deploy/nats-cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, r := range nc.routes {
+		routes = append(routes, "    nats-route://"+r)
+	}
+	conf := string(cluster)
+	for from, to := range map[string]string{
+		"include ./nats.conf":  "include ./nats-" + nc.names[i] + ".conf",
+		"listen: 0.0.0.0:6222": "listen: " + nc.routes[i],
+		"    nats-route://nats-1:6222\n    nats-route://nats-2:6222\n    nats-route://nats-3:6222": strings.Join(routes, "\n"),
+		"/etc/nats/tls/nats-cert.pem": nc.pki.serverCert,
+		"/etc/nats/tls/nats-key.pem":  nc.pki.serverKey,
+		"/etc/nats/tls/ca.pem":        nc.pki.ca,
+	} {
+		if !strings.Contains(conf, from) {
+			t.Fatalf("deploy/nats-cluster.conf does not say %q", from)
+		}
+		conf = strings.ReplaceAll(conf, from, to)
+	}
+	path := filepath.Join(nc.pki.dir, "nats-cluster-"+nc.names[i]+".conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(nc.clients[i])
+	nc.procs[i] = start(t, "nats-"+nc.names[i], buildNATS(t), []string{"-c", path, "-a", host, "-p", port, "--name", nc.names[i]},
+		"SLUICE_WORKER_NATS_PASSWORD="+haWorkerPass, "SLUICE_SERVER_NATS_PASSWORD="+haServerPass)
 }
 
 // url lists the three client URLs, as Sluice's processes are given them.
 func (nc *natsCluster) url() string {
 	urls := make([]string, len(nc.clients))
 	for i, c := range nc.clients {
-		urls[i] = "nats://" + c
+		urls[i] = "tls://" + c
 	}
 	return strings.Join(urls, ",")
 }
 
+// tlsArgs are the TLS flags of every Sluice process on the cluster.
+func (nc *natsCluster) tlsArgs() []string {
+	return []string{"--nats-ca", nc.pki.ca, "--nats-cert", nc.pki.clientCert, "--nats-key", nc.pki.clientKey}
+}
+
+// connect is the test's own connection, as the worker user (it makes and
+// inspects streams).
+func (nc *natsCluster) connect() (*nats.Conn, error) {
+	return nats.Connect(nc.url(), nats.RootCAs(nc.pki.ca), nats.ClientCert(nc.pki.clientCert, nc.pki.clientKey),
+		nats.UserInfo("sluice-worker", haWorkerPass), nats.Timeout(5*time.Second))
+}
+
 // streamInfo reads a stream's info from the cluster.
 func (nc *natsCluster) streamInfo(name string) (*jetstream.StreamInfo, error) {
-	c, err := nats.Connect(nc.url())
+	c, err := nc.connect()
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +263,7 @@ func TestHANATSNodeKilled(t *testing.T) {
 	// A bucket and a stream made before with one replica, as an older
 	// Sluice or a single NATS left them: the worker raises both.
 	func() {
-		c, err := nats.Connect(ncl.url())
+		c, err := ncl.connect()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,12 +279,15 @@ func TestHANATSNodeKilled(t *testing.T) {
 		}
 	}()
 	data := t.TempDir()
-	worker := startWorker(t, ncl.url(), data)
+	_, wbin := build(t)
+	worker := start(t, "worker", wbin, append([]string{"--nats-url", ncl.url(), "--data", data}, ncl.tlsArgs()...),
+		"SLUICE_OPERATOR_TOKEN="+operatorToken, "SLUICE_NATS_USER=sluice-worker", "SLUICE_NATS_PASSWORD="+haWorkerPass)
 	var servers []*server
 	for i := range 2 {
-		servers = append(servers, startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: []string{
-			"--nats-url", ncl.url(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1),
-		}}))
+		servers = append(servers, startServer(t, serverOpts{data: t.TempDir(), noWait: true,
+			extra: append([]string{"--nats-url", ncl.url(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1)}, ncl.tlsArgs()...),
+			env:   []string{"SLUICE_NATS_USER=sluice-server", "SLUICE_NATS_PASSWORD=" + haServerPass},
+		}))
 	}
 	for _, s := range servers {
 		s.waitReady(t, 60*time.Second)
@@ -424,6 +483,12 @@ func TestHANATSNodeKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged key creations, all listed on both servers", len(want))
+	// The role permissions allowed everything Sluice did through all this.
+	for _, p := range []*proc{worker, servers[0].proc, servers[1].proc} {
+		if l := strings.ToLower(p.logs.String()); strings.Contains(l, "permissions violation") || strings.Contains(l, "authorization violation") {
+			t.Errorf("%s hit a NATS permission:\n%s", p.name, tail(p.logs.String(), 20))
+		}
+	}
 }
 
 // --nats-replicas and SLUICE_NATS_REPLICAS are taken by both binaries, the

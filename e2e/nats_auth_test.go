@@ -60,7 +60,7 @@ func newTestPKI(t testing.TB) testPKI {
 		t.Fatal(err)
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, name string, usage x509.ExtKeyUsage, ips []net.IP) (string, string) {
+	leaf := func(serial int64, name string, usage []x509.ExtKeyUsage, ips []net.IP) (string, string) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			t.Fatal(err)
@@ -68,7 +68,7 @@ func newTestPKI(t testing.TB) testPKI {
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage, IPAddresses: ips,
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {
@@ -81,8 +81,10 @@ func newTestPKI(t testing.TB) testPKI {
 		return write(name+"-cert.pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
 	}
 	p := testPKI{dir: dir, ca: write("ca.pem", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth, nil)
+	// The NATS nodes' certificate also serves their routes, where each node
+	// is a client of the others (deploy/nats-cluster.conf).
+	p.serverCert, p.serverKey = leaf(2, "server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, []net.IP{net.ParseIP("127.0.0.1")})
+	p.clientCert, p.clientKey = leaf(3, "client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
 	return p
 }
 

@@ -162,7 +162,11 @@ func (m *Main) Run(ctx context.Context) error {
 	if cfg.clusterOn() {
 		host, _ := os.Hostname()
 		holder := fmt.Sprintf("host %s, pid %d, http %s", host, os.Getpid(), cfg.Addr)
-		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Holder: holder, Replicas: cfg.NatsReplicas, Log: m.Log, Registerer: m.registry}, nc, cluster.Hooks{
+		direct, err := cfg.clusterDirect()
+		if err != nil {
+			return err
+		}
+		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Holder: holder, Replicas: cfg.NatsReplicas, Log: m.Log, Registerer: m.registry, Direct: direct}, nc, cluster.Hooks{
 			Acquired:  eng.LoadPartition,
 			Releasing: func(ctx context.Context, _ int) error { return eng.FlushAndSync(ctx) },
 		})

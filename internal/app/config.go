@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -21,24 +23,34 @@ import (
 // Config is everything a Sluice server process is told at start. Every
 // field has a flag and a SLUICE_* environment twin; the flag wins.
 type Config struct {
-	Addr            string        // --addr, SLUICE_ADDR
-	Data            string        // --data, SLUICE_DATA
-	NatsURL         string        // --nats-url, SLUICE_NATS_URL; empty = embedded server
-	NatsListen      string        // --nats-listen, SLUICE_NATS_LISTEN; embedded server's client port, empty = in-process only
-	NatsListenCert  string        // --nats-listen-cert, SLUICE_NATS_LISTEN_CERT: PEM certificate the embedded listener presents
-	NatsListenKey   string        // --nats-listen-key, SLUICE_NATS_LISTEN_KEY: its PEM private key
-	NatsAuth        bus.Auth      // --nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key, SLUICE_NATS_USER/PASSWORD/TOKEN: for --nats-url
-	Worker          string        // --worker, SLUICE_WORKER: embedded | external
-	Node            string        // --node, SLUICE_NODE; empty = host name plus a suffix kept in --data (node.go)
-	NatsReplicas    int           // --nats-replicas, SLUICE_NATS_REPLICAS; 0 = 1 on one NATS, the cluster's size up to 3 on a cluster
-	Cluster         string        // --cluster, SLUICE_CLUSTER: auto | on | off
-	FlushInterval   time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
-	ShutdownTimeout time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
-	LogLevel        string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
-	PprofAddr       string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
-	MetricsAddr     string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
-	PublicURL       string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
-	CheckConfig     bool          // --check-config: validate the configuration and exit
+	Addr           string   // --addr, SLUICE_ADDR
+	Data           string   // --data, SLUICE_DATA
+	NatsURL        string   // --nats-url, SLUICE_NATS_URL; empty = embedded server
+	NatsListen     string   // --nats-listen, SLUICE_NATS_LISTEN; embedded server's client port, empty = in-process only
+	NatsListenCert string   // --nats-listen-cert, SLUICE_NATS_LISTEN_CERT: PEM certificate the embedded listener presents
+	NatsListenKey  string   // --nats-listen-key, SLUICE_NATS_LISTEN_KEY: its PEM private key
+	NatsAuth       bus.Auth // --nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key, SLUICE_NATS_USER/PASSWORD/TOKEN: for --nats-url
+	Worker         string   // --worker, SLUICE_WORKER: embedded | external
+	Node           string   // --node, SLUICE_NODE; empty = host name plus a suffix kept in --data (node.go)
+	NatsReplicas   int      // --nats-replicas, SLUICE_NATS_REPLICAS; 0 = 1 on one NATS, the cluster's size up to 3 on a cluster
+	Cluster        string   // --cluster, SLUICE_CLUSTER: auto | on | off
+	// ClusterListen (--cluster-listen, SLUICE_CLUSTER_LISTEN) is where other
+	// servers send forwarded checks directly; "off" = over NATS only. A
+	// non-loopback address needs ClusterListenCert and ClusterListenKey
+	// (--cluster-listen-cert/-key, SLUICE_CLUSTER_LISTEN_CERT/_KEY).
+	ClusterListen     string
+	ClusterListenCert string
+	ClusterListenKey  string
+	// ClusterAdvertise (--cluster-advertise, SLUICE_CLUSTER_ADVERTISE) is the
+	// host:port other servers dial; empty = the address listened on.
+	ClusterAdvertise string
+	FlushInterval    time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
+	ShutdownTimeout  time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
+	LogLevel         string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
+	PprofAddr        string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
+	MetricsAddr      string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
+	PublicURL        string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
+	CheckConfig      bool          // --check-config: validate the configuration and exit
 	// TrustedProxies (--trusted-proxies, SLUICE_TRUSTED_PROXIES) are the
 	// reverse proxies whose X-Forwarded-For /v1/forward-auth believes.
 	TrustedProxies []netip.Prefix
@@ -67,6 +79,7 @@ func DefaultConfig() Config {
 		Data:            "./data",
 		Worker:          "embedded",
 		Cluster:         "auto",
+		ClusterListen:   "127.0.0.1:0",
 		FlushInterval:   200 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
 		LogLevel:        "info",
@@ -112,6 +125,10 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	c.NatsAuth.RegisterFlags(fs, getenv)
 	fs.StringVar(&c.Worker, "worker", env("SLUICE_WORKER", c.Worker), "embedded: run the SQLite worker in this process; external: a cmd/worker process does (SLUICE_WORKER)")
 	fs.StringVar(&c.Cluster, "cluster", env("SLUICE_CLUSTER", c.Cluster), "auto: share bucket ownership with other servers when --nats-url is set; on; off (SLUICE_CLUSTER)")
+	fs.StringVar(&c.ClusterListen, "cluster-listen", env("SLUICE_CLUSTER_LISTEN", c.ClusterListen), "host:port where other servers of the cluster send forwarded checks directly (authenticated; NATS is the fallback); off = forward over NATS only; not loopback needs --cluster-listen-cert (SLUICE_CLUSTER_LISTEN)")
+	fs.StringVar(&c.ClusterListenCert, "cluster-listen-cert", env("SLUICE_CLUSTER_LISTEN_CERT", c.ClusterListenCert), "PEM certificate for --cluster-listen; required when it is not loopback (SLUICE_CLUSTER_LISTEN_CERT)")
+	fs.StringVar(&c.ClusterListenKey, "cluster-listen-key", env("SLUICE_CLUSTER_LISTEN_KEY", c.ClusterListenKey), "PEM private key of --cluster-listen-cert (SLUICE_CLUSTER_LISTEN_KEY)")
+	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", env("SLUICE_CLUSTER_ADVERTISE", c.ClusterAdvertise), "host:port other servers dial to reach --cluster-listen; empty = the address listened on (SLUICE_CLUSTER_ADVERTISE)")
 	fs.StringVar(&c.Node, "node", env("SLUICE_NODE", c.Node), "this server's name in logs and NATS, unique in the cluster; empty = host name plus a suffix kept in --data (SLUICE_NODE)")
 	replicas, err := envInt(getenv, "SLUICE_NATS_REPLICAS", c.NatsReplicas)
 	if err != nil {
@@ -170,6 +187,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--worker=external needs a NATS the worker can reach: set --nats-url, or --nats-listen for the embedded server")
 	}
 	if err := c.validateNATS(); err != nil {
+		return err
+	}
+	if err := c.validateClusterListen(); err != nil {
 		return err
 	}
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
@@ -241,6 +261,58 @@ func (c *Config) validateNATS() error {
 		}
 	}
 	return c.NatsAuth.Validate()
+}
+
+// validateClusterListen applies the NATS listener's rule to the direct
+// forwarding listener: loopback, or TLS.
+func (c *Config) validateClusterListen() error {
+	if (c.ClusterListenCert == "") != (c.ClusterListenKey == "") {
+		return fmt.Errorf("set both --cluster-listen-cert and --cluster-listen-key, or neither")
+	}
+	if c.ClusterListen == "off" {
+		if c.ClusterListenCert != "" || c.ClusterAdvertise != "" {
+			return fmt.Errorf("--cluster-listen-cert and --cluster-advertise need --cluster-listen, which is off")
+		}
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("--cluster-listen %q: must be host:port such as 127.0.0.1:7422, or off", c.ClusterListen)
+	}
+	if c.ClusterListenCert != "" {
+		if _, err := tls.LoadX509KeyPair(c.ClusterListenCert, c.ClusterListenKey); err != nil {
+			return fmt.Errorf("--cluster-listen-cert/--cluster-listen-key: %w", err)
+		}
+	} else if !bus.LoopbackListen(c.ClusterListen) {
+		return fmt.Errorf("--cluster-listen %s is not a loopback address: other machines would reach it without TLS; set --cluster-listen-cert and --cluster-listen-key, or listen on 127.0.0.1", c.ClusterListen)
+	}
+	if c.ClusterAdvertise != "" {
+		ah, _, err := net.SplitHostPort(c.ClusterAdvertise)
+		if err != nil || ah == "" || net.ParseIP(ah).IsUnspecified() {
+			return fmt.Errorf("--cluster-advertise %q: must be the host:port other servers dial, such as 10.0.0.5:7422", c.ClusterAdvertise)
+		}
+	} else if ip := net.ParseIP(host); host == "" || ip.IsUnspecified() {
+		return fmt.Errorf("--cluster-listen %s listens on every address: set --cluster-advertise to the host:port other servers dial", c.ClusterListen)
+	}
+	return nil
+}
+
+// clusterDirect is the direct forwarding listener's configuration, nil
+// when it is off.
+func (c *Config) clusterDirect() (*cluster.DirectConfig, error) {
+	if c.ClusterListen == "off" {
+		return nil, nil
+	}
+	host, _ := os.Hostname()
+	d := &cluster.DirectConfig{Listen: c.ClusterListen, Advertise: c.ClusterAdvertise, Host: host}
+	if c.ClusterListenCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.ClusterListenCert, c.ClusterListenKey)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-listen-cert/--cluster-listen-key: %w", err)
+		}
+		d.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	}
+	return d, nil
 }
 
 // ReplicasUsage is the help text of --nats-replicas, on server and worker.

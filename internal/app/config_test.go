@@ -1,11 +1,19 @@
 package app
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigNATSOptions(t *testing.T) {
@@ -129,4 +137,76 @@ func TestDefaultNodeName(t *testing.T) {
 	if err := c.ParseFlags("server", []string{"--node", "bad name"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Fatal("a node name with a space was accepted")
 	}
+}
+
+// The direct forwarding listener follows the NATS listener's rule: loopback,
+// or TLS; and an address that listens everywhere needs the one peers dial.
+func TestClusterListenFlags(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeSelfSigned(t, dir)
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{"default loopback", nil, nil, ""},
+		{"off", []string{"--cluster-listen", "off"}, nil, ""},
+		{"loopback port from the environment", nil, map[string]string{"SLUICE_CLUSTER_LISTEN": "127.0.0.1:7422"}, ""},
+		{"open without TLS", []string{"--cluster-listen", "10.0.0.5:7422"}, nil, "not a loopback address"},
+		{"open without TLS, from the environment", nil, map[string]string{"SLUICE_CLUSTER_LISTEN": "0.0.0.0:7422"}, "not a loopback address"},
+		{"open with TLS", []string{"--cluster-listen", "10.0.0.5:7422", "--cluster-listen-cert", cert, "--cluster-listen-key", key}, nil, ""},
+		{"everywhere with TLS but no advertise", []string{"--cluster-listen", ":7422", "--cluster-listen-cert", cert, "--cluster-listen-key", key}, nil, "--cluster-advertise"},
+		{"everywhere with TLS and advertise", []string{"--cluster-listen", "0.0.0.0:7422", "--cluster-advertise", "10.0.0.5:7422"},
+			map[string]string{"SLUICE_CLUSTER_LISTEN_CERT": cert, "SLUICE_CLUSTER_LISTEN_KEY": key}, ""},
+		{"advertise unspecified", []string{"--cluster-listen", "127.0.0.1:7422", "--cluster-advertise", "0.0.0.0:7422"}, nil, "--cluster-advertise"},
+		{"cert that does not load", []string{"--cluster-listen", "10.0.0.5:7422", "--cluster-listen-cert", notPEM, "--cluster-listen-key", notPEM}, nil, "--cluster-listen-cert"},
+		{"cert without key", []string{"--cluster-listen-cert", cert}, nil, "both --cluster-listen-cert"},
+		{"cert with off", []string{"--cluster-listen", "off", "--cluster-listen-cert", cert, "--cluster-listen-key", key}, nil, "which is off"},
+		{"not host:port", []string{"--cluster-listen", "7422"}, nil, "host:port"},
+	} {
+		cfg := DefaultConfig()
+		err := cfg.ParseFlags("server", append([]string{"--data", dir}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	cfg := DefaultConfig()
+	if err := cfg.ParseFlags("server", []string{"--data", dir, "--cluster-listen", "10.0.0.5:7422", "--cluster-listen-cert", cert, "--cluster-listen-key", key}, func(string) string { return "" }, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfg.clusterDirect()
+	if err != nil || d == nil || d.TLS == nil || d.Listen != "10.0.0.5:7422" || d.Host == "" {
+		t.Fatalf("direct config: %+v, %v", d, err)
+	}
+}
+
+func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }

@@ -94,6 +94,10 @@ type Config struct {
 	Log    *slog.Logger
 	// Registerer receives the cluster's metrics; none when nil.
 	Registerer prometheus.Registerer
+	// Direct, when set, serves forwarded checks on a listener of this
+	// server's own and forwards to other servers' listeners, NATS being
+	// the fallback (direct.go). Nil: every forward goes over NATS.
+	Direct *DirectConfig
 }
 
 // Hooks are what the engine does around ownership changes.
@@ -114,6 +118,12 @@ type lease struct {
 	// the node name, and where it runs.
 	Instance string `json:"instance,omitempty"`
 	Holder   string `json:"holder,omitempty"`
+	// The direct listener's address, key, host and certificate
+	// fingerprint (member entries of servers that have one).
+	Fwd     string `json:"fwd,omitempty"`
+	FwdKey  string `json:"fwd_key,omitempty"`
+	FwdHost string `json:"fwd_host,omitempty"`
+	FwdCert string `json:"fwd_cert,omitempty"`
 }
 
 // NodeTakenError is returned by Start when another live process holds this
@@ -180,11 +190,15 @@ type Cluster struct {
 	// only).
 	claimWarned time.Time
 	fwd         *forwarder
-	metrics     clusterMetrics
-	changed     chan struct{} // closed and replaced on every ownership change
-	changedMu   sync.Mutex
-	stop        context.CancelFunc
-	done        sync.WaitGroup
+	// self is what this server publishes about its direct listener; peers
+	// is what the other members published, by node, as of the last tick.
+	self      atomic.Pointer[peerInfo]
+	peers     atomic.Pointer[map[string]peerInfo]
+	metrics   clusterMetrics
+	changed   chan struct{} // closed and replaced on every ownership change
+	changedMu sync.Mutex
+	stop      context.CancelFunc
+	done      sync.WaitGroup
 }
 
 type clusterMetrics struct {
@@ -194,6 +208,10 @@ type clusterMetrics struct {
 	fwdBatch  prometheus.Histogram
 	fwdTime   prometheus.Histogram
 	served    prometheus.Counter
+	// batches counts forward requests by transport (direct, nats).
+	batches      *prometheus.CounterVec
+	dialFailures prometheus.Counter
+	rejected     *prometheus.CounterVec
 }
 
 // New prepares a cluster member; Start joins.
@@ -222,6 +240,14 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
 		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), freed: make(chan struct{}, 1), failed: make(chan error, 1)}
+	if err := c.initMetrics(); err != nil {
+		return nil, err
+	}
+	c.fwd = newForwarder(c)
+	return c, nil
+}
+
+func (c *Cluster) initMetrics() error {
 	c.metrics = clusterMetrics{
 		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
 			func() float64 { return float64(c.OwnedCount()) }),
@@ -230,18 +256,24 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 		fwdBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_batch_size", Help: "Checks per forward request.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		fwdTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_seconds", Help: "Round trip of a forward request to the owner.",
-			Buckets: []float64{50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}}),
+			Buckets: []float64{25e-6, 50e-6, 75e-6, 100e-6, 125e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}}),
 		served: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_forwarded_checks_served_total", Help: "Checks other servers forwarded to this one."}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_forward_requests_total",
+			Help: "Forward requests (batches) sent to owners, by transport: direct (a connection to the owner) or nats (the fallback)."}, []string{"transport"}),
+		dialFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_peer_dial_failures_total",
+			Help: "Direct connections to an owner that could not be made (dial, TLS or handshake); forwards went over NATS."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_peer_rejected_total",
+			Help: "Connections to this server's cluster listener closed for failing the handshake or sending a bad frame, by reason."}, []string{"reason"}),
 	}
-	if cfg.Registerer != nil {
-		for _, m := range []prometheus.Collector{c.metrics.owned, c.metrics.handovers, c.metrics.forwards, c.metrics.fwdBatch, c.metrics.fwdTime, c.metrics.served} {
-			if err := cfg.Registerer.Register(m); err != nil {
-				return nil, err
+	if c.cfg.Registerer != nil {
+		for _, m := range []prometheus.Collector{c.metrics.owned, c.metrics.handovers, c.metrics.forwards, c.metrics.fwdBatch, c.metrics.fwdTime, c.metrics.served,
+			c.metrics.batches, c.metrics.dialFailures, c.metrics.rejected} {
+			if err := c.cfg.Registerer.Register(m); err != nil {
+				return err
 			}
 		}
 	}
-	c.fwd = newForwarder(c)
-	return c, nil
+	return nil
 }
 
 // Node is this server's name.
@@ -376,7 +408,11 @@ func (c *Cluster) retryClaim(ctx context.Context, err error) error {
 }
 
 func (c *Cluster) memberValue(now time.Time) []byte {
-	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: now.Add(c.cfg.LeaseTTL).UnixMilli(), Instance: c.cfg.Instance, Holder: c.cfg.Holder})
+	l := lease{Node: c.cfg.Node, Expires: now.Add(c.cfg.LeaseTTL).UnixMilli(), Instance: c.cfg.Instance, Holder: c.cfg.Holder}
+	if self := c.self.Load(); self != nil {
+		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert = self.Addr, self.Key, self.Host, self.Cert
+	}
+	b, _ := json.Marshal(l)
 	return b
 }
 
@@ -635,15 +671,20 @@ func (c *Cluster) tick(ctx context.Context) {
 	live := 1
 	if keys, err := c.members_.ListKeys(rctx); err == nil {
 		live = 0
+		peers := map[string]peerInfo{}
 		for k := range keys.Keys() {
 			if e, err := c.members_.Get(rctx, k); err == nil {
 				var l lease
 				if json.Unmarshal(e.Value(), &l) == nil && l.Expires > now.UnixMilli() {
 					live++
+					if l.Fwd != "" {
+						peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert}
+					}
 				}
 			}
 		}
 		live = max(live, 1)
+		c.peers.Store(&peers)
 	}
 	share := (bus.Partitions + live - 1) / live
 

@@ -6,12 +6,15 @@ package cluster
 // while requests are in flight ride together in the next one, so batching
 // adds no wait when idle and saves round trips under load. The owner
 // decides every item in its own hot cache and answers them in order.
+// A batch goes over a direct connection to the owner when one is ready
+// (direct.go), and over NATS otherwise.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,13 +85,16 @@ type ownerQueue struct {
 	mu       sync.Mutex
 	pending  []*call
 	inflight int
+	direct   peerSlot
 }
 
 type forwarder struct {
-	c   *Cluster
-	mu  sync.Mutex
-	qs  map[string]*ownerQueue
-	sub *nats.Subscription
+	c      *Cluster
+	mu     sync.Mutex
+	qs     map[string]*ownerQueue
+	sub    *nats.Subscription
+	srv    *directServer
+	closed atomic.Bool
 }
 
 func newForwarder(c *Cluster) *forwarder { return &forwarder{c: c, qs: map[string]*ownerQueue{}} }
@@ -146,11 +152,11 @@ func (f *forwarder) send(q *ownerQueue, mine *call) {
 		q.pending = append(q.pending[:0], q.pending[n:]...)
 		q.mu.Unlock()
 
-		msg := forwardMsg{V: bus.WireVersion, Items: make([]Item, n)}
+		items := make([]Item, n)
 		for i, cl := range batch {
-			msg.Items[i] = cl.item
+			items[i] = cl.item
 		}
-		res, err := f.roundTrip(q.owner, msg)
+		res, err := f.exchange(q, items)
 		for i, cl := range batch {
 			if err == nil && i < len(res) {
 				cl.res = res[i]
@@ -173,6 +179,33 @@ func isDone(cl *call) bool {
 	}
 }
 
+// exchange sends one batch to q's owner: directly when a connection is
+// ready, else over NATS. A direct attempt that failed before the owner
+// could have read the batch goes over NATS at once; one that may have
+// reached the owner returns its error, as a NATS timeout does, and the
+// engine asks again.
+func (f *forwarder) exchange(q *ownerQueue, items []Item) ([]Result, error) {
+	if pc := f.direct(q); pc != nil {
+		start := time.Now()
+		res, sent, err := pc.roundTrip(items)
+		if err == nil {
+			f.observe("direct", start, len(items))
+			return res, nil
+		}
+		if sent {
+			return nil, fmt.Errorf("forward to %s: %w", q.owner, err)
+		}
+	}
+	return f.roundTrip(q.owner, forwardMsg{V: bus.WireVersion, Items: items})
+}
+
+func (f *forwarder) observe(transport string, start time.Time, n int) {
+	f.c.metrics.fwdTime.Observe(time.Since(start).Seconds())
+	f.c.metrics.fwdBatch.Observe(float64(n))
+	f.c.metrics.forwards.Add(float64(n))
+	f.c.metrics.batches.WithLabelValues(transport).Inc()
+}
+
 func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	data, err := json.Marshal(msg)
 	if err != nil {
@@ -183,9 +216,7 @@ func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward to %s: %w", owner, err)
 	}
-	f.c.metrics.fwdTime.Observe(time.Since(start).Seconds())
-	f.c.metrics.fwdBatch.Observe(float64(len(msg.Items)))
-	f.c.metrics.forwards.Add(float64(len(msg.Items)))
+	f.observe("nats", start, len(msg.Items))
 	var out forwardMsg
 	if err := json.Unmarshal(reply.Data, &out); err != nil || out.V != bus.WireVersion {
 		return nil, fmt.Errorf("forward to %s: unreadable answer", owner)
@@ -193,10 +224,20 @@ func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	return out.Res, nil
 }
 
-// Serve answers checks forwarded to this server with decide. Small
-// requests are answered on the subscription's goroutine, which saves a
-// hand-over; large batches get their own goroutine so both cores work.
+// Serve answers checks forwarded to this server with decide, over NATS
+// and, with Config.Direct, on the direct listener, which it opens here
+// (before Start publishes its address). Small requests are answered on
+// the receiving goroutine, which saves a hand-over; large batches get
+// their own goroutine so both cores work.
 func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
+	if c.cfg.Direct != nil {
+		srv, info, err := c.listenDirect(c.cfg.Direct, decide)
+		if err != nil {
+			return err
+		}
+		c.fwd.srv = srv
+		c.self.Store(&info)
+	}
 	sub, err := c.nc.Subscribe(bus.ForwardPrefix+c.cfg.Node, func(m *nats.Msg) {
 		var in forwardMsg
 		if err := json.Unmarshal(m.Data, &in); err != nil || in.V != bus.WireVersion {
@@ -216,6 +257,9 @@ func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
 		}
 	})
 	if err != nil {
+		if c.fwd.srv != nil {
+			c.fwd.srv.close()
+		}
 		return err
 	}
 	c.fwd.sub = sub
@@ -223,7 +267,21 @@ func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
 }
 
 func (f *forwarder) close() {
+	f.closed.Store(true)
 	if f.sub != nil {
 		_ = f.sub.Unsubscribe()
+	}
+	if f.srv != nil {
+		f.srv.close()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, q := range f.qs {
+		q.direct.mu.Lock()
+		if q.direct.conn != nil {
+			q.direct.conn.close()
+			q.direct.conn = nil
+		}
+		q.direct.mu.Unlock()
 	}
 }

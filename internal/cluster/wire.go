@@ -1,0 +1,237 @@
+package cluster
+
+// The binary frames of direct forwarding (direct.go). A frame is a 4-byte
+// big-endian body length, then the body:
+//
+//	request:  type(1) id(uvarint) count(uvarint) item*
+//	item:     key tenant policy tier key_id (uvarint length + bytes each)
+//	          cost(varint) consume(1) now(varint)
+//	response: type(2) id(uvarint) count(uvarint) result*
+//	result:   status(uvarint) allowed(1) report(varint) n(uvarint) outcome*n
+//	outcome:  allowed(1) limit remaining reset retry_after (varint each)
+//
+// Decoding checks every length against what is left and against fixed
+// bounds before it allocates, so a hostile or corrupt frame is an error,
+// never a panic or a large allocation.
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+const (
+	frameRequest  = 1
+	frameResponse = 2
+
+	// maxFrame bounds a frame's body. A full batch of maxBatch items with
+	// keys of a few hundred bytes stays far below it; a batch that would not
+	// fit goes over NATS instead.
+	maxFrame = 1 << 20
+	// maxString bounds one string of an item (bucket keys, ids).
+	maxString = 4096
+	// maxOutcomes bounds a result's outcomes (the engine's MaxLimits is 10).
+	maxOutcomes = 64
+)
+
+var errMalformed = errors.New("malformed frame")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// appendRequest appends a whole request frame, length prefix included.
+func appendRequest(b []byte, id uint64, items []Item) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0, frameRequest)
+	b = binary.AppendUvarint(b, id)
+	b = binary.AppendUvarint(b, uint64(len(items)))
+	for i := range items {
+		it := &items[i]
+		b = appendString(b, it.Key)
+		b = appendString(b, it.Tenant)
+		b = appendString(b, it.Policy)
+		b = appendString(b, it.Tier)
+		b = appendString(b, it.KeyID)
+		b = binary.AppendVarint(b, it.Cost)
+		b = appendBool(b, it.Consume)
+		b = binary.AppendVarint(b, it.Now)
+	}
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b
+}
+
+// appendResponse appends a whole response frame, length prefix included.
+func appendResponse(b []byte, id uint64, res []Result) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0, frameResponse)
+	b = binary.AppendUvarint(b, id)
+	b = binary.AppendUvarint(b, uint64(len(res)))
+	for i := range res {
+		r := &res[i]
+		b = binary.AppendUvarint(b, uint64(r.Status))
+		b = appendBool(b, r.Allowed)
+		b = binary.AppendVarint(b, int64(r.Report))
+		b = binary.AppendUvarint(b, uint64(len(r.Outcomes)))
+		for _, o := range r.Outcomes {
+			b = appendBool(b, o.Allowed)
+			b = binary.AppendVarint(b, o.Limit)
+			b = binary.AppendVarint(b, o.Remaining)
+			b = binary.AppendVarint(b, o.Reset)
+			b = binary.AppendVarint(b, o.RetryAfter)
+		}
+	}
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b
+}
+
+// decoder reads a frame body; the first error sticks and later reads
+// return zero values.
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.bad {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.bad = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bool() bool {
+	if d.bad || len(d.b) == 0 {
+		d.bad = true
+		return false
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	if v > 1 {
+		d.bad = true
+	}
+	return v == 1
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.bad || n > maxString || n > uint64(len(d.b)) {
+		d.bad = true
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// count reads an element count, refusing one above limit or above what
+// the rest of the body could hold at minSize bytes an element.
+func (d *decoder) count(limit, minSize int) int {
+	n := d.uvarint()
+	if d.bad || n > uint64(limit) || n*uint64(minSize) > uint64(len(d.b)) {
+		d.bad = true
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) header(typ byte) uint64 {
+	if len(d.b) == 0 || d.b[0] != typ {
+		d.bad = true
+		return 0
+	}
+	d.b = d.b[1:]
+	return d.uvarint()
+}
+
+// decodeRequest reads a request body (without its length prefix). The
+// items own their strings: body may be reused at once.
+func decodeRequest(body []byte) (uint64, []Item, error) {
+	d := decoder{b: body}
+	id := d.header(frameRequest)
+	// An item takes at least 5 one-byte lengths, a cost, a flag and a time.
+	n := d.count(maxBatch, 8)
+	if d.bad {
+		return 0, nil, errMalformed
+	}
+	items := make([]Item, n)
+	for i := range items {
+		it := &items[i]
+		it.Key = d.string()
+		it.Tenant = d.string()
+		it.Policy = d.string()
+		it.Tier = d.string()
+		it.KeyID = d.string()
+		it.Cost = d.varint()
+		it.Consume = d.bool()
+		it.Now = d.varint()
+	}
+	if d.bad || len(d.b) != 0 {
+		return 0, nil, errMalformed
+	}
+	return id, items, nil
+}
+
+// decodeResponse reads a response body (without its length prefix).
+func decodeResponse(body []byte) (uint64, []Result, error) {
+	d := decoder{b: body}
+	id := d.header(frameResponse)
+	n := d.count(maxBatch, 4)
+	if d.bad {
+		return 0, nil, errMalformed
+	}
+	res := make([]Result, n)
+	for i := range res {
+		r := &res[i]
+		st := d.uvarint()
+		if st > 255 {
+			d.bad = true
+		}
+		r.Status = int(st)
+		r.Allowed = d.bool()
+		r.Report = int(d.varint())
+		if k := d.count(maxOutcomes, 5); k > 0 {
+			r.Outcomes = make([]Outcome, k)
+			for j := range r.Outcomes {
+				o := &r.Outcomes[j]
+				o.Allowed = d.bool()
+				o.Limit = d.varint()
+				o.Remaining = d.varint()
+				o.Reset = d.varint()
+				o.RetryAfter = d.varint()
+			}
+		}
+		if d.bad {
+			return 0, nil, errMalformed
+		}
+	}
+	if d.bad || len(d.b) != 0 {
+		return 0, nil, errMalformed
+	}
+	return id, res, nil
+}
