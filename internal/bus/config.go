@@ -67,6 +67,24 @@ type KeyUpdate struct {
 	Patch    tenants.KeyPatch `json:"patch"`
 }
 
+// KeyPageQuery asks OpKeyPage for one page of a tenant's consumer keys. V
+// is WireVersion; the worker refuses a version it does not know. OpKeyList
+// still answers every key, for the API and for servers older than these
+// page reads, so the worker must be upgraded before the servers.
+type KeyPageQuery struct {
+	V int `json:"v"`
+	tenants.KeyQuery
+}
+
+// KeyNames asks OpKeyNames for the names of some of a tenant's consumer
+// keys (at most tenants.MaxRankedKeys ids). The answer maps each id that
+// is the tenant's key to its name; other ids are left out.
+type KeyNames struct {
+	V        int      `json:"v"`
+	TenantID string   `json:"tenant_id"`
+	IDs      []string `json:"ids"`
+}
+
 // BucketReset refills one identity's buckets for a policy, by name.
 type BucketReset struct {
 	TenantID string           `json:"tenant_id"`

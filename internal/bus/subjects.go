@@ -74,7 +74,10 @@ const (
 	OpPolicyDelete  = "policy.delete"
 	OpKeyCreate     = "key.create"
 	OpKeyGet        = "key.get"
-	OpKeyList       = "key.list"
+	OpKeyList       = "key.list" // every key of a tenant (the API's list)
+	OpKeyPage       = "key.page" // one filtered, sorted page (KeyPageQuery)
+	OpKeyNames      = "key.names"
+	OpKeyCount      = "key.count"
 	OpKeyUpdate     = "key.update"
 	OpKeyRevoke     = "key.revoke"
 	OpBlockCreate   = "block.create"

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 
@@ -35,10 +36,19 @@ func connectHook(c *sqlite3.SQLiteConn) error {
 		// Read pages through a memory map of up to 4 GiB instead of a copy
 		// per read: with millions of buckets the B-trees outgrow the page
 		// cache. Writes still go through the WAL.
-		_, err := c.Exec(`PRAGMA mmap_size = 4294967296`, nil)
-		return err
+		if _, err := c.Exec(`PRAGMA mmap_size = 4294967296`, nil); err != nil {
+			return err
+		}
+		// sluice_fold lower-cases text as Go does: SQLite's lower() and
+		// LIKE fold ASCII only, and a filter typed in the dashboard must
+		// match the same keys whichever side compares.
+		return c.RegisterFunc(FoldFunc, strings.ToLower, true)
 	}
 }
+
+// FoldFunc is the SQL function, on every connection Open makes, that
+// lower-cases its argument with strings.ToLower.
+const FoldFunc = "sluice_fold"
 
 // Open opens (creating if needed) the SQLite file at path with Sluice's
 // per-connection pragmas, applies pending migrations, and refuses a database

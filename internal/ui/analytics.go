@@ -68,12 +68,12 @@ func (h *analyticsHandler) show(c echo.Context) error {
 	if err != nil && v.Error == "" {
 		v.Error = userMessage(err)
 	}
-	var names map[string]string
-	if len(rows) > 0 {
-		if ks, err := listKeys(ctx, h.config, s.TenantID); err == nil {
-			names = keyNames(ks)
-		}
+	entries := make([]bus.TopEntry, len(rows))
+	for i, r := range rows {
+		entries[i].Identity = tenants.Identity{Kind: r.Kind, ID: r.ID}
 	}
+	// Best effort: without names the rows show key ids.
+	names, _ := keyNames(ctx, h.config, s.TenantID, entries)
 	for i := range rows {
 		o := &rows[i].Offender
 		if o.Label == "" {

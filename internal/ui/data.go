@@ -111,19 +111,29 @@ func listPolicies(ctx context.Context, c configCaller, tenantID string) ([]tenan
 	return ps, err
 }
 
+// listKeys reads every key of the tenant: only the callers page's lookup
+// by key prefix still needs it, and only when asked for a key.
 func listKeys(ctx context.Context, c configCaller, tenantID string) ([]tenants.ConsumerKey, error) {
 	var ks []tenants.ConsumerKey
 	err := c.Call(ctx, bus.OpKeyList, bus.TenantScoped{TenantID: tenantID}, &ks)
 	return ks, err
 }
 
-// keyNames maps key ids to names, for labelling identities.
-func keyNames(ks []tenants.ConsumerKey) map[string]string {
-	m := make(map[string]string, len(ks))
-	for _, k := range ks {
-		m[k.ID] = k.Name
+// keyNames names the consumer keys among entries' identities, for
+// labelling them: only the tenant's keys are named, and only those shown.
+func keyNames(ctx context.Context, c configCaller, tenantID string, entries []bus.TopEntry) (map[string]string, error) {
+	var ids []string
+	for _, e := range entries {
+		if e.Identity.Kind == tenants.IdentityKey && e.Identity.ID != engine.InvalidKeyIdentity && !slices.Contains(ids, e.Identity.ID) {
+			ids = append(ids, e.Identity.ID)
+		}
 	}
-	return m
+	names := map[string]string{}
+	if len(ids) == 0 {
+		return names, nil
+	}
+	err := c.Call(ctx, bus.OpKeyNames, bus.KeyNames{V: bus.WireVersion, TenantID: tenantID, IDs: ids}, &names)
+	return names, err
 }
 
 func policyNames(ps []tenants.Policy) []string {

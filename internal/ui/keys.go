@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,11 +88,6 @@ func (h *keyHandler) keyRow(k tenants.ConsumerKey, used map[string]keyUsage, now
 	return r
 }
 
-// keySorts are the list's sortable columns.
-var keySorts = []struct{ key, label string }{
-	{"name", "Name"}, {"prefix", "Prefix"}, {"tier", "Tier"}, {"expires", "Expires"}, {"last_used", "Last used"},
-}
-
 func (h *keyHandler) list(c echo.Context) error {
 	var created *views.CreatedKey
 	if ck, err := c.Cookie(newConsumerKeyCookie); err == nil && ck.Value != "" {
@@ -110,75 +106,144 @@ func (h *keyHandler) newKeyCookie(c echo.Context, value string, maxAge int) *htt
 	return ck
 }
 
+// keySorts are the list's sortable columns and the worker's sort for each.
+// "last_used" ranks the keys analytics saw, most recent first, ahead of the
+// rest.
+var keySorts = []struct{ key, label, sort string }{
+	{"name", "Name", tenants.KeySortName}, {"prefix", "Prefix", tenants.KeySortPrefix}, {"tier", "Tier", tenants.KeySortTier},
+	{"expires", "Expires", tenants.KeySortExpires}, {"last_used", "Last used", tenants.KeySortRanked},
+}
+
+// keysPerPage is the length of one page of the key list.
+const keysPerPage = 50
+
+// keyListParams are the list's query parameters, kept by every link of it.
+type keyListParams struct {
+	filter, tier, sort string
+	revoked            bool
+	page               int // from 1
+}
+
+func keyListParamsOf(c echo.Context) keyListParams {
+	p := keyListParams{filter: strings.TrimSpace(c.QueryParam("q")), tier: strings.TrimSpace(c.QueryParam("tier")),
+		sort: "name", revoked: c.QueryParam("revoked") != "", page: 1}
+	for _, col := range keySorts {
+		if col.key == c.QueryParam("sort") {
+			p.sort = col.key
+		}
+	}
+	if n, err := strconv.Atoi(c.QueryParam("page")); err == nil && n > 1 {
+		p.page = n
+	}
+	return p
+}
+
+func (p keyListParams) url() string {
+	q := url.Values{}
+	if p.filter != "" {
+		q.Set("q", p.filter)
+	}
+	if p.tier != "" {
+		q.Set("tier", p.tier)
+	}
+	if p.revoked {
+		q.Set("revoked", "1")
+	}
+	if p.sort != "name" {
+		q.Set("sort", p.sort)
+	}
+	if p.page > 1 {
+		q.Set("page", strconv.Itoa(p.page))
+	}
+	if len(q) == 0 {
+		return "/ui/keys"
+	}
+	return "/ui/keys?" + q.Encode()
+}
+
+// rankedByUse is the ids of used keys, most recently used first.
+func rankedByUse(used map[string]keyUsage) []string {
+	ids := make([]string, 0, len(used))
+	for id := range used {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		if c := used[b].last.Compare(used[a].last); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return ids
+}
+
 func (h *keyHandler) renderList(c echo.Context, status int, form views.KeyForm, created *views.CreatedKey) error {
 	s := mustSession(c)
 	ctx := c.Request().Context()
 	now := h.now()
-	ks, err := listKeys(ctx, h.config, s.TenantID)
-	if err != nil {
-		return err
-	}
+	p := keyListParamsOf(c)
 	ps, err := listPolicies(ctx, h.config, s.TenantID)
 	if err != nil {
 		return err
 	}
 	used := h.lastUsed(ctx, s.TenantID, now)
-	v := views.KeysView{
-		Total:       len(ks),
-		Filter:      strings.TrimSpace(c.QueryParam("q")),
-		ShowRevoked: c.QueryParam("revoked") != "",
-		Create:      form,
-		Created:     created,
-		Tiers:       tierNames(ps),
-	}
-	needle := strings.ToLower(v.Filter)
-	for _, k := range ks {
-		r := h.keyRow(k, used, now)
-		if needle != "" && !strings.Contains(strings.ToLower(r.Name+" "+r.Prefix+" "+r.Tier), needle) {
-			continue
-		}
-		if r.Status == "revoked" && !v.ShowRevoked {
-			v.HiddenRevoked++
-			continue
-		}
-		v.Keys = append(v.Keys, r)
-	}
-	sortBy := c.QueryParam("sort")
-	sortKeys(v.Keys, sortBy)
+	q := tenants.KeyQuery{TenantID: s.TenantID, Search: p.filter, Tier: p.tier, IncludeRevoked: p.revoked,
+		Offset: (p.page - 1) * keysPerPage, Limit: keysPerPage}
 	for _, col := range keySorts {
-		q := url.Values{"sort": {col.key}}
-		if v.Filter != "" {
-			q.Set("q", v.Filter)
+		if col.key == p.sort {
+			q.Sort = col.sort
 		}
-		if v.ShowRevoked {
-			q.Set("revoked", "1")
+	}
+	if q.Sort == tenants.KeySortRanked {
+		q.Ranked = rankedByUse(used)
+		q.Ranked = q.Ranked[:min(len(q.Ranked), tenants.MaxRankedKeys)]
+	}
+	var kp tenants.KeyPage
+	if err := h.config.Call(ctx, bus.OpKeyPage, bus.KeyPageQuery{V: bus.WireVersion, KeyQuery: q}, &kp); err != nil {
+		return err
+	}
+	tiers := tierNames(ps)
+	v := views.KeysView{
+		Total:         kp.Total,
+		Filter:        p.filter,
+		Tier:          p.tier,
+		ShowRevoked:   p.revoked,
+		HiddenRevoked: kp.HiddenRevoked,
+		Create:        form,
+		Created:       created,
+		Tiers:         tiers,
+	}
+	v.TierChoices = append(v.TierChoices, views.Choice{Value: "", Label: "Any tier", Current: p.tier == ""})
+	for _, t := range tiers {
+		v.TierChoices = append(v.TierChoices, views.Choice{Value: t, Label: t, Current: t == p.tier})
+	}
+	if p.tier != "" && !slices.Contains(tiers, p.tier) {
+		// A key's tier no policy lists any more can still be filtered on.
+		v.TierChoices = append(v.TierChoices, views.Choice{Value: p.tier, Label: p.tier, Current: true})
+	}
+	for _, k := range kp.Keys {
+		v.Keys = append(v.Keys, h.keyRow(k, used, now))
+	}
+	if len(v.Keys) > 0 {
+		v.Page = views.KeysPage{From: kp.Offset + 1, To: kp.Offset + len(v.Keys), Of: kp.Matched}
+		at := p
+		at.page = kp.Offset/keysPerPage + 1
+		if at.page > 1 {
+			prev := at
+			prev.page--
+			v.Page.PrevURL = prev.url()
 		}
-		v.Columns = append(v.Columns, views.SortColumn{Label: col.label, URL: "/ui/keys?" + q.Encode(), Current: col.key == sortBy || (sortBy == "" && col.key == "name")})
+		if v.Page.To < kp.Matched {
+			next := at
+			next.page++
+			v.Page.NextURL = next.url()
+		}
+	}
+	for _, col := range keySorts {
+		sorted := p
+		sorted.sort, sorted.page = col.key, 1
+		v.Columns = append(v.Columns, views.SortColumn{Label: col.label, URL: sorted.url(), Current: col.key == p.sort})
 	}
 	return render(c, status, views.Keys(page(c, "Keys", views.NavKeys), v))
-}
-
-func sortKeys(ks []views.KeyRow, by string) {
-	optTime := func(t *time.Time, missing time.Time) time.Time {
-		if t == nil {
-			return missing
-		}
-		return *t
-	}
-	far := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	slices.SortStableFunc(ks, func(a, b views.KeyRow) int {
-		switch by {
-		case "prefix":
-			return strings.Compare(a.Prefix, b.Prefix)
-		case "tier":
-			return strings.Compare(a.Tier, b.Tier)
-		case "expires": // soonest first; keys that never expire last
-			return optTime(a.ExpiresAt, far).Compare(optTime(b.ExpiresAt, far))
-		case "last_used": // most recent first; unused keys last
-			return optTime(b.LastUsed, time.Time{}).Compare(optTime(a.LastUsed, time.Time{}))
-		}
-		return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
-	})
 }
 
 // parseExpiry reads an optional datetime-local value as UTC.

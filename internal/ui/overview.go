@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
@@ -36,15 +37,15 @@ func (h *overviewHandler) show(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	keys, err := listKeys(ctx, h.config, s.TenantID)
-	if err != nil {
+	var keys tenants.KeyCounts
+	if err := h.config.Call(ctx, bus.OpKeyCount, bus.TenantScoped{TenantID: s.TenantID}, &keys); err != nil {
 		return err
 	}
 	v := views.OverviewView{
 		Ranges:       rangeTabs(overviewRanges, r, "/ui/", nil),
 		RangeLabel:   r.phrase,
 		PolicyCount:  len(policies),
-		KeyCount:     len(keys),
+		KeyCount:     keys.Total,
 		AnalyticsURL: "/ui/analytics?" + url.Values{"range": {r.value}}.Encode(),
 	}
 	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step)})
@@ -75,7 +76,9 @@ func (h *overviewHandler) show(c echo.Context) error {
 
 		entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 5})
 		if err == nil {
-			v.TopIdentities = offenders(entries, keyNames(keys), true)
+			// Unnamed keys are still listed, by id, if the names are missing.
+			names, _ := keyNames(ctx, h.config, s.TenantID, entries)
+			v.TopIdentities = offenders(entries, names, true)
 		}
 	}
 	return render(c, http.StatusOK, views.Overview(page(c, "Overview", views.NavOverview), v))

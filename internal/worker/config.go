@@ -122,6 +122,27 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpKeyGet: handle(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
 			return st.GetConsumerKey(ctx, r.TenantID, r.ID)
 		}),
+		bus.OpKeyPage: handle(w, bus.OpKeyPage, func(ctx context.Context, r bus.KeyPageQuery) (tenants.KeyPage, error) {
+			if r.V != bus.WireVersion {
+				return tenants.KeyPage{}, errs.Errorf(errs.Invalid, "key page query: wire version %d", r.V)
+			}
+			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
+				return tenants.KeyPage{}, err
+			}
+			return st.ListConsumerKeyPage(ctx, r.KeyQuery)
+		}),
+		bus.OpKeyNames: handle(w, bus.OpKeyNames, func(ctx context.Context, r bus.KeyNames) (map[string]string, error) {
+			if r.V != bus.WireVersion {
+				return nil, errs.Errorf(errs.Invalid, "key names query: wire version %d", r.V)
+			}
+			return st.ConsumerKeyNames(ctx, r.TenantID, r.IDs)
+		}),
+		bus.OpKeyCount: handle(w, bus.OpKeyCount, func(ctx context.Context, r bus.TenantScoped) (tenants.KeyCounts, error) {
+			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
+				return tenants.KeyCounts{}, err
+			}
+			return st.CountConsumerKeys(ctx, r.TenantID)
+		}),
 		bus.OpKeyList: handle(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
 			return nonNil(st.ListConsumerKeys(ctx, r.TenantID))
 		}),

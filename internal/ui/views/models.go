@@ -310,10 +310,14 @@ type SortColumn struct {
 
 // KeysView is the key list with the create form.
 type KeysView struct {
-	Keys        []KeyRow
-	Total       int // keys before filtering
+	Keys        []KeyRow // one page
+	Total       int      // keys before filtering
 	Filter      string
+	Tier        string // "" for every tier
+	TierChoices []Choice
 	ShowRevoked bool
+	// Page says which of the matching keys Keys are.
+	Page KeysPage
 	// HiddenRevoked counts the revoked keys left out because ShowRevoked
 	// is off (among those the filter matches).
 	HiddenRevoked int
@@ -321,6 +325,14 @@ type KeysView struct {
 	Create        KeyForm
 	Created       *CreatedKey
 	Tiers         []string
+}
+
+// KeysPage places a page of keys among those the filter keeps: keys From
+// to To (from 1) of Of, with links to the pages before and after ("" when
+// there is none).
+type KeysPage struct {
+	From, To, Of     int
+	PrevURL, NextURL string
 }
 
 // KeyForm is the create or edit form of a key.

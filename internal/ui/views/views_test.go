@@ -344,6 +344,32 @@ func TestKeysPage(t *testing.T) {
 		t.Error("copy button")
 	}
 	d.none("revoked-hidden")
+	d.none("key-page-range")
+}
+
+// A page of a long list says where it is and links to its neighbours.
+func TestKeysPagePager(t *testing.T) {
+	d := renderDOM(t, Keys(owner, KeysView{
+		Total: 10000, Filter: "cust", Tier: "pro",
+		TierChoices: []Choice{{Value: "", Label: "Any tier"}, {Value: "pro", Label: "pro", Current: true}},
+		Keys:        []KeyRow{{ID: "ckey_1", Name: "customer 1", Prefix: "ck_AbCd1", Tier: "pro", Status: "active", URL: "/ui/keys/ckey_1"}},
+		Page:        KeysPage{From: 51, To: 100, Of: 10000, PrevURL: "/ui/keys?q=cust&tier=pro", NextURL: "/ui/keys?page=3&q=cust&tier=pro"},
+	}))
+	checkAccessible(t, d)
+	if got := strings.Join(strings.Fields(text(d.one("key-page-range"))), " "); got != "Showing 51–100 of 10 000" {
+		t.Errorf("range %q", got)
+	}
+	if got := attr(d.one("keys-prev"), "href"); got != "/ui/keys?q=cust&tier=pro" {
+		t.Errorf("previous %q", got)
+	}
+	if got := attr(d.one("keys-next"), "href"); got != "/ui/keys?page=3&q=cust&tier=pro" {
+		t.Errorf("next %q", got)
+	}
+	d.one("key-tier-filter")
+	// The first page has no previous link, the last no next one.
+	d = renderDOM(t, Keys(owner, KeysView{Total: 2, Keys: []KeyRow{{ID: "ckey_1", Name: "a", URL: "/ui/keys/ckey_1"}}, Page: KeysPage{From: 1, To: 1, Of: 1}}))
+	d.none("keys-prev")
+	d.none("keys-next")
 }
 
 // Revoked keys left out of the list are counted, with a way to show them:
