@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
@@ -266,6 +267,7 @@ func (r *reader) str() string { return string(r.bytes()) }
 
 // AppendPackedStateBatch appends recs as one packed state batch from node.
 func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord) []byte {
+	dst = slices.Grow(dst, 16+len(node)+len(recs)*160) // a typical record's size
 	dst = append(dst, packedBatchMagic)
 	dst = binary.AppendUvarint(dst, WireVersion)
 	dst = appendStr(dst, node)

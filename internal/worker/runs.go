@@ -236,8 +236,9 @@ func stageRows(tx *sql.Tx, run int64, rows []bucketRow, now int64) ([bus.Partiti
 		return counts, err
 	}
 	m := newMultiRow(tx, `INSERT INTO bucket_runs (run, part, key, tenant_id, state, full_at, seq, updated_at) VALUES`, 8, ``)
+	runV, nowV := any(run), any(now) // boxed once, not per row
 	for _, row := range rows {
-		if err := m.add(run, row.part, row.rec.Key, row.rec.TenantID, row.bin, row.rec.FullAt, int64(row.seq), now); err != nil {
+		if err := m.add(runV, row.part, row.rec.Key, row.rec.TenantID, row.bin, row.rec.FullAt, int64(row.seq), nowV); err != nil {
 			m.flush()
 			return counts, err
 		}
