@@ -86,7 +86,7 @@ type stagedRuns struct {
 	staged     [bus.Partitions]int    // rows staged per partition
 	table      [bus.Partitions]int    // rows in buckets per partition
 	lastStage  time.Time              // when the last run committed
-	tableKnown bool                   // table has been counted
+	counted    uint64                 // partitions whose table count is known
 	mergedRows atomic.Uint64          // rows merged so far
 	merging    [bus.Partitions]bool   // a merge of the partition is under way
 	stagedG    prometheus.Gauge       // sluice_worker_bucket_rows_staged
@@ -149,41 +149,38 @@ func (r *stagedRuns) load(ctx context.Context, db *sql.DB) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.runs, r.staged, r.next, r.loaded, r.tableKnown = runs, staged, next, true, false
+	r.runs, r.staged, r.next, r.loaded, r.counted = runs, staged, next, true, 0
 	r.publish()
 	return nil
 }
 
-// countTable counts the buckets rows of each partition, for mergeDue: a
-// pass over buckets' primary key, which the merge loop makes once it runs
-// (merges by size wait for it).
-func (r *stagedRuns) countTable(ctx context.Context, db *sql.DB) error {
-	var table [bus.Partitions]int
-	rows, err := db.QueryContext(ctx, `SELECT part, count(*) FROM buckets GROUP BY part`)
-	if err != nil {
-		return fmt.Errorf("count buckets: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var part, n int
-		if err := rows.Scan(&part, &n); err != nil {
-			return fmt.Errorf("count buckets: %w", err)
-		}
-		if part >= 0 && part < bus.Partitions {
-			table[part] = n
+// uncounted returns a partition that has staged enough rows to be merged
+// by size but whose rows in buckets are not counted yet, or -1. Counts are
+// taken when first needed (one range of the primary key each), so a
+// worker starting over millions of buckets does not read them all first.
+func (r *stagedRuns) uncounted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, n := range r.staged {
+		if n >= mergeMinRows && r.counted&(1<<p) == 0 && !r.merging[p] {
+			return p
 		}
 	}
-	if err := rows.Err(); err != nil {
+	return -1
+}
+
+// countTable counts partition p's rows in buckets.
+func (r *stagedRuns) countTable(ctx context.Context, db *sql.DB, p int) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM buckets WHERE part = ?`, p).Scan(&n); err != nil {
 		return fmt.Errorf("count buckets: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p := range table {
-		if !r.merging[p] {
-			r.table[p] = table[p]
-		}
+	if !r.merging[p] {
+		r.table[p] = n
+		r.counted |= 1 << p
 	}
-	r.tableKnown = true
 	return nil
 }
 
@@ -330,7 +327,7 @@ func (r *stagedRuns) mergeDue(now time.Time) (int, string) {
 	}
 	best, why := -1, ""
 	for p, n := range r.staged {
-		if !r.tableKnown || r.merging[p] || n < max(mergeRatio*r.table[p], mergeMinRows) {
+		if r.counted&(1<<p) == 0 || r.merging[p] || n < max(mergeRatio*r.table[p], mergeMinRows) {
 			continue
 		}
 		if best < 0 || n > r.staged[best] {
@@ -456,6 +453,7 @@ func (w *Worker) mergePartition(ctx context.Context, p int) (int, error) {
 		}
 	}
 	r.staged[p], r.table[p] = max(r.staged[p]-stagedBefore, 0), table
+	r.counted |= 1 << p
 	r.publish()
 	r.mu.Unlock()
 	r.merged.Add(float64(moved))
@@ -500,17 +498,6 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 		r.loaded = false
 		r.mu.Unlock()
 	}()
-	for ctx.Err() == nil {
-		if err := r.countTable(ctx, w.db); err != nil {
-			if ctx.Err() == nil {
-				r.mergeErrs.WithLabelValues("count").Inc()
-				w.log.Warn("counting the buckets table failed; merges by size wait, retrying", "err", err)
-				sleepCtx(ctx, time.Second)
-			}
-			continue
-		}
-		break
-	}
 	var (
 		lastLog   time.Time
 		mergedLog int
@@ -525,6 +512,17 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
+			if p := r.uncounted(); p >= 0 {
+				if err := r.countTable(ctx, w.db, p); err != nil {
+					if ctx.Err() == nil {
+						r.mergeErrs.WithLabelValues("count").Inc()
+						w.log.Warn("counting a partition's buckets failed; merges by size wait, retrying", "partition", p, "err", err)
+						sleepCtx(ctx, time.Second)
+					}
+					break
+				}
+				continue
+			}
 			p, why := r.mergeDue(w.cfg.Now())
 			if p < 0 {
 				if busy {

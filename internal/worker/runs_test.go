@@ -256,7 +256,7 @@ func TestStagedRunsAccountIsRebuilt(t *testing.T) {
 func TestMergeDue(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r := newStagedRuns()
-	r.loaded, r.tableKnown = true, true
+	r.loaded, r.counted = true, ^uint64(0)
 	r.lastStage = now
 	if p, _ := r.mergeDue(now); p >= 0 {
 		t.Fatalf("nothing staged, yet partition %d is due", p)

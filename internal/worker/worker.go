@@ -115,6 +115,10 @@ type Worker struct {
 
 	runs *stagedRuns // staged bucket states (runs.go)
 
+	// pageRowBytes is what a live bucket took in the last hydration page,
+	// to size the next page's reads (readMerged).
+	pageRowBytes atomic.Int64
+
 	repl    replState // the election and the replication log (repl.go)
 	serving func()    // called once the request subjects are served
 	snaps   snapshots // copies kept for standbys
@@ -465,6 +469,11 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		req.Limit = maxPage
 	}
 	pb := w.newPageBuilder(req.Packed, w.cfg.Now().UnixNano())
+	defer func() {
+		if pb.live > 0 {
+			w.pageRowBytes.Store(int64(pb.size / pb.live))
+		}
+	}()
 	switch {
 	case req.Partition != nil:
 		// One partition: a range of the table, in key order (the same
@@ -589,6 +598,12 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	if limit <= 0 {
 		return true, nil
 	}
+	// Read about as many rows as the page has room for: a page ends at
+	// half of max_payload, often long before limit, and rows read past it
+	// would be read again for the next page.
+	if per := w.pageRowBytes.Load(); per > 0 {
+		limit = min(limit, max(pb.budget-pb.size, 0)/int(per)+64)
+	}
 	runLimit := limit + max(w.runs.count(), maxRuns) + 1
 	q := `SELECT key, tenant_id, state, full_at, seq, 0 FROM (SELECT key, tenant_id, state, full_at, seq FROM buckets WHERE ` + cond + ` ORDER BY key LIMIT ?)
 	UNION ALL
@@ -616,9 +631,14 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
+	// Each part comes in key order from its own ORDER BY; sorted again only
+	// if SQLite did not keep that order through the UNION ALL.
 	byKey := func(a, b storedBucket) int { return strings.Compare(a.key, b.key) }
-	slices.SortStableFunc(table, byKey)
-	slices.SortStableFunc(staged, byKey)
+	for _, part := range [][]storedBucket{table, staged} {
+		if !slices.IsSortedFunc(part, byKey) {
+			slices.SortStableFunc(part, byKey)
+		}
+	}
 	// The keys this read is complete for: up to the table's last row if it
 	// was cut off, and below the runs' last key if they were.
 	tableCut, stagedCut := len(table) == limit, len(staged) == runLimit
@@ -666,6 +686,7 @@ type pageBuilder struct {
 	budget int
 	size   int
 	read   int    // keys taken, live or not
+	live   int    // keys added to the page
 	last   string // the last key taken
 	bin    []byte
 }
@@ -687,6 +708,7 @@ func (pb *pageBuilder) add(b *storedBucket) bool {
 		return false
 	}
 	pb.size += len(b.key) + len(b.tenant) + len(b.state) + 64
+	pb.live++
 	pb.read++
 	pb.last = b.key
 	var err error
