@@ -85,6 +85,26 @@ type KeyNames struct {
 	IDs      []string `json:"ids"`
 }
 
+// PolicyNames asks OpPolicyNames for the ids and names of a tenant's
+// policies, by name: all of them, or with IDs only those that are the
+// tenant's (at most tenants.MaxPolicyNameIDs). With CountOnly the answer
+// holds the count and no names. V is WireVersion; the worker refuses a
+// version it does not know. OpPolicyList still answers whole policies, for
+// the API and for servers older than this read.
+type PolicyNames struct {
+	V         int      `json:"v"`
+	TenantID  string   `json:"tenant_id"`
+	IDs       []string `json:"ids,omitempty"`
+	CountOnly bool     `json:"count_only,omitempty"`
+}
+
+// PolicyNameList answers PolicyNames. Total counts every policy of the
+// tenant, whatever IDs asked for.
+type PolicyNameList struct {
+	Total    int                  `json:"total"`
+	Policies []tenants.PolicyName `json:"policies"`
+}
+
 // BucketReset refills one identity's buckets for a policy, by name.
 type BucketReset struct {
 	TenantID string           `json:"tenant_id"`
@@ -215,6 +235,32 @@ type TopQuery struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// PolicyRankQuery asks QueryTopPolicies for the tenant's policies ranked
+// by denials over a range, in one query rather than a timeseries per
+// policy. Only the tenant's current policies are ranked (counters name a
+// policy by name; one deleted or renamed since is left out). V is
+// WireVersion; the worker refuses a version it does not know.
+type PolicyRankQuery struct {
+	V        int       `json:"v"`
+	TenantID string    `json:"tenant_id"`
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	// Limit is how many policies to answer, 1–1000; 20 when 0.
+	Limit int `json:"limit"`
+}
+
+// PolicyRank is one policy's decisions over a range: every decision,
+// callers counted together as "others" included, so the totals are exact.
+type PolicyRank struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Allowed     int64  `json:"allowed"`
+	Denied      int64  `json:"denied"`
+	RateLimited int64  `json:"rate_limited"`
+	InvalidKey  int64  `json:"invalid_key"`
+	Blocked     int64  `json:"blocked"`
+}
+
 // TopEntry is one ranked identity.
 type TopEntry struct {
 	TenantID    string           `json:"tenant_id,omitempty"`
@@ -248,7 +294,7 @@ func (c *Client) Call(ctx context.Context, op string, req, out any) error {
 	return Request(ctx, c.nc, ConfigPrefix+"."+op, req, out)
 }
 
-// Query sends one analytics query ("timeseries" or "top").
+// Query sends one analytics query (a Query constant).
 func (c *Client) Query(ctx context.Context, op string, req, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

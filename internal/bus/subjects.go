@@ -46,6 +46,13 @@ const (
 	AnalyticsPrefix = "sluice.analytics"
 )
 
+// Analytics queries: AnalyticsPrefix + "." + the query is the subject.
+const (
+	QueryTimeseries  = "timeseries"
+	QueryTop         = "top"
+	QueryTopPolicies = "top_policies" // policies ranked by denials (PolicyRankQuery)
+)
+
 // ChangesSubject is where the worker announces every committed config
 // change; every server applies it to its cache.
 const ChangesSubject = "sluice.events.config"
@@ -72,6 +79,7 @@ const (
 	OpPolicyList    = "policy.list"
 	OpPolicyUpdate  = "policy.update"
 	OpPolicyDelete  = "policy.delete"
+	OpPolicyNames   = "policy.names" // ids and names, or a count (PolicyNames)
 	OpKeyCreate     = "key.create"
 	OpKeyGet        = "key.get"
 	OpKeyList       = "key.list" // every key of a tenant (the API's list)

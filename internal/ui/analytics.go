@@ -26,7 +26,7 @@ type analyticsHandler struct {
 // maxOffenders is the length of the top offenders table.
 const maxOffenders = 25
 
-func policyChoices(ps []tenants.Policy, current string) []views.Choice {
+func policyChoices(ps []tenants.PolicyName, current string) []views.Choice {
 	out := []views.Choice{{Value: "", Label: "All policies", Current: current == ""}}
 	for _, p := range ps {
 		out = append(out, views.Choice{Value: p.Name, Label: p.Name, Current: p.Name == current})
@@ -40,7 +40,7 @@ func (h *analyticsHandler) show(c echo.Context) error {
 	r := pickRange(analyticsRanges, c.QueryParam("range"))
 	stepName := c.QueryParam("step")
 	step, ok := pickStep(stepName, r.step)
-	ps, err := listPolicies(ctx, h.config, s.TenantID)
+	ps, err := policyNameList(ctx, h.config, s.TenantID)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 		r = pickRange(analyticsRanges, "24h")
 	}
 	policy := c.QueryParam("policy")
-	ps, err := listPolicies(ctx, h.config, s.TenantID)
+	ps, err := policyNameList(ctx, h.config, s.TenantID)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 		Policies:  policyChoices(ps, policy),
 		BackURL:   "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
 		CallerURL: callerURL(id.Kind, id.ID, ""),
-		Reset:     views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: policyNames(ps), Policy: policy, Error: resetErr},
+		Reset:     views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: nameStrings(ps), Policy: policy, Error: resetErr},
 	}
 	if id.Kind == tenants.IdentityKey {
 		// Only this tenant's keys have a page; a foreign id is just a string.

@@ -18,7 +18,7 @@ import (
 
 func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery) ([]views.ChartPoint, error) {
 	var ts bus.Timeseries
-	if err := q.Query(ctx, "timeseries", tq, &ts); err != nil {
+	if err := q.Query(ctx, bus.QueryTimeseries, tq, &ts); err != nil {
 		return nil, err
 	}
 	out := make([]views.ChartPoint, len(ts.Points))
@@ -31,7 +31,7 @@ func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery)
 
 func top(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]bus.TopEntry, error) {
 	var out []bus.TopEntry
-	if err := q.Query(ctx, "top", tq, &out); err != nil {
+	if err := q.Query(ctx, bus.QueryTop, tq, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -111,6 +111,29 @@ func listPolicies(ctx context.Context, c configCaller, tenantID string) ([]tenan
 	return ps, err
 }
 
+// policyNameList reads the ids and names of the tenant's policies, by
+// name, for the pages that only name them (a menu, a form's choices).
+func policyNameList(ctx context.Context, c configCaller, tenantID string) ([]tenants.PolicyName, error) {
+	var l bus.PolicyNameList
+	err := c.Call(ctx, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: tenantID}, &l)
+	return l.Policies, err
+}
+
+// countPolicies counts the tenant's policies.
+func countPolicies(ctx context.Context, c configCaller, tenantID string) (int, error) {
+	var l bus.PolicyNameList
+	err := c.Call(ctx, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: tenantID, CountOnly: true}, &l)
+	return l.Total, err
+}
+
+// topPolicies ranks the tenant's policies by denials over a range.
+func topPolicies(ctx context.Context, q analyticsQuerier, pq bus.PolicyRankQuery) ([]bus.PolicyRank, error) {
+	pq.V = bus.WireVersion
+	var out []bus.PolicyRank
+	err := q.Query(ctx, bus.QueryTopPolicies, pq, &out)
+	return out, err
+}
+
 // listKeys reads every key of the tenant: only the callers page's lookup
 // by key prefix still needs it, and only when asked for a key.
 func listKeys(ctx context.Context, c configCaller, tenantID string) ([]tenants.ConsumerKey, error) {
@@ -137,6 +160,14 @@ func keyNames(ctx context.Context, c configCaller, tenantID string, entries []bu
 }
 
 func policyNames(ps []tenants.Policy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func nameStrings(ps []tenants.PolicyName) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Name

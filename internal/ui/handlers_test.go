@@ -255,6 +255,8 @@ func TestTenantPages(t *testing.T) {
 	}
 	if p := a.get("/ui/"); p.attr("chart", "data-denied") == "0" || !p.has("top-policies") || !p.has("top-identities") {
 		t.Error("overview does not show the denials")
+	} else if p.text("top-policy-link") != "heavy" || p.attr("top-policy-link", "href") != "/ui/policies/"+polID {
+		t.Errorf("most denied policy %q at %q, want heavy at its page", p.text("top-policy-link"), p.attr("top-policy-link", "href"))
 	}
 	want(t, a.get("/ui/?range=7d"), http.StatusOK, "overview, week")
 

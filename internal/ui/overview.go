@@ -1,10 +1,8 @@
 package ui
 
 import (
-	"cmp"
 	"net/http"
 	"net/url"
-	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -21,8 +19,8 @@ type overviewHandler struct {
 	now       func() time.Time
 }
 
-// maxPolicyStats bounds the per-policy queries of the overview.
-const maxPolicyStats = 50
+// maxTopPolicies is the length of the most denied policies table.
+const maxTopPolicies = 5
 
 func (h *overviewHandler) show(c echo.Context) error {
 	s := mustSession(c)
@@ -33,7 +31,7 @@ func (h *overviewHandler) show(c echo.Context) error {
 	r := pickRange(overviewRanges, c.QueryParam("range"))
 	from, to := window(r.length, r.step, h.now())
 
-	policies, err := listPolicies(ctx, h.config, s.TenantID)
+	policyCount, err := countPolicies(ctx, h.config, s.TenantID)
 	if err != nil {
 		return err
 	}
@@ -44,7 +42,7 @@ func (h *overviewHandler) show(c echo.Context) error {
 	v := views.OverviewView{
 		Ranges:       rangeTabs(overviewRanges, r, "/ui/", nil),
 		RangeLabel:   r.phrase,
-		PolicyCount:  len(policies),
+		PolicyCount:  policyCount,
 		KeyCount:     keys.Total,
 		AnalyticsURL: "/ui/analytics?" + url.Values{"range": {r.value}}.Encode(),
 	}
@@ -56,23 +54,13 @@ func (h *overviewHandler) show(c echo.Context) error {
 	v.Totals = v.Chart.Totals
 
 	if v.Totals.Denied > 0 {
-		whole := stepParam(to.Sub(from))
-		for _, p := range policies[:min(len(policies), maxPolicyStats)] {
-			pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: whole, Policy: p.Name})
-			if err != nil {
-				break
-			}
-			st := views.PolicyStat{Name: p.Name, URL: "/ui/policies/" + url.PathEscape(p.ID)}
-			for _, pt := range pts {
-				st.Allowed += pt.Allowed
-				st.Denied += pt.Denied
-			}
-			if st.Denied > 0 {
-				v.TopPolicies = append(v.TopPolicies, st)
+		// One ranking over the range, not a timeseries per policy.
+		ranked, err := topPolicies(ctx, h.analytics, bus.PolicyRankQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxTopPolicies})
+		if err == nil {
+			for _, p := range ranked {
+				v.TopPolicies = append(v.TopPolicies, views.PolicyStat{Name: p.Name, URL: policyURL(p.ID), Allowed: p.Allowed, Denied: p.Denied})
 			}
 		}
-		slices.SortStableFunc(v.TopPolicies, func(a, b views.PolicyStat) int { return cmp.Compare(b.Denied, a.Denied) })
-		v.TopPolicies = v.TopPolicies[:min(len(v.TopPolicies), 5)]
 
 		entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 5})
 		if err == nil {

@@ -36,6 +36,12 @@ func validRange(from, to time.Time) error {
 	return nil
 }
 
+// rangeMinutes is the minutes [from, to) a range covers: a row counts in
+// it when its period (a minute, an hour or a day) starts in it.
+func rangeMinutes(from, to time.Time) (fromMin, toMin int64) {
+	return from.Unix() / 60, (to.Unix() + 59) / 60
+}
+
 func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Timeseries, error) {
 	if err := validRange(q.From, q.To); err != nil {
 		return bus.Timeseries{}, err
@@ -48,8 +54,7 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 	if err != nil || step < time.Minute || step%time.Minute != 0 {
 		return bus.Timeseries{}, errs.Errorf(errs.Invalid, "step: must be a whole number of minutes such as \"1m\", \"5m\" or \"1h\"")
 	}
-	fromMin := q.From.Unix() / 60
-	toMin := (q.To.Unix() + 59) / 60
+	fromMin, toMin := rangeMinutes(q.From, q.To)
 	stepMin := int64(step / time.Minute)
 	n := (toMin - fromMin + stepMin - 1) / stepMin
 	if n > maxPoints {
@@ -121,7 +126,7 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 	default:
 		return nil, errs.Errorf(errs.Invalid, "reason: must be rate_limited, invalid_key or blocked")
 	}
-	fromMin, toMin := q.From.Unix()/60, (q.To.Unix()+59)/60
+	fromMin, toMin := rangeMinutes(q.From, q.To)
 	// The "others" cells are no identity: they count in totals only.
 	filter, fargs := ` AND identity_kind != '`+bus.CounterOthers+`'`, []any{}
 	if q.TenantID != "" {
@@ -182,6 +187,57 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 			e.TenantID, e.TenantName = "", ""
 		}
 		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// topPolicies ranks the tenant's policies by denials over a range, the
+// overview's "Most denied policies", summing minute and rolled-up rows as
+// timeseries does. Unlike top it keeps the "others" cells: they are no
+// identity but are a policy's, so each policy's totals are exact. Rows are
+// grouped by policy name before the join, so the join sees one row per
+// policy denied in the range, not one per cell.
+func (w *Worker) topPolicies(ctx context.Context, q bus.PolicyRankQuery) ([]bus.PolicyRank, error) {
+	if q.V != bus.WireVersion {
+		return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", q.V)
+	}
+	if q.TenantID == "" {
+		return nil, errs.Errorf(errs.Invalid, "tenant_id: required")
+	}
+	if err := validRange(q.From, q.To); err != nil {
+		return nil, err
+	}
+	if q.Limit == 0 {
+		q.Limit = 20
+	}
+	if q.Limit < 1 || q.Limit > maxTop {
+		return nil, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", maxTop)
+	}
+	fromMin, toMin := rangeMinutes(q.From, q.To)
+	rows, err := w.db.QueryContext(ctx, `SELECT p.id, p.name, c.allowed, c.denied, c.rate_limited, c.invalid_key, c.blocked FROM (
+			SELECT policy, SUM(allowed) AS allowed, SUM(denied) AS denied, SUM(rate_limited) AS rate_limited,
+				SUM(invalid_key) AS invalid_key, SUM(blocked) AS blocked
+			FROM (
+				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked FROM counters
+				WHERE tenant_id = ? AND minute >= ? AND minute < ?
+				UNION ALL
+				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked FROM counter_rollups
+				WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?
+			) GROUP BY policy HAVING SUM(denied) > 0
+		) c JOIN policies p ON p.tenant_id = ? AND p.name = c.policy
+		ORDER BY c.denied DESC, p.name
+		LIMIT ?`, q.TenantID, fromMin, toMin, q.TenantID, fromMin, toMin, q.TenantID, q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []bus.PolicyRank{}
+	for rows.Next() {
+		var r bus.PolicyRank
+		if err := rows.Scan(&r.ID, &r.Name, &r.Allowed, &r.Denied, &r.RateLimited, &r.InvalidKey, &r.Blocked); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }

@@ -107,6 +107,20 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpPolicyList: handle(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
 			return nonNil(st.ListPolicies(ctx, r.TenantID))
 		}),
+		bus.OpPolicyNames: handle(w, bus.OpPolicyNames, func(ctx context.Context, r bus.PolicyNames) (bus.PolicyNameList, error) {
+			if r.V != bus.WireVersion {
+				return bus.PolicyNameList{}, errs.Errorf(errs.Invalid, "policy names query: wire version %d", r.V)
+			}
+			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
+				return bus.PolicyNameList{}, err
+			}
+			n, err := st.CountPolicies(ctx, r.TenantID)
+			if err != nil || r.CountOnly {
+				return bus.PolicyNameList{Total: n, Policies: []tenants.PolicyName{}}, err
+			}
+			ps, err := st.PolicyNames(ctx, r.TenantID, r.IDs)
+			return bus.PolicyNameList{Total: n, Policies: ps}, err
+		}),
 		bus.OpPolicyDelete: handle(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
 				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID, now())

@@ -385,10 +385,13 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
 		return err
 	}
-	if err := add(bus.AnalyticsPrefix+".timeseries", "analytics_timeseries", handle(w, "timeseries", w.timeseries)); err != nil {
+	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTimeseries, "analytics_timeseries", handle(w, bus.QueryTimeseries, w.timeseries)); err != nil {
 		return err
 	}
-	if err := add(bus.AnalyticsPrefix+".top", "analytics_top", handle(w, "top", w.top)); err != nil {
+	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTop, "analytics_top", handle(w, bus.QueryTop, w.top)); err != nil {
+		return err
+	}
+	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTopPolicies, "analytics_top_policies", handle(w, bus.QueryTopPolicies, w.topPolicies)); err != nil {
 		return err
 	}
 	return w.registerConfig(add)
