@@ -569,6 +569,48 @@ type storedBucket struct {
 	key, tenant string
 	state       []byte
 	fullAt, seq int64
+	src         int // which table: 0 buckets, 1 a run (readMerged)
+}
+
+// storedScanner reads storedBucket rows with few allocations: states go
+// into one buffer, and a tenant id like the row before's is shared.
+type storedScanner struct {
+	tenant, state sql.RawBytes
+	lastTenant    string
+	buf           []byte
+	ends          []int // where each row's state ends in buf
+	dest          []any
+}
+
+// scan reads the current row (key, tenant_id, state, full_at, seq, and src
+// when withSrc) into b; b.state is set by finish.
+func (s *storedScanner) scan(rows *sql.Rows, b *storedBucket, withSrc bool) error {
+	s.dest = append(s.dest[:0], &b.key, &s.tenant, &s.state, &b.fullAt, &b.seq)
+	if withSrc {
+		s.dest = append(s.dest, &b.src)
+	}
+	if err := rows.Scan(s.dest...); err != nil {
+		return err
+	}
+	if string(s.tenant) != s.lastTenant {
+		s.lastTenant = string(s.tenant)
+	}
+	b.tenant = s.lastTenant
+	s.buf = append(s.buf, s.state...)
+	s.ends = append(s.ends, len(s.buf))
+	return nil
+}
+
+// finish points the scanned rows' states into the buffer, in scan order.
+func (s *storedScanner) finish(bs ...[]storedBucket) {
+	i, start := 0, 0
+	for _, list := range bs {
+		for j := range list {
+			list[j].state = s.buf[start:s.ends[i]:s.ends[i]]
+			start = s.ends[i]
+			i++
+		}
+	}
 }
 
 func queryStored(ctx context.Context, db *sql.DB, query string, args ...any) ([]storedBucket, error) {
@@ -578,13 +620,15 @@ func queryStored(ctx context.Context, db *sql.DB, query string, args ...any) ([]
 	}
 	defer rows.Close()
 	var out []storedBucket
+	var sc storedScanner
 	for rows.Next() {
 		var b storedBucket
-		if err := rows.Scan(&b.key, &b.tenant, &b.state, &b.fullAt, &b.seq); err != nil {
+		if err := sc.scan(rows, &b, false); err != nil {
 			return nil, err
 		}
 		out = append(out, b)
 	}
+	sc.finish(out)
 	return out, rows.Err()
 }
 
@@ -616,23 +660,34 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	if err != nil {
 		return false, err
 	}
-	var table, staged []storedBucket
+	all := make([]storedBucket, 0, min(limit, 1024))
+	var sc storedScanner
 	for rows.Next() {
-		var b storedBucket
-		var src int
-		if err := rows.Scan(&b.key, &b.tenant, &b.state, &b.fullAt, &b.seq, &src); err != nil {
+		all = append(all, storedBucket{})
+		if err := sc.scan(rows, &all[len(all)-1], true); err != nil {
 			rows.Close()
 			return false, err
-		}
-		if src == 0 {
-			table = append(table, b)
-		} else {
-			staged = append(staged, b)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, err
+	}
+	sc.finish(all)
+	// The UNION ALL gives the buckets rows, then the runs' rows.
+	split := len(all)
+	for i, b := range all {
+		if b.src != 0 {
+			split = i
+			break
+		}
+	}
+	table, staged := all[:split], all[split:]
+	if slices.ContainsFunc(table, func(b storedBucket) bool { return b.src != 0 }) ||
+		slices.ContainsFunc(staged, func(b storedBucket) bool { return b.src == 0 }) {
+		// Not in that order after all: split them by table.
+		table = slices.DeleteFunc(slices.Clone(all), func(b storedBucket) bool { return b.src != 0 })
+		staged = slices.DeleteFunc(slices.Clone(all), func(b storedBucket) bool { return b.src == 0 })
 	}
 	// Each part comes in key order from its own ORDER BY; sorted again only
 	// if SQLite did not keep that order through the UNION ALL.
@@ -716,6 +771,9 @@ func (pb *pageBuilder) add(b *storedBucket) bool {
 	pb.last = b.key
 	var err error
 	if pb.packed {
+		if pb.page.Packed == nil {
+			pb.page.Packed = make([]byte, 0, pb.budget) // a page ends near the budget
+		}
 		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
 		if err == nil {
 			pb.page.Packed = bus.AppendPacked(pb.page.Packed, b.key, b.tenant, b.fullAt, pb.bin)

@@ -27,10 +27,10 @@ type env struct {
 	w  *Worker
 }
 
-func newEnv(t *testing.T, cfg Config) *env { return newEnvPayload(t, cfg, 0) }
+func newEnv(t testing.TB, cfg Config) *env { return newEnvPayload(t, cfg, 0) }
 
 // newEnvPayload is newEnv with the NATS server's max_payload set.
-func newEnvPayload(t *testing.T, cfg Config, maxPayload int32) *env {
+func newEnvPayload(t testing.TB, cfg Config, maxPayload int32) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "worker-test", MaxPayload: maxPayload})
