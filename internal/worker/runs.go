@@ -30,9 +30,9 @@ package worker
 // once the stream has been quiet for a moment; and the oldest runs are
 // merged when there are more than maxRuns.
 //
-// The sweep deletes full buckets only from partitions with nothing
-// staged: a staged row is never older than what buckets holds for its key
-// once merged, so a swept key cannot come back from a stale run.
+// The sweep merges a partition in the same transaction as it deletes
+// full buckets from it: a stale redelivery waiting in a run (older than
+// the row being swept) must never bring a swept bucket back.
 
 import (
 	"context"
@@ -294,24 +294,11 @@ func (r *stagedRuns) dirty() uint64 {
 	return set
 }
 
-// clean returns the partitions with nothing staged, or ok false before the
-// account is loaded.
-func (r *stagedRuns) clean() (parts []int, ok bool) {
+// isLoaded reports whether the account has been read from the database.
+func (r *stagedRuns) isLoaded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.loaded {
-		return nil, false
-	}
-	var dirty uint64
-	for _, set := range r.runs {
-		dirty |= set
-	}
-	for p := range bus.Partitions {
-		if dirty&(1<<p) == 0 && !r.merging[p] {
-			parts = append(parts, p)
-		}
-	}
-	return parts, true
+	return r.loaded
 }
 
 // mergeDue picks the next partition to merge and why, or -1. While the
@@ -407,59 +394,80 @@ func (w *Worker) mergePartition(ctx context.Context, p int) (int, error) {
 	}()
 
 	start := time.Now()
-	var moved, table, stagedBefore int
-	var seen, emptied []int64
-	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-		// The runs this merge empties of p, and those whose only
-		// partition left is p. Read under the writer, so every committed
-		// run is accounted for; runs staged after this merge keep p.
-		r.mu.Lock()
-		seen, emptied, stagedBefore = seen[:0], emptied[:0], r.staged[p]
-		for run, set := range r.runs {
-			seen = append(seen, run)
-			if set&^(1<<p) == 0 {
-				emptied = append(emptied, run)
-			}
-		}
-		r.mu.Unlock()
-		if _, err := tx.ExecContext(ctx, mergeSQL, p); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM bucket_runs WHERE run IN (SELECT run FROM bucket_run_ids) AND part = ?`, p)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		moved = int(n)
-		slices.Sort(emptied)
-		for len(emptied) > 0 {
-			chunk := emptied[:min(len(emptied), 500)]
-			emptied = emptied[len(chunk):]
-			if _, err := tx.ExecContext(ctx, `DELETE FROM bucket_run_ids WHERE run IN (`+intList(chunk)+`)`); err != nil {
-				return err
-			}
-		}
-		return tx.QueryRowContext(ctx, `SELECT count(*) FROM buckets WHERE part = ?`, p).Scan(&table)
+	var m mergeResult
+	err := w.store.WriteTx(ctx, func(tx *sql.Tx) (err error) {
+		m, err = w.mergeTx(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
+	r.mergeDone(p, m, time.Since(start))
+	return m.moved, nil
+}
+
+// mergeResult is what a merge of one partition did, for the account.
+type mergeResult struct {
+	seen         []int64 // the runs accounted for when it began
+	stagedBefore int     // the partition's staged rows then
+	moved, table int     // rows moved; rows in buckets after
+}
+
+// mergeTx merges partition p's staged rows into buckets within tx, which
+// holds the one writer; mergeDone accounts for it once tx commits.
+func (w *Worker) mergeTx(ctx context.Context, tx *sql.Tx, p int) (mergeResult, error) {
+	r := w.runs
+	// The runs this merge empties of p, and those whose only partition
+	// left is p. Read under the writer, so every committed run is
+	// accounted for; runs staged after this merge keep p.
+	var m mergeResult
+	var emptied []int64
 	r.mu.Lock()
-	for _, run := range seen {
+	m.stagedBefore = r.staged[p]
+	for run, set := range r.runs {
+		m.seen = append(m.seen, run)
+		if set&^(1<<p) == 0 {
+			emptied = append(emptied, run)
+		}
+	}
+	r.mu.Unlock()
+	if _, err := tx.ExecContext(ctx, mergeSQL, p); err != nil {
+		return m, err
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM bucket_runs WHERE run IN (SELECT run FROM bucket_run_ids) AND part = ?`, p)
+	if err != nil {
+		return m, err
+	}
+	n, _ := res.RowsAffected()
+	m.moved = int(n)
+	slices.Sort(emptied)
+	for len(emptied) > 0 {
+		chunk := emptied[:min(len(emptied), 500)]
+		emptied = emptied[len(chunk):]
+		if _, err := tx.ExecContext(ctx, `DELETE FROM bucket_run_ids WHERE run IN (`+intList(chunk)+`)`); err != nil {
+			return m, err
+		}
+	}
+	return m, tx.QueryRowContext(ctx, `SELECT count(*) FROM buckets WHERE part = ?`, p).Scan(&m.table)
+}
+
+// mergeDone accounts for a committed merge of partition p.
+func (r *stagedRuns) mergeDone(p int, m mergeResult, took time.Duration) {
+	r.mu.Lock()
+	for _, run := range m.seen {
 		if set := r.runs[run] &^ (1 << p); set == 0 {
 			delete(r.runs, run)
 		} else {
 			r.runs[run] = set
 		}
 	}
-	r.staged[p], r.table[p] = max(r.staged[p]-stagedBefore, 0), table
+	r.staged[p], r.table[p] = max(r.staged[p]-m.stagedBefore, 0), m.table
 	r.counted |= 1 << p
 	r.publish()
 	r.mu.Unlock()
-	r.merged.Add(float64(moved))
-	r.mergedRows.Add(uint64(moved))
-	r.mergeTime.Add(time.Since(start).Seconds())
-	return moved, nil
+	r.merged.Add(float64(m.moved))
+	r.mergedRows.Add(uint64(m.moved))
+	r.mergeTime.Add(took.Seconds())
 }
 
 func intList(xs []int64) string {

@@ -331,3 +331,50 @@ func TestStateBatchesInBothForms(t *testing.T) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
 }
+
+// The sweep deletes a full, quiet bucket even while its partition has
+// states staged, and a stale staged state (a late redelivery, older than
+// the swept row) does not bring it back; a newer staged state is kept.
+func TestSweepMergesStagedPartitions(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, Config{Now: func() time.Time { return now }, AckWait: time.Second})
+	ctx := context.Background()
+	old, past, future := now.Add(-time.Hour).UnixNano(), now.Add(-time.Minute).UnixNano(), now.Add(time.Hour).UnixNano()
+	// Two full, quiet buckets in the table.
+	b := manyBuckets("swept", 2)
+	for i := range b.Buckets {
+		b.Buckets[i].FullAt = past
+	}
+	rows := bucketRows(&b)
+	for i := range rows {
+		rows[i].seq = 10
+	}
+	slices.SortFunc(rows, func(a, b bucketRow) int { return bus.CompareBucketKeys(a.rec.Key, b.rec.Key) })
+	if err := e.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return writeBucketRows(tx, rows, old) }); err != nil {
+		t.Fatal(err)
+	}
+	stale, newer := b.Buckets[0].Key, b.Buckets[1].Key
+	// Staged: a late redelivery of an older, live state of the first, and
+	// a newer, live state of the second.
+	stageStates(t, e.w, map[string]modelBucket{
+		stale: {seq: 4, tokens: 1, fullAt: future},
+		newer: {seq: 11, tokens: 2, fullAt: future},
+	})
+	if e.w.runs.dirty() == 0 {
+		t.Fatal("nothing staged")
+	}
+	e.w.sweep(ctx)
+	if err := e.w.MergeAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.w.bucketsByKey(ctx, []string{stale, newer}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Buckets) != 1 || page.Buckets[0].Key != newer || page.Buckets[0].States[0].Tokens != 2 {
+		t.Fatalf("after the sweep: %+v; want only %s with its newer state", page.Buckets, newer)
+	}
+	if n := countRows(t, e.db, `SELECT count(*) FROM buckets_live`); n != 1 {
+		t.Fatalf("%d buckets left, want 1", n)
+	}
+}

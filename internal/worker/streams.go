@@ -493,39 +493,50 @@ func (w *Worker) sweep(ctx context.Context) {
 	w.pruneApplied(ctx)
 	now := w.cfg.Now()
 	fullBy, quietSince := now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano()
-	// Only partitions with nothing staged (runs.go): a staged state may
-	// be older than the one a swept row held, and must not come back.
-	parts, ok := w.runs.clean()
-	if !ok {
+	if !w.runs.isLoaded() {
 		// Not active (a test, or a standby): nothing stages meanwhile.
 		if err := w.runs.load(ctx, w.db); err != nil {
 			w.log.Error("bucket sweep failed", "err", err)
 			return
 		}
-		parts, _ = w.runs.clean()
 	}
 	var deleted int64
-	for len(parts) > 0 && ctx.Err() == nil {
-		keys, err := w.sweepable(ctx, parts, fullBy, quietSince)
+	for ctx.Err() == nil {
+		keys, err := w.sweepable(ctx, fullBy, quietSince)
 		if err != nil {
 			w.log.Error("bucket sweep failed", "err", err)
 			return
 		}
 		more := len(keys) == sweepRead // another round may find more
+		// A chunk is one partition's keys: a partition with states staged
+		// is merged in the same transaction first (runs.go), so that no
+		// stale staged state outlives the row it would bring back.
+		slices.SortFunc(keys, func(a, b bucketID) int { return a.part - b.part })
 		for len(keys) > 0 && ctx.Err() == nil {
-			chunk := keys[:min(len(keys), sweepChunk)]
-			keys = keys[len(chunk):]
+			p := keys[0].part
+			n := 1
+			for n < len(keys) && n < sweepChunk && keys[n].part == p {
+				n++
+			}
+			chunk := keys[:n]
+			keys = keys[n:]
+			var merged *mergeResult
+			start := time.Now()
 			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+				merged = nil
+				if w.runs.dirty()&(1<<p) != 0 {
+					m, err := w.mergeTx(ctx, tx, p)
+					if err != nil {
+						return err
+					}
+					merged = &m
+				}
 				st, err := tx.PrepareContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ? AND full_at <= ? AND updated_at <= ?`)
 				if err != nil {
 					return err
 				}
 				defer st.Close()
-				staged := w.runs.dirty()
 				for _, k := range chunk {
-					if staged&(1<<k.part) != 0 {
-						continue // staged since the read: swept next time
-					}
 					res, err := st.ExecContext(ctx, k.part, k.key, fullBy, quietSince)
 					if err != nil {
 						return err
@@ -538,6 +549,9 @@ func (w *Worker) sweep(ctx context.Context) {
 			if err != nil {
 				w.log.Error("bucket sweep failed", "err", err)
 				return
+			}
+			if merged != nil {
+				w.runs.mergeDone(p, *merged, time.Since(start))
 			}
 		}
 		if !more {
@@ -589,12 +603,8 @@ type bucketID struct {
 }
 
 // sweepable reads up to sweepRead keys of buckets the sweep may delete.
-func (w *Worker) sweepable(ctx context.Context, parts []int, fullBy, quietSince int64) ([]bucketID, error) {
-	in := make([]int64, len(parts))
-	for i, p := range parts {
-		in[i] = int64(p)
-	}
-	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE part IN (`+intList(in)+`) AND full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
+func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]bucketID, error) {
+	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
 	if err != nil {
 		return nil, err
 	}
