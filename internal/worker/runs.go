@@ -169,6 +169,13 @@ func (r *stagedRuns) uncounted() int {
 	return -1
 }
 
+// swept accounts for rows the sweep deleted from partition p.
+func (r *stagedRuns) swept(p, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.table[p] = max(r.table[p]-n, 0)
+}
+
 // countTable counts partition p's rows in buckets.
 func (r *stagedRuns) countTable(ctx context.Context, db *sql.DB, p int) error {
 	var n int
@@ -410,7 +417,7 @@ func (w *Worker) mergePartition(ctx context.Context, p int) (int, error) {
 type mergeResult struct {
 	seen         []int64 // the runs accounted for when it began
 	stagedBefore int     // the partition's staged rows then
-	moved, table int     // rows moved; rows in buckets after
+	moved        int     // rows moved
 }
 
 // mergeTx merges partition p's staged rows into buckets within tx, which
@@ -448,7 +455,7 @@ func (w *Worker) mergeTx(ctx context.Context, tx *sql.Tx, p int) (mergeResult, e
 			return m, err
 		}
 	}
-	return m, tx.QueryRowContext(ctx, `SELECT count(*) FROM buckets WHERE part = ?`, p).Scan(&m.table)
+	return m, nil
 }
 
 // mergeDone accounts for a committed merge of partition p.
@@ -461,8 +468,10 @@ func (r *stagedRuns) mergeDone(p int, m mergeResult, took time.Duration) {
 			r.runs[run] = set
 		}
 	}
-	r.staged[p], r.table[p] = max(r.staged[p]-m.stagedBefore, 0), m.table
-	r.counted |= 1 << p
+	// The rows moved were new keys or newer states of keys buckets held:
+	// counting them all keeps an upper bound of the table without a scan.
+	r.staged[p] = max(r.staged[p]-m.stagedBefore, 0)
+	r.table[p] += m.moved
 	r.publish()
 	r.mu.Unlock()
 	r.merged.Add(float64(m.moved))

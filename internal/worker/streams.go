@@ -521,9 +521,10 @@ func (w *Worker) sweep(ctx context.Context) {
 			chunk := keys[:n]
 			keys = keys[n:]
 			var merged *mergeResult
+			var chunkDeleted int64
 			start := time.Now()
 			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-				merged = nil
+				merged, chunkDeleted = nil, 0
 				if w.runs.dirty()&(1<<p) != 0 {
 					m, err := w.mergeTx(ctx, tx, p)
 					if err != nil {
@@ -542,7 +543,7 @@ func (w *Worker) sweep(ctx context.Context) {
 						return err
 					}
 					n, _ := res.RowsAffected()
-					deleted += n
+					chunkDeleted += n
 				}
 				return nil
 			})
@@ -553,6 +554,8 @@ func (w *Worker) sweep(ctx context.Context) {
 			if merged != nil {
 				w.runs.mergeDone(p, *merged, time.Since(start))
 			}
+			deleted += chunkDeleted
+			w.runs.swept(p, int(chunkDeleted))
 		}
 		if !more {
 			break

@@ -772,7 +772,9 @@ func (pb *pageBuilder) add(b *storedBucket) bool {
 	var err error
 	if pb.packed {
 		if pb.page.Packed == nil {
-			pb.page.Packed = make([]byte, 0, pb.budget) // a page ends near the budget
+			// A page ends near the budget or at its row limit; capped,
+			// since max_payload may be far above what a page holds.
+			pb.page.Packed = make([]byte, 0, min(pb.budget, 1<<20))
 		}
 		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
 		if err == nil {
