@@ -251,6 +251,11 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		r.lagRecords.Set(float64(last - min(a.consumed, last)))
+		if held {
+			if _, err := r.kv.Get(ctx, bus.WorkerLeaseKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", err)
+			}
+		}
 		if !held {
 			cur, err := w.readPosition(ctx)
 			if err == nil {

@@ -812,15 +812,7 @@ func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error)
 		}
 		target := s.CachedInfo().State.LastSeq
 		for {
-			c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable)
-			var floor uint64
-			if err == nil {
-				info, ierr := c.Info(ctx)
-				if ierr == nil {
-					floor = info.AckFloor.Stream
-				}
-			}
-			if floor >= target {
+			if w.committedThrough(ctx, s, stream, target) {
 				break
 			}
 			select {
@@ -836,6 +828,24 @@ func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error)
 		}
 	}
 	return out, nil
+}
+
+// committedThrough reports whether every message of stream up to target
+// has been committed. Either the worker's consumer acknowledged through
+// it, or none of those messages is left in the stream: both streams are
+// work queues, which drop a message once it is acknowledged, and the
+// worker acknowledges only after COMMIT. The second test holds when the
+// first does not: after a NATS node holding the consumer dies, or the
+// worker makes its consumer anew, the consumer's ack floor can stay behind
+// messages that are long gone.
+func (w *Worker) committedThrough(ctx context.Context, s jetstream.Stream, stream string, target uint64) bool {
+	if c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable); err == nil {
+		if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream >= target {
+			return true
+		}
+	}
+	info, err := s.Info(ctx)
+	return err == nil && (info.State.Msgs == 0 || info.State.FirstSeq > target)
 }
 
 // largeReplies keeps replies larger than one NATS message for a minute, in
