@@ -674,21 +674,14 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 		return false, err
 	}
 	sc.finish(all)
-	// The UNION ALL gives the buckets rows, then the runs' rows.
-	split := len(all)
-	for i, b := range all {
-		if b.src != 0 {
-			split = i
-			break
-		}
+	// The UNION ALL gives the buckets rows, then the runs' rows; a stable
+	// sort by table keeps that (and each part's key order) either way.
+	bySrc := func(a, b storedBucket) int { return a.src - b.src }
+	if !slices.IsSortedFunc(all, bySrc) {
+		slices.SortStableFunc(all, bySrc)
 	}
+	split, _ := slices.BinarySearchFunc(all, 1, func(b storedBucket, src int) int { return b.src - src })
 	table, staged := all[:split], all[split:]
-	if slices.ContainsFunc(table, func(b storedBucket) bool { return b.src != 0 }) ||
-		slices.ContainsFunc(staged, func(b storedBucket) bool { return b.src == 0 }) {
-		// Not in that order after all: split them by table.
-		table = slices.DeleteFunc(slices.Clone(all), func(b storedBucket) bool { return b.src != 0 })
-		staged = slices.DeleteFunc(slices.Clone(all), func(b storedBucket) bool { return b.src == 0 })
-	}
 	// Each part comes in key order from its own ORDER BY; sorted again only
 	// if SQLite did not keep that order through the UNION ALL.
 	byKey := func(a, b storedBucket) int { return strings.Compare(a.key, b.key) }
@@ -772,9 +765,8 @@ func (pb *pageBuilder) add(b *storedBucket) bool {
 	var err error
 	if pb.packed {
 		if pb.page.Packed == nil {
-			// A page ends near the budget or at its row limit; capped,
-			// since max_payload may be far above what a page holds.
-			pb.page.Packed = make([]byte, 0, min(pb.budget, 1<<20))
+			// A page ends near the budget: one buffer, not a doubling.
+			pb.page.Packed = make([]byte, 0, pb.budget)
 		}
 		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
 		if err == nil {
