@@ -119,9 +119,29 @@ func start(t testing.TB, name, bin string, args []string, env ...string) *proc {
 		p.kill()
 		if t.Failed() {
 			t.Logf("---- %s logs ----\n%s", name, tail(logs.String(), 60))
+			keepLogs(t, name, logs.String())
 		}
 	})
 	return p
+}
+
+// keepLogs writes a failed test's whole process log into the directory
+// SLUICE_E2E_LOGS names, when set: the tail above is often too short to
+// follow a failure that began a minute earlier.
+func keepLogs(t testing.TB, name, logs string) {
+	dir := os.Getenv("SLUICE_E2E_LOGS")
+	if dir == "" {
+		return
+	}
+	file := filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, time.Now().UnixNano()))
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(file, []byte(logs), 0o644)
+		if err == nil {
+			t.Logf("%s's whole log: %s", name, file)
+			return
+		}
+	}
+	t.Logf("keeping %s's log in %s failed", name, dir)
 }
 
 func tail(s string, lines int) string {

@@ -137,6 +137,13 @@ func (e *NodeTakenError) Error() string {
 	return fmt.Sprintf("node name %q is held by another live server (%s): give each server its own --node, or leave --node unset for a unique default", e.Node, e.Holder)
 }
 
+// writtenLease is a lease write of this process: the owners bucket's
+// incarnation and the revision the write got.
+type writtenLease struct {
+	inc int64
+	rev uint64
+}
+
 type ownerEntry struct {
 	node     string
 	expires  int64 // unix ms
@@ -155,10 +162,13 @@ type Cluster struct {
 	js    jetstream.JetStream
 	hooks Hooks
 
-	mu      sync.Mutex
-	owners  [bus.Partitions]ownerEntry // from the KV watch and our own writes
-	gen     uint64                     // watch generation, one per (re)open
-	members map[string]int64           // node -> expires (unix ms)
+	mu     sync.Mutex
+	owners [bus.Partitions]ownerEntry // from the KV watch and our own writes
+	// written[p] is the lease revision this process last wrote for p, and
+	// the incarnation of the bucket it wrote it in (see acquire).
+	written [bus.Partitions]writtenLease
+	gen     uint64           // watch generation, one per (re)open
+	members map[string]int64 // node -> expires (unix ms)
 
 	// synced is the incarnation (creation time, unix ns) of the owners
 	// bucket the owner table was read from; watching is the one the watch
@@ -251,7 +261,7 @@ func (c *Cluster) initMetrics() error {
 	c.metrics = clusterMetrics{
 		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_cluster_owned_partitions", Help: "Partitions this server owns and decides for."},
 			func() float64 { return float64(c.OwnedCount()) }),
-		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_handovers_total", Help: "Partition leases taken over or given back."}, []string{"direction"}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_handovers_total", Help: "Partition leases acquired (taken over and loaded), resumed (taken back unchanged, no load), released or lost."}, []string{"direction"}),
 		forwards:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_forwards_total", Help: "Checks forwarded to their partition's owner."}),
 		fwdBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_cluster_forward_batch_size", Help: "Checks per forward request.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
@@ -744,7 +754,10 @@ func (c *Cluster) tick(ctx context.Context) {
 		c.mu.Lock()
 		e := c.owners[p]
 		c.mu.Unlock()
-		if (e.node != "" && e.expires > now.UnixMilli()) || (young && e.node == "") {
+		// A lease of ours that this server stopped deciding for (its
+		// renewals failed while NATS did not answer) is taken back at once
+		// if nobody wrote it since: see acquire.
+		if (e.node != "" && e.expires > now.UnixMilli() && !c.resumable(p, e)) || (young && e.node == "") {
 			continue
 		}
 		if c.acquire(ctx, p, e, exp) {
@@ -762,18 +775,45 @@ func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bo
 	}
 	c.mu.Lock()
 	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, gen: c.gen}
+	c.written[p] = writtenLease{inc: c.synced.Load(), rev: nrev}
 	c.mu.Unlock()
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
 	return true
 }
 
+// resumable reports whether entry e of p is the last lease this process
+// wrote for p, in the bucket as it is now. Taking p back at e's revision
+// then proves that no other server has owned p since this one stopped
+// deciding for it: this server's buckets for p are still the latest.
+func (c *Cluster) resumable(p int, e ownerEntry) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.written[p]
+	return e.node == c.cfg.Node && e.revision != 0 && w.rev == e.revision && w.inc == c.synced.Load()
+}
+
+// acquire takes p's lease, free or expired as seen, and loads p's state.
+//
+// Resuming. A server whose renewals failed for longer than its lease (a
+// NATS node died, NATS did not answer) stops deciding for its partitions
+// but keeps their buckets in memory. When the lease it finds is still the
+// last one it wrote, the Update at that revision succeeds only if no other
+// server has written the lease since, and no server decides for a
+// partition without writing its lease: nobody else has decided for p
+// meanwhile, so the buckets in memory are the latest and p is resumed
+// without loading it from the worker. Checks then come back as soon as
+// the lease bucket answers, whether or not the worker does.
 func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64) bool {
 	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp})
+	resume := c.resumable(p, seen)
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
 	var rev uint64
 	var err error
 	if seen.revision != 0 {
 		rev, err = c.owners_.Update(actx, partKey(p), b, seen.revision)
+	}
+	if err != nil {
+		resume = false
 	}
 	if seen.revision == 0 || err != nil {
 		// Never written, deleted (a delete marker's revision is not always
@@ -787,7 +827,15 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	}
 	c.mu.Lock()
 	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev, gen: c.gen}
+	c.written[p] = writtenLease{inc: c.synced.Load(), rev: rev}
 	c.mu.Unlock()
+	if resume {
+		c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+		c.publishOwner(p)
+		c.metrics.handovers.WithLabelValues("resumed").Inc()
+		c.log.Info("partition resumed: no other server owned it since this one lost its lease", "partition", p)
+		return true
+	}
 	// Load the partition before deciding for it. Meanwhile forwarded checks
 	// for p are refused as "not ready" and retried by their senders.
 	if c.hooks.Acquired != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
@@ -388,4 +389,81 @@ func TestNodeNameOverwrittenLeavesCluster(t *testing.T) {
 		t.Fatalf("still decides for %d partitions", n)
 	}
 	m.Close(context.Background())
+}
+
+// A server whose leases lapsed (its renewals failed while NATS did not
+// answer) takes back the ones nobody wrote since without loading them from
+// the worker: its buckets for them are still the latest. A lease another
+// server wrote meanwhile is loaded as any takeover is.
+func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	var loads atomic.Int64
+	a := member(t, ns.ClientURL(), "a", &loads)
+	defer a.Close(context.Background())
+	waitOwned(t, 10*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	before := loads.Load()
+	if before != bus.Partitions {
+		t.Fatalf("%d loads for %d first acquisitions", before, bus.Partitions)
+	}
+	resumed := func() float64 { return testutil.ToFloat64(a.metrics.handovers.WithLabelValues("resumed")) }
+
+	// Every lease lapses as after failed renewals; nobody else writes them.
+	for p := range bus.Partitions {
+		a.lose(p, "renewal failed (test)")
+	}
+	waitOwned(t, 5*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	if got := loads.Load(); got != before {
+		t.Fatalf("%d partitions loaded again, want none: nobody else owned them", got-before)
+	}
+	if got := resumed(); got != bus.Partitions {
+		t.Fatalf("%v partitions resumed, want %d", got, bus.Partitions)
+	}
+
+	// Another server took partition 7 and died: its lease is expired but
+	// it may have decided for p, so taking p back loads it.
+	const p = 7
+	a.mu.Lock()
+	rev := a.owners[p].revision
+	a.mu.Unlock()
+	other, _ := json.Marshal(lease{Node: "b", Expires: time.Now().Add(-time.Second).UnixMilli()})
+	if _, err := a.owners_.Update(context.Background(), partKey(p), other, rev); err != nil {
+		t.Fatal(err)
+	}
+	waitOwned(t, 5*time.Second, func() bool { return loads.Load() == before+1 && a.OwnedCount() == bus.Partitions })
+	if got := resumed(); got != bus.Partitions {
+		t.Fatalf("%v partitions resumed, want %d: partition %d had another owner", got, bus.Partitions, p)
+	}
+
+	// Between losing p and taking it back, b writes p's lease: a must not
+	// resume from memory.
+	a.mu.Lock()
+	rev = a.owners[p].revision
+	a.mu.Unlock()
+	a.lose(p, "renewal failed (test)")
+	if _, err := a.owners_.Update(context.Background(), partKey(p), other, rev); err != nil {
+		// a took p back first (it may, as it was its own).
+		t.Logf("a resumed partition %d before the other write: %v", p, err)
+	} else {
+		waitOwned(t, 5*time.Second, func() bool { return loads.Load() == before+2 && a.OwnedCount() == bus.Partitions })
+	}
+
+	// a dies (kill -9: no lease given back) and starts again under its
+	// name: the leases name it, but the new process has nothing in
+	// memory, so every partition is loaded.
+	a.stop()
+	a.done.Wait()
+	var reloads atomic.Int64
+	a2 := member(t, ns.ClientURL(), "a", &reloads)
+	defer a2.Close(context.Background())
+	waitOwned(t, 10*time.Second, func() bool { return a2.OwnedCount() == bus.Partitions })
+	if got := reloads.Load(); got != bus.Partitions {
+		t.Fatalf("the restarted server loaded %d partitions, want all %d", got, bus.Partitions)
+	}
+	if got := testutil.ToFloat64(a2.metrics.handovers.WithLabelValues("resumed")); got != 0 {
+		t.Fatalf("the restarted server resumed %v partitions it has no state for", got)
+	}
 }
