@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,6 +29,10 @@ import (
 // request/reply. Reports p50 and p99 per check, and for forwarded checks
 // the owner round trip as s1 measured it (sluice_cluster_forward_seconds,
 // median interpolated in its buckets) and the share of forward requests that went direct.
+//
+// "owned-forwarded-in-turns" takes owned and forwarded checks in turns and
+// reports the difference of their medians beside a bare TCP round trip
+// between two processes taken in the same turns, the floor of any forward.
 //
 //	go test ./e2e -run '^$' -bench BenchmarkClusterCheck -benchtime 3000x
 func BenchmarkClusterCheck(b *testing.B) {
@@ -104,6 +112,59 @@ func benchClusterCheck(b *testing.B, direct bool) {
 	if !direct {
 		return
 	}
+
+	// The same two kinds of check taken in turns, so that the machine's
+	// drift between sub-benchmarks (its loopback latency moves by tens of
+	// µs within minutes) weighs on both alike: "added-p50-µs" is what
+	// forwarding adds to the median check.
+	// Each turn also takes a bare TCP round trip to an echo process, which
+	// sits idle between turns as s2 does: the floor of a forward from an
+	// idle process to another ("tcp-p50-µs").
+	b.Run("owned-forwarded-in-turns", func(b *testing.B) {
+		echo := dialEcho(b)
+		owned := make([]time.Duration, 0, b.N)
+		fwd := make([]time.Duration, 0, b.N)
+		bare := make([]time.Duration, 0, b.N)
+		for i := 0; b.Loop(); i++ {
+			bare = append(bare, echo())
+			for k, ips := range [][]string{mine, theirs} {
+				start := time.Now()
+				r, err := tryCheck(s1, tn, map[string]any{"ip": ips[i%len(ips)], "path": "/exact"})
+				if err != nil || !r.Allowed {
+					b.Fatalf("check: %+v, %v", r, err)
+				}
+				if k == 0 {
+					owned = append(owned, time.Since(start))
+				} else {
+					fwd = append(fwd, time.Since(start))
+				}
+			}
+		}
+		slices.Sort(owned)
+		slices.Sort(fwd)
+		slices.Sort(bare)
+		b.ReportMetric(float64(bare[len(bare)/2].Microseconds()), "tcp-p50-µs")
+		o, f := owned[len(owned)/2], fwd[len(fwd)/2]
+		b.ReportMetric(float64(o.Microseconds()), "owned-p50-µs")
+		b.ReportMetric(float64(f.Microseconds()), "forwarded-p50-µs")
+		b.ReportMetric(float64((f - o).Microseconds()), "added-p50-µs")
+	})
+
+	// The floor of any forward between two processes: a bare TCP round
+	// trip with a forward-sized payload between this process and an echo
+	// process of its own, on loopback, one at a time.
+	// The same round trips back to back, where neither process has time
+	// to fall idle.
+	b.Run("tcp-round-trip-back-to-back", func(b *testing.B) {
+		echo := dialEcho(b)
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			lat = append(lat, echo())
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	})
 
 	// The transport's own floor: one NATS request/reply through the same
 	// nats-server, between two connections, with a forward-sized payload.
@@ -193,4 +254,65 @@ func forwardStats(t testing.TB, s *server) fwdStats {
 		st.buckets[le] = n
 	}
 	return st
+}
+
+// echoEnv makes the test binary an echo process (see TestMain).
+const echoEnv = "SLUICE_E2E_ECHO"
+
+// startEcho starts this test binary again as an echo process on loopback
+// and returns its address. The process ends when its connection closes.
+func startEcho(b *testing.B) string {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), echoEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	return addr[:len(addr)-1]
+}
+
+// dialEcho starts an echo process and returns a function that takes one
+// round trip of a forward-sized payload to it.
+func dialEcho(b *testing.B) func() time.Duration {
+	conn, err := net.Dial("tcp", startEcho(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	payload := make([]byte, 120)
+	reply := make([]byte, len(payload))
+	return func() time.Duration {
+		start := time.Now()
+		if _, err := conn.Write(payload); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, reply); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+}
+
+// serveEcho answers one connection on loopback by echoing what it reads,
+// then exits.
+func serveEcho() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().String())
+	c, err := ln.Accept()
+	if err != nil {
+		os.Exit(1)
+	}
+	_, _ = io.Copy(c, c)
+	os.Exit(0)
 }

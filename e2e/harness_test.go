@@ -60,6 +60,9 @@ func build(t testing.TB) (server, worker string) {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(echoEnv) != "" {
+		serveEcho()
+	}
 	code := m.Run()
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir)
