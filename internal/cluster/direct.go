@@ -467,13 +467,23 @@ type directReply struct {
 }
 
 // peerConn is an authenticated connection to an owner. Requests are
-// written whole under wmu and answered by id, in any order, through a
-// reader goroutine.
+// written whole under wmu and answered by id, in any order.
+//
+// Reading. There is no reader goroutine: a caller waiting for its answer
+// takes the reading role (the reading token) when nobody holds it, reads
+// answers and hands each to its caller until its own comes, and gives the
+// role back; a caller waiting without the role takes it as soon as it is
+// free. A lone forward is thus read by the goroutine that waits for it,
+// which saves waking a second goroutine on every forward.
 type peerConn struct {
 	conn     net.Conn
+	raw      net.Conn // the TCP connection under conn (the same without TLS)
 	info     peerInfo
 	wmu      sync.Mutex
 	wbuf     []byte
+	reading  chan struct{} // holds one value while a caller reads
+	br       *bufio.Reader // read only by the token's holder
+	rbuf     []byte
 	mu       sync.Mutex
 	nextID   uint64
 	waiting  map[uint64]chan directReply
@@ -523,9 +533,9 @@ func dialPeer(ctx context.Context, info peerInfo) (*peerConn, error) {
 		return nil, err
 	}
 	_ = raw.SetDeadline(time.Time{})
-	pc := &peerConn{conn: conn, info: info, waiting: map[uint64]chan directReply{}}
+	pc := &peerConn{conn: conn, raw: raw, info: info, waiting: map[uint64]chan directReply{},
+		reading: make(chan struct{}, 1), br: bufio.NewReaderSize(conn, 32<<10)}
 	pc.lastUsed.Store(time.Now().UnixNano())
-	go pc.read()
 	return pc, nil
 }
 
@@ -537,27 +547,34 @@ func pinned(cert *x509.Certificate, want []byte) error {
 	return nil
 }
 
-func (pc *peerConn) read() {
-	br := bufio.NewReaderSize(pc.conn, 32<<10)
-	var buf []byte
-	for {
+// readUntil reads answers, handing each to its caller, until ch has one
+// (the caller's own), the connection fails, or deadline passes. The caller
+// holds the reading token.
+func (pc *peerConn) readUntil(ch chan directReply, deadline time.Time) {
+	_ = pc.conn.SetReadDeadline(deadline)
+	for len(ch) == 0 {
 		var err error
-		buf, err = readFrame(br, buf, nil)
+		pc.rbuf, err = readFrame(pc.br, pc.rbuf, nil)
 		if err != nil {
+			if isTimeout(err) {
+				// An owner that does not answer in fwdTimeout is stuck
+				// or gone: the next forward dials afresh.
+				err = errors.New("no answer in time")
+			}
 			pc.fail(err)
 			return
 		}
-		id, res, err := decodeResponse(buf)
+		id, res, err := decodeResponse(pc.rbuf)
 		if err != nil {
 			pc.fail(err)
 			return
 		}
 		pc.mu.Lock()
-		ch := pc.waiting[id]
+		to := pc.waiting[id]
 		delete(pc.waiting, id)
 		pc.mu.Unlock()
-		if ch != nil {
-			ch <- directReply{res: res}
+		if to != nil {
+			to <- directReply{res: res}
 		}
 	}
 }
@@ -595,6 +612,17 @@ func (pc *peerConn) roundTrip(items []Item) (res []Result, sent bool, err error)
 		pc.mu.Unlock()
 		return nil, false, pc.err
 	}
+	if len(pc.waiting) == 0 {
+		// Nobody is reading, so nobody has seen whether the owner closed
+		// the connection since the last answer (it stopped or died): a
+		// peek tells, and the batch goes over NATS instead of into a
+		// closed connection.
+		if err := probeClosed(pc.raw); err != nil {
+			pc.mu.Unlock()
+			pc.fail(err)
+			return nil, false, fmt.Errorf("%w: %v", errPeerClosed, err)
+		}
+	}
 	pc.nextID++
 	id := pc.nextID
 	pc.waiting[id] = ch
@@ -624,21 +652,19 @@ func (pc *peerConn) roundTrip(items []Item) (res []Result, sent bool, err error)
 		return nil, full, err
 	}
 
-	t := time.NewTimer(fwdTimeout)
-	defer t.Stop()
+	deadline := time.Now().Add(fwdTimeout)
+	var r directReply
 	select {
-	case r := <-ch:
-		if r.err == nil && len(r.res) != len(items) {
-			return nil, true, errors.New("short answer")
-		}
-		return r.res, true, r.err
-	case <-t.C:
-		forget()
-		// An owner that does not answer in fwdTimeout is stuck or gone:
-		// the next forward dials afresh.
-		pc.fail(errors.New("no answer in time"))
-		return nil, true, errors.New("no answer in time")
+	case r = <-ch:
+	case pc.reading <- struct{}{}:
+		pc.readUntil(ch, deadline)
+		<-pc.reading
+		r = <-ch // readUntil returns once ch has an answer, or after fail answered it
 	}
+	if r.err == nil && len(r.res) != len(items) {
+		return nil, true, errors.New("short answer")
+	}
+	return r.res, true, r.err
 }
 
 func (pc *peerConn) close() { pc.fail(errors.New("closed by this server")) }

@@ -399,21 +399,16 @@ func TestForwardDirectAndFallback(t *testing.T) {
 		t.Fatalf("the owner served %v checks", got)
 	}
 
-	// The owner's listener goes away (NATS still up): the connection
-	// breaks, redials fail, and NATS carries every forward.
+	// The owner's listener goes away (NATS still up): the connection is
+	// closed while nobody reads it. The next forward sees that before it
+	// writes, redials fail, and NATS carries every forward.
 	b.fwd.srv.close()
-	waitOwned(t, 5*time.Second, func() bool {
-		q := a.fwd.qs["b"]
-		q.direct.mu.Lock()
-		defer q.direct.mu.Unlock()
-		return q.direct.conn == nil || !q.direct.conn.usable(time.Now())
-	})
 	before := batches("nats")
 	for range 20 {
 		forward()
 	}
-	if batches("nats") < before+19 { // one may have gone out before the loss was seen
-		t.Fatalf("%v of 20 forwards over NATS after the listener closed", batches("nats")-before)
+	if got := batches("nats") - before; got != 20 {
+		t.Fatalf("%v of 20 forwards over NATS after the listener closed", got)
 	}
 	waitOwned(t, 5*time.Second, func() bool { forward(); return testutil.ToFloat64(a.metrics.dialFailures) > 0 })
 }
@@ -460,5 +455,45 @@ func TestDirectCloseAnswersInFlight(t *testing.T) {
 	<-closed
 	if _, _, err := pc.roundTrip([]Item{{Key: "k"}}); err == nil {
 		t.Fatal("a closed listener answered")
+	}
+}
+
+// An owner that stops answering fails every forward waiting on the
+// connection within fwdTimeout, the one reading it and the ones waiting
+// to read, and the connection is not used again.
+func TestDirectStuckOwnerTimesOut(t *testing.T) {
+	release := make(chan struct{})
+	decide := func(items []Item, out []Result) {
+		<-release
+		echoDecide(items, out)
+	}
+	_, info := owner(t, decide, nil)
+	defer close(release)
+	pc, err := dialPeer(context.Background(), info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.close()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Go(func() {
+			_, sent, err := pc.roundTrip([]Item{{Key: "k", Cost: 1}})
+			if err == nil || !sent {
+				errs <- fmt.Errorf("roundTrip to a stuck owner: sent %v, err %v", sent, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if took := time.Since(start); took > fwdTimeout+time.Second {
+		t.Fatalf("forwards to a stuck owner failed after %s, want about %s", took, fwdTimeout)
+	}
+	if pc.usable(time.Now()) {
+		t.Fatal("the connection to a stuck owner is still used")
 	}
 }
