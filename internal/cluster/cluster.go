@@ -5,7 +5,7 @@
 // Partitions. A bucket key belongs to one of bus.Partitions partitions
 // (bus.Partition, the same function on every process). Each partition has
 // a lease in the JetStream KV bucket "sluice_owners": key "p.<n>", value
-// {node, expires}. A server takes a free or expired lease with KV
+// {node, expires, instance, prev} (prev: see acquire). A server takes a free or expired lease with KV
 // compare-and-set (Create, or Update at the revision it read), renews it
 // every RenewInterval with Update at its revision, and treats itself as the
 // owner only while its own clock is LeaseTTL-Margin inside the lease, so a
@@ -118,6 +118,9 @@ type lease struct {
 	// the node name, and where it runs.
 	Instance string `json:"instance,omitempty"`
 	Holder   string `json:"holder,omitempty"`
+	// Prev is the revision a partition lease replaced, when its writer
+	// held the partition's state (see Cluster.resumable).
+	Prev uint64 `json:"prev,omitempty"`
 	// The direct listener's address, key, host and certificate
 	// fingerprint (member entries of servers that have one).
 	Fwd     string `json:"fwd,omitempty"`
@@ -148,6 +151,9 @@ type ownerEntry struct {
 	node     string
 	expires  int64 // unix ms
 	revision uint64
+	// instance wrote the entry; prev is the revision it replaced (lease).
+	instance string
+	prev     uint64
 	// gen is the watch generation that last confirmed the entry: an entry
 	// older than the current watch's initial values is gone from the bucket.
 	gen uint64
@@ -559,7 +565,7 @@ func (c *Cluster) watch(ctx context.Context) {
 			if e.Operation() == jetstream.KeyValuePut {
 				var l lease
 				if json.Unmarshal(e.Value(), &l) == nil {
-					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision(), gen: gen}
+					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision(), instance: l.Instance, prev: l.Prev, gen: gen}
 				}
 			} else {
 				c.owners[p] = ownerEntry{revision: e.Revision(), gen: gen}
@@ -768,13 +774,13 @@ func (c *Cluster) tick(ctx context.Context) {
 
 // setLease writes our lease for p at the revision we hold.
 func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bool {
-	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp})
+	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp, Instance: c.cfg.Instance, Prev: rev})
 	nrev, err := c.owners_.Update(ctx, partKey(p), b, rev)
 	if err != nil {
 		return false
 	}
 	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, gen: c.gen}
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, instance: c.cfg.Instance, prev: rev, gen: c.gen}
 	c.written[p] = writtenLease{inc: c.synced.Load(), rev: nrev}
 	c.mu.Unlock()
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
@@ -782,14 +788,20 @@ func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bo
 }
 
 // resumable reports whether entry e of p is the last lease this process
-// wrote for p, in the bucket as it is now. Taking p back at e's revision
-// then proves that no other server has owned p since this one stopped
-// deciding for it: this server's buckets for p are still the latest.
+// wrote for p while it held p's state, in the bucket as it is now: the
+// revision it last knew it wrote (written), or a renewal of that revision
+// whose answer it never got (the entry names this process and replaced
+// that revision). Taking p back at e's revision then proves that no other
+// server has owned p since this one stopped deciding for it: this
+// server's buckets for p are still the latest.
 func (c *Cluster) resumable(p int, e ownerEntry) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.written[p]
-	return e.node == c.cfg.Node && e.revision != 0 && w.rev == e.revision && w.inc == c.synced.Load()
+	if e.node != c.cfg.Node || e.revision == 0 || w.rev == 0 || w.inc != c.synced.Load() {
+		return false
+	}
+	return e.revision == w.rev || (e.instance == c.cfg.Instance && e.prev == w.rev)
 }
 
 // acquire takes p's lease, free or expired as seen, and loads p's state.
@@ -804,16 +816,25 @@ func (c *Cluster) resumable(p int, e ownerEntry) bool {
 // without loading it from the worker. Checks then come back as soon as
 // the lease bucket answers, whether or not the worker does.
 func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64) bool {
-	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp})
 	resume := c.resumable(p, seen)
+	// Only a resumed lease names the revision it replaced: a takeover that
+	// is written but not answered must not look like a renewal of state
+	// this server holds.
+	l := lease{Node: c.cfg.Node, Expires: exp, Instance: c.cfg.Instance}
+	if resume {
+		l.Prev = seen.revision
+	}
+	b, _ := json.Marshal(l)
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
 	var rev uint64
 	var err error
 	if seen.revision != 0 {
 		rev, err = c.owners_.Update(actx, partKey(p), b, seen.revision)
 	}
-	if err != nil {
+	if err != nil && resume {
 		resume = false
+		l.Prev = 0
+		b, _ = json.Marshal(l)
 	}
 	if seen.revision == 0 || err != nil {
 		// Never written, deleted (a delete marker's revision is not always
@@ -826,10 +847,16 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 		return false // someone else was faster: their write reaches us by the watch
 	}
 	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev, gen: c.gen}
-	c.written[p] = writtenLease{inc: c.synced.Load(), rev: rev}
+	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev, instance: c.cfg.Instance, prev: l.Prev, gen: c.gen}
+	c.written[p] = writtenLease{} // until the state is loaded
 	c.mu.Unlock()
+	held := func() {
+		c.mu.Lock()
+		c.written[p] = writtenLease{inc: c.synced.Load(), rev: rev}
+		c.mu.Unlock()
+	}
 	if resume {
+		held()
 		c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
 		c.publishOwner(p)
 		c.metrics.handovers.WithLabelValues("resumed").Inc()
@@ -850,6 +877,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 			return false
 		}
 	}
+	held()
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
 	c.publishOwner(p)
 	c.metrics.handovers.WithLabelValues("acquired").Inc()

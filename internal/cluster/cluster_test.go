@@ -423,6 +423,34 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 		t.Fatalf("%v partitions resumed, want %d", got, bus.Partitions)
 	}
 
+	// A renewal NATS applied but whose answer never came (the lease names
+	// the revision a last knew as the one it replaced): a resumes too.
+	const q = 3
+	for try := 0; ; try++ {
+		a.mu.Lock() // holds a's tick and watch still
+		rev := a.written[q].rev
+		renewed, _ := json.Marshal(lease{Node: "a", Expires: time.Now().Add(time.Second).UnixMilli(), Instance: a.cfg.Instance, Prev: rev})
+		_, err := a.owners_.Update(context.Background(), partKey(q), renewed, rev)
+		if err == nil {
+			a.mine[q].Store(0) // the renewal's error made a stop deciding for q
+		}
+		a.mu.Unlock()
+		if err == nil {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("writing the unanswered renewal: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // a's own renewal was under way
+	}
+	waitOwned(t, 5*time.Second, func() bool { return a.Owns(q, time.Now()) })
+	if got := loads.Load(); got != before {
+		t.Fatalf("partition %d loaded again after a renewal whose answer was lost", q)
+	}
+	if got := resumed(); got != bus.Partitions+1 {
+		t.Fatalf("%v partitions resumed, want %d", got, bus.Partitions+1)
+	}
+
 	// Another server took partition 7 and died: its lease is expired but
 	// it may have decided for p, so taking p back loads it.
 	const p = 7
@@ -434,7 +462,7 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOwned(t, 5*time.Second, func() bool { return loads.Load() == before+1 && a.OwnedCount() == bus.Partitions })
-	if got := resumed(); got != bus.Partitions {
+	if got := resumed(); got != bus.Partitions+1 {
 		t.Fatalf("%v partitions resumed, want %d: partition %d had another owner", got, bus.Partitions, p)
 	}
 
