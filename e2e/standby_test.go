@@ -429,6 +429,7 @@ func TestHAWorkerFlags(t *testing.T) {
 		{[]string{"--lease-ttl", "2m"}, "", false, "lease-ttl"},
 		{nil, "SLUICE_WORKER_LEASE_TTL=soon", false, "SLUICE_WORKER_LEASE_TTL"},
 		{nil, "SLUICE_HA=maybe", false, "SLUICE_HA"},
+		{nil, "SLUICE_OPERATOR_TOKEN=op_short", false, "SLUICE_OPERATOR_TOKEN"},
 	} {
 		args := append([]string{"--nats-url", "nats://127.0.0.1:4222", "--data", t.TempDir()}, tc.args...)
 		cmd := exec.Command(worker, append(args, "--check-config")...)

@@ -136,6 +136,9 @@ func run() error {
 	if (op.Email == "") != (op.Password == "") {
 		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
 	}
+	if err := worker.ValidateOperatorToken(op.Token); err != nil {
+		return err
+	}
 	if *checkConfig {
 		fmt.Println("configuration ok")
 		return nil

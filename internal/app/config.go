@@ -229,6 +229,11 @@ func (c *Config) Validate() error {
 	if (c.OperatorEmail == "") != (c.OperatorPassword == "") {
 		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
 	}
+	if c.Worker == "embedded" {
+		if err := worker.ValidateOperatorToken(c.OperatorToken); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

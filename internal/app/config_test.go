@@ -38,6 +38,9 @@ func TestConfigNATSOptions(t *testing.T) {
 		{"missing ca from the environment", []string{"--nats-url", "nats://nats:4222"}, map[string]string{"SLUICE_NATS_CA": filepath.Join(dir, "ca.pem")}, "--nats-ca"},
 		{"credentials for the embedded nats", nil, map[string]string{"SLUICE_NATS_TOKEN": "t"}, "are for --nats-url"},
 		{"listener with an external nats", []string{"--nats-url", "nats://nats:4222", "--nats-listen", "127.0.0.1:4222"}, nil, "for the embedded NATS"},
+		{"short operator token", nil, map[string]string{"SLUICE_OPERATOR_TOKEN": "op_short"}, "SLUICE_OPERATOR_TOKEN: "},
+		{"operator token long enough", nil, map[string]string{"SLUICE_OPERATOR_TOKEN": "op_" + strings.Repeat("x", 40)}, ""},
+		{"short operator token the external worker applies", []string{"--worker=external", "--nats-url", "nats://nats:4222"}, map[string]string{"SLUICE_OPERATOR_TOKEN": "op_short"}, ""},
 	} {
 		cfg := DefaultConfig()
 		err := cfg.ParseFlags("server", append([]string{"--data", dir}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard)

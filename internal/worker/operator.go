@@ -23,6 +23,19 @@ type Operator struct {
 	Out io.Writer
 }
 
+// ValidateOperatorToken checks SLUICE_OPERATOR_TOKEN as given (empty: one
+// is generated), so that a process refuses to start with a token it would
+// not apply instead of running with the operator API closed.
+func ValidateOperatorToken(token string) error {
+	if token == "" {
+		return nil
+	}
+	if err := tenants.ValidateOperatorToken(token); err != nil {
+		return fmt.Errorf("SLUICE_OPERATOR_TOKEN: %w (or leave it unset to have one generated)", err)
+	}
+	return nil
+}
+
 // bootstrapOperator makes sure an operator token exists: the configured
 // one, or on a first start a generated one printed once (only its hash is
 // stored). A rejected token is logged and leaves the operator API closed,
