@@ -43,6 +43,7 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,9 @@ type replState struct {
 	kv  jetstream.KeyValue
 	log jetstream.Stream
 
+	// instance is this process's random id, written in its lease.
+	instance string
+
 	mu         sync.Mutex
 	active     bool
 	epoch      uint64
@@ -92,6 +96,7 @@ func (r *replState) collectors() []prometheus.Collector {
 
 func newReplState() replState {
 	return replState{
+		instance: rand.Text(),
 		role: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_worker_active",
 			Help: "1 while this worker holds the lease and serves, 0 while it is a standby."}),
 		lagRecords: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_worker_replication_lag_records",
@@ -116,10 +121,13 @@ const replRowsHeader = "Sluice-Repl-Rows"
 var errNotActive = errs.Errorf(errs.Unavailable, "This worker is not the active one; try again shortly.")
 
 // leaseValue is the lease entry's content, for operators reading it.
+// Instance tells this process from another under the same name (or this
+// one before a restart).
 type leaseValue struct {
-	Worker string `json:"worker"`
-	Epoch  uint64 `json:"epoch"`
-	Since  string `json:"since"`
+	Worker   string `json:"worker"`
+	Epoch    uint64 `json:"epoch"`
+	Since    string `json:"since"`
+	Instance string `json:"instance,omitempty"`
 }
 
 // runElected takes part in the election until ctx ends.
@@ -252,8 +260,20 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 		}
 		r.lagRecords.Set(float64(last - min(a.consumed, last)))
 		if held {
-			if _, err := r.kv.Get(ctx, bus.WorkerLeaseKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			e, err := r.kv.Get(ctx, bus.WorkerLeaseKey)
+			switch {
+			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
 				warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", err)
+			case err == nil && w.ownEndedLease(e):
+				// This process's own lease from a term that ended while
+				// NATS did not answer (it could not give it back then): no
+				// need to wait for it to expire.
+				if err := r.kv.Delete(ctx, bus.WorkerLeaseKey, jetstream.LastRevision(e.Revision())); err != nil {
+					warn("standby: giving back the lease of this worker's ended term failed; retrying", "err", err)
+				} else {
+					w.log.Info("standby: gave back the lease of this worker's ended term")
+					held = false
+				}
 			}
 		}
 		if !held {
@@ -275,6 +295,18 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 	return 0, 0, false
 }
 
+// ownEndedLease reports whether lease entry e is this process's own while
+// it is not active: a term that ended without giving the lease back.
+func (w *Worker) ownEndedLease(e jetstream.KeyValueEntry) bool {
+	var v leaseValue
+	if json.Unmarshal(e.Value(), &v) != nil || v.Instance == "" || v.Instance != w.repl.instance {
+		return false
+	}
+	w.repl.mu.Lock()
+	defer w.repl.mu.Unlock()
+	return !w.repl.active
+}
+
 // leaseHeld reports whether some worker holds the lease now. A lease that
 // cannot be read counts as held; a bucket NATS lost is made again.
 func (w *Worker) leaseHeld(ctx context.Context) bool {
@@ -294,7 +326,7 @@ func (w *Worker) leaseHeld(ctx context.Context) bool {
 func (w *Worker) takeLease(ctx context.Context, a *applier, pos position) (uint64, uint64, bool) {
 	r := &w.repl
 	epoch := pos.epoch + 1
-	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano)})
+	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano), Instance: r.instance})
 	sent := time.Now()
 	rev, err := r.kv.Create(ctx, bus.WorkerLeaseKey, val)
 	if err != nil {
@@ -396,7 +428,7 @@ func (w *Worker) activeTerm(ctx context.Context, epoch, rev uint64) {
 // time ends the term.
 func (w *Worker) renewLease(ctx context.Context, rev, epoch uint64) {
 	r := &w.repl
-	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano)})
+	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano), Instance: r.instance})
 	t := time.NewTicker(w.cfg.LeaseTTL / 6)
 	defer t.Stop()
 	for {
