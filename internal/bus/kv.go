@@ -1,10 +1,14 @@
 package bus
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -60,4 +64,53 @@ func Incarnation(ctx context.Context, kv jetstream.KeyValue) (int64, error) {
 		return 0, errors.New("bucket status without stream info")
 	}
 	return bs.StreamInfo().Created.UnixNano(), nil
+}
+
+// ErrNoEntry is LeaderEntry's answer for a key with no value.
+var ErrNoEntry = errors.New("no entry for the key")
+
+// LeaderEntry reads key's latest value in bucket from the leader of the
+// bucket's stream, not from whichever replica answers a direct get: the
+// replica that answers may not have seen the latest write, or may have
+// expired an entry (MaxAge) that the leader, which checks compare-and-set
+// writes, still holds. It returns the value and its revision, or
+// ErrNoEntry (also for a deleted key).
+func LeaderEntry(ctx context.Context, nc *nats.Conn, bucket, key string) ([]byte, uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+KVStream(bucket), req)
+	if err != nil {
+		return nil, 0, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("reading %s from its leader: %w", key, err)
+	}
+	if resp.Error != nil {
+		switch resp.Error.ErrCode {
+		case 10037: // no message found
+			return nil, 0, ErrNoEntry
+		case 10059: // stream not found
+			return nil, 0, jetstream.ErrBucketNotFound
+		}
+		return nil, 0, fmt.Errorf("reading %s from its leader: %s (%d)", key, resp.Error.Description, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, 0, fmt.Errorf("reading %s from its leader: empty answer", key)
+	}
+	// A delete or purge marker carries a KV-Operation header.
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+		return nil, 0, ErrNoEntry
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
 }

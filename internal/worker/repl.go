@@ -72,6 +72,8 @@ type replState struct {
 
 	// instance is this process's random id, written in its lease.
 	instance string
+	// claimWarned is when taking a free lease last failed with a warning.
+	claimWarned time.Time
 
 	mu         sync.Mutex
 	active     bool
@@ -123,11 +125,41 @@ var errNotActive = errs.Errorf(errs.Unavailable, "This worker is not the active 
 // leaseValue is the lease entry's content, for operators reading it.
 // Instance tells this process from another under the same name (or this
 // one before a restart).
+//
+// Expires (unix ms) is when the lease ends unless renewed, by its writer's
+// clock. A standby takes a lease whose Expires has passed (by more than
+// leaseSkew) with compare-and-set at its revision: it does not wait for
+// NATS to expire the entry, which each replica of a replicated bucket does
+// on its own timer, so that after a leader change a replica may keep an
+// entry the others dropped (or the other way round). The bucket's TTL
+// only cleans up; an entry without Expires (an older worker's) counts as
+// held until NATS removes it.
 type leaseValue struct {
 	Worker   string `json:"worker"`
 	Epoch    uint64 `json:"epoch"`
 	Since    string `json:"since"`
 	Instance string `json:"instance,omitempty"`
+	Expires  int64  `json:"expires,omitempty"`
+}
+
+// leaseSkew is how long past a lease's Expires a standby still counts it as
+// held: room for the clocks of two workers to differ.
+func (w *Worker) leaseSkew() time.Duration { return w.cfg.LeaseTTL / 6 }
+
+// leaseExpired reports whether a lease entry's content says it has ended.
+func (w *Worker) leaseExpired(data []byte) bool {
+	var v leaseValue
+	if json.Unmarshal(data, &v) != nil || v.Expires == 0 {
+		return false
+	}
+	return time.Now().After(time.UnixMilli(v.Expires).Add(w.leaseSkew()))
+}
+
+// leaseBytes is the lease entry for a term, renewed (or taken) at sent.
+func (w *Worker) leaseBytes(epoch uint64, since, sent time.Time) []byte {
+	b, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: since.UTC().Format(time.RFC3339Nano),
+		Instance: w.repl.instance, Expires: sent.Add(w.cfg.LeaseTTL).UnixMilli()})
+	return b
 }
 
 // runElected takes part in the election until ctx ends.
@@ -219,7 +251,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		created, first, last := info.Created.UnixNano(), info.State.FirstSeq, info.State.LastSeq
-		held := w.leaseHeld(ctx)
+		held, expiredRev := w.leaseHeld(ctx)
 		belongs := pos.logCreated == created && pos.seq <= last && (pos.seq+1 >= first || last == 0 || pos.seq == last)
 		if !belongs {
 			a.reset()
@@ -239,7 +271,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 				continue
 			}
 			// An empty log: this database may start it.
-			if epoch, rev, ok := w.takeLease(ctx, a, position{seq: 0, epoch: pos.epoch, logCreated: created}); ok {
+			if epoch, rev, ok := w.takeLease(ctx, a, position{seq: 0, epoch: pos.epoch, logCreated: created}, expiredRev); ok {
 				return epoch, rev, true
 			}
 			sleepCtx(ctx, 200*time.Millisecond)
@@ -259,7 +291,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		r.lagRecords.Set(float64(last - min(a.consumed, last)))
-		if held {
+		if held && expiredRev == 0 {
 			e, err := r.kv.Get(ctx, bus.WorkerLeaseKey)
 			switch {
 			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
@@ -285,7 +317,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 				if a.cons != nil && a.consumed > cur.seq {
 					cur.seq = a.consumed
 				}
-				if epoch, rev, ok := w.takeLease(ctx, a, cur); ok {
+				if epoch, rev, ok := w.takeLease(ctx, a, cur, expiredRev); ok {
 					return epoch, rev, true
 				}
 			}
@@ -307,32 +339,41 @@ func (w *Worker) ownEndedLease(e jetstream.KeyValueEntry) bool {
 	return !w.repl.active
 }
 
-// leaseHeld reports whether some worker holds the lease now. A lease that
-// cannot be read counts as held; a bucket NATS lost is made again.
-func (w *Worker) leaseHeld(ctx context.Context) bool {
-	_, err := w.repl.kv.Get(ctx, bus.WorkerLeaseKey)
+// leaseHeld reports whether some worker holds the lease now, and the
+// revision of an entry whose term has expired (0 when there is none): a
+// lease that has expired is not held, and is taken at that revision. A
+// lease that cannot be read counts as held; a bucket NATS lost is made
+// again.
+func (w *Worker) leaseHeld(ctx context.Context) (bool, uint64) {
+	e, err := w.repl.kv.Get(ctx, bus.WorkerLeaseKey)
 	if gone(err) {
 		w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
 		_ = w.ensureRepl(ctx, w.js)
-		return true
+		return true, 0
 	}
-	return err == nil || !errors.Is(err, jetstream.ErrKeyNotFound)
+	if err == nil && w.leaseExpired(e.Value()) {
+		return false, e.Revision()
+	}
+	return err == nil || !errors.Is(err, jetstream.ErrKeyNotFound), 0
 }
 
 // takeLease takes the free lease and opens a term with a marker record
 // after everything the database has applied (pos). It gives the lease back
 // if the log moved on meanwhile (a deposed active's last append): the
 // caller applies it and tries again.
-func (w *Worker) takeLease(ctx context.Context, a *applier, pos position) (uint64, uint64, bool) {
+func (w *Worker) takeLease(ctx context.Context, a *applier, pos position, expiredRev uint64) (uint64, uint64, bool) {
 	r := &w.repl
 	epoch := pos.epoch + 1
-	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano), Instance: r.instance})
 	sent := time.Now()
-	rev, err := r.kv.Create(ctx, bus.WorkerLeaseKey, val)
+	val := w.leaseBytes(epoch, sent, sent)
+	rev, err := w.claimLease(ctx, val, expiredRev)
 	if err != nil {
 		if _, kerr := w.js.KeyValue(ctx, bus.WorkerLeaseBucket); gone(kerr) {
 			w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
 			_ = w.ensureRepl(ctx, w.js)
+		} else if !errors.Is(err, errLeaseHeld) && time.Since(r.claimWarned) >= 5*time.Second {
+			r.claimWarned = time.Now()
+			w.log.Warn("standby: the lease looks free but taking it failed; retrying", "err", err)
 		}
 		return 0, 0, false
 	}
@@ -365,6 +406,38 @@ func (w *Worker) takeLease(ctx context.Context, a *applier, pos position) (uint6
 	r.mu.Unlock()
 	a.reset()
 	return epoch, rev, true
+}
+
+// errLeaseHeld: the lease's leader holds a live lease.
+var errLeaseHeld = errors.New("the lease is held")
+
+// claimLease writes val as the lease where it is free: at expiredRev, the
+// revision of an expired entry, or where there is none. When that fails
+// the replica that answered the read may not agree with the bucket's
+// leader, which checks the write: the leader's own entry decides.
+func (w *Worker) claimLease(ctx context.Context, val []byte, expiredRev uint64) (uint64, error) {
+	kv := w.repl.kv
+	if expiredRev != 0 {
+		if rev, err := kv.Update(ctx, bus.WorkerLeaseKey, val, expiredRev); err == nil {
+			return rev, nil
+		}
+	}
+	rev, err := kv.Create(ctx, bus.WorkerLeaseKey, val)
+	if err == nil {
+		return rev, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	data, lrev, lerr := bus.LeaderEntry(lctx, w.nc, bus.WorkerLeaseBucket, bus.WorkerLeaseKey)
+	switch {
+	case errors.Is(lerr, bus.ErrNoEntry):
+		return kv.Create(ctx, bus.WorkerLeaseKey, val)
+	case lerr != nil:
+		return 0, fmt.Errorf("%w (and reading it from the bucket's leader: %v)", err, lerr)
+	case w.leaseExpired(data):
+		return kv.Update(ctx, bus.WorkerLeaseKey, val, lrev)
+	}
+	return 0, errLeaseHeld
 }
 
 // leaseMargin is how long after sending a renewal the active still trusts
@@ -414,7 +487,7 @@ func (w *Worker) activeTerm(ctx context.Context, epoch, rev uint64) {
 	defer dcancel()
 	if e, err := r.kv.Get(dctx, bus.WorkerLeaseKey); err == nil {
 		var v leaseValue
-		if json.Unmarshal(e.Value(), &v) == nil && v.Epoch == epoch {
+		if json.Unmarshal(e.Value(), &v) == nil && v.Epoch == epoch && v.Instance == r.instance {
 			_ = r.kv.Delete(dctx, bus.WorkerLeaseKey, jetstream.LastRevision(e.Revision()))
 		}
 	}
@@ -428,7 +501,7 @@ func (w *Worker) activeTerm(ctx context.Context, epoch, rev uint64) {
 // time ends the term.
 func (w *Worker) renewLease(ctx context.Context, rev, epoch uint64) {
 	r := &w.repl
-	val, _ := json.Marshal(leaseValue{Worker: w.cfg.Name, Epoch: epoch, Since: time.Now().UTC().Format(time.RFC3339Nano), Instance: r.instance})
+	since := time.Now()
 	t := time.NewTicker(w.cfg.LeaseTTL / 6)
 	defer t.Stop()
 	for {
@@ -439,7 +512,7 @@ func (w *Worker) renewLease(ctx context.Context, rev, epoch uint64) {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/2)
-		next, err := r.kv.Update(rctx, bus.WorkerLeaseKey, val, rev)
+		next, err := r.kv.Update(rctx, bus.WorkerLeaseKey, w.leaseBytes(epoch, since, sent), rev)
 		cancel()
 		if err == nil {
 			rev = next

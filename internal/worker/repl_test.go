@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -426,5 +427,70 @@ func TestStandbyGivesBackItsOwnEndedLease(t *testing.T) {
 	}
 	if err := createTenant(t, client, "after"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A lease whose term has ended by its own content is taken over although
+// NATS still keeps the entry: here the bucket's TTL is an hour (made so
+// beforehand), as a replica that missed its expiry would keep it. Another
+// worker's dead lease, expired a second ago, is written over the live
+// worker's: it steps down, and takes the lease again at once.
+func TestExpiredLeaseIsTakenWhileNATSKeepsIt(t *testing.T) {
+	ns := bustest.Start(t, "ha-expired-lease")
+	client, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	js, _ := jetstream.New(client)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.WorkerLeaseBucket, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startHAWorker(t, ns.URL(), filepath.Join(t.TempDir(), "a"), "a")
+	waitFor(t, "the worker is active", a.active)
+	e, err := kv.Get(ctx, bus.WorkerLeaseKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := json.Marshal(leaseValue{Worker: "ghost", Epoch: 7, Instance: "ghost", Expires: time.Now().Add(-time.Second).UnixMilli()})
+	if _, err := kv.Update(ctx, bus.WorkerLeaseKey, dead, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	left := time.Now()
+	waitFor(t, "the worker stepped down", func() bool { return !a.active() })
+	waitFor(t, "the worker is active again", a.active)
+	if took := time.Since(left); took > 5*time.Second {
+		t.Fatalf("active again after %s", took)
+	}
+	if err := createTenant(t, client, "after"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A standby that read the lease from a replica behind the leader tries
+	// the revision it saw; the leader's entry decides: expired, so taken.
+	a.stop()
+	e, err = kv.Get(ctx, bus.WorkerLeaseKey)
+	if err == nil { // a gave it back when it stopped; make another dead one
+		t.Fatalf("the stopped worker left its lease: %s", e.Value())
+	}
+	stale, err := kv.Create(ctx, bus.WorkerLeaseKey, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, bus.WorkerLeaseKey, dead); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := a.w.claimLease(ctx, []byte(`{"worker":"a"}`), stale)
+	if err != nil || rev == 0 {
+		t.Fatalf("claiming an expired lease at a stale revision: %d, %v", rev, err)
+	}
+	live, _ := json.Marshal(leaseValue{Worker: "b", Epoch: 9, Instance: "b", Expires: time.Now().Add(time.Hour).UnixMilli()})
+	if _, err := kv.Put(ctx, bus.WorkerLeaseKey, live); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.w.claimLease(ctx, []byte(`{"worker":"a"}`), rev); !errors.Is(err, errLeaseHeld) {
+		t.Fatalf("claiming a live lease: %v, want errLeaseHeld", err)
 	}
 }

@@ -1,0 +1,57 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LeaderEntry reads a key's latest value and revision, and tells a key
+// with no value (never written, deleted) and a bucket that does not exist.
+func TestLeaderEntry(t *testing.T) {
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "leader-entry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LeaderEntry(ctx, nc, "b", "k"); !errors.Is(err, ErrNoEntry) {
+		t.Fatalf("never written: %v", err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(ctx, "k", []byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	val, got, err := LeaderEntry(ctx, nc, "b", "k")
+	if err != nil || string(val) != "two" || got != rev {
+		t.Fatalf("got %q at %d, %v; want two at %d", val, got, err, rev)
+	}
+	if err := kv.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LeaderEntry(ctx, nc, "b", "k"); !errors.Is(err, ErrNoEntry) {
+		t.Fatalf("deleted: %v", err)
+	}
+	if _, _, err := LeaderEntry(ctx, nc, "missing", "k"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("no bucket: %v", err)
+	}
+}
