@@ -104,7 +104,8 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 		t.Error("deploy/nats.conf differs from docs/NATS.md's configuration")
 	}
 	pki := newTestPKI(t)
-	fileFor := map[string]string{"--nats-ca": pki.ca, "--nats-cert": pki.clientCert, "--nats-key": pki.clientKey}
+	fileFor := map[string]string{"--nats-ca": pki.ca, "--nats-cert": pki.clientCert, "--nats-key": pki.clientKey,
+		"--cluster-listen-cert": pki.clientCert, "--cluster-listen-key": pki.clientKey}
 	nodes := map[string]bool{}
 	for name, svc := range compose.Services {
 		if svc.Build == nil {
@@ -126,6 +127,17 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 					nodes[svc.Command[i+1]] = true
 				}
 			}
+			// Servers forward to each other directly, over TLS, at an
+			// address the other container can dial: its service name.
+			flag := func(f string) string {
+				if i := slices.Index(svc.Command, f); i >= 0 && i+1 < len(svc.Command) {
+					return svc.Command[i+1]
+				}
+				return ""
+			}
+			if flag("--cluster-listen-cert") == "" || flag("--cluster-listen-key") == "" || !strings.HasPrefix(flag("--cluster-advertise"), name+":") {
+				t.Errorf("%s: no direct forwarding over TLS advertised as %s:<port>: %v", name, name, svc.Command)
+			}
 		case "sluice-worker":
 			bin = worker
 		default:
@@ -142,6 +154,11 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 				continue
 			}
 			args[i+1] = fileFor[f] // the container's path, here a test certificate
+		}
+		for _, f := range []string{"--cluster-listen-cert", "--cluster-listen-key"} {
+			if i := slices.Index(args, f); i >= 0 && i+1 < len(args) {
+				args[i+1] = fileFor[f]
+			}
 		}
 		if i := slices.Index(args, "--nats-url"); i < 0 {
 			t.Errorf("%s: no --nats-url", name)

@@ -257,7 +257,8 @@ func (nc *natsCluster) streamInfo(name string) (*jetstream.StreamInfo, error) {
 // bucket (the worst case for checks), while two servers take checks and
 // config writes: every stream and bucket has three replicas, no
 // acknowledged config change is lost, the caller's total over both servers
-// is exactly the limit, and checks fail only for a bounded time.
+// is exactly the limit, and checks fail only for a bounded time. The
+// servers forward to each other directly over TLS, as in docker-compose.yml.
 func TestHANATSNodeKilled(t *testing.T) {
 	ncl := startNATSCluster(t)
 	// A bucket and a stream made before with one replica, as an older
@@ -285,8 +286,11 @@ func TestHANATSNodeKilled(t *testing.T) {
 	var servers []*server
 	for i := range 2 {
 		servers = append(servers, startServer(t, serverOpts{data: t.TempDir(), noWait: true,
-			extra: append([]string{"--nats-url", ncl.url(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1)}, ncl.tlsArgs()...),
-			env:   []string{"SLUICE_NATS_USER=sluice-server", "SLUICE_NATS_PASSWORD=" + haServerPass},
+			// Direct forwarding over TLS with the server's certificate,
+			// as docker-compose.yml runs it.
+			extra: append([]string{"--nats-url", ncl.url(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1),
+				"--cluster-listen", "127.0.0.1:0", "--cluster-listen-cert", ncl.pki.clientCert, "--cluster-listen-key", ncl.pki.clientKey}, ncl.tlsArgs()...),
+			env: []string{"SLUICE_NATS_USER=sluice-server", "SLUICE_NATS_PASSWORD=" + haServerPass},
 		}))
 	}
 	for _, s := range servers {
@@ -483,6 +487,12 @@ func TestHANATSNodeKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged key creations, all listed on both servers", len(want))
+	// Half the checks were forwarded, on the servers' TLS connections.
+	for _, s := range servers {
+		if st := forwardStats(t, s); st.direct == 0 {
+			t.Errorf("%s forwarded %v batches, none directly", s.addr, st.count)
+		}
+	}
 	// The role permissions allowed everything Sluice did through all this.
 	for _, p := range []*proc{worker, servers[0].proc, servers[1].proc} {
 		if l := strings.ToLower(p.logs.String()); strings.Contains(l, "permissions violation") || strings.Contains(l, "authorization violation") {

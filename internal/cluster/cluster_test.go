@@ -396,13 +396,9 @@ func TestNodeNameOverwrittenLeavesCluster(t *testing.T) {
 // the worker: its buckets for them are still the latest. A lease another
 // server wrote meanwhile is loaded as any takeover is.
 func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := bustest.Start(t, "cluster-test")
 	var loads atomic.Int64
-	a := member(t, ns.ClientURL(), "a", &loads)
+	a := member(t, ns.URL(), "a", &loads)
 	defer a.Close(context.Background())
 	waitOwned(t, 10*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
 	before := loads.Load()
@@ -485,7 +481,7 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 	a.stop()
 	a.done.Wait()
 	var reloads atomic.Int64
-	a2 := member(t, ns.ClientURL(), "a", &reloads)
+	a2 := member(t, ns.URL(), "a", &reloads)
 	defer a2.Close(context.Background())
 	waitOwned(t, 10*time.Second, func() bool { return a2.OwnedCount() == bus.Partitions })
 	if got := reloads.Load(); got != bus.Partitions {
