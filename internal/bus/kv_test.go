@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -53,5 +54,40 @@ func TestLeaderEntry(t *testing.T) {
 	}
 	if _, _, err := LeaderEntry(ctx, nc, "missing", "k"); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Fatalf("no bucket: %v", err)
+	}
+}
+
+// RestoreStreamsMade names the streams it had to make, and none when they
+// were all there (NATS slow, not lost), so a warning says what happened.
+func TestRestoreStreamsMade(t *testing.T) {
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "restore-made"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		before func()
+		want   string
+	}{
+		{func() {}, StateStream + " " + CounterStream},
+		{func() {}, ""},
+		{func() {
+			if err := js.DeleteStream(ctx, CounterStream); err != nil {
+				t.Fatal(err)
+			}
+		}, CounterStream},
+	} {
+		tc.before()
+		made, err := RestoreStreamsMade(ctx, js, StreamLimits{Replicas: 1})
+		if err != nil || strings.Join(made, " ") != tc.want {
+			t.Fatalf("made %v, %v; want %q", made, err, tc.want)
+		}
 	}
 }

@@ -76,10 +76,31 @@ func EnsureStreamsWith(limits StreamLimits) func(context.Context, jetstream.JetS
 
 // RestoreStreamsWith is RestoreStreams making missing streams with limits.
 func RestoreStreamsWith(ctx context.Context, js jetstream.JetStream, limits StreamLimits) error {
+	_, err := RestoreStreamsMade(ctx, js, limits)
+	return err
+}
+
+// RestoreStreamsMade is RestoreStreamsWith, and names the streams it made
+// (none when every stream was there: NATS was slow, not lost).
+func RestoreStreamsMade(ctx context.Context, js jetstream.JetStream, limits StreamLimits) ([]string, error) {
+	var made []string
 	for _, sc := range streamConfigs(limits) {
-		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("restore stream %s: %w", sc.Name, err)
+		// CreateStream also succeeds for a stream that exists with the
+		// same configuration: ask first.
+		_, err := js.Stream(ctx, sc.Name)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return made, fmt.Errorf("restore stream %s: %w", sc.Name, err)
+		}
+		_, err = js.CreateStream(ctx, sc)
+		switch {
+		case err == nil:
+			made = append(made, sc.Name)
+		case !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			return made, fmt.Errorf("restore stream %s: %w", sc.Name, err)
 		}
 	}
-	return nil
+	return made, nil
 }

@@ -185,11 +185,13 @@ func (e *Engine) restoreStreams(ctx context.Context, err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := bus.RestoreStreams(sctx, e.js, bus.ResolveReplicas(e.nc, e.cfg.Replicas)); err != nil {
-		e.log.Warn("making the state and counter streams again failed; will retry", "err", err)
-		return
+	made, err := bus.RestoreStreamsMade(sctx, e.js, bus.StreamLimits{Replicas: bus.ResolveReplicas(e.nc, e.cfg.Replicas)})
+	if len(made) > 0 {
+		e.log.Warn("streams were gone (NATS lost them); made them again", "streams", made)
 	}
-	e.log.Warn("the state and counter streams were gone (NATS lost them); made them again")
+	if err != nil {
+		e.log.Warn("making the state and counter streams again failed; will retry", "err", err)
+	}
 }
 
 // restoreStreamsOnce makes the streams that are missing, at start, and
