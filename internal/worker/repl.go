@@ -237,7 +237,12 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		info, err := r.log.Info(ctx)
+		// A short timeout: a request sent while the log had no leader
+		// (a NATS node died) gets no answer at all, and the next one
+		// should go soon after a leader is elected.
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, err := r.log.Info(ictx)
+		cancel()
 		if gone(err) {
 			w.log.Warn("the replication log was gone (NATS lost it); making it again")
 			a.reset()

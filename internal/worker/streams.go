@@ -145,22 +145,30 @@ func (w *Worker) applyAndAck(ctx context.Context, stream string, msgs []jetstrea
 // waiting. Nothing is lost: a work-queue stream keeps every message until
 // it is acked, and stream_applied skips what was already committed.
 // (Sluice runs one worker; two would steal each other's consumer.)
+//
+// Only the first attempt deletes the consumer. While JetStream elects new
+// leaders (a NATS node died) a create can answer after the client gave up
+// and still take effect; a retry that deleted again would throw that
+// consumer away and wait for another.
 func (w *Worker) open(ctx context.Context, stream string) (jetstream.Consumer, bool) {
-	for {
-		cons, err := w.tryOpen(ctx, stream)
+	for attempt := 0; ; attempt++ {
+		cons, err := w.tryOpen(ctx, stream, attempt == 0)
 		if err == nil {
+			if attempt > 0 {
+				w.log.Info("stream opened", "stream", stream, "attempts", attempt+1)
+			}
 			return cons, true
 		}
-		w.log.Warn("opening the stream failed; retrying", "stream", stream, "err", err)
+		w.log.Warn("opening the stream failed; retrying", "stream", stream, "attempt", attempt+1, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, false
-		case <-time.After(time.Second):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer, error) {
+func (w *Worker) tryOpen(ctx context.Context, stream string, reset bool) (jetstream.Consumer, error) {
 	s, err := w.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if err := bus.RestoreStreamsWith(ctx, w.js, w.streamLimits()); err != nil {
@@ -175,8 +183,10 @@ func (w *Worker) tryOpen(ctx context.Context, stream string) (jetstream.Consumer
 	if err := w.adoptIncarnation(ctx, stream, s.CachedInfo().Created); err != nil {
 		return nil, fmt.Errorf("record the stream's incarnation: %w", err)
 	}
-	if err := w.js.DeleteConsumer(ctx, stream, bus.WorkerDurable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		w.log.Warn("reset consumer failed", "stream", stream, "err", err)
+	if reset {
+		if err := w.js.DeleteConsumer(ctx, stream, bus.WorkerDurable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.log.Warn("reset consumer failed", "stream", stream, "err", err)
+		}
 	}
 	return w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       bus.WorkerDurable,
