@@ -205,7 +205,10 @@ type Cluster struct {
 	// claimWarned is when a failed open or claim was last logged (Start
 	// only).
 	claimWarned time.Time
-	fwd         *forwarder
+	// reachedAt is when a tick last reached NATS; until graceUntil, other
+	// servers' lapsed leases are left to them (tick; the loop's only).
+	reachedAt, graceUntil time.Time
+	fwd                   *forwarder
 	// self is what this server publishes about its direct listener; peers
 	// is what the other members published, by node, as of the last tick.
 	self      atomic.Pointer[peerInfo]
@@ -661,6 +664,18 @@ func (c *Cluster) tick(ctx context.Context) {
 	if !ok {
 		return // NATS does not answer: renewals would fail too
 	}
+	// Back after NATS did not answer for longer than a lease: the other
+	// servers' leases lapsed in the same outage, most likely, and their
+	// owners are about to take them back unchanged (acquire, "resuming").
+	// Taking one over instead would make its checks wait for the worker
+	// to load it, so for one lease time this server only resumes its own
+	// and takes free partitions. An owner that really died loses its
+	// partitions that much later.
+	if last := c.reachedAt; !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
+		c.graceUntil = now.Add(c.cfg.LeaseTTL)
+		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered", now.Sub(last).Round(time.Millisecond))
+	}
+	c.reachedAt = now
 	if inc != c.synced.Load() {
 		for p := range bus.Partitions {
 			if c.mine[p].Load() != 0 {
@@ -764,6 +779,9 @@ func (c *Cluster) tick(ctx context.Context) {
 		// renewals failed while NATS did not answer) is taken back at once
 		// if nobody wrote it since: see acquire.
 		if (e.node != "" && e.expires > now.UnixMilli() && !c.resumable(p, e)) || (young && e.node == "") {
+			continue
+		}
+		if e.node != "" && e.node != c.cfg.Node && now.Before(c.graceUntil) {
 			continue
 		}
 		if c.acquire(ctx, p, e, exp) {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -489,5 +492,100 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a2.metrics.handovers.WithLabelValues("resumed")); got != 0 {
 		t.Fatalf("the restarted server resumed %v partitions it has no state for", got)
+	}
+}
+
+// When NATS stops answering both members for longer than a lease (the
+// lease bucket's leader died), both lose their leases; once it answers
+// again each takes its own back unchanged, and neither takes over the
+// other's, which would make those checks wait for the worker to load them.
+func TestSharedOutageResumesEachOwnPartitions(t *testing.T) {
+	ns := bustest.Start(t, "cluster-test")
+	var loads atomic.Int64
+	target := strings.TrimPrefix(ns.URL(), "nats://")
+	linkA, linkB := newPausableLink(t, target), newPausableLink(t, target)
+	a := member(t, "nats://"+linkA.addr, "a", &loads)
+	b := member(t, "nats://"+linkB.addr, "b", &loads)
+	defer a.Close(context.Background())
+	defer b.Close(context.Background())
+	waitOwned(t, 10*time.Second, func() bool {
+		return settled(a, b) && seesOwners(a, a, b) && seesOwners(b, a, b)
+	})
+	before := loads.Load()
+	ownedA, ownedB := a.OwnedCount(), b.OwnedCount()
+
+	linkA.pause(true)
+	linkB.pause(true)
+	time.Sleep(1500 * time.Millisecond) // the lease is 1 s
+	if a.OwnedCount() != 0 || b.OwnedCount() != 0 {
+		t.Fatalf("still deciding without NATS: a %d, b %d", a.OwnedCount(), b.OwnedCount())
+	}
+	linkA.pause(false)
+	linkB.pause(false)
+	waitOwned(t, 5*time.Second, func() bool { return settled(a, b) })
+	if got := loads.Load() - before; got != 0 {
+		t.Fatalf("%d partitions loaded after the outage, want none: each member's own were unchanged", got)
+	}
+	if a.OwnedCount() != ownedA || b.OwnedCount() != ownedB {
+		t.Fatalf("after the outage a owns %d (had %d), b %d (had %d)", a.OwnedCount(), ownedA, b.OwnedCount(), ownedB)
+	}
+}
+
+// pausableLink is a loopback TCP proxy that can cut its connections and
+// refuse new ones for a while, as a NATS node that died would.
+type pausableLink struct {
+	addr   string
+	mu     sync.Mutex
+	paused bool
+	conns  []net.Conn
+}
+
+func newPausableLink(t *testing.T, target string) *pausableLink {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	l := &pausableLink{addr: ln.Addr().String()}
+	t.Cleanup(func() { l.pause(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			paused := l.paused
+			l.mu.Unlock()
+			if paused {
+				c.Close()
+				continue
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, c, u)
+			l.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return l
+}
+
+// pause cuts every connection and refuses new ones; pause(false) lets
+// them in again.
+func (l *pausableLink) pause(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.paused = on
+	if on {
+		for _, c := range l.conns {
+			c.Close()
+		}
+		l.conns = nil
 	}
 }
