@@ -487,12 +487,18 @@ func TestHANATSNodeKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged key creations, all listed on both servers", len(want))
-	// Half the checks were forwarded, on the servers' TLS connections.
+	// The server that does not own the caller's partition forwarded its
+	// checks to the one that does, on their TLS connection.
+	var batches, direct float64
 	for _, s := range servers {
-		if st := forwardStats(t, s); st.direct == 0 {
-			t.Errorf("%s forwarded %v batches, none directly", s.addr, st.count)
-		}
+		st := forwardStats(t, s)
+		batches += st.count
+		direct += st.direct
 	}
+	if batches == 0 || direct < batches/2 {
+		t.Errorf("%v of %v forward batches went direct", direct, batches)
+	}
+	t.Logf("%v of %v forward batches went direct (TLS)", direct, batches)
 	// The role permissions allowed everything Sluice did through all this.
 	for _, p := range []*proc{worker, servers[0].proc, servers[1].proc} {
 		if l := strings.ToLower(p.logs.String()); strings.Contains(l, "permissions violation") || strings.Contains(l, "authorization violation") {
