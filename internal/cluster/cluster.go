@@ -5,11 +5,15 @@
 // Partitions. A bucket key belongs to one of bus.Partitions partitions
 // (bus.Partition, the same function on every process). Each partition has
 // a lease in the JetStream KV bucket "sluice_owners": key "p.<n>", value
-// {node, expires, instance, prev} (prev: see acquire). A server takes a free or expired lease with KV
-// compare-and-set (Create, or Update at the revision it read), renews it
-// every RenewInterval with Update at its revision, and treats itself as the
-// owner only while its own clock is LeaseTTL-Margin inside the lease, so a
-// server cut off from NATS stops deciding before anyone else may start.
+// {node, expires, instance, prev} (prev: see acquire). A server takes a
+// free or expired lease with KV compare-and-set (Create, or Update at the
+// revision it read), renews it every RenewInterval with Update at its
+// revision, and treats itself as the owner only while its own clock is
+// LeaseTTL-Margin inside the lease, so a server cut off from NATS stops
+// deciding before anyone else may start. A server back from such an
+// outage takes its own lapsed leases back unchanged when nobody wrote them
+// meanwhile (acquire), and leaves the others' to them for a lease time
+// (tick).
 //
 // Balance. Servers also heartbeat in "sluice_members". Each aims to own
 // ceil(partitions / live servers): it takes free leases up to that share
