@@ -172,11 +172,16 @@ type TimeseriesQuery struct {
 	Policy   string        // "" for all policies
 }
 
-// TimeseriesPoint is the decisions of one step.
+// TimeseriesPoint is the decisions of one step. Denied counts every
+// denial; RateLimited, InvalidKey and Blocked split it by reason (for
+// minutes counted before Sluice recorded reasons they may add up to less).
 type TimeseriesPoint struct {
-	Start   time.Time `json:"start"`
-	Allowed int64     `json:"allowed"`
-	Denied  int64     `json:"denied"`
+	Start       time.Time `json:"start"`
+	Allowed     int64     `json:"allowed"`
+	Denied      int64     `json:"denied"`
+	RateLimited int64     `json:"rate_limited"`
+	InvalidKey  int64     `json:"invalid_key"`
+	Blocked     int64     `json:"blocked"`
 }
 
 // Timeseries returns allowed and denied decisions per step.
@@ -201,11 +206,15 @@ type TopQuery struct {
 	Policy   string // "" for all policies
 }
 
-// TopEntry is one identity's decisions.
+// TopEntry is one identity's decisions; Denied split by reason as in
+// TimeseriesPoint.
 type TopEntry struct {
 	Identity    Identity  `json:"identity"`
 	Allowed     int64     `json:"allowed"`
 	Denied      int64     `json:"denied"`
+	RateLimited int64     `json:"rate_limited"`
+	InvalidKey  int64     `json:"invalid_key"`
+	Blocked     int64     `json:"blocked"`
 	DenialRatio float64   `json:"denial_ratio"`
 	FirstSeen   time.Time `json:"first_seen"`
 	LastSeen    time.Time `json:"last_seen"`

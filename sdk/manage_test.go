@@ -154,17 +154,17 @@ func TestAnalyticsCalls(t *testing.T) {
 		body   string
 	}{
 		"GET /v1/analytics/timeseries?from=2026-03-01T12%3A00%3A00Z&policy=heavy-example&step=5m&to=2026-03-01T13%3A00%3A00Z": {200,
-			`{"points":[{"start":"2026-03-01T12:00:00Z","allowed":5,"denied":2}]}`},
+			`{"points":[{"start":"2026-03-01T12:00:00Z","allowed":5,"denied":6,"rate_limited":3,"invalid_key":2,"blocked":1}]}`},
 		"GET /v1/analytics/top?from=2026-03-01T12%3A00%3A00Z&limit=5&to=2026-03-01T13%3A00%3A00Z": {200,
-			`{"identities":[{"identity":{"kind":"ip","id":"203.0.113.7"},"allowed":1,"denied":3,"denial_ratio":0.75}]}`},
+			`{"identities":[{"identity":{"kind":"ip","id":"203.0.113.7"},"allowed":1,"denied":3,"rate_limited":1,"invalid_key":0,"blocked":2,"denial_ratio":0.75}]}`},
 	})
 	ctx := context.Background()
 	pts, err := c.Timeseries(ctx, TimeseriesQuery{From: t0, To: t0.Add(time.Hour), Step: 5 * time.Minute, Policy: "heavy-example"})
-	if err != nil || len(pts) != 1 || pts[0].Denied != 2 || !pts[0].Start.Equal(t0) {
+	if err != nil || len(pts) != 1 || pts[0].Denied != 6 || pts[0].RateLimited != 3 || pts[0].InvalidKey != 2 || pts[0].Blocked != 1 || !pts[0].Start.Equal(t0) {
 		t.Errorf("Timeseries = %+v, %v (requests %+v)", pts, err, *got)
 	}
 	top, err := c.Top(ctx, TopQuery{From: t0, To: t0.Add(time.Hour), Limit: 5})
-	if err != nil || len(top) != 1 || top[0].DenialRatio != 0.75 || top[0].Identity.ID != "203.0.113.7" {
+	if err != nil || len(top) != 1 || top[0].DenialRatio != 0.75 || top[0].Identity.ID != "203.0.113.7" || top[0].RateLimited != 1 || top[0].Blocked != 2 {
 		t.Errorf("Top = %+v, %v", top, err)
 	}
 }

@@ -297,7 +297,7 @@ func TestSDKAgainstServer(t *testing.T) {
 			return false
 		})
 		for _, e := range top {
-			if e.Identity.ID == "203.0.113.7" && (e.DenialRatio != 0.25 || e.FirstSeen.IsZero() || e.LastSeen.Before(e.FirstSeen)) {
+			if e.Identity.ID == "203.0.113.7" && (e.DenialRatio != 0.25 || e.RateLimited != 1 || e.InvalidKey != 0 || e.Blocked != 0 || e.FirstSeen.IsZero() || e.LastSeen.Before(e.FirstSeen)) {
 				t.Errorf("top entry %+v", e)
 			}
 		}
@@ -305,12 +305,13 @@ func TestSDKAgainstServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var denied int64
+		var denied, byReason int64
 		for _, p := range pts {
 			denied += p.Denied
+			byReason += p.RateLimited + p.InvalidKey + p.Blocked
 		}
-		if denied == 0 {
-			t.Errorf("timeseries for heavy shows no denials: %+v", pts)
+		if denied == 0 || byReason != denied {
+			t.Errorf("timeseries for heavy shows %d denials, %d by reason: %+v", denied, byReason, pts)
 		}
 		abuse := do(t, m, "GET", "/v1/admin/abuse?from="+from.UTC().Format(time.RFC3339)+"&to="+to.UTC().Format(time.RFC3339), testToken, nil)
 		ids, _ := abuse["identities"].([]any)
