@@ -399,7 +399,8 @@ func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
 
 // An idle worker gives back the memory a burst took: once a sweep finds
 // that nothing was written since the sweep before, the idle SQLite
-// connections (and their page caches) are closed; a busy worker keeps them.
+// connections (and their page caches) are closed, and again every
+// releaseEvery while it stays idle; a busy worker keeps them.
 func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	e := newEnv(t, Config{SweepInterval: time.Hour})
 	ctx := context.Background()
@@ -420,11 +421,20 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	if after == 0 {
 		t.Fatal("no idle connection closed once the worker was idle")
 	}
-	e.w.sweep(ctx) // still idle: released once per idle spell
+	e.w.sweep(ctx) // still idle: not again so soon
 	if n := closed(); n != after {
-		t.Fatalf("%d more connections closed in the same idle spell", n-after)
+		t.Fatalf("%d more connections closed right after the release", n-after)
 	}
 	if n := e.count(t, `SELECT count(*) FROM buckets_live`); n != 500 {
 		t.Fatalf("%d buckets after the release, want 500", n)
+	}
+	// That read left a connection (and its cache) idle in the pool: a
+	// sweep releaseEvery later, still idle, closes it too.
+	e.w.releaseMu.Lock()
+	e.w.releasedAt = time.Now().Add(-releaseEvery - time.Second)
+	e.w.releaseMu.Unlock()
+	e.w.sweep(ctx)
+	if n := closed(); n <= after {
+		t.Fatal("an idle worker did not release again after releaseEvery")
 	}
 }

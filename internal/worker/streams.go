@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -580,7 +581,9 @@ func (w *Worker) sweep(ctx context.Context) {
 // releaseIfIdle gives memory back after a burst: when neither the streams
 // nor the sweep wrote anything since the last sweep, it closes the idle
 // SQLite connections (each keeps a page cache of up to 128 MiB) and hands
-// the C heap's free pages back to the system, once per idle spell. A busy
+// the C heap's free pages and the Go heap's back to the system; again
+// every releaseEvery while the worker stays idle, for a connection that
+// was in use the first time (a read) and has kept its cache since. A busy
 // worker keeps its warm caches.
 func (w *Worker) releaseIfIdle(swept int64) {
 	w.releaseMu.Lock()
@@ -588,11 +591,14 @@ func (w *Worker) releaseIfIdle(swept int64) {
 	written := w.stateRows.Load() + w.counterRows.Load() + w.runs.mergedRows.Load()
 	idle := written == w.rowsAtSweep && swept == 0
 	w.rowsAtSweep = written
-	if !idle || w.released {
-		w.released = w.released && idle
+	if !idle {
+		w.releasedAt = time.Time{}
 		return
 	}
-	w.released = true
+	if !w.releasedAt.IsZero() && time.Since(w.releasedAt) < releaseEvery {
+		return
+	}
+	w.releasedAt = time.Now()
 	// Under the writer's semaphore: closing the last connection
 	// checkpoints the WAL, which must not meet a write transaction.
 	err := w.store.Exclusive(context.Background(), func() error {
@@ -601,10 +607,16 @@ func (w *Worker) releaseIfIdle(swept int64) {
 		sqlitedb.ReleaseMemory()
 		return nil
 	})
+	// The Go heap too: its scavenger hands freed memory back only slowly,
+	// and an idle worker has nothing better to do with one collection.
+	debug.FreeOSMemory()
 	if err == nil {
 		w.log.Debug("idle: SQLite connections closed and memory released")
 	}
 }
+
+// releaseEvery is how often an idle worker gives memory back again.
+const releaseEvery = time.Minute
 
 // maxIdleConns is database/sql's default, restored after releaseIfIdle.
 const maxIdleConns = 2

@@ -108,10 +108,10 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
-	// rowsAtSweep and released are releaseIfIdle's, under releaseMu.
+	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
 	rowsAtSweep uint64
-	released    bool
+	releasedAt  time.Time
 
 	runs *stagedRuns // staged bucket states (runs.go)
 
