@@ -5,7 +5,8 @@ package main
 // have expired from the hot cache and from SQLite. Each step reads
 // /proc/<pid>/status (anonymous and file-backed resident memory: the
 // latter is SQLite's memory map of its own file, the kernel's to drop) and
-// the server's /metrics (Go heap in use, buckets in the hot cache).
+// the server's /metrics (Go heap in use, what the Go runtime holds from
+// the system, buckets in the hot cache).
 
 import (
 	"context"
@@ -28,7 +29,11 @@ type memoryStep struct {
 	RSSAnon   int64
 	RSSFile   int64
 	HeapInuse int64
-	Buckets   int64 // in the hot cache; -1 when unknown
+	// GoHeld is what the Go runtime has from the system and has not given
+	// back (go_memstats_sys_bytes less heap_released_bytes): anonymous
+	// memory beyond it is the C heap's (SQLite) and the like.
+	GoHeld  int64
+	Buckets int64 // in the hot cache; -1 when unknown
 }
 
 type memoryWatch struct {
@@ -40,12 +45,14 @@ type memoryWatch struct {
 
 var (
 	heapInuseRe  = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes ([0-9.e+]+)`)
+	goSysRe      = regexp.MustCompile(`(?m)^go_memstats_sys_bytes ([0-9.e+]+)`)
+	goReleasedRe = regexp.MustCompile(`(?m)^go_memstats_heap_released_bytes ([0-9.e+]+)`)
 	hotBucketsRe = regexp.MustCompile(`(?m)^sluice_hot_cache_buckets ([0-9.e+]+)`)
 )
 
 // read takes one reading of the server's memory.
 func (m *memoryWatch) read(s *benchServer, name string) memoryStep {
-	st := memoryStep{Name: name, Buckets: -1, HeapInuse: -1}
+	st := memoryStep{Name: name, Buckets: -1, HeapInuse: -1, GoHeld: -1}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
@@ -73,6 +80,11 @@ func (m *memoryWatch) read(s *benchServer, name string) memoryStep {
 		}
 		if v, ok := metricValue(hotBucketsRe, b); ok {
 			st.Buckets = int64(v)
+		}
+		sys, ok1 := metricValue(goSysRe, b)
+		released, ok2 := metricValue(goReleasedRe, b)
+		if ok1 && ok2 {
+			st.GoHeld = int64(sys - released)
 		}
 	}
 	m.mu.Lock()
@@ -145,9 +157,9 @@ func (m *memoryWatch) settle(ctx context.Context, s *benchServer, d time.Duratio
 
 func printMemory(w io.Writer, steps []memoryStep) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tat\tRSS\tanonymous\tfile-backed\tGo heap in use\thot-cache buckets\t")
+	fmt.Fprintln(tw, "step\tat\tRSS\tanonymous\tfile-backed\tGo heap in use\tGo runtime holds\thot-cache buckets\t")
 	for _, st := range steps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", st.Name, round(st.At), mib(st.RSS), mib(st.RSSAnon), mib(st.RSSFile), mib(st.HeapInuse), st.Buckets)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", st.Name, round(st.At), mib(st.RSS), mib(st.RSSAnon), mib(st.RSSFile), mib(st.HeapInuse), mib(st.GoHeld), st.Buckets)
 	}
 	tw.Flush()
 }
