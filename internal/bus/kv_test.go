@@ -13,16 +13,7 @@ import (
 // LeaderEntry reads a key's latest value and revision, and tells a key
 // with no value (never written, deleted) and a bucket that does not exist.
 func TestLeaderEntry(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "leader-entry"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := inProcessNATS(t, "leader-entry")
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "b"})
@@ -60,16 +51,7 @@ func TestLeaderEntry(t *testing.T) {
 // RestoreStreamsMade names the streams it had to make, and none when they
 // were all there (NATS slow, not lost), so a warning says what happened.
 func TestRestoreStreamsMade(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "restore-made"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := inProcessNATS(t, "restore-made")
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -90,4 +72,21 @@ func TestRestoreStreamsMade(t *testing.T) {
 			t.Fatalf("made %v, %v; want %q", made, err, tc.want)
 		}
 	}
+}
+
+// inProcessNATS starts an embedded NATS with JetStream for one test and
+// connects to it in process.
+func inProcessNATS(t *testing.T, name string) *nats.Conn {
+	t.Helper()
+	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -32,16 +31,7 @@ func TestCountServers(t *testing.T) {
 // taken as it is. A bucket that exists with fewer replicas than asked is
 // reported as a warning naming it, and opened all the same.
 func TestReplicasOnASingleNATS(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Name: "replicas"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := inProcessNATS(t, "replicas")
 	if got := ResolveReplicas(nc, 0); got != 1 {
 		t.Fatalf("automatic replicas on one NATS: %d, want 1", got)
 	}
