@@ -256,7 +256,8 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		created, first, last := info.Created.UnixNano(), info.State.FirstSeq, info.State.LastSeq
-		held, expiredRev := w.leaseHeld(ctx)
+		lease := w.readLease(ctx)
+		held, expiredRev := lease.held, lease.expiredRev
 		belongs := pos.logCreated == created && pos.seq <= last && (pos.seq+1 >= first || last == 0 || pos.seq == last)
 		if !belongs {
 			a.reset()
@@ -296,21 +297,18 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		r.lagRecords.Set(float64(last - min(a.consumed, last)))
-		if held && expiredRev == 0 {
-			e, err := r.kv.Get(ctx, bus.WorkerLeaseKey)
-			switch {
-			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
-				warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", err)
-			case err == nil && w.ownEndedLease(e):
-				// This process's own lease from a term that ended while
-				// NATS did not answer (it could not give it back then): no
-				// need to wait for it to expire.
-				if err := r.kv.Delete(ctx, bus.WorkerLeaseKey, jetstream.LastRevision(e.Revision())); err != nil {
-					warn("standby: giving back the lease of this worker's ended term failed; retrying", "err", err)
-				} else {
-					w.log.Info("standby: gave back the lease of this worker's ended term")
-					held = false
-				}
+		switch {
+		case lease.err != nil:
+			warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", lease.err)
+		case held && lease.entry != nil && w.ownEndedLease(lease.entry):
+			// This process's own lease from a term that ended while NATS
+			// did not answer (it could not give it back then): no need to
+			// wait for it to expire.
+			if err := r.kv.Delete(ctx, bus.WorkerLeaseKey, jetstream.LastRevision(lease.entry.Revision())); err != nil {
+				warn("standby: giving back the lease of this worker's ended term failed; retrying", "err", err)
+			} else {
+				w.log.Info("standby: gave back the lease of this worker's ended term")
+				held = false
 			}
 		}
 		if !held {
@@ -344,22 +342,31 @@ func (w *Worker) ownEndedLease(e jetstream.KeyValueEntry) bool {
 	return !w.repl.active
 }
 
-// leaseHeld reports whether some worker holds the lease now, and the
-// revision of an entry whose term has expired (0 when there is none): a
-// lease that has expired is not held, and is taken at that revision. A
-// lease that cannot be read counts as held; a bucket NATS lost is made
-// again.
-func (w *Worker) leaseHeld(ctx context.Context) (bool, uint64) {
+// leaseRead is what a standby read of the lease found.
+type leaseRead struct {
+	held       bool                    // some worker holds the lease now
+	expiredRev uint64                  // the revision of an entry whose term has ended, to take it at
+	entry      jetstream.KeyValueEntry // the entry read, when there is one
+	err        error                   // the lease could not be read (it counts as held)
+}
+
+// readLease reads the lease once. A lease that has expired is not held;
+// one that cannot be read is; a bucket NATS lost is made again.
+func (w *Worker) readLease(ctx context.Context) leaseRead {
 	e, err := w.repl.kv.Get(ctx, bus.WorkerLeaseKey)
-	if gone(err) {
+	switch {
+	case gone(err):
 		w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
 		_ = w.ensureRepl(ctx, w.js)
-		return true, 0
+		return leaseRead{held: true}
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return leaseRead{}
+	case err != nil:
+		return leaseRead{held: true, err: err}
+	case w.leaseExpired(e.Value()):
+		return leaseRead{expiredRev: e.Revision(), entry: e}
 	}
-	if err == nil && w.leaseExpired(e.Value()) {
-		return false, e.Revision()
-	}
-	return err == nil || !errors.Is(err, jetstream.ErrKeyNotFound), 0
+	return leaseRead{held: true, entry: e}
 }
 
 // takeLease takes the free lease and opens a term with a marker record
