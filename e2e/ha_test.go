@@ -151,6 +151,13 @@ func startNATSCluster(t testing.TB) *natsCluster {
 	}
 	// JetStream answers once the cluster has elected its meta leader.
 	waitFor(t, 60*time.Second, "JetStream on the NATS cluster", func() bool {
+		for i, p := range nc.procs {
+			select {
+			case <-p.done:
+				t.Fatalf("NATS node %s exited while the cluster formed (its logs follow)", nc.names[i])
+			default:
+			}
+		}
 		c, err := nc.connect()
 		if err != nil {
 			return false

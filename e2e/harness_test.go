@@ -70,15 +70,35 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// handedOut holds every address freeAddr has returned in this test process.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// freeAddr returns a loopback address with a port that was free a moment ago
+// and that no earlier call in this test process returned. The kernel may give
+// a port it just handed out again once its listener is closed; two processes
+// told to listen on the same port (a NATS node's client and route ports, say)
+// would then fail to start.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no loopback port that was not handed out already")
+	return ""
 }
 
 // proc is one started process.
