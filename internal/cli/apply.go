@@ -189,14 +189,16 @@ func execute(ctx context.Context, tc, oc *client, tenantID string, plan limitsfi
 		case c.Kind == "key" && c.Action == limitsfile.Update:
 			_, err = tc.do(ctx, "PATCH", "/v1/keys/"+url.PathEscape(c.ID), c.Patch, nil)
 		case c.Kind == "block":
-			if c.Action == limitsfile.Delete || c.Action == limitsfile.Replace {
-				if _, err = oc.do(ctx, "DELETE", "/v1/admin/blocks/"+url.PathEscape(c.ID), nil, nil); err != nil {
+			// A replace makes the new block before it lifts the old one,
+			// so the identity stays blocked throughout.
+			if c.Action == limitsfile.Create || c.Action == limitsfile.Replace {
+				b := blockBody{TenantID: tenantID, Identity: c.Block.Identity, Reason: c.Block.Reason, ExpiresAt: c.Block.ExpiresAt}
+				if _, err = oc.do(ctx, "POST", "/v1/admin/blocks", b, nil); err != nil {
 					break
 				}
 			}
-			if c.Action == limitsfile.Create || c.Action == limitsfile.Replace {
-				b := blockBody{TenantID: tenantID, Identity: c.Block.Identity, Reason: c.Block.Reason, ExpiresAt: c.Block.ExpiresAt}
-				_, err = oc.do(ctx, "POST", "/v1/admin/blocks", b, nil)
+			if c.Action == limitsfile.Delete || c.Action == limitsfile.Replace {
+				_, err = oc.do(ctx, "DELETE", "/v1/admin/blocks/"+url.PathEscape(c.ID), nil, nil)
 			}
 		default:
 			return nil // not in file: nothing to do

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -491,6 +492,88 @@ func TestApplyStopsAtARefusal(t *testing.T) {
 	r = sluice(t, env, "", "apply", "-f", file)
 	if r.code != 0 || !has(r.stdout, "~ policy search: change") || !has(r.stdout, "path: /elsewhere -> /api/search/*") {
 		t.Fatalf("apply again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A block whose reason changes is made again before the old one is
+// lifted, so the identity is blocked at every moment of the apply; a
+// second block on an identity the file names is deleted.
+func TestApplyReplacesABlockWithoutLiftingIt(t *testing.T) {
+	env := tenant(t, "reblock")
+	env["SLUICE_OPERATOR_TOKEN"] = opToken
+	const ip = "198.51.100.77"
+	blocksOfIP := func() []map[string]any {
+		status, body := api(t, env, "GET", "/v1/admin/blocks", opToken, nil)
+		if status != 200 {
+			t.Fatalf("list blocks: %d %v", status, body)
+		}
+		var out []map[string]any
+		for _, b := range body["blocks"].([]any) {
+			b := b.(map[string]any)
+			if b["identity"].(map[string]any)["id"] == ip {
+				out = append(out, b)
+			}
+		}
+		return out
+	}
+	file := func(reason string) string {
+		return write(t, "limits.yaml", limitsYAML+"blocks:\n  - identity: {kind: ip, id: "+ip+"}\n    reason: "+reason+"\n")
+	}
+	if r := sluice(t, env, "", "apply", "-f", file("scraping")); r.code != 0 {
+		t.Fatalf("apply: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Every lift is watched: when it arrives, another block must hold the IP.
+	target, err := url.Parse(env["SLUICE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deletes atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, "/v1/admin/blocks/"); ok && r.Method == "DELETE" {
+			deletes.Add(1)
+			others := 0
+			for _, b := range blocksOfIP() {
+				if b["id"] != id {
+					others++
+				}
+			}
+			if others == 0 {
+				t.Errorf("DELETE of block %s leaves %s unblocked", id, ip)
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	viaProxy := maps.Clone(env)
+	viaProxy["SLUICE_URL"] = front.URL
+
+	r := sluice(t, viaProxy, "", "apply", "-f", file("credential stuffing"))
+	if r.code != 0 || !has(r.stdout, "-/+ block ip "+ip+": replace") || !has(r.stdout, "Applied: 0 created, 1 changed, 0 deleted.") {
+		t.Fatalf("replace: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if bs := blocksOfIP(); len(bs) != 1 || bs[0]["reason"] != "credential stuffing" {
+		t.Fatalf("after the replace the IP's blocks are %v", bs)
+	}
+
+	// A second block on the IP (as a replace stopped between its two
+	// writes leaves) is deleted; the one that matches the file stays.
+	tenantID := blocksOfIP()[0]["tenant_id"]
+	status, body := api(t, env, "POST", "/v1/admin/blocks", opToken, map[string]any{"tenant_id": tenantID,
+		"identity": map[string]any{"kind": "ip", "id": ip}, "reason": "a second one"})
+	if status != 201 {
+		t.Fatalf("second block: %d %v", status, body)
+	}
+	r = sluice(t, viaProxy, "", "apply", "-f", file("credential stuffing"))
+	if r.code != 0 || !has(r.stdout, "- block ip "+ip+" (another block, "+body["id"].(string)+"): delete") || !has(r.stdout, "Applied: 0 created, 0 changed, 1 deleted.") {
+		t.Fatalf("second block: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if bs := blocksOfIP(); len(bs) != 1 || bs[0]["reason"] != "credential stuffing" {
+		t.Fatalf("after the apply the IP's blocks are %v", bs)
+	}
+	if deletes.Load() != 2 {
+		t.Errorf("%d block deletes went through the proxy, want 2", deletes.Load())
 	}
 }
 

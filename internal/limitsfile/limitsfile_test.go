@@ -241,6 +241,57 @@ policies:
 	}
 }
 
+// The file names one block per identity. Of several active blocks on one
+// identity, one that matches is kept and the others are deleted; when none
+// matches, the newest is replaced and the others deleted. Expired blocks
+// are not the file's business.
+func TestDiffBlocks(t *testing.T) {
+	ip := func(a string) tenants.Identity { return tenants.Identity{Kind: "ip", ID: a} }
+	past := now.Add(-time.Hour)
+	state := State{Blocks: []tenants.Block{
+		{ID: "blk_a1", Identity: ip("198.51.100.1"), Reason: "old reason"},
+		{ID: "blk_a2", Identity: ip("198.51.100.1"), Reason: "scraping"},
+		{ID: "blk_a3", Identity: ip("198.51.100.1"), Reason: "gone", ExpiresAt: &past},
+		{ID: "blk_b1", Identity: ip("198.51.100.2"), Reason: "newest"},
+		{ID: "blk_b2", Identity: ip("198.51.100.2"), Reason: "older"},
+		{ID: "blk_c1", Identity: ip("198.51.100.3"), Reason: "kept"},
+	}}
+	f := parse(t, `version: 1
+policies: []
+blocks:
+  - identity: {kind: ip, id: 198.51.100.1}
+    reason: scraping
+  - identity: {kind: ip, id: 198.51.100.2}
+    reason: credential stuffing
+  - identity: {kind: ip, id: 198.51.100.3}
+    reason: kept
+`)
+	plan, err := Diff(f, state, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type act struct {
+		action Action
+		id     string
+	}
+	var got []act
+	for _, c := range plan.Changes {
+		if c.Kind == "block" {
+			got = append(got, act{c.Action, c.ID})
+		}
+	}
+	// Replaces come before deletes, so an identity is never left unblocked.
+	want := []act{{Replace, "blk_b1"}, {Delete, "blk_a1"}, {Delete, "blk_b2"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("block changes = %v, want %v\n%+v", got, want, plan.Changes)
+	}
+	for _, c := range plan.Changes {
+		if c.Action == Replace && (c.Block.Reason != "credential stuffing" || c.Block.Identity != ip("198.51.100.2")) {
+			t.Errorf("the replace makes %+v", c.Block)
+		}
+	}
+}
+
 // The full example of docs/LIMITS.md is a valid file.
 func TestDocExampleParses(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/LIMITS.md")

@@ -30,7 +30,7 @@ type Action int
 const (
 	Create Action = iota
 	Update
-	Replace // delete and create again: blocks have no update
+	Replace // create again, then delete the old one: blocks have no update
 	Delete
 	NotInFile // left alone: the file does not name it and pruning is off
 )
@@ -189,10 +189,15 @@ func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 	}
 
 	if f.HasBlocks {
-		have := map[tenants.Identity]tenants.Block{}
+		// An identity may hold several blocks (the API allows it, and an
+		// apply stopped between a replace's create and its delete leaves
+		// two). The file names one block per identity: one that matches is
+		// kept, or the newest is replaced, and the others are deleted.
+		have := map[tenants.Identity][]tenants.Block{}
 		for _, b := range s.Blocks {
 			if b.Active(now) {
-				have[tenants.NormalizeIdentity(b.Identity)] = b
+				id := tenants.NormalizeIdentity(b.Identity)
+				have[id] = append(have[id], b)
 			}
 		}
 		inFile := map[tenants.Identity]bool{}
@@ -200,13 +205,24 @@ func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 			id := tenants.NormalizeIdentity(want.Identity)
 			inFile[id] = true
 			nb := tenants.Block{Identity: id, Reason: want.Reason, ExpiresAt: want.ExpiresAt}
-			old, ok := have[id]
-			if !ok {
+			blocks := have[id]
+			if len(blocks) == 0 {
 				plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id), Action: Create, Fields: diffFields(nil, blockFields(nb)), Block: nb})
 				continue
 			}
-			if fs := diffFields(blockFields(old), blockFields(nb)); len(fs) > 0 {
-				plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id), Action: Replace, Fields: fs, ID: old.ID, Block: nb})
+			keep := slices.IndexFunc(blocks, func(b tenants.Block) bool {
+				return len(diffFields(blockFields(b), blockFields(nb))) == 0
+			})
+			if keep < 0 {
+				keep = 0
+				plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id), Action: Replace,
+					Fields: diffFields(blockFields(blocks[0]), blockFields(nb)), ID: blocks[0].ID, Block: nb})
+			}
+			for i, b := range blocks {
+				if i != keep {
+					plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id) + " (another block, " + b.ID + ")",
+						Action: Delete, Fields: diffFields(blockFields(b), nil), ID: b.ID})
+				}
 			}
 		}
 		for _, b := range s.Blocks {
