@@ -34,6 +34,10 @@ type memoryStep struct {
 	// memory beyond it is the C heap's (SQLite) and the like.
 	GoHeld  int64
 	Buckets int64 // in the hot cache; -1 when unknown
+	// Outside Go, from the worker's metrics (-1 when unknown): what
+	// SQLite has allocated by its own count, and the C heap's allocated
+	// and freed-but-kept bytes.
+	SQLite, CInUse, CFree int64
 }
 
 type memoryWatch struct {
@@ -48,11 +52,14 @@ var (
 	goSysRe      = regexp.MustCompile(`(?m)^go_memstats_sys_bytes ([0-9.e+]+)`)
 	goReleasedRe = regexp.MustCompile(`(?m)^go_memstats_heap_released_bytes ([0-9.e+]+)`)
 	hotBucketsRe = regexp.MustCompile(`(?m)^sluice_hot_cache_buckets ([0-9.e+]+)`)
+	sqliteMemRe  = regexp.MustCompile(`(?m)^sluice_sqlite_memory_bytes ([0-9.e+]+)`)
+	cInUseRe     = regexp.MustCompile(`(?m)^sluice_c_heap_bytes\{state="in_use"\} ([0-9.e+]+)`)
+	cFreeRe      = regexp.MustCompile(`(?m)^sluice_c_heap_bytes\{state="free"\} ([0-9.e+]+)`)
 )
 
 // read takes one reading of the server's memory.
 func (m *memoryWatch) read(s *benchServer, name string) memoryStep {
-	st := memoryStep{Name: name, Buckets: -1, HeapInuse: -1, GoHeld: -1}
+	st := memoryStep{Name: name, Buckets: -1, HeapInuse: -1, GoHeld: -1, SQLite: -1, CInUse: -1, CFree: -1}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
@@ -80,6 +87,15 @@ func (m *memoryWatch) read(s *benchServer, name string) memoryStep {
 		}
 		if v, ok := metricValue(hotBucketsRe, b); ok {
 			st.Buckets = int64(v)
+		}
+		if v, ok := metricValue(sqliteMemRe, b); ok {
+			st.SQLite = int64(v)
+		}
+		if v, ok := metricValue(cInUseRe, b); ok {
+			st.CInUse = int64(v)
+		}
+		if v, ok := metricValue(cFreeRe, b); ok {
+			st.CFree = int64(v)
 		}
 		sys, ok1 := metricValue(goSysRe, b)
 		released, ok2 := metricValue(goReleasedRe, b)
@@ -160,6 +176,13 @@ func printMemory(w io.Writer, steps []memoryStep) {
 	fmt.Fprintln(tw, "step\tat\tRSS\tanonymous\tfile-backed\tGo heap in use\tGo runtime holds\thot-cache buckets\t")
 	for _, st := range steps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", st.Name, round(st.At), mib(st.RSS), mib(st.RSSAnon), mib(st.RSSFile), mib(st.HeapInuse), mib(st.GoHeld), st.Buckets)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\noutside Go (the worker's sluice_sqlite_memory_bytes and sluice_c_heap_bytes):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\tSQLite allocated\tC heap in use\tC heap free, kept\t")
+	for _, st := range steps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", st.Name, mib(st.SQLite), mib(st.CInUse), mib(st.CFree))
 	}
 	tw.Flush()
 }

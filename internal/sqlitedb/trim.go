@@ -2,12 +2,25 @@ package sqlitedb
 
 /*
 #include <stdlib.h>
+#include <stdint.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 static int sluice_malloc_trim(void) { return malloc_trim(0); }
+static int sluice_mallinfo(size_t out[3]) {
+	struct mallinfo2 mi = mallinfo2();
+	out[0] = mi.arena + mi.hblkhd;    // from the system: arenas and large blocks
+	out[1] = mi.uordblks + mi.hblkhd; // in use
+	out[2] = mi.fordblks;             // free, kept in the arenas
+	return 1;
+}
 #else
 static int sluice_malloc_trim(void) { return 0; }
+static int sluice_mallinfo(size_t out[3]) { return 0; }
 #endif
+// SQLite is linked into the binary by the driver; these read its own
+// count of the memory it has allocated.
+extern int64_t sqlite3_memory_used(void);
+extern int64_t sqlite3_memory_highwater(int);
 */
 import "C"
 
@@ -19,4 +32,29 @@ import "C"
 // nothing.
 func ReleaseMemory() bool {
 	return C.sluice_malloc_trim() != 0
+}
+
+// CHeap is the C heap's use: SQLite's page caches and statements, and
+// whatever else the process allocates outside Go.
+type CHeap struct {
+	// SQLite is what SQLite has allocated now, by its own count.
+	SQLite int64
+	// Known is false elsewhere than glibc: the three fields below are 0.
+	Known bool
+	// System is what the allocator has from the system (its arenas and
+	// its large blocks); InUse is allocated from it and Free is kept in
+	// its arenas, freed but not given back.
+	System, InUse, Free int64
+}
+
+// ReadCHeap reads the C heap's use. It walks the allocator's arenas under
+// their locks: fine for a metrics scrape, not for a hot path.
+func ReadCHeap() CHeap {
+	h := CHeap{SQLite: int64(C.sqlite3_memory_used())}
+	var out [3]C.size_t
+	if C.sluice_mallinfo(&out[0]) != 0 {
+		h.Known = true
+		h.System, h.InUse, h.Free = int64(out[0]), int64(out[1]), int64(out[2])
+	}
+	return h
 }

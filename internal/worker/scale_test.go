@@ -223,6 +223,13 @@ func TestStreamBoundRefusesNewKeepsAcknowledged(t *testing.T) {
 // gauge reads one labelled metric from reg; -1 when absent.
 func gauge(t *testing.T, reg *prometheus.Registry, name, stream string) float64 {
 	t.Helper()
+	return gaugeBy(t, reg, name, "stream", stream)
+}
+
+// gaugeBy reads a gauge or counter by one label; with label "", a metric
+// without labels.
+func gaugeBy(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -232,8 +239,11 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, stream string) float64 
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" && len(m.GetLabel()) == 0 {
+				return m.Gauge.GetValue()
+			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "stream" && l.GetValue() == stream {
+				if l.GetName() == label && l.GetValue() == value {
 					if m.Gauge != nil {
 						return m.Gauge.GetValue()
 					}
@@ -402,7 +412,8 @@ func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
 // connections (and their page caches) are closed, and again every
 // releaseEvery while it stays idle; a busy worker keeps them.
 func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
-	e := newEnv(t, Config{SweepInterval: time.Hour})
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, Config{SweepInterval: time.Hour, Registerer: reg})
 	ctx := context.Background()
 	e.run(t)
 	e.w.sweep(ctx) // nothing written yet: idle
@@ -416,10 +427,22 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	if n := closed(); n != 0 {
 		t.Fatalf("%d connections closed after a busy spell, want 0", n)
 	}
+	// The release shows in the memory the process holds outside Go.
+	sqliteBefore := gaugeBy(t, reg, "sluice_sqlite_memory_bytes", "", "")
+	cHeapBefore := gaugeBy(t, reg, "sluice_c_heap_bytes", "state", "in_use")
 	e.w.sweep(ctx) // nothing written since: idle
 	after := closed()
 	if after == 0 {
 		t.Fatal("no idle connection closed once the worker was idle")
+	}
+	sqliteAfter := gaugeBy(t, reg, "sluice_sqlite_memory_bytes", "", "")
+	cHeapAfter := gaugeBy(t, reg, "sluice_c_heap_bytes", "state", "in_use")
+	t.Logf("SQLite allocated %d -> %d bytes, C heap in use %d -> %d bytes", int64(sqliteBefore), int64(sqliteAfter), int64(cHeapBefore), int64(cHeapAfter))
+	if sqliteBefore <= 0 || sqliteAfter >= sqliteBefore {
+		t.Errorf("sluice_sqlite_memory_bytes %v before the release, %v after: want it to fall", sqliteBefore, sqliteAfter)
+	}
+	if cHeapBefore < sqliteBefore || cHeapAfter >= cHeapBefore {
+		t.Errorf("sluice_c_heap_bytes{in_use} %v before the release, %v after (SQLite had %v): want at least SQLite's, falling", cHeapBefore, cHeapAfter, sqliteBefore)
 	}
 	e.w.sweep(ctx) // still idle: not again so soon
 	if n := closed(); n != after {

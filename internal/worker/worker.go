@@ -195,6 +195,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.Registerer != nil {
 		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
+		cs = append(cs, newCHeapCollector())
 		if cfg.Recorder != nil {
 			cs = append(cs, w.repl.collectors()...)
 		}
