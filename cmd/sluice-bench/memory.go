@@ -141,7 +141,8 @@ func (m *memoryWatch) peak(s *benchServer) {
 }
 
 // settle records the drained state, then reads every second for d and
-// records when the hot cache has emptied and the last reading. It returns
+// records when the hot cache has emptied, a reading every settleMark, and
+// the last reading. It returns
 // every step in order.
 func (m *memoryWatch) settle(ctx context.Context, s *benchServer, d time.Duration, log io.Writer) []memoryStep {
 	m.step(s, "drained")
@@ -149,16 +150,24 @@ func (m *memoryWatch) settle(ctx context.Context, s *benchServer, d time.Duratio
 	end := time.Now().Add(d)
 	emptied := false
 	var last memoryStep
+	began := time.Now()
+	nextMark := settleMark
 	for time.Now().Before(end) && ctx.Err() == nil {
 		time.Sleep(time.Second)
 		last = m.read(s, "")
-		if !emptied && last.Buckets == 0 {
+		switch {
+		case !emptied && last.Buckets == 0:
 			emptied = true
 			last.Name = "hot cache empty"
-			m.mu.Lock()
-			m.steps = append(m.steps, last)
-			m.mu.Unlock()
+		case time.Since(began) >= nextMark && time.Until(end) > settleMark/2:
+			last.Name = fmt.Sprintf("settling, %s", nextMark)
+			nextMark += settleMark
+		default:
+			continue
 		}
+		m.mu.Lock()
+		m.steps = append(m.steps, last)
+		m.mu.Unlock()
 	}
 	last.Name = fmt.Sprintf("end of -settle %s", d)
 	m.mu.Lock()
@@ -170,6 +179,9 @@ func (m *memoryWatch) settle(ctx context.Context, s *benchServer, d time.Duratio
 	out = append(out, m.steps[1:]...)
 	return append(out, last)
 }
+
+// settleMark is how often the settle records a step of its own.
+const settleMark = 30 * time.Second
 
 func printMemory(w io.Writer, steps []memoryStep) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
