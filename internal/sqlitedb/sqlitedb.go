@@ -67,6 +67,7 @@ func Open(ctx context.Context, path string) (*sql.DB, error) {
 }
 
 func open(ctx context.Context, path string, opener func(dsn string) *sql.DB) (*sql.DB, error) {
+	tuneMalloc()
 	if err := restrictFiles(path); err != nil {
 		return nil, err
 	}

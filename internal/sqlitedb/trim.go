@@ -6,6 +6,10 @@ package sqlitedb
 #ifdef __GLIBC__
 #include <malloc.h>
 static int sluice_malloc_trim(void) { return malloc_trim(0); }
+static void sluice_malloc_tune(void) {
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
+}
 static int sluice_mallinfo(size_t out[3]) {
 	struct mallinfo2 mi = mallinfo2();
 	out[0] = mi.arena + mi.hblkhd;    // from the system: arenas and large blocks
@@ -15,6 +19,7 @@ static int sluice_mallinfo(size_t out[3]) {
 }
 #else
 static int sluice_malloc_trim(void) { return 0; }
+static void sluice_malloc_tune(void) {}
 static int sluice_mallinfo(size_t out[3]) { return 0; }
 #endif
 // SQLite is linked into the binary by the driver; these read its own
@@ -23,6 +28,8 @@ extern int64_t sqlite3_memory_used(void);
 extern int64_t sqlite3_memory_highwater(int);
 */
 import "C"
+
+import "sync"
 
 // ReleaseMemory hands the C heap's free pages back to the operating system.
 // SQLite's page caches live in the C heap; when connections close after a
@@ -33,6 +40,19 @@ import "C"
 func ReleaseMemory() bool {
 	return C.sluice_malloc_trim() != 0
 }
+
+var tuneOnce sync.Once
+
+// tuneMalloc fixes glibc's thresholds for giving memory back, once per
+// process, before SQLite allocates. By default glibc raises them as large
+// blocks are freed, up to 32 MiB for mmap and 64 MiB for trimming, and
+// malloc_trim does not shrink the free top of arenas other than the main
+// one, where SQLite's allocations from many threads land: after a burst
+// those tops kept 60-100 MiB of freed page cache resident. With the
+// thresholds fixed, blocks of 256 KiB and more are mapped on their own and
+// unmapped when freed, and an arena's free top beyond 1 MiB is handed back
+// as it is freed.
+func tuneMalloc() { tuneOnce.Do(func() { C.sluice_malloc_tune() }) }
 
 // CHeap is the C heap's use: SQLite's page caches and statements, and
 // whatever else the process allocates outside Go.
