@@ -18,14 +18,7 @@ func BenchmarkHydrationPages(b *testing.B) {
 	const n = 200000
 	e := newEnv(b, Config{})
 	ctx := context.Background()
-	future := time.Now().Add(time.Hour).UnixNano()
-	recs := make([]bus.BucketRecord, n)
-	for i := range recs {
-		recs[i] = stateBatch(fmt.Sprintf("ten_0123456789abcdef/pol_0123456789/ip:10.%d.%d.%d", i>>16, byte(i>>8), byte(i)), 90, future).Buckets[0]
-	}
-	if err := WriteBuckets(ctx, e.db, recs, time.Now()); err != nil {
-		b.Fatal(err)
-	}
+	persistBuckets(b, e, n)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -47,4 +40,53 @@ func BenchmarkHydrationPages(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/bucket")
+}
+
+// persistBuckets writes n live buckets, as the worker stores them.
+func persistBuckets(b *testing.B, e *env, n int) {
+	b.Helper()
+	future := time.Now().Add(time.Hour).UnixNano()
+	recs := make([]bus.BucketRecord, n)
+	for i := range recs {
+		recs[i] = stateBatch(benchKey(i), 90, future).Buckets[0]
+	}
+	if err := WriteBuckets(context.Background(), e.db, recs, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchKey(i int) string {
+	return fmt.Sprintf("ten_0123456789abcdef/pol_0123456789/ip:10.%d.%d.%d", i>>16, byte(i>>8), byte(i))
+}
+
+// BenchmarkFirstTouch fetches one bucket by key, as a hydrating server does
+// for a check on a key its load has not reached yet, after full pages have
+// been read.
+//
+//	go test -run '^$' -bench FirstTouch ./internal/worker/
+func BenchmarkFirstTouch(b *testing.B) {
+	const n = 20000
+	e := newEnv(b, Config{})
+	ctx := context.Background()
+	persistBuckets(b, e, n)
+	for after := ""; ; {
+		page, err := e.w.bucketsPage(ctx, BucketsRequest{After: after, Order: bus.OrderPartitionKey, Packed: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		page, err := e.w.bucketsPage(ctx, BucketsRequest{Keys: []string{benchKey(i % n)}, Packed: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(page.Packed) == 0 {
+			b.Fatal("the bucket was not found")
+		}
+	}
 }

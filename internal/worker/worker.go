@@ -9,6 +9,7 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -118,6 +119,9 @@ type Worker struct {
 	// pageRowBytes is what a live bucket took in the last hydration page,
 	// to size the next page's reads (readMerged).
 	pageRowBytes atomic.Int64
+	// pagePacked is the length of the last full packed hydration page, to
+	// size the next one's buffer (pageBuilder.add).
+	pagePacked atomic.Int64
 
 	repl    replState // the election and the replication log (repl.go)
 	serving func()    // called once the request subjects are served
@@ -472,10 +476,15 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	if req.Limit <= 0 || req.Limit > maxPage {
 		req.Limit = maxPage
 	}
-	pb := w.newPageBuilder(req.Packed, w.cfg.Now().UnixNano())
+	// A packed page's buffer is sized as the last full page, with room to
+	// spare: one buffer, not a doubling.
+	pb := w.newPageBuilder(req.Packed, w.cfg.Now().UnixNano(), max(int(w.pagePacked.Load())*9/8, 64<<10))
 	defer func() {
 		if pb.live > 0 {
 			w.pageRowBytes.Store(int64(pb.size / pb.live))
+		}
+		if pb.page.Next != "" && len(pb.page.Packed) > 0 {
+			w.pagePacked.Store(int64(len(pb.page.Packed)))
 		}
 	}()
 	switch {
@@ -551,7 +560,13 @@ func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (
 		return BucketsPage{}, err
 	}
 	slices.SortFunc(found, func(a, b storedBucket) int { return strings.Compare(a.key, b.key) })
-	pb := w.newPageBuilder(packed, w.cfg.Now().UnixNano())
+	// The buffer fits what was found: these are the first touches of a
+	// hydrating server, often one key each.
+	size := 0
+	for _, b := range found {
+		size += len(b.key) + len(b.tenant) + len(b.state) + 2*binary.MaxVarintLen64
+	}
+	pb := w.newPageBuilder(packed, w.cfg.Now().UnixNano(), size)
 	for i := 0; i < len(found); {
 		j, newest := i+1, i
 		for ; j < len(found) && found[j].key == found[i].key; j++ {
@@ -661,8 +676,12 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	if err != nil {
 		return false, err
 	}
-	all := make([]storedBucket, 0, min(limit, 1024))
-	var sc storedScanner
+	// The rows go into buffers kept from earlier reads: a page takes
+	// several reads, and hydration hundreds of pages. Nothing read here
+	// outlives the call but keys (strings) and what pb copied.
+	rs := readScratchPool.Get().(*readScratch)
+	defer rs.put()
+	all, sc := rs.all[:0], &rs.sc
 	for rows.Next() {
 		all = append(all, storedBucket{})
 		if err := sc.scan(rows, &all[len(all)-1], true); err != nil {
@@ -670,6 +689,7 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 			return false, err
 		}
 	}
+	rs.all = all
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, err
@@ -726,6 +746,22 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	return tableCut || stagedCut, nil
 }
 
+// readScratch holds what readMerged reads rows into, pooled across reads.
+type readScratch struct {
+	all []storedBucket
+	sc  storedScanner
+}
+
+var readScratchPool = sync.Pool{New: func() any { return new(readScratch) }}
+
+// put empties rs, letting go of the keys it pointed to, and pools it.
+func (rs *readScratch) put() {
+	clear(rs.all)
+	rs.all = rs.all[:0]
+	rs.sc.buf, rs.sc.ends = rs.sc.buf[:0], rs.sc.ends[:0]
+	readScratchPool.Put(rs)
+}
+
 // pageBuilder fills a hydration page, packed or not, with the live buckets
 // it is given, up to half of NATS's max_payload: any reply may travel in
 // parts, but a page that fits one message keeps hydration to one round
@@ -741,10 +777,15 @@ type pageBuilder struct {
 	live   int    // keys added to the page
 	last   string // the last key taken
 	bin    []byte
+	// sizeHint is the packed buffer's first capacity.
+	sizeHint int
 }
 
-func (w *Worker) newPageBuilder(packed bool, now int64) *pageBuilder {
-	return &pageBuilder{w: w, packed: packed, now: now, budget: max(int(w.nc.MaxPayload())/2, 4096)}
+// newPageBuilder starts a page; a packed one's buffer is made for
+// sizeHint bytes (it grows if it must).
+func (w *Worker) newPageBuilder(packed bool, now int64, sizeHint int) *pageBuilder {
+	budget := max(int(w.nc.MaxPayload())/2, 4096)
+	return &pageBuilder{w: w, packed: packed, now: now, budget: budget, sizeHint: min(budget, sizeHint)}
 }
 
 // add takes b's key, adding b to the page unless it is full again (no
@@ -766,8 +807,11 @@ func (pb *pageBuilder) add(b *storedBucket) bool {
 	var err error
 	if pb.packed {
 		if pb.page.Packed == nil {
-			// A page ends near the budget: one buffer, not a doubling.
-			pb.page.Packed = make([]byte, 0, pb.budget)
+			// Not the budget's size: the budget counts more than a
+			// packed record takes, and a first touch asks for one key.
+			// A buffer of the budget's size (4 MiB) was cleared for
+			// each.
+			pb.page.Packed = make([]byte, 0, pb.sizeHint)
 		}
 		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
 		if err == nil {
