@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,4 +437,66 @@ func TestStreamsMadeAnewKeepApplying(t *testing.T) {
 		a, d := e.counterTotals(t)
 		return tokens() == 7 && a == 4 && d == 14
 	})
+}
+
+// lateCreateJS is JetStream whose first consumer create takes effect but
+// answers too late for its caller, as happens while JetStream elects new
+// leaders after a NATS node died.
+type lateCreateJS struct {
+	jetstream.JetStream
+	deletes, creates atomic.Int32
+	firstCreated     time.Time
+}
+
+func (j *lateCreateJS) DeleteConsumer(ctx context.Context, stream, name string) error {
+	j.deletes.Add(1)
+	return j.JetStream.DeleteConsumer(ctx, stream, name)
+}
+
+func (j *lateCreateJS) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := j.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if j.creates.Add(1) == 1 && err == nil {
+		j.firstCreated = c.CachedInfo().Created
+		return nil, context.DeadlineExceeded
+	}
+	return c, err
+}
+
+// The worker makes its consumer anew when it starts, but only its first
+// attempt deletes it: a retry after a create that answered too late keeps
+// the consumer that create made instead of throwing it away.
+func TestOpenDeletesTheConsumerOnlyOnce(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	// A consumer from an earlier worker, which the first attempt resets.
+	old, err := e.js.CreateOrUpdateConsumer(ctx, bus.StateStream, jetstream.ConsumerConfig{Durable: bus.WorkerDurable, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCreated := old.CachedInfo().Created
+	time.Sleep(10 * time.Millisecond) // creation times apart
+	js := &lateCreateJS{JetStream: e.w.js}
+	e.w.js = js
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, ok := e.w.open(octx, bus.StateStream)
+	if !ok {
+		t.Fatal("open gave up")
+	}
+	if n := js.deletes.Load(); n != 1 {
+		t.Errorf("the consumer was deleted %d times, want once (the first attempt)", n)
+	}
+	if n := js.creates.Load(); n != 2 {
+		t.Errorf("%d creates, want 2 (the late one and the retry)", n)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Created.Equal(oldCreated) {
+		t.Error("the earlier worker's consumer was kept: the first attempt did not reset it")
+	}
+	if !info.Created.Equal(js.firstCreated) {
+		t.Errorf("the consumer was made %v, want the late create's %v: a retry threw it away", info.Created, js.firstCreated)
+	}
 }
