@@ -10,22 +10,20 @@ static void sluice_malloc_tune(void) {
 	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
 }
-static int sluice_mallinfo(size_t out[3]) {
+static int sluice_mallinfo(size_t out[2]) {
 	struct mallinfo2 mi = mallinfo2();
-	out[0] = mi.arena + mi.hblkhd;    // from the system: arenas and large blocks
-	out[1] = mi.uordblks + mi.hblkhd; // in use
-	out[2] = mi.fordblks;             // free, kept in the arenas
+	out[0] = mi.uordblks + mi.hblkhd; // in use, in the arenas and in blocks of their own
+	out[1] = mi.fordblks;             // free, kept in the arenas
 	return 1;
 }
 #else
 static int sluice_malloc_trim(void) { return 0; }
 static void sluice_malloc_tune(void) {}
-static int sluice_mallinfo(size_t out[3]) { return 0; }
+static int sluice_mallinfo(size_t out[2]) { return 0; }
 #endif
-// SQLite is linked into the binary by the driver; these read its own
+// SQLite is linked into the binary by the driver; this reads its own
 // count of the memory it has allocated.
 extern int64_t sqlite3_memory_used(void);
-extern int64_t sqlite3_memory_highwater(int);
 */
 import "C"
 
@@ -59,22 +57,21 @@ func tuneMalloc() { tuneOnce.Do(func() { C.sluice_malloc_tune() }) }
 type CHeap struct {
 	// SQLite is what SQLite has allocated now, by its own count.
 	SQLite int64
-	// Known is false elsewhere than glibc: the three fields below are 0.
+	// Known is false elsewhere than glibc: the two fields below are 0.
 	Known bool
-	// System is what the allocator has from the system (its arenas and
-	// its large blocks); InUse is allocated from it and Free is kept in
-	// its arenas, freed but not given back.
-	System, InUse, Free int64
+	// InUse is allocated; Free is kept in the allocator's arenas, freed
+	// but not unmapped (some of its pages may be handed back already).
+	InUse, Free int64
 }
 
 // ReadCHeap reads the C heap's use. It walks the allocator's arenas under
 // their locks: fine for a metrics scrape, not for a hot path.
 func ReadCHeap() CHeap {
 	h := CHeap{SQLite: int64(C.sqlite3_memory_used())}
-	var out [3]C.size_t
+	var out [2]C.size_t
 	if C.sluice_mallinfo(&out[0]) != 0 {
 		h.Known = true
-		h.System, h.InUse, h.Free = int64(out[0]), int64(out[1]), int64(out[2])
+		h.InUse, h.Free = int64(out[0]), int64(out[1])
 	}
 	return h
 }

@@ -682,15 +682,18 @@ func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, con
 	rs := readScratchPool.Get().(*readScratch)
 	defer rs.put()
 	all, sc := rs.all[:0], &rs.sc
+	var scanErr error
 	for rows.Next() {
 		all = append(all, storedBucket{})
-		if err := sc.scan(rows, &all[len(all)-1], true); err != nil {
-			rows.Close()
-			return false, err
+		if scanErr = sc.scan(rows, &all[len(all)-1], true); scanErr != nil {
+			break
 		}
 	}
 	rs.all = all
 	rows.Close()
+	if scanErr != nil {
+		return false, scanErr
+	}
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
