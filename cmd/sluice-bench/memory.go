@@ -6,7 +6,8 @@ package main
 // /proc/<pid>/status (anonymous and file-backed resident memory: the
 // latter is SQLite's memory map of its own file, the kernel's to drop) and
 // the server's /metrics (Go heap in use, what the Go runtime holds from
-// the system, buckets in the hot cache).
+// the system, buckets in the hot cache, and outside Go what SQLite has
+// allocated and what the C heap has in use and keeps free).
 
 import (
 	"context"
@@ -142,8 +143,7 @@ func (m *memoryWatch) peak(s *benchServer) {
 
 // settle records the drained state, then reads every second for d and
 // records when the hot cache has emptied, a reading every settleMark, and
-// the last reading. It returns
-// every step in order.
+// the last reading. It returns every step in order.
 func (m *memoryWatch) settle(ctx context.Context, s *benchServer, d time.Duration, log io.Writer) []memoryStep {
 	m.step(s, "drained")
 	fmt.Fprintf(log, "watching memory for %s while the burst expires\n", d)
