@@ -887,13 +887,16 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	}
 	// Load the partition before deciding for it. Meanwhile forwarded checks
 	// for p are refused as "not ready" and retried by their senders.
+	loadStart := time.Now()
 	if c.hooks.Acquired != nil {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
 		err := c.hooks.Acquired(lctx, p)
 		cancel()
 		if err != nil {
 			c.log.Warn("loading a taken-over partition failed; giving it back", "partition", p, "err", err)
-			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			// Also when ctx ended (a shutdown): the lease would hold p
+			// for a lease time otherwise.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(rev))
 			cancel()
 			return false
@@ -907,7 +910,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	if prev == "" {
 		prev = "none"
 	}
-	c.log.Info("partition acquired", "partition", p, "previous_owner", prev)
+	c.log.Info("partition acquired", "partition", p, "previous_owner", prev, "load_ms", time.Since(loadStart).Milliseconds())
 	return true
 }
 
@@ -918,7 +921,14 @@ func (c *Cluster) lose(p int, why string) {
 	c.log.Warn("partition lost", "partition", p, "reason", why)
 }
 
+// release gives p back: its pending state flushed and committed, then
+// its lease deleted. A release runs to its end (with timeouts of its own)
+// even when ctx ends: a shutdown that cancels the loop in the middle of
+// one would otherwise leave the lease to expire, and p unanswered for a
+// lease time, since Close releases only what this server still decides
+// for.
 func (c *Cluster) release(ctx context.Context, p int) {
+	ctx = context.WithoutCancel(ctx)
 	c.mine[p].Store(0)
 	if c.hooks.Releasing != nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

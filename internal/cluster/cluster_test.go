@@ -589,3 +589,65 @@ func (l *pausableLink) pause(on bool) {
 		l.conns = nil
 	}
 }
+
+// A server shut down while its loop is giving a partition back (here to a
+// member that just joined) finishes that release: no lease of its is left
+// to expire, so no partition waits a lease time for its next owner.
+func TestCloseDuringAReleaseLeavesNoLease(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var releasing atomic.Int64
+	inRelease := make(chan struct{}, bus.Partitions)
+	// Like the engine's flush and wait for the worker: slow, and ended
+	// by its context.
+	slowFlush := func(ctx context.Context, p int) error {
+		releasing.Add(1)
+		inRelease <- struct{}{}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(150 * time.Millisecond):
+			return nil
+		}
+	}
+	a, err := New(Config{Node: "a", LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{Releasing: slowFlush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitOwned(t, 10*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	var loads atomic.Int64
+	b := member(t, ns.ClientURL(), "b", &loads)
+	<-inRelease // a is giving partitions back to b
+	a.Close(context.Background())
+	kv, err := a.js.KeyValue(context.Background(), OwnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for p := range bus.Partitions {
+		e, err := kv.Get(context.Background(), partKey(p))
+		if err != nil {
+			continue
+		}
+		var l lease
+		if json.Unmarshal(e.Value(), &l) == nil && l.Node == "a" {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Fatalf("%d leases of the closed server are left to expire (%d releases began)", left, releasing.Load())
+	}
+	waitOwned(t, 5*time.Second, func() bool { return b.OwnedCount() == bus.Partitions })
+	b.Close(context.Background())
+}
