@@ -50,7 +50,7 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 	var pending []jetstream.Msg
 	var since time.Time
 	for ctx.Err() == nil {
-		wait := 200 * time.Millisecond
+		wait := fetchWait
 		if len(pending) > 0 {
 			wait = min(wait, time.Until(since.Add(w.cfg.ApplyInterval)))
 		}
@@ -89,6 +89,13 @@ func (w *Worker) consume(ctx context.Context, stream string, apply applyFunc) er
 	// Messages still pending were not acked: the next worker gets them.
 	return nil
 }
+
+// fetchWait is the longest a fetch waits for messages. A sync that arrives
+// meanwhile (a server loading a partition it took over, or handing one
+// back) waits for the fetch to end before what it needs is applied, so a
+// long wait slows every hand-over; an idle worker's fetches cost one small
+// NATS request each.
+const fetchWait = 50 * time.Millisecond
 
 // recover waits a moment after a failed fetch and, if the consumer is
 // gone, applies what was fetched and opens the stream again.
