@@ -22,12 +22,18 @@ import (
 
 func member(t *testing.T, url, node string, loads *atomic.Int64) *Cluster {
 	t.Helper()
+	return memberWith(t, url, Config{Node: node, LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, loads)
+}
+
+// memberWith is member with a configuration of its own.
+func memberWith(t *testing.T, url string, cfg Config, loads *atomic.Int64) *Cluster {
+	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c, err := New(Config{Node: node, LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{
+	c, err := New(cfg, nc, Hooks{
 		Acquired: func(context.Context, int) error { loads.Add(1); return nil },
 	})
 	if err != nil {
@@ -222,7 +228,11 @@ func leasesMatch(ctx context.Context, js jetstream.JetStream, ms ...*Cluster) bo
 
 // A member that reaches NATS over a slow link (20 ms round trips) keeps
 // every partition: its 64 renewals take one round trip together, not one
-// each, and taking partitions over never delays them past a renew interval.
+// each (one each would take 1.3 s, past the 400 ms a renewal may take),
+// and taking partitions over never delays them past a renew interval. The
+// member runs with the default lease timings: the tests' shorter ones left
+// too little room when the race detector and the other packages' tests
+// shared the machine's two cores.
 func TestLeasesHoldOverASlowLink(t *testing.T) {
 	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
 	if err != nil {
@@ -231,12 +241,12 @@ func TestLeasesHoldOverASlowLink(t *testing.T) {
 	defer ns.Shutdown()
 	link := newSlowLink(t, ns.Addr().String(), 10*time.Millisecond)
 	var loads atomic.Int64
-	a := member(t, "nats://"+link, "a", &loads)
+	a := memberWith(t, "nats://"+link, Config{Node: "a"}, &loads)
 	start := time.Now()
-	waitOwned(t, 20*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	waitOwned(t, 30*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
 	t.Logf("all partitions owned %s after start", time.Since(start).Round(time.Millisecond))
-	// Sample for three seconds (three lease lifetimes, fifteen renewals).
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+	// Sample for four seconds (two lease lifetimes, ten renewals).
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if n := a.OwnedCount(); n != bus.Partitions {
 			t.Fatalf("owned %d of %d partitions: a renewal came late", n, bus.Partitions)
 		}
