@@ -18,7 +18,7 @@ func newCHeapCollector() *cHeapCollector {
 	return &cHeapCollector{
 		sqlite: prometheus.NewDesc("sluice_sqlite_memory_bytes", "Memory SQLite has allocated (page caches, statements), by its own count.", nil, nil),
 		heap: prometheus.NewDesc("sluice_c_heap_bytes",
-			"The C heap (SQLite's allocations among them): in_use is allocated, free is freed but kept by the allocator, not given back to the system.", []string{"state"}, nil),
+			"The C heap (SQLite's allocations among them): in_use is allocated; free is freed and kept in the allocator's arenas, some of its pages possibly handed back to the system already.", []string{"state"}, nil),
 	}
 }
 
