@@ -23,16 +23,7 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 // made from snap (no worker: these tests exercise decisions only).
 func newTestEngine(tb testing.TB, snap tenants.Snapshot) *Engine {
 	tb.Helper()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: tb.TempDir(), Name: "engine-test"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
+	nc := bustest.InProcess(tb, bus.EmbeddedConfig{DataDir: tb.TempDir(), Name: "engine-test"})
 	return engineOn(tb, nc, snap)
 }
 

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -25,16 +25,7 @@ import (
 // leaves neither.
 func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 	dir := t.TempDir()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "audit-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.InProcess(t, bus.EmbeddedConfig{DataDir: dir, Name: "audit-test"})
 	rec := &sqlitedb.Recorder{}
 	db, err := sqlitedb.OpenRecorded(context.Background(), filepath.Join(dir, "sluice.db"), rec)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 )
 
@@ -78,16 +79,7 @@ func (e *env) count(t *testing.T, query string) int {
 // fails with "database is locked".
 func TestWorkerJobsNeverLockEachOther(t *testing.T) {
 	dir := t.TempDir()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "worker-lock-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.InProcess(t, bus.EmbeddedConfig{DataDir: dir, Name: "worker-lock-test"})
 	path := filepath.Join(dir, "sluice.db")
 	setup, err := sqlitedb.Open(context.Background(), path)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -34,16 +35,7 @@ func newEnv(t testing.TB, cfg Config) *env { return newEnvPayload(t, cfg, 0) }
 func newEnvPayload(t testing.TB, cfg Config, maxPayload int32) *env {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir, Name: "worker-test", MaxPayload: maxPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.InProcess(t, bus.EmbeddedConfig{DataDir: dir, Name: "worker-test", MaxPayload: maxPayload})
 	db, err := sqlitedb.Open(context.Background(), filepath.Join(dir, "sluice.db"))
 	if err != nil {
 		t.Fatal(err)

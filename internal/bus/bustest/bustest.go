@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
 )
@@ -18,6 +19,24 @@ type Server struct {
 	t   testing.TB
 	cfg bus.EmbeddedConfig
 	ns  *server.Server
+}
+
+// InProcess starts an embedded NATS with JetStream from cfg (DataDir set by
+// the caller, no listener) and answers a connection to it in process; both
+// end with the test.
+func InProcess(t testing.TB, cfg bus.EmbeddedConfig) *nats.Conn {
+	t.Helper()
+	ns, err := bus.StartEmbedded(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // Start starts a server named name on a free loopback port, with a data
