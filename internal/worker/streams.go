@@ -606,8 +606,9 @@ func (w *Worker) releaseIfIdle(swept int64) {
 		return
 	}
 	w.releasedAt = time.Now()
-	// Under the writer's semaphore: closing the last connection
-	// checkpoints the WAL, which must not meet a write transaction.
+	// Under the writer's semaphore, so that no write transaction holds a
+	// connection's cache meanwhile. The last connection is never closed
+	// here: Run holds one.
 	err := w.store.Exclusive(context.Background(), func() error {
 		w.db.SetMaxIdleConns(0) // closes the idle connections now
 		w.db.SetMaxIdleConns(maxIdleConns)

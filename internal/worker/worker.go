@@ -223,6 +223,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := sqlitedb.ConvertIncrementalVacuum(ctx, w.db, w.log); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	// One connection stays open, unused, while the worker runs, so the
+	// idle release (releaseIfIdle) never closes the last one: closing the
+	// last connection checkpoints the WAL and removes it under an
+	// exclusive lock, and a read opening at that moment failed with
+	// "database is locked". Unused, it holds no page cache.
+	anchor, err := w.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer anchor.Close()
 	if w.cfg.Recorder != nil {
 		return w.runElected(ctx)
 	}
