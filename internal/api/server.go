@@ -38,6 +38,8 @@ type Engine interface {
 	TenantSuspended(tenantID string) bool
 	OperatorTokenHash() string
 	Ready() bool
+	// Healthy is what /readyz answers (engine.Engine.Healthy).
+	Healthy() bool
 	WaitVersion(ctx context.Context, v int64)
 }
 
@@ -151,8 +153,8 @@ func New(cfg Config) *echo.Echo {
 }
 
 func (h *handler) readyz(c echo.Context) error {
-	if !h.Engine.Ready() {
-		return errs.Errorf(errs.Unavailable, "Not ready: the hot cache is not hydrated or NATS is not connected.")
+	if !h.Engine.Healthy() {
+		return errs.Errorf(errs.Unavailable, "Not ready: the hot cache is not hydrated, NATS is not connected, or (in a cluster) this server cannot renew its leases or persist its decisions.")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -22,9 +22,14 @@ package bus
 //
 //	batch  = 0xB1 uvarint(wire version) str(node) record*
 //
-// Its first byte is never JSON's '{', so a worker tells the two forms
-// apart by it. Servers publish it only to workers that name
-// PackedStateFormat in their version reply: an older worker would drop it.
+// and a fenced one carries each record's partition term after it:
+//
+//	batch  = 0xB2 uvarint(wire version) str(node) (record uvarint(term))*
+//
+// Their first byte is never JSON's '{', so a worker tells the forms apart
+// by it. Servers publish one only to workers that name its format
+// (PackedStateFormat, FencedStateFormat) in their version reply: an older
+// worker would drop it.
 
 import (
 	"encoding/binary"
@@ -43,7 +48,14 @@ const stateFormatV1 = 0x01
 // PackedStateFormat names the packed state batch in Version.StateFormats.
 const PackedStateFormat = "packed1"
 
-const packedBatchMagic = 0xB1
+// FencedStateFormat names the packed state batch whose records carry their
+// partition term (BucketRecord.Term) in Version.StateFormats.
+const FencedStateFormat = "packed2"
+
+const (
+	packedBatchMagic = 0xB1
+	fencedBatchMagic = 0xB2
+)
 
 var errShortState = errors.New("bucket state: truncated")
 
@@ -265,10 +277,15 @@ func (r *reader) bytes() []byte {
 
 func (r *reader) str() string { return string(r.bytes()) }
 
-// AppendPackedStateBatch appends recs as one packed state batch from node.
-func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord) []byte {
+// AppendPackedStateBatch appends recs as one packed state batch from node;
+// fenced adds each record's term (FencedStateFormat).
+func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord, fenced bool) []byte {
 	dst = slices.Grow(dst, 16+len(node)+len(recs)*160) // a typical record's size
-	dst = append(dst, packedBatchMagic)
+	if fenced {
+		dst = append(dst, fencedBatchMagic)
+	} else {
+		dst = append(dst, packedBatchMagic)
+	}
 	dst = binary.AppendUvarint(dst, WireVersion)
 	dst = appendStr(dst, node)
 	var state []byte
@@ -276,21 +293,28 @@ func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord) []byte
 		r := &recs[i]
 		state = AppendState(state[:0], r.Limits, r.States)
 		dst = AppendPacked(dst, r.Key, r.TenantID, r.FullAt, state)
+		if fenced {
+			dst = binary.AppendUvarint(dst, r.Term)
+		}
 	}
 	return dst
 }
 
-// IsPackedStateBatch reports whether data is a packed state batch (else it
-// is JSON, a StateBatch).
-func IsPackedStateBatch(data []byte) bool { return len(data) > 0 && data[0] == packedBatchMagic }
+// IsPackedStateBatch reports whether data is a packed state batch, fenced
+// or not (else it is JSON, a StateBatch).
+func IsPackedStateBatch(data []byte) bool {
+	return len(data) > 0 && (data[0] == packedBatchMagic || data[0] == fencedBatchMagic)
+}
 
 // WalkPackedStateBatch calls fn for each record of a packed state batch,
-// whose states are in the binary form (checked), and returns the node that
-// sent it. The records' byte slices point into data.
-func WalkPackedStateBatch(data []byte, fn func(PackedRecord) error) (node string, err error) {
+// whose states are in the binary form (checked), with the record's term (0
+// in a batch that is not fenced), and returns the node that sent it. The
+// records' byte slices point into data.
+func WalkPackedStateBatch(data []byte, fn func(rec PackedRecord, term uint64) error) (node string, err error) {
 	if !IsPackedStateBatch(data) {
 		return "", errors.New("packed state batch: wrong leading byte")
 	}
+	fenced := data[0] == fencedBatchMagic
 	r := reader{b: data[1:]}
 	if v := r.uvarint(); r.err == nil && v != WireVersion {
 		return "", fmt.Errorf("packed state batch: wire version %d", v)
@@ -299,10 +323,21 @@ func WalkPackedStateBatch(data []byte, fn func(PackedRecord) error) (node string
 	if r.err != nil {
 		return "", fmt.Errorf("packed state batch: %w", r.err)
 	}
-	return node, WalkPacked(r.b, func(rec PackedRecord) error {
-		if len(rec.State) == 0 || rec.State[0] != stateFormatV1 {
-			return fmt.Errorf("packed state batch: bucket %q: unknown state format", rec.Key)
+	for len(r.b) > 0 {
+		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.varint(), State: r.bytes()}
+		var term uint64
+		if fenced {
+			term = r.uvarint()
 		}
-		return fn(rec)
-	})
+		if r.err != nil {
+			return node, fmt.Errorf("packed state batch: %w", r.err)
+		}
+		if len(rec.State) == 0 || rec.State[0] != stateFormatV1 {
+			return node, fmt.Errorf("packed state batch: bucket %q: unknown state format", rec.Key)
+		}
+		if err := fn(rec, term); err != nil {
+			return node, err
+		}
+	}
+	return node, nil
 }

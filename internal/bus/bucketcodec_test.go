@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -146,41 +147,55 @@ func sameStates(a, b []StateWire) bool {
 }
 
 // A packed state batch carries each bucket's key, tenant, full-at time and
-// binary state, and refuses damage instead of guessing.
+// binary state (and, fenced, its partition term), and refuses damage
+// instead of guessing.
 func TestPackedStateBatch(t *testing.T) {
 	limits, states := sampleState()
 	recs := []BucketRecord{
-		{Key: "ten_a/pol_1/ip:192.0.2.1", TenantID: "ten_a", Limits: limits, States: states, FullAt: 42},
-		{Key: "ten_b/pol_2/key:ckey_1", TenantID: "ten_b", Limits: limits[:1], States: states[:1], FullAt: -7},
+		{Key: "ten_a/pol_1/ip:192.0.2.1", TenantID: "ten_a", Limits: limits, States: states, FullAt: 42, Term: 7},
+		{Key: "ten_b/pol_2/key:ckey_1", TenantID: "ten_b", Limits: limits[:1], States: states[:1], FullAt: -7, Term: 1 << 40},
 	}
-	data := AppendPackedStateBatch(nil, "node-1", recs)
-	if !IsPackedStateBatch(data) || IsPackedStateBatch([]byte(`{"v":1}`)) {
-		t.Fatal("packed and JSON batches are not told apart")
-	}
-	var got []BucketRecord
-	node, err := WalkPackedStateBatch(data, func(r PackedRecord) error {
-		l, s, err := DecodeState(r.State)
-		got = append(got, BucketRecord{Key: string(r.Key), TenantID: string(r.TenantID), FullAt: r.FullAt, Limits: l, States: s})
-		return err
-	})
-	if err != nil || node != "node-1" || len(got) != 2 {
-		t.Fatalf("walked %d records from %q: %v", len(got), node, err)
-	}
-	for i := range recs {
-		if got[i].Key != recs[i].Key || got[i].TenantID != recs[i].TenantID || got[i].FullAt != recs[i].FullAt ||
-			!reflect.DeepEqual(got[i].Limits, recs[i].Limits) || !sameStates(got[i].States, recs[i].States) {
-			t.Fatalf("record %d: %+v, want %+v", i, got[i], recs[i])
+	for _, fenced := range []bool{false, true} {
+		data := AppendPackedStateBatch(nil, "node-1", recs, fenced)
+		if !IsPackedStateBatch(data) || IsPackedStateBatch([]byte(`{"v":1}`)) {
+			t.Fatal("packed and JSON batches are not told apart")
 		}
-	}
-	for name, bad := range map[string][]byte{
-		"truncated":     data[:len(data)-1],
-		"wire version":  append([]byte{packedBatchMagic, 99}, data[2:]...),
-		"JSON state":    AppendPacked(AppendPackedStateBatch(nil, "n", nil), "k", "t", 1, []byte(`{"limits":[]}`)),
-		"no node":       {packedBatchMagic, WireVersion},
-		"leading brace": []byte(`{}`),
-	} {
-		if _, err := WalkPackedStateBatch(bad, func(PackedRecord) error { return nil }); err == nil {
-			t.Errorf("%s: no error", name)
+		var got []BucketRecord
+		node, err := WalkPackedStateBatch(data, func(r PackedRecord, term uint64) error {
+			l, s, err := DecodeState(r.State)
+			got = append(got, BucketRecord{Key: string(r.Key), TenantID: string(r.TenantID), FullAt: r.FullAt, Limits: l, States: s, Term: term})
+			return err
+		})
+		if err != nil || node != "node-1" || len(got) != 2 {
+			t.Fatalf("fenced %v: walked %d records from %q: %v", fenced, len(got), node, err)
+		}
+		for i := range recs {
+			want := recs[i]
+			if !fenced {
+				want.Term = 0
+			}
+			if got[i].Key != want.Key || got[i].TenantID != want.TenantID || got[i].FullAt != want.FullAt || got[i].Term != want.Term ||
+				!reflect.DeepEqual(got[i].Limits, want.Limits) || !sameStates(got[i].States, want.States) {
+				t.Fatalf("fenced %v: record %d: %+v, want %+v", fenced, i, got[i], want)
+			}
+		}
+		magic := byte(packedBatchMagic)
+		if fenced {
+			magic = fencedBatchMagic
+		}
+		for name, bad := range map[string][]byte{
+			"truncated":     data[:len(data)-1],
+			"wire version":  append([]byte{magic, 99}, data[2:]...),
+			"JSON state":    AppendPacked(AppendPackedStateBatch(nil, "n", nil, fenced), "k", "t", 1, []byte(`{"limits":[]}`)),
+			"no node":       {magic, WireVersion},
+			"leading brace": []byte(`{}`),
+		} {
+			if fenced && name == "JSON state" {
+				bad = binary.AppendUvarint(bad, 1)
+			}
+			if _, err := WalkPackedStateBatch(bad, func(PackedRecord, uint64) error { return nil }); err == nil {
+				t.Errorf("fenced %v: %s: no error", fenced, name)
+			}
 		}
 	}
 }

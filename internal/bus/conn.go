@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -204,4 +205,18 @@ func fetchParts(ctx context.Context, nc *nats.Conn, ref PartsRef) ([]byte, error
 		all = append(all, msg.Data...)
 	}
 	return all, nil
+}
+
+// ParsePageTerm reads PageTermHeader into term (left alone when absent).
+func ParsePageTerm(h nats.Header, term *uint64) error {
+	v := h.Get(PageTermHeader)
+	if v == "" {
+		return nil
+	}
+	t, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("page term %q: %w", v, err)
+	}
+	*term = t
+	return nil
 }

@@ -150,6 +150,9 @@ const OrderPartitionKey = "part,key"
 // PageOrderHeader carries a raw hydration page's order.
 const PageOrderHeader = "Sluice-Page-Order"
 
+// PageTermHeader carries the partition term a raw page acquired.
+const PageTermHeader = "Sluice-Page-Term"
+
 // Cluster subjects: ForwardPrefix + node receives checks forwarded to that
 // node; LocalPrefix + node carries a node's consumption deltas of "local"
 // consistency policies.

@@ -30,12 +30,18 @@ type StateWire struct {
 // BucketRecord is one bucket's persisted form: its key
 // (tenant/policy/identity), the limits it was last decided under, the state
 // of each, and when it is full again (unix ns; 0 = reset, delete it).
+//
+// Term is the fencing token of the partition owner that decided the state
+// (the term the worker gave that owner when it loaded the partition, see
+// BucketsRequest.Acquire); 0 for a state decided without an owner (a single
+// server, a local-mode policy), which no term fences.
 type BucketRecord struct {
 	Key      string      `json:"k"`
 	TenantID string      `json:"tn"`
 	Limits   []LimitWire `json:"l"`
 	States   []StateWire `json:"s"`
 	FullAt   int64       `json:"f"`
+	Term     uint64      `json:"tm,omitempty"`
 }
 
 // StateBatch is one message on the state stream.

@@ -94,6 +94,10 @@ type Config struct {
 	// Margin is how long before its lease runs out a server stops deciding
 	// for the partition (clock skew allowance). Default 500ms.
 	Margin time.Duration
+	// PersistWindow is how long an owner decides past the start of its
+	// last flush that reached the state stream (Persisted): what a cut-off
+	// owner can forget. Default 1s, at most LeaseTTL - Margin.
+	PersistWindow time.Duration
 	Now    func() time.Time
 	Log    *slog.Logger
 	// Registerer receives the cluster's metrics; none when nil.
@@ -195,6 +199,18 @@ type Cluster struct {
 	// mine[p] is the unix ns until which this server decides for p; 0 when
 	// it does not own p (or has not finished loading it).
 	mine [bus.Partitions]atomic.Int64
+	// persistedUntil is the unix ns until which this server may decide
+	// without persisting: the start of its last flush that reached the
+	// state stream plus LeaseTTL - Margin (Persisted). 0: no flush
+	// reported yet, no limit.
+	persistedUntil atomic.Int64
+	// healthyUntil is the unix ns until which this server counts as able
+	// to decide: the start of its last tick that reached the lease bucket
+	// and renewed every lease it tried, plus LeaseTTL - Margin (Healthy).
+	healthyUntil atomic.Int64
+	unstick      *bus.Unstick
+	// live is how many members the member loop last counted (at least 1).
+	live atomic.Int64
 	// ownerOf[p] is the owner node other servers forward p's checks to.
 	ownerOf [bus.Partitions]atomic.Pointer[string]
 
@@ -212,6 +228,7 @@ type Cluster struct {
 	// reachedAt is when a tick last reached NATS; until graceUntil, other
 	// servers' lapsed leases are left to them (tick; the loop's only).
 	reachedAt, graceUntil time.Time
+	renewWarned           time.Time // when unanswered renewals were last logged (the loop's only)
 	fwd                   *forwarder
 	// self is what this server publishes about its direct listener; peers
 	// is what the other members published, by node, as of the last tick.
@@ -235,6 +252,8 @@ type clusterMetrics struct {
 	batches      *prometheus.CounterVec
 	dialFailures prometheus.Counter
 	rejected     *prometheus.CounterVec
+	// renewFailures counts lease renewals that got no answer.
+	renewFailures prometheus.Counter
 }
 
 // New prepares a cluster member; Start joins.
@@ -248,6 +267,10 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 	if cfg.Margin <= 0 {
 		cfg.Margin = 500 * time.Millisecond
 	}
+	if cfg.PersistWindow <= 0 {
+		cfg.PersistWindow = time.Second
+	}
+	cfg.PersistWindow = min(cfg.PersistWindow, cfg.LeaseTTL-cfg.Margin)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -263,6 +286,7 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
 		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), freed: make(chan struct{}, 1), failed: make(chan error, 1)}
+	c.unstick = bus.NewUnstick(nc, cfg.LeaseTTL+cfg.Margin, c.log)
 	if err := c.initMetrics(); err != nil {
 		return nil, err
 	}
@@ -287,10 +311,15 @@ func (c *Cluster) initMetrics() error {
 			Help: "Direct connections to an owner that could not be made (dial, TLS or handshake); forwards went over NATS."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_peer_rejected_total",
 			Help: "Connections to this server's cluster listener closed for failing the handshake or sending a bad frame, by reason."}, []string{"reason"}),
+		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_cluster_lease_renewals_unanswered_total",
+			Help: "Lease renewals that got no answer from NATS in time (the lease stays until it runs out)."}),
 	}
 	if c.cfg.Registerer != nil {
+		if err := c.unstick.Register(c.cfg.Registerer); err != nil {
+			return err
+		}
 		for _, m := range []prometheus.Collector{c.metrics.owned, c.metrics.handovers, c.metrics.forwards, c.metrics.fwdBatch, c.metrics.fwdTime, c.metrics.served,
-			c.metrics.batches, c.metrics.dialFailures, c.metrics.rejected} {
+			c.metrics.batches, c.metrics.dialFailures, c.metrics.rejected, c.metrics.renewFailures} {
 			if err := c.cfg.Registerer.Register(m); err != nil {
 				return err
 			}
@@ -319,7 +348,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	c.done.Go(func() { c.watch(loopCtx) })
+	c.live.Store(int64(c.liveMembers(ctx, c.cfg.Now())))
 	c.done.Go(func() { c.loop(loopCtx) })
+	c.done.Go(func() { c.memberLoop(loopCtx) })
 	return nil
 }
 
@@ -656,16 +687,20 @@ func (c *Cluster) loop(ctx context.Context) {
 	}
 }
 
-// tick renews membership and leases, then moves toward this server's share.
+// tick renews leases and membership, then moves toward this server's
+// share. Renewals come first, right after the one read that tells the
+// bucket is still the one the owner table came from, so that a slow link
+// delays them by one round trip and not by the membership's reads.
 func (c *Cluster) tick(ctx context.Context) {
 	now := c.cfg.Now()
 	exp := now.Add(c.cfg.LeaseTTL).UnixMilli()
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
-	defer cancel()
 
 	// The owner table must come from the bucket as it is now.
-	inc, ok := c.incarnation(rctx)
+	ictx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+	inc, ok := c.incarnation(ictx)
+	cancel()
 	if !ok {
+		c.unstick.Failed()
 		return // NATS does not answer: renewals would fail too
 	}
 	// Back after NATS did not answer for longer than a lease: the other
@@ -694,65 +729,47 @@ func (c *Cluster) tick(ctx context.Context) {
 		}
 		return
 	}
-
-	// Membership.
 	if c.conflict.Load() {
 		return
 	}
-	c.heartbeat(rctx, now)
-	if c.conflict.Load() {
-		return
-	}
-	live := 1
-	if keys, err := c.members_.ListKeys(rctx); err == nil {
-		live = 0
-		peers := map[string]peerInfo{}
-		for k := range keys.Keys() {
-			if e, err := c.members_.Get(rctx, k); err == nil {
-				var l lease
-				if json.Unmarshal(e.Value(), &l) == nil && l.Expires > now.UnixMilli() {
-					live++
-					if l.Fwd != "" {
-						peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert}
-					}
-				}
-			}
-		}
-		live = max(live, 1)
-		c.peers.Store(&peers)
-	}
-	share := (bus.Partitions + live - 1) / live
 
 	// Renew what we hold, all at once, so that the renewals take one round
-	// trip to NATS and not one each; losing a renewal means losing the
-	// partition.
-	var renewed atomic.Int64
-	var wg sync.WaitGroup
-	for p := range bus.Partitions {
-		c.mu.Lock()
-		e := c.owners[p]
-		c.mu.Unlock()
-		if e.node != c.cfg.Node || c.mine[p].Load() == 0 {
-			if c.mine[p].Load() != 0 {
-				c.lose(p, "lease taken by another server")
-			}
-			continue
-		}
-		wg.Go(func() {
-			if c.setLease(rctx, p, e.revision, exp) {
-				renewed.Add(1)
-			} else {
-				c.lose(p, "lease renewal failed")
-			}
-		})
+	// trip to NATS and not one each. A renewal another write refused means
+	// another server has the lease: the partition is lost at once. One that
+	// got no answer (NATS slow or away) leaves the partition to run out at
+	// the end of the lease already held, and the next tick tries again at
+	// the revision the table then shows: a renewal that did land comes
+	// back by the watch.
+	// The lease runs from when its renewal is sent. The member entry is
+	// renewed meanwhile.
+	sent := c.cfg.Now()
+	exp = sent.Add(c.cfg.LeaseTTL).UnixMilli()
+	owned, unanswered := c.renew(ctx, exp)
+	if unanswered == 0 {
+		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
+		c.unstick.OK()
+	} else {
+		c.unstick.Failed()
 	}
-	wg.Wait()
-	owned := int(renewed.Load())
+	if c.conflict.Load() {
+		return
+	}
+
+	// Membership, as the member loop last read it.
+	live := max(int(c.live.Load()), 1)
+	share := (bus.Partitions + live - 1) / live
 
 	// Give back the excess, gracefully, then take up to our share: one
 	// partition after another, for one renew interval at most, so that the
 	// next renewals come on time however slow NATS or the hand-overs are.
-	spent := func() bool { return c.cfg.Now().Sub(now) >= c.cfg.RenewInterval }
+	// The interval counts from here, since on a slow link the reads above
+	// may take that long themselves, but ends at the latest two intervals
+	// after the renewals were sent.
+	balanceFrom := c.cfg.Now()
+	spent := func() bool {
+		t := c.cfg.Now()
+		return t.Sub(balanceFrom) >= c.cfg.RenewInterval || t.Sub(sent) >= 2*c.cfg.RenewInterval
+	}
 	for p := range bus.Partitions {
 		if owned <= share || spent() {
 			break
@@ -766,12 +783,17 @@ func (c *Cluster) tick(ctx context.Context) {
 	// servers do not all race for the same partitions. A lease
 	// absent from a young bucket may still run on a server that held it
 	// before the bucket was lost.
+	// They are taken a few at a time, each wave's writes and loads in
+	// parallel, so that a slow link costs a round trip per wave and not
+	// per partition.
 	young := now.UnixNano() < inc+c.cfg.LeaseTTL.Nanoseconds()
 	start := int(bus.Partition([]byte(c.cfg.Node)))
+	type candidate struct {
+		p int
+		e ownerEntry
+	}
+	var cands []candidate
 	for i := range bus.Partitions {
-		if owned >= share || ctx.Err() != nil || spent() {
-			break
-		}
 		p := (start + i) % bus.Partitions
 		if c.mine[p].Load() != 0 {
 			continue
@@ -788,25 +810,155 @@ func (c *Cluster) tick(ctx context.Context) {
 		if e.node != "" && e.node != c.cfg.Node && now.Before(c.graceUntil) {
 			continue
 		}
-		if c.acquire(ctx, p, e, exp) {
-			owned++
+		cands = append(cands, candidate{p, e})
+	}
+	for len(cands) > 0 && owned < share && ctx.Err() == nil && !spent() {
+		n := min(acquireWave, share-owned, len(cands))
+		var took atomic.Int64
+		var wg sync.WaitGroup
+		for _, cand := range cands[:n] {
+			wg.Go(func() {
+				if c.acquire(ctx, cand.p, cand.e, exp) {
+					took.Add(1)
+				}
+			})
 		}
+		wg.Wait()
+		cands = cands[n:]
+		owned += int(took.Load())
 	}
 }
 
+// acquireWave is how many partitions one tick takes at once.
+const acquireWave = 8
+
+// memberLoop renews this server's member entry and counts the live
+// members every RenewInterval. It runs beside the lease loop, so that on a
+// slow link the member reads (a listing is several round trips) never
+// delay a lease renewal.
+func (c *Cluster) memberLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.conflict.Load() || c.synced.Load() == 0 {
+			continue
+		}
+		now := c.cfg.Now()
+		mctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+		c.heartbeat(mctx, now)
+		if !c.conflict.Load() {
+			c.live.Store(int64(c.liveMembers(mctx, now)))
+		}
+		cancel()
+	}
+}
+
+// renewTimeout is how long one round of lease requests may wait for NATS:
+// half a lease, so that a slow link's answers still count, while a renewal
+// answered that late still leaves the owner most of its lease.
+func (c *Cluster) renewTimeout() time.Duration {
+	return max(c.cfg.RenewInterval, c.cfg.LeaseTTL/2)
+}
+
+// renew renews every lease this server holds at once, and returns how many
+// it holds afterwards and how many renewals got no answer.
+func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) {
+	rctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+	defer cancel()
+	var held, failed atomic.Int64
+	var wg sync.WaitGroup
+	for p := range bus.Partitions {
+		c.mu.Lock()
+		e := c.owners[p]
+		c.mu.Unlock()
+		if e.node != c.cfg.Node || c.mine[p].Load() == 0 {
+			if c.mine[p].Load() != 0 {
+				c.lose(p, "lease taken by another server")
+			}
+			continue
+		}
+		wg.Go(func() {
+			err := c.setLease(rctx, p, e.revision, exp)
+			switch {
+			case err == nil:
+				held.Add(1)
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+				c.lose(p, "lease renewal refused: another server wrote the lease")
+			default:
+				// Still ours until the lease runs out (Owns); counted as
+				// held so that the balance does not take a replacement.
+				held.Add(1)
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		c.metrics.renewFailures.Add(float64(n))
+		if now := time.Now(); now.Sub(c.renewWarned) >= 5*time.Second {
+			c.renewWarned = now
+			c.log.Warn("lease renewals got no answer; the partitions stay this server's until their leases run out", "unanswered", n, "held", held.Load())
+		}
+	}
+	return int(held.Load()), int(failed.Load())
+}
+
+// liveMembers counts the members whose entries have not run out (at least
+// this server), reading them at once, and notes their direct listeners.
+func (c *Cluster) liveMembers(ctx context.Context, now time.Time) int {
+	keys, err := c.members_.ListKeys(ctx)
+	if err != nil {
+		return 1
+	}
+	var names []string
+	for k := range keys.Keys() {
+		names = append(names, k)
+	}
+	entries := make([]*lease, len(names))
+	var wg sync.WaitGroup
+	for i, k := range names {
+		wg.Go(func() {
+			if e, err := c.members_.Get(ctx, k); err == nil {
+				var l lease
+				if json.Unmarshal(e.Value(), &l) == nil {
+					entries[i] = &l
+				}
+			}
+		})
+	}
+	wg.Wait()
+	live := 0
+	peers := map[string]peerInfo{}
+	for _, l := range entries {
+		if l != nil && l.Expires > now.UnixMilli() {
+			live++
+			if l.Fwd != "" {
+				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert}
+			}
+		}
+	}
+	c.peers.Store(&peers)
+	return max(live, 1)
+}
+
 // setLease writes our lease for p at the revision we hold.
-func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) bool {
+func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) error {
 	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp, Instance: c.cfg.Instance, Prev: rev})
 	nrev, err := c.owners_.Update(ctx, partKey(p), b, rev)
 	if err != nil {
-		return false
+		return err
 	}
 	c.mu.Lock()
 	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, instance: c.cfg.Instance, prev: rev, gen: c.gen}
 	c.written[p] = writtenLease{inc: c.synced.Load(), rev: nrev}
 	c.mu.Unlock()
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
-	return true
+	return nil
 }
 
 // resumable reports whether entry e of p is the last lease this process
@@ -940,19 +1092,63 @@ func (c *Cluster) release(ctx context.Context, p int) {
 		cancel()
 	}
 	c.mu.Lock()
-	rev := c.owners[p].revision
+	e := c.owners[p]
 	c.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, time.Second)
-	_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(rev))
-	cancel()
+	if e.node == c.cfg.Node {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(e.revision))
+		cancel()
+	}
 	c.metrics.handovers.WithLabelValues("released").Inc()
 	c.log.Info("partition released", "partition", p)
 }
 
-// Owns reports whether this server decides for partition p at now.
+// Owns reports whether this server decides for partition p at now: it
+// holds p's lease, and has persisted its decisions recently enough
+// (Persisted).
 func (c *Cluster) Owns(p int, now time.Time) bool {
 	until := c.mine[p].Load()
-	return until != 0 && now.UnixNano() < until
+	if until == 0 || now.UnixNano() >= until {
+		return false
+	}
+	pu := c.persistedUntil.Load()
+	return pu == 0 || now.UnixNano() < pu
+}
+
+// Persisted tells the cluster that every decision this server made before
+// t is in the state stream (a flush that began at t was acknowledged).
+// From then on an owner decides only while its last such flush began
+// within PersistWindow: one whose flushes keep failing stops deciding, as
+// one whose renewals fail does, so that what a fault can make it forget is
+// bounded by that time whatever the fault (LossWindow).
+func (c *Cluster) Persisted(t time.Time) {
+	until := t.Add(c.LossWindow()).UnixNano()
+	for {
+		old := c.persistedUntil.Load()
+		if until <= old || c.persistedUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// LossWindow is the longest an owner decides past the start of its last
+// persisted flush (PersistWindow, 1 s by default). A server cut off,
+// paused or killed forgets at most the decisions it made in that long
+// before it stopped; the worker fences off whatever it publishes later.
+func (c *Cluster) LossWindow() time.Duration { return c.cfg.PersistWindow }
+
+// Healthy reports whether this server can decide at now: its last tick
+// reached the lease bucket and renewed every lease it tried within
+// LeaseTTL - Margin, and (once its flushes are reported) its last persisted flush
+// began within it. A server cut off from NATS, or on a NATS node that lost
+// its cluster, turns unhealthy within a lease time whatever its TCP
+// connection says.
+func (c *Cluster) Healthy(now time.Time) bool {
+	if now.UnixNano() >= c.healthyUntil.Load() {
+		return false
+	}
+	pu := c.persistedUntil.Load()
+	return pu == 0 || now.UnixNano() < pu
 }
 
 // Owner returns the server other servers should forward p's checks to.

@@ -199,22 +199,40 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 	return nil
 }
 
-// LoadPartition replaces partition p's buckets with what the worker has
-// persisted: the cluster calls it when this server takes p over.
+// LoadPartition replaces partition p's buckets with what the worker has,
+// as p's new owner: the first page raises p's term at the worker (its
+// fencing token), and the states this server decides for p from now on
+// carry that term. The term is taken only once every page is in, so a
+// flush meanwhile cannot stamp a bucket the load has yet to replace with
+// it; pending states of an older term are dropped, as the worker would
+// refuse them.
 func (e *Engine) LoadPartition(ctx context.Context, p int) error {
-	req := bucketsRequest{Limit: hydratePage, Partition: &p}
+	req := bucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true}
 	var pl pageLoader
+	var term uint64
 	for {
 		page, err := e.requestBuckets(ctx, req)
 		if err != nil {
 			return err
 		}
+		if req.Acquire {
+			term, req.Acquire = page.Term, false
+		}
 		pl.each(e, &page, e.cache.Load)
 		if page.Next == "" {
-			return nil
+			break
 		}
 		req.After = page.Next
 	}
+	e.flushMu.Lock()
+	e.terms[p].Store(term)
+	for k, rec := range e.pendingStates {
+		if rec.Term != 0 && rec.Term < term && bus.Partition([]byte(k)) == p {
+			delete(e.pendingStates, k)
+		}
+	}
+	e.flushMu.Unlock()
+	return nil
 }
 
 // FlushAndSync publishes every pending bucket state and waits until the

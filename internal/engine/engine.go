@@ -92,6 +92,11 @@ type Engine struct {
 
 	cluster *cluster.Cluster
 	deltas  deltaAgg
+	// terms[p] is the fencing token this server was given when it last
+	// loaded partition p as its owner (LoadPartition); states it decides
+	// for p carry it, and the worker refuses them once another server has
+	// loaded p since. 0: never owned.
+	terms [bus.Partitions]atomic.Uint64
 
 	minute atomic.Int64 // the current unix minute, moved by a loop
 	keyUse keyUse
@@ -101,6 +106,7 @@ type Engine struct {
 	// (its version reply says so), which cost far less to encode and
 	// decode than JSON; until then, and with an older worker, JSON.
 	packedStates  atomic.Bool
+	fencedStates  atomic.Bool // the worker also reads bus.FencedStateFormat
 	rowsPublished atomic.Uint64
 
 	stop   context.CancelFunc
@@ -164,10 +170,18 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	return e, nil
 }
 
-// Ready reports whether the engine may answer checks: hydrated and
+// Ready reports whether the engine may answer requests: hydrated and
 // connected to NATS.
 func (e *Engine) Ready() bool {
 	return e.hydrated.Load() && e.connected.Load()
+}
+
+// Healthy reports what /readyz answers: Ready, and in a cluster able to
+// decide (cluster.Healthy: its leases renewed and its decisions persisted
+// within a lease time). A silent partition leaves the TCP connection up
+// for minutes; the lease renewals tell the truth within a lease.
+func (e *Engine) Healthy() bool {
+	return e.Ready() && (e.cluster == nil || e.cluster.Healthy(e.cfg.Now()))
 }
 
 // watchConn keeps e.connected current: at once on a status change, and
@@ -353,6 +367,7 @@ func (e *Engine) resyncLoop(ctx context.Context) {
 			return false
 		}
 		e.packedStates.Store(slices.Contains(ver.StateFormats, bus.PackedStateFormat))
+		e.fencedStates.Store(slices.Contains(ver.StateFormats, bus.FencedStateFormat))
 		return ver.Version > e.view.Load().version
 	}
 	for need := behind(); ; need = false {

@@ -46,26 +46,36 @@ func (e *Engine) nextMsgID(kind string) string {
 	return e.cfg.Node + "-" + strconv.FormatInt(e.epoch, 36) + "-" + kind + "-" + strconv.FormatUint(e.batchSeq.Add(1), 10)
 }
 
-func (e *Engine) flushStates(ctx context.Context) {
+// flushStates publishes the dirty buckets' states and reports whether
+// every state pending when it began is now in the stream. In a cluster,
+// each success tells the cluster that this server's decisions up to the
+// flush's start are persisted (Cluster.Persisted): an owner whose flushes
+// keep failing stops deciding before it has more to lose than the bound.
+func (e *Engine) flushStates(ctx context.Context) bool {
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
+	began := e.cfg.Now()
+	v := e.view.Load()
 	e.cache.DrainDirty(func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
-		tenant, _, _ := strings.Cut(key, "/")
+		tenant, rest, _ := strings.Cut(key, "/")
+		policy, _, _ := strings.Cut(rest, "/")
 		e.pendingStates[key] = bus.BucketRecord{
 			Key: key, TenantID: tenant,
 			Limits: bus.EncodeLimits(limits), States: bus.EncodeStates(states), FullAt: fullAt,
+			Term: e.termOf(v, key, tenant, policy),
 		}
 	})
 	e.pendingStatesPeak = max(e.pendingStatesPeak, len(e.pendingStates))
 	defer e.shrinkPendingStates()
 	if len(e.pendingStates) == 0 {
-		return
+		e.persisted(began)
+		return true
 	}
 	batch := make([]bus.BucketRecord, 0, min(len(e.pendingStates), maxBucketsPerBatch))
 	publish := func() bool {
 		var data []byte
-		if e.packedStates.Load() {
-			data = bus.AppendPackedStateBatch(nil, e.cfg.Node, batch)
+		if fenced := e.fencedStates.Load(); fenced || e.packedStates.Load() {
+			data = bus.AppendPackedStateBatch(nil, e.cfg.Node, batch, fenced)
 		} else {
 			var err error
 			if data, err = json.Marshal(bus.StateBatch{V: bus.WireVersion, Node: e.cfg.Node, Buckets: batch}); err != nil {
@@ -73,7 +83,7 @@ func (e *Engine) flushStates(ctx context.Context) {
 				return false
 			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, e.statePublishTimeout())
 		_, err := e.js.Publish(pctx, bus.StateSubjectPrefix+e.cfg.Node, data, jetstream.WithMsgID(e.nextMsgID("s")))
 		cancel()
 		if err != nil {
@@ -96,11 +106,51 @@ func (e *Engine) flushStates(ctx context.Context) {
 	for _, rec := range e.pendingStates {
 		batch = append(batch, rec)
 		if len(batch) == maxBucketsPerBatch && !publish() {
-			return
+			return false
 		}
 	}
-	if len(batch) > 0 {
-		publish()
+	if len(batch) > 0 && !publish() {
+		return false
+	}
+	e.persisted(began)
+	return true
+}
+
+// termOf is the partition term a drained state of key is published with:
+// this server's term for the key's partition when the key's policy is
+// decided by a partition owner (exact, in a cluster), else 0, which the
+// worker never fences (a single server, a local-mode policy, whose every
+// server publishes its own view). A state drained after this server lost
+// the partition keeps the term it decided under, so the worker refuses it
+// once another owner has loaded the partition.
+func (e *Engine) termOf(v *view, key, tenant, policy string) uint64 {
+	if e.cluster == nil {
+		return 0
+	}
+	if tv := v.compiled[tenant]; tv != nil {
+		if pv := tv.byID[policy]; pv != nil && pv.consistency == "local" {
+			return 0
+		}
+	}
+	return e.terms[bus.Partition([]byte(key))].Load()
+}
+
+// statePublishTimeout is how long a state batch may wait for JetStream's
+// ack. In a cluster, an owner stops deciding LossWindow after its last
+// persisted flush began, so a publish that waits much longer only delays
+// the retry that would let it decide again.
+func (e *Engine) statePublishTimeout() time.Duration {
+	if e.cluster != nil {
+		return 2 * e.cluster.LossWindow()
+	}
+	return 5 * time.Second
+}
+
+// persisted tells the cluster that every decision made before t is in the
+// state stream.
+func (e *Engine) persisted(t time.Time) {
+	if e.cluster != nil {
+		e.cluster.Persisted(t)
 	}
 }
 

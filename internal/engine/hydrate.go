@@ -81,6 +81,7 @@ type bucketsRequest struct {
 	Keys      []string `json:"keys,omitempty"`
 	Packed    bool     `json:"packed"`
 	Order     string   `json:"order,omitempty"`
+	Acquire   bool     `json:"acquire,omitempty"`
 }
 
 // bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
@@ -90,12 +91,13 @@ type bucketsPage struct {
 	Packed  []byte             `json:"packed"`
 	Next    string             `json:"next"`
 	Order   string             `json:"order"`
+	Term    uint64             `json:"term"`
 }
 
 // SetRaw takes a packed page sent raw (bus.RawReceiver).
 func (p *bucketsPage) SetRaw(data []byte, h nats.Header) error {
 	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
-	return nil
+	return bus.ParsePageTerm(h, &p.Term)
 }
 
 // loadCursor is how far the bulk load has settled keys: every key up to

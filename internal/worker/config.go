@@ -58,7 +58,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpVersion: handle(w, bus.OpVersion, func(ctx context.Context, _ none) (bus.Version, error) {
 			v, err := st.ConfigVersion(ctx)
-			return bus.Version{Version: v, StateFormats: []string{bus.PackedStateFormat}}, err
+			return bus.Version{Version: v, StateFormats: []string{bus.PackedStateFormat, bus.FencedStateFormat}}, err
 		}),
 		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
 			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {

@@ -312,11 +312,11 @@ func TestStateBatchesInBothForms(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	raw(append(bus.AppendPackedStateBatch(nil, "n1", stateBatch("ten_a/p/ip:lost", 1, future).Buckets), 0xff)) // damaged
+	raw(append(bus.AppendPackedStateBatch(nil, "n1", stateBatch("ten_a/p/ip:lost", 1, future).Buckets, false), 0xff)) // damaged
 	packed := stateBatch("ten_a/p/ip:packed", 5, future)
 	packed.Buckets = append(packed.Buckets, stateBatch("ten_b/p/ip:packed", 6, future).Buckets...)
 	packed.Buckets[1].TenantID = "ten_b"
-	raw(bus.AppendPackedStateBatch(nil, "n1", packed.Buckets))
+	raw(bus.AppendPackedStateBatch(nil, "n1", packed.Buckets, false))
 	eventually(t, 30*time.Second, "both forms committed", func() bool { return e.w.Stats().StateRows == 3 })
 	page, err := e.w.bucketsByKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
 	if err != nil {

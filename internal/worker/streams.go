@@ -428,8 +428,8 @@ func stateRows(w *Worker, data []byte) []bucketRow {
 		return bucketRows(bs[0])
 	}
 	var rows []bucketRow
-	_, err := bus.WalkPackedStateBatch(data, func(pr bus.PackedRecord) error {
-		rec := &bus.BucketRecord{Key: string(pr.Key), TenantID: string(pr.TenantID), FullAt: pr.FullAt}
+	_, err := bus.WalkPackedStateBatch(data, func(pr bus.PackedRecord, term uint64) error {
+		rec := &bus.BucketRecord{Key: string(pr.Key), TenantID: string(pr.TenantID), FullAt: pr.FullAt, Term: term}
 		rows = append(rows, bucketRow{rec: rec, bin: pr.State, part: bus.Partition(pr.Key)})
 		return nil
 	})
@@ -449,8 +449,12 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 }
 
 // mergeState keeps each key's newest state among payloads, in key order,
-// so that consecutive rows land on the same B-tree pages.
+// so that consecutive rows land on the same B-tree pages. A state of an
+// older partition term than its partition's is dropped first (terms.go);
+// mergeState runs in the write transaction, so the terms cannot change
+// under it.
 func (w *Worker) mergeState(payloads []payload) []bucketRow {
+	defer w.reportFenced()
 	n := 0
 	for i := range payloads {
 		p := &payloads[i]
@@ -463,6 +467,9 @@ func (w *Worker) mergeState(payloads []payload) []bucketRow {
 	order := make([]bucketRow, 0, n)
 	for _, p := range payloads {
 		for _, r := range p.rows {
+			if w.terms.stale(r.part, r.rec.Term) {
+				continue
+			}
 			r.seq = p.seq
 			if j, seen := latest[r.rec.Key]; seen {
 				if p.seq >= order[j].seq {

@@ -114,7 +114,8 @@ type Worker struct {
 	rowsAtSweep uint64
 	releasedAt  time.Time
 
-	runs *stagedRuns // staged bucket states (runs.go)
+	runs  *stagedRuns     // staged bucket states (runs.go)
+	terms *partitionTerms // partition fencing tokens (terms.go)
 
 	// pageRowBytes is what a live bucket took in the last hydration page,
 	// to size the next page's reads (readMerged).
@@ -196,8 +197,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	w.metrics.lag = newLagMetrics()
 	w.repl = newReplState()
 	w.runs = newStagedRuns()
+	w.terms = newPartitionTerms()
 	if cfg.Registerer != nil {
-		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures}, w.metrics.lag.collectors()...)
+		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.terms.fenced}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
 		if cfg.Recorder != nil {
@@ -245,7 +247,11 @@ func (w *Worker) runActive(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// The account of staged runs comes first: stream batches add to it.
+	// So do the partition terms: stream batches are fenced by them.
 	if err := w.runs.load(ctx, w.db); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := w.terms.load(ctx, w.db); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.bootstrapOperator(ctx)
@@ -428,6 +434,10 @@ type BucketsRequest struct {
 	// order; older servers leave it empty and are answered in key order,
 	// which costs the worker a sort of the table per page (logged).
 	Order string `json:"order,omitempty"`
+	// Acquire, on the first page of a Partition, raises the partition's
+	// term (terms.go) once the backlog is committed, before the page is
+	// read; the page answers the new term.
+	Acquire bool `json:"acquire,omitempty"`
 }
 
 const (
@@ -447,6 +457,8 @@ type BucketsPage struct {
 	// Order is the page's order (bus.OrderPartitionKey, or empty for key
 	// order).
 	Order string `json:"order,omitempty"`
+	// Term is the partition's new term, on a page that acquired it.
+	Term uint64 `json:"term,omitempty"`
 }
 
 // RawReply sends a packed page raw, its Next in a header (bus.RawReply).
@@ -458,13 +470,16 @@ func (p BucketsPage) RawReply() ([]byte, nats.Header, bool) {
 	if p.Order != "" {
 		h.Set(bus.PageOrderHeader, p.Order)
 	}
+	if p.Term != 0 {
+		h.Set(bus.PageTermHeader, strconv.FormatUint(p.Term, 10))
+	}
 	return p.Packed, h, true
 }
 
 // SetRaw takes a packed page sent raw (bus.RawReceiver).
 func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
 	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
-	return nil
+	return bus.ParsePageTerm(h, &p.Term)
 }
 
 // bucketsPage answers hydration. The first page waits until every state
@@ -478,9 +493,16 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 	if len(req.Keys) > 0 {
 		return w.bucketsByKey(ctx, req.Keys, req.Packed)
 	}
+	var term uint64
 	if req.After == "" {
 		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
 			return BucketsPage{}, err
+		}
+		if req.Acquire && req.Partition != nil {
+			var err error
+			if term, err = w.raiseTerm(ctx, *req.Partition); err != nil {
+				return BucketsPage{}, err
+			}
 		}
 	}
 	if req.Limit <= 0 || req.Limit > maxPage {
@@ -508,6 +530,7 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		if more {
 			pb.page.Next = pb.last
 		}
+		pb.page.Term = term
 		return pb.page, nil
 	case req.Order == bus.OrderPartitionKey:
 		part, after := 0, req.After

@@ -1,0 +1,116 @@
+package bus
+
+// Moving off a NATS node that lost its cluster.
+//
+// A NATS node cut off from the others (a silent partition, no reset) keeps
+// its clients' TCP connections up, and it may even believe it still leads
+// the streams it led, for up to its lost-quorum interval: nothing it is
+// asked to store commits. Its clients see only requests that time out. The
+// client library reconnects when a connection breaks, not when the server
+// behind it is useless, so a process that notices its JetStream requests
+// keep failing (Failed) while the connection is up moves itself to another
+// server of the pool (nats.Conn.ForceReconnect, which tries the next one):
+// on a majority node its requests commit again as soon as the majority has
+// a leader.
+
+import (
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Unstick reconnects a connection to another NATS server once its
+// JetStream requests have failed for After while connected. It is safe for
+// concurrent use.
+type Unstick struct {
+	nc    *nats.Conn
+	after time.Duration
+	log   *slog.Logger
+	now   func() time.Time
+	// reconnect is nc.ForceReconnect (tests replace it).
+	reconnect func() error
+
+	mu      sync.Mutex
+	okAt    time.Time // the last success, or when failures began to count
+	failing bool
+	forced  time.Time // the last forced reconnect
+
+	forcedTotal prometheus.Counter
+}
+
+// NewUnstick watches nc; after is how long requests must fail before it
+// moves, and how long it waits after a move before moving again.
+func NewUnstick(nc *nats.Conn, after time.Duration, log *slog.Logger) *Unstick {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	u := &Unstick{nc: nc, after: after, log: log, now: time.Now,
+		forcedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_nats_forced_reconnects_total",
+			Help: "Reconnections to another NATS server forced because JetStream requests kept failing on a connection that was up (its node lost its cluster).",
+		})}
+	if nc != nil {
+		u.reconnect = nc.ForceReconnect
+	}
+	return u
+}
+
+// Register adds the reconnect counter to r.
+func (u *Unstick) Register(r prometheus.Registerer) error { return r.Register(u.forcedTotal) }
+
+// OK records a JetStream request that succeeded.
+func (u *Unstick) OK() {
+	u.mu.Lock()
+	u.failing = false
+	u.mu.Unlock()
+}
+
+// Failed records a JetStream request that failed, and moves the
+// connection to another server when requests have failed for After while
+// it was connected, at most once every After.
+func (u *Unstick) Failed() {
+	now := u.now()
+	u.mu.Lock()
+	if !u.failing {
+		u.failing, u.okAt = true, now
+	}
+	since := now.Sub(u.okAt)
+	due := since >= u.after && now.Sub(u.forced) >= u.after && u.connected() && u.servers() > 1
+	if due {
+		u.forced = now
+	}
+	u.mu.Unlock()
+	if !due {
+		return
+	}
+	from := ""
+	if u.nc != nil {
+		from = serverHost(u.nc.ConnectedUrl())
+	}
+	u.log.Warn("JetStream requests keep failing on a live connection: its NATS node may have lost its cluster; reconnecting to another", "failing_for", since.Round(time.Millisecond), "server", from)
+	u.forcedTotal.Inc()
+	if err := u.reconnect(); err != nil {
+		u.log.Warn("forced reconnect failed", "err", err)
+	}
+}
+
+func (u *Unstick) connected() bool { return u.nc == nil || u.nc.IsConnected() }
+
+func (u *Unstick) servers() int {
+	if u.nc == nil {
+		return 2
+	}
+	return len(u.nc.Servers())
+}
+
+// serverHost is a server URL's host, without any credentials it carries.
+func serverHost(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Host
+	}
+	return ""
+}

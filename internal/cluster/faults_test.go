@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/internal/bus"
+)
+
+// An owner decides only while its lease runs and its last persisted flush
+// began within the loss window; readiness follows the same two clocks, not
+// the TCP connection.
+func TestOwnsNeedsRenewalsAndPersistedFlushes(t *testing.T) {
+	c := &Cluster{cfg: Config{LeaseTTL: 2 * time.Second, Margin: 500 * time.Millisecond, PersistWindow: time.Second}}
+	t0 := time.Unix(1_700_000_000, 0)
+	const p = 5
+	c.mine[p].Store(t0.Add(1500 * time.Millisecond).UnixNano())
+	c.healthyUntil.Store(t0.Add(1500 * time.Millisecond).UnixNano())
+	steps := []struct {
+		name          string
+		persisted     time.Time // zero: none reported now
+		at            time.Duration
+		owns, healthy bool
+	}{
+		{name: "no flush reported yet: the lease alone", at: time.Second, owns: true, healthy: true},
+		{name: "flush began at t0", persisted: t0, at: 999 * time.Millisecond, owns: true, healthy: true},
+		{name: "no flush persisted for a second", at: 1000 * time.Millisecond},
+		{name: "lease ran out", persisted: t0.Add(time.Second), at: 1500 * time.Millisecond},
+	}
+	for _, s := range steps {
+		if !s.persisted.IsZero() {
+			c.Persisted(s.persisted)
+		}
+		now := t0.Add(s.at)
+		if got := c.Owns(p, now); got != s.owns {
+			t.Errorf("%s: Owns = %v", s.name, got)
+		}
+		if got := c.Healthy(now); got != s.healthy {
+			t.Errorf("%s: Healthy = %v", s.name, got)
+		}
+	}
+	// The lease renewed, but flushes stopped at t0 + 1 s: a second later
+	// the server stops deciding and reports unhealthy although its lease
+	// runs.
+	c.mine[p].Store(t0.Add(5 * time.Second).UnixNano())
+	c.healthyUntil.Store(t0.Add(5 * time.Second).UnixNano())
+	if !c.Owns(p, t0.Add(1999*time.Millisecond)) || c.Owns(p, t0.Add(2000*time.Millisecond)) {
+		t.Error("an owner whose flushes stopped at t0 + 1 s must decide until t0 + 2 s and not after")
+	}
+	if c.Healthy(t0.Add(2100 * time.Millisecond)) {
+		t.Error("an owner that cannot persist reports healthy")
+	}
+	// An older report never moves the window back.
+	c.Persisted(t0.Add(3 * time.Second))
+	c.Persisted(t0)
+	if !c.Owns(p, t0.Add(3900*time.Millisecond)) {
+		t.Error("a late report of an older flush moved the window back")
+	}
+	if c.Owns(7, t0) {
+		t.Error("owns a partition it holds no lease for")
+	}
+}
+
+// Over a slow, lossy link — every chunk 50 ± 20 ms late each way, and one
+// in twenty a further 200–300 ms, as a link that drops segments delivers
+// them after a retransmission — one server takes every partition and
+// keeps it: renewals tolerate answers that late, and a renewal with no
+// answer in time does not give the partition up before its lease runs
+// out.
+func TestLeasesHoldOverALossyLink(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	link := newLossyLink(t, ns.Addr().String(), 50*time.Millisecond, 20*time.Millisecond, 0.05, 200*time.Millisecond, 300*time.Millisecond)
+	var loads atomic.Int64
+	a := memberWith(t, "nats://"+link, Config{Node: "a"}, &loads)
+	start := time.Now()
+	waitOwned(t, 60*time.Second, func() bool { return a.OwnedCount() == bus.Partitions })
+	t.Logf("all partitions owned %s after start", time.Since(start).Round(time.Millisecond))
+	var lowest = bus.Partitions
+	var unhealthy time.Duration
+	last := time.Now()
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		now := time.Now()
+		lowest = min(lowest, a.OwnedCount())
+		if !a.Healthy(now) {
+			unhealthy += now.Sub(last)
+		}
+		last = now
+	}
+	t.Logf("lowest owned %d of %d; unhealthy for %s of 6 s; unanswered renewals %v", lowest, bus.Partitions, unhealthy, testutil.ToFloat64(a.metrics.renewFailures))
+	if lowest != bus.Partitions {
+		t.Fatalf("owned only %d of %d partitions at one point: the lossy link made a lease lapse", lowest, bus.Partitions)
+	}
+	if unhealthy > 0 {
+		t.Fatalf("reported unhealthy for %s on a link where every message arrives", unhealthy)
+	}
+	a.Close(context.Background())
+}
+
+// newLossyLink is newSlowLink with a random delay per chunk: base ± jitter,
+// and with probability p a further extra in [extraMin, extraMax). Chunks
+// keep their order, as TCP delivers them.
+func newLossyLink(t *testing.T, target string, base, jitter time.Duration, p float64, extraMin, extraMax time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(5, 8))
+	d := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		v := base - jitter + time.Duration(r.Int64N(int64(2*jitter)+1))
+		if r.Float64() < p {
+			v += extraMin + time.Duration(r.Int64N(int64(extraMax-extraMin)))
+		}
+		return v
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); u.Close() })
+			go delayEach(u, c, d)
+			go delayEach(c, u, d)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// delayEach is delay with a delay of its own for each chunk; a chunk never
+// overtakes the one before it.
+func delayEach(dst, src net.Conn, d func() time.Duration) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		var prev time.Time
+		for {
+			b := make([]byte, 32<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				at := time.Now().Add(d())
+				if at.Before(prev) {
+					at = prev
+				}
+				prev = at
+				q <- chunk{b[:n], at}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.b); err != nil {
+			break
+		}
+	}
+	dst.Close()
+	for range q {
+	}
+}
