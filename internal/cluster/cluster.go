@@ -98,8 +98,8 @@ type Config struct {
 	// last flush that reached the state stream (Persisted): what a cut-off
 	// owner can forget. Default 1s, at most LeaseTTL - Margin.
 	PersistWindow time.Duration
-	Now    func() time.Time
-	Log    *slog.Logger
+	Now           func() time.Time
+	Log           *slog.Logger
 	// Registerer receives the cluster's metrics; none when nil.
 	Registerer prometheus.Registerer
 	// Direct, when set, serves forwarded checks on a listener of this
