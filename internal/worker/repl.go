@@ -251,10 +251,12 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			}
 		}
 		if err != nil {
+			w.unstick.Failed()
 			warn("standby: the replication log does not answer; retrying", "err", err)
 			sleepCtx(ctx, 250*time.Millisecond)
 			continue
 		}
+		w.unstick.OK()
 		created, first, last := info.Created.UnixNano(), info.State.FirstSeq, info.State.LastSeq
 		lease := w.readLease(ctx)
 		held, expiredRev := lease.held, lease.expiredRev
@@ -527,6 +529,7 @@ func (w *Worker) renewLease(ctx context.Context, rev, epoch uint64) {
 		next, err := r.kv.Update(rctx, bus.WorkerLeaseKey, w.leaseBytes(epoch, since, sent), rev)
 		cancel()
 		if err == nil {
+			w.unstick.OK()
 			rev = next
 			r.mu.Lock()
 			r.leaseUntil = sent.Add(w.leaseMargin())
@@ -536,6 +539,9 @@ func (w *Worker) renewLease(ctx context.Context, rev, epoch uint64) {
 		if ctx.Err() != nil {
 			return
 		}
+		// On a NATS node that lost its cluster the renewals only time
+		// out: move to another node before the lease is gone.
+		w.unstick.Failed()
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			w.stepDown("another worker holds the lease")
 			return

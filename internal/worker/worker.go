@@ -116,6 +116,9 @@ type Worker struct {
 
 	runs  *stagedRuns     // staged bucket states (runs.go)
 	terms *partitionTerms // partition fencing tokens (terms.go)
+	// unstick moves the connection off a NATS node whose JetStream stops
+	// answering while the connection stays up (its node lost its cluster).
+	unstick *bus.Unstick
 
 	// pageRowBytes is what a live bucket took in the last hydration page,
 	// to size the next page's reads (readMerged).
@@ -198,7 +201,11 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	w.repl = newReplState()
 	w.runs = newStagedRuns()
 	w.terms = newPartitionTerms()
+	w.unstick = bus.NewUnstick(nc, cfg.LeaseTTL/2, w.log)
 	if cfg.Registerer != nil {
+		if err := w.unstick.Register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("worker: register metrics: %w", err)
+		}
 		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.terms.fenced}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
