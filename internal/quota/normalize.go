@@ -13,7 +13,10 @@ package quota
 // and the result contains no escape at all, which makes normalization
 // idempotent.
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // Target is a normalized request target.
 type Target struct {
@@ -40,6 +43,7 @@ func NormalizeTarget(raw string) Target {
 	}
 	raw = stripSchemeAuthority(raw)
 	p, q, _ := strings.Cut(raw, "?")
+	tally(2*len(raw) + 2)
 	return Target{Path: NormalizePath(p), Query: parseQuery(q)}
 }
 
@@ -53,10 +57,12 @@ func stripSchemeAuthority(raw string) string {
 	for i < len(raw) && (isAlnum(raw[i]) || raw[i] == '+' || raw[i] == '-' || raw[i] == '.') {
 		i++
 	}
+	tally(i + 1)
 	if i == 0 || !isAlpha(raw[0]) || !strings.HasPrefix(raw[i:], "://") {
 		return raw
 	}
 	rest := raw[i+3:]
+	tally(len(rest))
 	if j := strings.IndexAny(rest, "/?"); j >= 0 {
 		return rest[j:]
 	}
@@ -95,6 +101,7 @@ func canonicalPath(p string, stripExt bool) string {
 	if len(out) == 0 {
 		return "/"
 	}
+	tally(len(out))
 	return string(out)
 }
 
@@ -109,6 +116,7 @@ func appendSegments(out, dec []byte) []byte {
 			j++
 		}
 		seg := dec[:j]
+		tally(2*j + 1)
 		if j < len(dec) {
 			dec = dec[j+1:]
 		} else {
@@ -127,9 +135,11 @@ func appendSegments(out, dec []byte) []byte {
 			for k >= base && out[k] != '/' {
 				k--
 			}
+			tally(len(out) - k)
 			out = out[:max(k, base)]
 		default:
 			out = append(out, '/')
+			tally(len(seg))
 			for _, c := range seg {
 				out = append(out, lowerASCII(c))
 			}
@@ -139,46 +149,48 @@ func appendSegments(out, dec []byte) []byte {
 }
 
 // stripExtensions removes format suffixes from the last segment of a
-// canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so).
+// canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so). Each
+// round examines only the suffix it strips (at most 10 bytes when it strips
+// nothing), so the work is linear in the path however many suffixes it has.
 func stripExtensions(out []byte) []byte {
+	start := bytes.LastIndexByte(out, '/') + 1
+	tally(len(out) - start + 1)
+	end := len(out)
 	for {
-		n := extLen(out)
+		n := segExtLen(out[start:end])
+		tally(min(n, 9) + 1)
 		if n == 0 {
-			return out
+			return out[:end]
 		}
-		out = out[:len(out)-n]
+		end -= n
 	}
 }
 
 // extLen returns the length of the strippable ".ext" at the end of the last
-// segment of p, or 0. The name before the dot must be non-empty and not "."
-// or "..", so stripping never creates a dot segment.
-func extLen[T string | []byte](p T) int {
-	n := 0
-	for i := len(p) - 1; i >= 0; i-- {
-		c := p[i]
-		switch {
-		case c == '.':
-			name := p[:i]
-			j := len(name) - 1
-			for j >= 0 && name[j] != '/' {
-				j--
-			}
-			name = name[j+1:]
-			if n == 0 || n > 8 || len(name) == 0 || string(name) == "." || string(name) == ".." {
-				return 0
-			}
-			return n + 1
-		case isAlnum(c):
-			n++
-			if n > 8 {
-				return 0
-			}
-		default:
-			return 0
-		}
+// segment of p, or 0.
+func extLen(p string) int {
+	start := strings.LastIndexByte(p, '/') + 1
+	tally(len(p) - start + 10)
+	return segExtLen(p[start:])
+}
+
+// segExtLen returns the length of the strippable ".ext" at the end of the
+// path segment seg, or 0. It reads at most the last 10 bytes and the length
+// of the name before the dot, which must be non-empty and not "." or "..",
+// so stripping never creates a dot segment.
+func segExtLen[T string | []byte](seg T) int {
+	i := len(seg) - 1
+	for i >= 0 && len(seg)-1-i <= 8 && isAlnum(seg[i]) {
+		i--
 	}
-	return 0
+	n := len(seg) - 1 - i
+	if i < 0 || n == 0 || n > 8 || seg[i] != '.' {
+		return 0
+	}
+	if name := seg[:i]; len(name) == 0 || string(name) == "." || string(name) == ".." {
+		return 0
+	}
+	return n + 1
 }
 
 // isCanonicalPath reports whether NormalizePath(p) == p, cheaply, so that
@@ -190,6 +202,7 @@ func isCanonicalPath(p string) bool {
 	if len(p) == 1 {
 		return true
 	}
+	tally(len(p))
 	if p[len(p)-1] == '/' {
 		return false
 	}
@@ -225,6 +238,7 @@ func isCanonicalPath(p string) bool {
 // a literal '+' in s is a space (query components); a '+' produced by
 // decoding stays a '+', as in every single-pass decoder.
 func appendDecoded(out []byte, s string, plus bool) []byte {
+	tally(len(s))
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if plus && c == '+' {
@@ -234,6 +248,7 @@ func appendDecoded(out []byte, s string, plus bool) []byte {
 		for n := len(out); n >= 3 && out[n-3] == '%' && isHex(out[n-2]) && isHex(out[n-1]); n = len(out) {
 			out[n-3] = unhex(out[n-2])<<4 | unhex(out[n-1])
 			out = out[:n-2]
+			tally(3)
 		}
 	}
 	return out
@@ -242,10 +257,12 @@ func appendDecoded(out []byte, s string, plus bool) []byte {
 // decodeComponent decodes a query key or value, without allocating when
 // there is nothing to decode.
 func decodeComponent(s string) string {
+	tally(2 * len(s))
 	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
 		return s
 	}
 	var scratch [128]byte
+	tally(len(s))
 	return string(appendDecoded(scratch[:0], s, true))
 }
 
@@ -257,8 +274,10 @@ func parseQuery(q string) map[string][]string {
 	for q != "" {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
+		tally(2*len(pair) + 1)
 		addPair(m, pair)
 		if strings.IndexByte(pair, ';') >= 0 {
+			tally(len(pair))
 			for sub := range strings.SplitSeq(pair, ";") {
 				addPair(m, sub)
 			}
@@ -275,10 +294,13 @@ func addPair(m map[string][]string, pair string) {
 		return
 	}
 	k, v, _ := strings.Cut(pair, "=")
+	tally(len(pair) + 1)
 	key := normalizeQueryKey(decodeComponent(k))
 	if key == "" {
 		return
 	}
+	// Hashing the key twice, copying it, and appending (amortized).
+	tally(3*len(key) + 1)
 	m[key] = append(m[key], decodeComponent(v))
 }
 
@@ -287,6 +309,7 @@ func addPair(m map[string][]string, pair string) {
 func normalizeQueryKey(k string) string {
 	for strings.HasSuffix(k, "[]") {
 		k = k[:len(k)-2]
+		tally(2)
 	}
 	return lowerASCIIString(k)
 }
@@ -294,6 +317,7 @@ func normalizeQueryKey(k string) string {
 // lowerASCIIString lower-cases ASCII letters only (no Unicode folding, which
 // could merge distinct keys), allocating only when something changes.
 func lowerASCIIString(s string) string {
+	tally(2*len(s) + 1)
 	for i := 0; i < len(s); i++ {
 		if 'A' <= s[i] && s[i] <= 'Z' {
 			b := []byte(s)
@@ -328,4 +352,17 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - 'a' + 10
+}
+
+// work, when not nil, counts the bytes that normalization and policy
+// matching examine (a map lookup counts its key's length), as an upper
+// bound. Only TestWorkIsLinear sets it. A package variable rather than a
+// parameter keeps the hot path's cost to one predictable branch per pass.
+var work *int
+
+// tally adds n steps to work.
+func tally(n int) {
+	if work != nil {
+		*work += n
+	}
 }
