@@ -92,7 +92,11 @@ func normalizePathSlow(p string) string { return canonicalPath(p, true) }
 // pattern compilation normalizes literal runs that may not end the path.
 func canonicalPath(p string, stripExt bool) string {
 	var scratch [256]byte
-	dec := appendDecoded(scratch[:0], p, false)
+	dec := scratch[:0]
+	if len(p) > len(scratch) {
+		dec = make([]byte, 0, len(p)) // decoding never lengthens
+	}
+	dec = appendDecoded(dec, p, false)
 	out := make([]byte, 0, len(dec)+1)
 	out = appendSegments(out, dec)
 	if stripExt {
@@ -111,22 +115,25 @@ func canonicalPath(p string, stripExt bool) string {
 func appendSegments(out, dec []byte) []byte {
 	base := len(out)
 	for len(dec) > 0 {
-		j := 0
-		for j < len(dec) && dec[j] != '/' && dec[j] != '\\' {
-			j++
+		j, semi := 0, -1
+		for ; j < len(dec); j++ {
+			c := dec[j]
+			if c == '/' || c == '\\' {
+				break
+			}
+			if c == ';' && semi < 0 {
+				semi = j
+			}
 		}
 		seg := dec[:j]
-		tally(2*j + 1)
+		if semi >= 0 {
+			seg = dec[:semi]
+		}
+		tally(j + 1)
 		if j < len(dec) {
 			dec = dec[j+1:]
 		} else {
 			dec = nil
-		}
-		for k, c := range seg {
-			if c == ';' {
-				seg = seg[:k]
-				break
-			}
 		}
 		switch {
 		case len(seg) == 0 || len(seg) == 1 && seg[0] == '.':
@@ -139,9 +146,13 @@ func appendSegments(out, dec []byte) []byte {
 			out = out[:max(k, base)]
 		default:
 			out = append(out, '/')
-			tally(len(seg))
-			for _, c := range seg {
-				out = append(out, lowerASCII(c))
+			tally(2 * len(seg))
+			n := len(out)
+			out = append(out, seg...)
+			for k := n; k < len(out); k++ {
+				if c := out[k]; 'A' <= c && c <= 'Z' {
+					out[k] = c + ('a' - 'A')
+				}
 			}
 		}
 	}
@@ -154,16 +165,19 @@ func appendSegments(out, dec []byte) []byte {
 // nothing), so the work is linear in the path however many suffixes it has.
 func stripExtensions(out []byte) []byte {
 	start := bytes.LastIndexByte(out, '/') + 1
-	tally(len(out) - start + 1)
 	end := len(out)
 	for {
-		n := segExtLen(out[start:end])
-		tally(min(n, 9) + 1)
-		if n == 0 {
-			return out[:end]
+		i := end - 1
+		for i >= start && end-i <= 9 && isAlnum(out[i]) {
+			i--
 		}
-		end -= n
+		if i < start || i == end-1 || end-i > 9 || out[i] != '.' || isDotName(out[start:i]) {
+			break
+		}
+		end = i
 	}
+	tally(len(out) - start + 11)
+	return out[:end]
 }
 
 // extLen returns the length of the strippable ".ext" at the end of the last
@@ -187,10 +201,16 @@ func segExtLen[T string | []byte](seg T) int {
 	if i < 0 || n == 0 || n > 8 || seg[i] != '.' {
 		return 0
 	}
-	if name := seg[:i]; len(name) == 0 || string(name) == "." || string(name) == ".." {
+	if isDotName(seg[:i]) {
 		return 0
 	}
 	return n + 1
+}
+
+// isDotName reports whether the name before a format suffix is "", "." or
+// "..": stripping the suffix would leave an empty or dot segment.
+func isDotName[T string | []byte](name T) bool {
+	return len(name) == 0 || len(name) <= 2 && name[0] == '.' && name[len(name)-1] == '.'
 }
 
 // isCanonicalPath reports whether NormalizePath(p) == p, cheaply, so that
@@ -238,8 +258,20 @@ func isCanonicalPath(p string) bool {
 // a literal '+' in s is a space (query components); a '+' produced by
 // decoding stays a '+', as in every single-pass decoder.
 func appendDecoded(out []byte, s string, plus bool) []byte {
-	tally(len(s))
+	tally(2 * len(s))
 	for i := 0; i < len(s); i++ {
+		// With no '%' among the output's last two bytes, the bytes up to
+		// the next '%' (or '+') cannot complete an escape: copy them at once.
+		if n := len(out); (n < 1 || out[n-1] != '%') && (n < 2 || out[n-2] != '%') {
+			j := i
+			for j < len(s) && s[j] != '%' && (!plus || s[j] != '+') {
+				j++
+			}
+			out = append(out, s[i:j]...)
+			if i = j; i == len(s) {
+				break
+			}
+		}
 		c := s[i]
 		if plus && c == '+' {
 			c = ' '
@@ -270,26 +302,34 @@ func parseQuery(q string) map[string][]string {
 	if q == "" {
 		return nil
 	}
-	m := make(map[string][]string)
+	b := queryBuilder{m: make(map[string][]string)}
 	for q != "" {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
 		tally(2*len(pair) + 1)
-		addPair(m, pair)
+		b.add(pair)
 		if strings.IndexByte(pair, ';') >= 0 {
 			tally(len(pair))
 			for sub := range strings.SplitSeq(pair, ";") {
-				addPair(m, sub)
+				b.add(sub)
 			}
 		}
 	}
-	if len(m) == 0 {
+	if len(b.m) == 0 {
 		return nil
 	}
-	return m
+	return b.m
 }
 
-func addPair(m map[string][]string, pair string) {
+// queryBuilder collects a query's values by key. The first value of each
+// key is cut from a shared array, so that a query of many distinct keys
+// costs a few allocations, not one per key.
+type queryBuilder struct {
+	m     map[string][]string
+	spare []string
+}
+
+func (b *queryBuilder) add(pair string) {
 	if pair == "" {
 		return
 	}
@@ -301,7 +341,17 @@ func addPair(m map[string][]string, pair string) {
 	}
 	// Hashing the key twice, copying it, and appending (amortized).
 	tally(3*len(key) + 1)
-	m[key] = append(m[key], decodeComponent(v))
+	val := decodeComponent(v)
+	if vals, ok := b.m[key]; ok {
+		b.m[key] = append(vals, val)
+		return
+	}
+	if len(b.spare) == cap(b.spare) {
+		b.spare = make([]string, 0, min(2*cap(b.spare)+4, 256))
+	}
+	n := len(b.spare)
+	b.spare = append(b.spare, val)
+	b.m[key] = b.spare[n : n+1 : n+1]
 }
 
 // normalizeQueryKey lower-cases a decoded key and strips trailing "[]"
