@@ -13,10 +13,7 @@ package quota
 // and the result contains no escape at all, which makes normalization
 // idempotent.
 
-import (
-	"bytes"
-	"strings"
-)
+import "strings"
 
 // Target is a normalized request target.
 type Target struct {
@@ -161,57 +158,43 @@ func appendSegments(out, dec []byte) []byte {
 
 // stripExtensions removes format suffixes from the last segment of a
 // canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so). Each
-// round examines only the suffix it strips (at most 10 bytes when it strips
-// nothing), so the work is linear in the path however many suffixes it has.
+// round reads only the suffix it strips and the three bytes before it (at
+// most 13 bytes when it strips nothing), so the work is linear in the path
+// however many suffixes it has.
 func stripExtensions(out []byte) []byte {
-	start := bytes.LastIndexByte(out, '/') + 1
 	end := len(out)
 	for {
-		i := end - 1
-		for i >= start && end-i <= 9 && isAlnum(out[i]) {
-			i--
-		}
-		if i < start || i == end-1 || end-i > 9 || out[i] != '.' || isDotName(out[start:i]) {
+		n := extLen(out, end)
+		if n == 0 {
 			break
 		}
-		end = i
+		end -= n
 	}
-	tally(len(out) - start + 11)
+	tally(len(out) - end + 13)
 	return out[:end]
 }
 
-// extLen returns the length of the strippable ".ext" at the end of the last
-// segment of p, or 0.
-func extLen(p string) int {
-	start := strings.LastIndexByte(p, '/') + 1
-	tally(len(p) - start + 10)
-	return segExtLen(p[start:])
-}
-
-// segExtLen returns the length of the strippable ".ext" at the end of the
-// path segment seg, or 0. It reads at most the last 10 bytes and the length
-// of the name before the dot, which must be non-empty and not "." or "..",
-// so stripping never creates a dot segment.
-func segExtLen[T string | []byte](seg T) int {
-	i := len(seg) - 1
-	for i >= 0 && len(seg)-1-i <= 8 && isAlnum(seg[i]) {
+// extLen returns the length of the strippable ".ext" that ends p[:end], or
+// 0: 1–8 ASCII letters or digits after a dot, in the last segment. The name
+// before the dot must not be empty, "." or "..", so stripping never creates
+// a dot segment; telling so takes the three bytes before the dot, not a
+// scan back to the segment's start.
+func extLen[T string | []byte](p T, end int) int {
+	i := end - 1
+	for i >= 0 && end-i <= 9 && isAlnum(p[i]) {
 		i--
 	}
-	n := len(seg) - 1 - i
-	if i < 0 || n == 0 || n > 8 || seg[i] != '.' {
+	if i < 0 || i == end-1 || end-i > 9 || p[i] != '.' {
 		return 0
 	}
-	if isDotName(seg[:i]) {
+	if segStart(p, i) || p[i-1] == '.' && (segStart(p, i-1) || p[i-2] == '.' && segStart(p, i-2)) {
 		return 0
 	}
-	return n + 1
+	return end - i
 }
 
-// isDotName reports whether the name before a format suffix is "", "." or
-// "..": stripping the suffix would leave an empty or dot segment.
-func isDotName[T string | []byte](name T) bool {
-	return len(name) == 0 || len(name) <= 2 && name[0] == '.' && name[len(name)-1] == '.'
-}
+// segStart reports whether p[k] starts a path segment.
+func segStart[T string | []byte](p T, k int) bool { return k == 0 || p[k-1] == '/' }
 
 // isCanonicalPath reports whether NormalizePath(p) == p, cheaply, so that
 // already-canonical paths (and compiled patterns) cost no allocation.
@@ -248,7 +231,7 @@ func isCanonicalPath(p string) bool {
 		}
 		segStart = i + 1
 	}
-	return extLen(p) == 0
+	return extLen(p, len(p)) == 0
 }
 
 // appendDecoded appends s percent-decoded to a fixed point. Each output byte
