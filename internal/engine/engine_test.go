@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -348,5 +349,45 @@ func TestUnlistedTiers(t *testing.T) {
 	}
 	if a := check(CheckRequest{APIKey: plain, Path: "/shadowed/x"}); !a.Allowed || !a.ShadowDenied {
 		t.Fatalf("deny in shadow mode: %+v", a)
+	}
+}
+
+// BenchmarkCheckLongInputs is the whole check with each input at the
+// longest the API accepts, next to ordinary inputs with a canonical path
+// of the same total length ("canonical"): a 256-byte api_key (a valid key,
+// and an unknown one), an ip padded with spaces (ip has no bound of its own
+// below the 1 MiB body), and an 8 KiB path of format suffixes.
+func BenchmarkCheckLongInputs(b *testing.B) {
+	snap, _ := snapshot(b)
+	plain, _, hash, _ := tenants.GenerateKey("ck_")
+	long := plain + strings.Repeat("x", 256-len(plain))
+	longHash := tenants.HashKey(long)
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_a", TenantID: "ten_a", Tier: "pro", Prefix: plain[:8], Hash: hash}},
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_b", TenantID: "ten_a", Tier: "pro", Prefix: long[:8], Hash: longHash}},
+	}
+	e := newTestEngine(b, snap)
+	path := func(n int) string { return "/bench" + strings.Repeat("/items", (n-6)/6) }
+	const maxPath = 8192
+	for _, c := range []struct {
+		name string
+		r    CheckRequest
+	}{
+		{"canonical/ip", CheckRequest{IP: "203.0.113.7", Path: path(maxPath)}},
+		{"canonical/key", CheckRequest{APIKey: plain, Path: path(maxPath)}},
+		{"long-key", CheckRequest{APIKey: long, Path: path(maxPath - 256 + len(plain))}},
+		{"long-unknown-key", CheckRequest{APIKey: "ck_" + strings.Repeat("z", 253), Path: path(maxPath - 256 + len(plain))}},
+		{"padded-ip", CheckRequest{IP: strings.Repeat(" ", maxPath) + "203.0.113.7", Path: "/bench"}},
+		{"suffix-path", CheckRequest{IP: "203.0.113.7", Path: "/bench/x" + strings.Repeat(".a", (maxPath-8)/2)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r := c.r
+				if _, err := e.Check("ten_a", &r, t0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -77,6 +77,14 @@ func Parse(name string, data []byte, now time.Time) (*File, error) {
 		d.add(line, "", "not valid YAML: %s", msg)
 		return nil, d.probs
 	}
+	if a, self := aliasOverflow(&doc, maxAliasNodes); a != nil {
+		if self {
+			d.add(a.Line, "", "the alias *%s names a node that contains itself", a.Value)
+		} else {
+			d.add(a.Line, "", "aliases repeat more than %d nodes (here *%s): a file is refused before it expands without bound", maxAliasNodes, a.Value)
+		}
+		return nil, d.probs
+	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		d.add(1, "version", "required: the file is empty (start it with \"version: 1\")")
 		return nil, d.probs
@@ -119,6 +127,70 @@ func Parse(name string, data []byte, now time.Time) (*File, error) {
 		return nil, d.probs
 	}
 	return f, nil
+}
+
+// maxAliasNodes bounds the nodes that aliases (*name) may repeat in a
+// file, in all: a short file whose aliases name aliases ("billion laughs")
+// would otherwise expand past what memory holds.
+const maxAliasNodes = 100_000
+
+// aliasOverflow returns the first alias, in the order of the file, at which
+// the nodes repeated by aliases exceed limit, or an alias that names a node
+// containing it (self); nil if there is none. Each node's expanded size is
+// computed once, so this costs a walk of the file as written.
+func aliasOverflow(root *yaml.Node, limit int) (alias *yaml.Node, self bool) {
+	const inProgress = -1
+	size := map[*yaml.Node]int{} // nodes n stands for, capped at limit+1
+	var expanded func(n *yaml.Node) int
+	expanded = func(n *yaml.Node) int {
+		if s, ok := size[n]; ok {
+			return s
+		}
+		size[n] = inProgress
+		s := 1
+		if n.Kind == yaml.AliasNode {
+			s = 0
+			if n.Alias != nil {
+				s = expanded(n.Alias)
+			}
+		}
+		for _, c := range n.Content {
+			if s == inProgress {
+				break
+			}
+			if cs := expanded(c); cs == inProgress {
+				s = inProgress
+			} else {
+				s = min(s+cs, limit+1)
+			}
+		}
+		size[n] = s
+		return s
+	}
+	repeated := 0
+	var walk func(n *yaml.Node) (*yaml.Node, bool)
+	walk = func(n *yaml.Node) (*yaml.Node, bool) {
+		if n.Kind == yaml.AliasNode {
+			if n.Alias == nil {
+				return nil, false
+			}
+			s := expanded(n.Alias)
+			if s == inProgress {
+				return n, true
+			}
+			if repeated += s; repeated > limit {
+				return n, false
+			}
+			return nil, false
+		}
+		for _, c := range n.Content {
+			if a, self := walk(c); a != nil {
+				return a, self
+			}
+		}
+		return nil, false
+	}
+	return walk(root)
 }
 
 // resolve follows an alias to the node it names.

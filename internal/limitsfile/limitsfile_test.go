@@ -1,6 +1,7 @@
 package limitsfile
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -341,4 +342,70 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("marshal not stable:\n%s\n---\n%s", out, again)
 		}
 	})
+}
+
+// lotsOfLaughs is a short file whose aliases name aliases: policies lists k
+// copies of a policy whose k tiers each list k copies of one limit, k³
+// limits once expanded.
+func lotsOfLaughs(k int) string {
+	var b strings.Builder
+	b.WriteString("version: 1\npolicies:\n  - &p\n    name: a\n    path: /x\n    tiers:\n")
+	for i := range k {
+		if i == 0 {
+			b.WriteString("      t0: &ls\n")
+			for j := range k {
+				if j == 0 {
+					b.WriteString("        - &l {algorithm: token_bucket, limit: 1, period: 1s}\n")
+				} else {
+					b.WriteString("        - *l\n")
+				}
+			}
+			continue
+		}
+		fmt.Fprintf(&b, "      t%d: *ls\n", i)
+	}
+	for range k - 1 {
+		b.WriteString("  - *p\n")
+	}
+	return b.String()
+}
+
+// A file whose aliases would expand past maxAliasNodes is refused at the
+// alias that crosses the bound, before anything is decoded.
+func TestParseRefusesAliasExpansion(t *testing.T) {
+	text := lotsOfLaughs(60) // 216 000 limits: 1.5M nodes, in 180 lines
+	_, err := Parse("limits.yaml", []byte(text), now)
+	ps, ok := IsProblems(err)
+	if !ok || len(ps) != 1 {
+		t.Fatalf("err = %v, want one problem", err)
+	}
+	if got := ps[0].String(); !strings.HasPrefix(got, "limits.yaml:") || !strings.Contains(got, "aliases repeat more than 100000 nodes") {
+		t.Fatalf("problem %q", got)
+	}
+	// The alias that crosses the bound is one of the copies of the policy.
+	if lines := strings.Split(text, "\n"); ps[0].Line < 1 || ps[0].Line > len(lines) || lines[ps[0].Line-1] != "  - *p" {
+		t.Fatalf("line %d, want one of the lines \"  - *p\"", ps[0].Line)
+	}
+
+	// An alias to a node that holds it would expand forever.
+	_, err = Parse("limits.yaml", []byte("version: 1\npolicies: &p\n  - *p\n"), now)
+	if ps, ok := IsProblems(err); !ok || len(ps) != 1 || !strings.Contains(ps[0].Message, "contains itself") {
+		t.Fatalf("err = %v, want one problem: the alias contains itself", err)
+	}
+
+	// Aliases within the bound are read as the nodes they name.
+	f := parse(t, `version: 1
+policies:
+  - name: a
+    path: /a
+    tiers:
+      default: &std {algorithm: token_bucket, limit: 5, period: 1s}
+  - name: b
+    path: /b
+    tiers:
+      default: *std
+`)
+	if len(f.Policies) != 2 || !reflect.DeepEqual(f.Policies[0].Tiers, f.Policies[1].Tiers) {
+		t.Fatalf("policies %+v", f.Policies)
+	}
 }

@@ -40,6 +40,7 @@ func NormalizeTarget(raw string) Target {
 	}
 	raw = stripSchemeAuthority(raw)
 	p, q, _ := strings.Cut(raw, "?")
+	tally(2*len(raw) + 2)
 	return Target{Path: NormalizePath(p), Query: parseQuery(q)}
 }
 
@@ -53,10 +54,12 @@ func stripSchemeAuthority(raw string) string {
 	for i < len(raw) && (isAlnum(raw[i]) || raw[i] == '+' || raw[i] == '-' || raw[i] == '.') {
 		i++
 	}
+	tally(i + 1)
 	if i == 0 || !isAlpha(raw[0]) || !strings.HasPrefix(raw[i:], "://") {
 		return raw
 	}
 	rest := raw[i+3:]
+	tally(len(rest))
 	if j := strings.IndexAny(rest, "/?"); j >= 0 {
 		return rest[j:]
 	}
@@ -86,7 +89,11 @@ func normalizePathSlow(p string) string { return canonicalPath(p, true) }
 // pattern compilation normalizes literal runs that may not end the path.
 func canonicalPath(p string, stripExt bool) string {
 	var scratch [256]byte
-	dec := appendDecoded(scratch[:0], p, false)
+	dec := scratch[:0]
+	if len(p) > len(scratch) {
+		dec = make([]byte, 0, len(p)) // decoding never lengthens
+	}
+	dec = appendDecoded(dec, p, false)
 	out := make([]byte, 0, len(dec)+1)
 	out = appendSegments(out, dec)
 	if stripExt {
@@ -95,6 +102,7 @@ func canonicalPath(p string, stripExt bool) string {
 	if len(out) == 0 {
 		return "/"
 	}
+	tally(len(out))
 	return string(out)
 }
 
@@ -104,21 +112,25 @@ func canonicalPath(p string, stripExt bool) string {
 func appendSegments(out, dec []byte) []byte {
 	base := len(out)
 	for len(dec) > 0 {
-		j := 0
-		for j < len(dec) && dec[j] != '/' && dec[j] != '\\' {
-			j++
+		j, semi := 0, -1
+		for ; j < len(dec); j++ {
+			c := dec[j]
+			if c == '/' || c == '\\' {
+				break
+			}
+			if c == ';' && semi < 0 {
+				semi = j
+			}
 		}
 		seg := dec[:j]
+		if semi >= 0 {
+			seg = dec[:semi]
+		}
+		tally(j + 1)
 		if j < len(dec) {
 			dec = dec[j+1:]
 		} else {
 			dec = nil
-		}
-		for k, c := range seg {
-			if c == ';' {
-				seg = seg[:k]
-				break
-			}
 		}
 		switch {
 		case len(seg) == 0 || len(seg) == 1 && seg[0] == '.':
@@ -127,11 +139,17 @@ func appendSegments(out, dec []byte) []byte {
 			for k >= base && out[k] != '/' {
 				k--
 			}
+			tally(len(out) - k)
 			out = out[:max(k, base)]
 		default:
 			out = append(out, '/')
-			for _, c := range seg {
-				out = append(out, lowerASCII(c))
+			tally(2 * len(seg))
+			n := len(out)
+			out = append(out, seg...)
+			for k := n; k < len(out); k++ {
+				if c := out[k]; 'A' <= c && c <= 'Z' {
+					out[k] = c + ('a' - 'A')
+				}
 			}
 		}
 	}
@@ -139,47 +157,44 @@ func appendSegments(out, dec []byte) []byte {
 }
 
 // stripExtensions removes format suffixes from the last segment of a
-// canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so).
+// canonical path, repeatedly (so "/a.tar.gz" is "/a" and stays so). Each
+// round reads only the suffix it strips and the three bytes before it (at
+// most 13 bytes when it strips nothing), so the work is linear in the path
+// however many suffixes it has.
 func stripExtensions(out []byte) []byte {
+	end := len(out)
 	for {
-		n := extLen(out)
+		n := extLen(out, end)
 		if n == 0 {
-			return out
+			break
 		}
-		out = out[:len(out)-n]
+		end -= n
 	}
+	tally(len(out) - end + 13)
+	return out[:end]
 }
 
-// extLen returns the length of the strippable ".ext" at the end of the last
-// segment of p, or 0. The name before the dot must be non-empty and not "."
-// or "..", so stripping never creates a dot segment.
-func extLen[T string | []byte](p T) int {
-	n := 0
-	for i := len(p) - 1; i >= 0; i-- {
-		c := p[i]
-		switch {
-		case c == '.':
-			name := p[:i]
-			j := len(name) - 1
-			for j >= 0 && name[j] != '/' {
-				j--
-			}
-			name = name[j+1:]
-			if n == 0 || n > 8 || len(name) == 0 || string(name) == "." || string(name) == ".." {
-				return 0
-			}
-			return n + 1
-		case isAlnum(c):
-			n++
-			if n > 8 {
-				return 0
-			}
-		default:
-			return 0
-		}
+// extLen returns the length of the strippable ".ext" that ends p[:end], or
+// 0: 1–8 ASCII letters or digits after a dot, in the last segment. The name
+// before the dot must not be empty, "." or "..", so stripping never creates
+// a dot segment; telling so takes the three bytes before the dot, not a
+// scan back to the segment's start.
+func extLen[T string | []byte](p T, end int) int {
+	i := end - 1
+	for i >= 0 && end-i <= 9 && isAlnum(p[i]) {
+		i--
 	}
-	return 0
+	if i < 0 || i == end-1 || end-i > 9 || p[i] != '.' {
+		return 0
+	}
+	if segStart(p, i) || p[i-1] == '.' && (segStart(p, i-1) || p[i-2] == '.' && segStart(p, i-2)) {
+		return 0
+	}
+	return end - i
 }
+
+// segStart reports whether p[k] starts a path segment.
+func segStart[T string | []byte](p T, k int) bool { return k == 0 || p[k-1] == '/' }
 
 // isCanonicalPath reports whether NormalizePath(p) == p, cheaply, so that
 // already-canonical paths (and compiled patterns) cost no allocation.
@@ -190,6 +205,7 @@ func isCanonicalPath(p string) bool {
 	if len(p) == 1 {
 		return true
 	}
+	tally(len(p))
 	if p[len(p)-1] == '/' {
 		return false
 	}
@@ -215,7 +231,7 @@ func isCanonicalPath(p string) bool {
 		}
 		segStart = i + 1
 	}
-	return extLen(p) == 0
+	return extLen(p, len(p)) == 0
 }
 
 // appendDecoded appends s percent-decoded to a fixed point. Each output byte
@@ -225,7 +241,20 @@ func isCanonicalPath(p string) bool {
 // a literal '+' in s is a space (query components); a '+' produced by
 // decoding stays a '+', as in every single-pass decoder.
 func appendDecoded(out []byte, s string, plus bool) []byte {
+	tally(2 * len(s))
 	for i := 0; i < len(s); i++ {
+		// With no '%' among the output's last two bytes, the bytes up to
+		// the next '%' (or '+') cannot complete an escape: copy them at once.
+		if n := len(out); (n < 1 || out[n-1] != '%') && (n < 2 || out[n-2] != '%') {
+			j := i
+			for j < len(s) && s[j] != '%' && (!plus || s[j] != '+') {
+				j++
+			}
+			out = append(out, s[i:j]...)
+			if i = j; i == len(s) {
+				break
+			}
+		}
 		c := s[i]
 		if plus && c == '+' {
 			c = ' '
@@ -234,6 +263,7 @@ func appendDecoded(out []byte, s string, plus bool) []byte {
 		for n := len(out); n >= 3 && out[n-3] == '%' && isHex(out[n-2]) && isHex(out[n-1]); n = len(out) {
 			out[n-3] = unhex(out[n-2])<<4 | unhex(out[n-1])
 			out = out[:n-2]
+			tally(3)
 		}
 	}
 	return out
@@ -242,10 +272,12 @@ func appendDecoded(out []byte, s string, plus bool) []byte {
 // decodeComponent decodes a query key or value, without allocating when
 // there is nothing to decode.
 func decodeComponent(s string) string {
+	tally(2 * len(s))
 	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
 		return s
 	}
 	var scratch [128]byte
+	tally(len(s))
 	return string(appendDecoded(scratch[:0], s, true))
 }
 
@@ -253,33 +285,56 @@ func parseQuery(q string) map[string][]string {
 	if q == "" {
 		return nil
 	}
-	m := make(map[string][]string)
+	b := queryBuilder{m: make(map[string][]string)}
 	for q != "" {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
-		addPair(m, pair)
+		tally(2*len(pair) + 1)
+		b.add(pair)
 		if strings.IndexByte(pair, ';') >= 0 {
+			tally(len(pair))
 			for sub := range strings.SplitSeq(pair, ";") {
-				addPair(m, sub)
+				b.add(sub)
 			}
 		}
 	}
-	if len(m) == 0 {
+	if len(b.m) == 0 {
 		return nil
 	}
-	return m
+	return b.m
 }
 
-func addPair(m map[string][]string, pair string) {
+// queryBuilder collects a query's values by key. The first value of each
+// key is cut from a shared array, so that a query of many distinct keys
+// costs a few allocations, not one per key.
+type queryBuilder struct {
+	m     map[string][]string
+	spare []string
+}
+
+func (b *queryBuilder) add(pair string) {
 	if pair == "" {
 		return
 	}
 	k, v, _ := strings.Cut(pair, "=")
+	tally(len(pair) + 1)
 	key := normalizeQueryKey(decodeComponent(k))
 	if key == "" {
 		return
 	}
-	m[key] = append(m[key], decodeComponent(v))
+	// Hashing the key twice, copying it, and appending (amortized).
+	tally(3*len(key) + 1)
+	val := decodeComponent(v)
+	if vals, ok := b.m[key]; ok {
+		b.m[key] = append(vals, val)
+		return
+	}
+	if len(b.spare) == cap(b.spare) {
+		b.spare = make([]string, 0, min(2*cap(b.spare)+4, 256))
+	}
+	n := len(b.spare)
+	b.spare = append(b.spare, val)
+	b.m[key] = b.spare[n : n+1 : n+1]
 }
 
 // normalizeQueryKey lower-cases a decoded key and strips trailing "[]"
@@ -287,6 +342,7 @@ func addPair(m map[string][]string, pair string) {
 func normalizeQueryKey(k string) string {
 	for strings.HasSuffix(k, "[]") {
 		k = k[:len(k)-2]
+		tally(2)
 	}
 	return lowerASCIIString(k)
 }
@@ -294,6 +350,7 @@ func normalizeQueryKey(k string) string {
 // lowerASCIIString lower-cases ASCII letters only (no Unicode folding, which
 // could merge distinct keys), allocating only when something changes.
 func lowerASCIIString(s string) string {
+	tally(2*len(s) + 1)
 	for i := 0; i < len(s); i++ {
 		if 'A' <= s[i] && s[i] <= 'Z' {
 			b := []byte(s)
@@ -328,4 +385,17 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - 'a' + 10
+}
+
+// work, when not nil, counts the bytes that normalization and policy
+// matching examine (a map lookup counts its key's length), as an upper
+// bound. Only TestWorkIsLinear sets it. A package variable rather than a
+// parameter keeps the hot path's cost to one predictable branch per pass.
+var work *int
+
+// tally adds n steps to work.
+func tally(n int) {
+	if work != nil {
+		*work += n
+	}
 }

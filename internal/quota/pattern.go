@@ -176,6 +176,7 @@ func (p *Pattern) Match(method string, t *Target) bool {
 }
 
 func (p *Pattern) matchPath(path string) bool {
+	tally(2 * len(path))
 	rest := strings.TrimPrefix(path, "/")
 	for _, s := range p.segs {
 		if rest == "" {
@@ -198,6 +199,7 @@ func (p *Pattern) matchMethod(method string, t *Target) bool {
 	if p.method == "" {
 		return true
 	}
+	tally(2*len(p.method) + 1)
 	if method == "" {
 		method = "GET" // the API's default
 	}
@@ -206,6 +208,7 @@ func (p *Pattern) matchMethod(method string, t *Target) bool {
 	}
 	if strings.EqualFold(method, "POST") {
 		for _, v := range t.Query["_method"] {
+			tally(min(len(v), len(p.method)) + 1)
 			if strings.EqualFold(v, p.method) {
 				return true
 			}
@@ -217,7 +220,9 @@ func (p *Pattern) matchMethod(method string, t *Target) bool {
 func (p *Pattern) matchQuery(t *Target) bool {
 	for _, q := range p.query {
 		found := false
+		tally(len(q.key))
 		for _, v := range t.Query[q.key] {
+			tally(min(len(v), len(q.value)) + 1)
 			if strings.EqualFold(v, q.value) {
 				found = true
 				break
@@ -331,6 +336,7 @@ func (r *Router) match(n *rnode, rest, method string, t *Target) int {
 		return r.pick(n.wild, method, t)
 	}
 	seg, next, _ := strings.Cut(rest, "/")
+	tally(2*len(seg) + 1)
 	if c := n.lit[seg]; c != nil {
 		if i := r.match(c, next, method, t); i >= 0 {
 			return i
