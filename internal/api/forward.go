@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -154,58 +154,9 @@ func consumerKey(h http.Header) string {
 	return ""
 }
 
-// forwardedIP is the original client's address: the peer's, unless the
-// peer is a trusted proxy; then X-Forwarded-For read from the right, each
-// trusted hop vouching for the one to its left. The first untrusted hop is
-// the client; a hop that does not parse stops the walk at the last hop
-// vouched for; if every hop is trusted, the left-most is the client.
+// forwardedIP is the original client's address (see httpsec.ClientIP).
 func (h *handler) forwardedIP(r *http.Request) string {
-	peer := r.RemoteAddr
-	if host, _, err := net.SplitHostPort(peer); err == nil {
-		peer = host
-	}
-	peer, _, _ = strings.Cut(peer, "%")
-	if len(h.TrustedProxies) == 0 {
-		return peer
-	}
-	if a, err := netip.ParseAddr(peer); err != nil || !h.trusted(a) {
-		return peer
-	}
-	lines := r.Header["X-Forwarded-For"]
-	client := peer
-	for i := len(lines) - 1; i >= 0; i-- {
-		line := lines[i]
-		for line != "" {
-			var hop string
-			if j := strings.LastIndexByte(line, ','); j >= 0 {
-				hop, line = strings.TrimSpace(line[j+1:]), line[:j]
-			} else {
-				hop, line = strings.TrimSpace(line), ""
-			}
-			if hop == "" {
-				continue
-			}
-			a, err := netip.ParseAddr(hop)
-			if err != nil {
-				return client
-			}
-			client = hop
-			if !h.trusted(a) {
-				return client
-			}
-		}
-	}
-	return client
-}
-
-func (h *handler) trusted(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range h.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return httpsec.ClientIP(r, h.TrustedProxies)
 }
 
 // writeDenial answers a denied decision as the Go SDK's middleware does:
