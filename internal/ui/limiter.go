@@ -255,3 +255,40 @@ func (t *lruTable[V]) dropIdle(cutoff time.Time) {
 }
 
 func (t *lruTable[V]) len() int { return t.order.Len() }
+
+// userLimiter is a token bucket per signed-in user, for dashboard actions
+// that answer something an attacker could use one attempt at a time (an
+// email change says, in the end, whether an address was free). It holds
+// at most maxEntries users, evicting the least recently touched. Safe for
+// concurrent use.
+type userLimiter struct {
+	limit bucketLimit
+
+	mu    sync.Mutex
+	users lruTable[bucket]
+}
+
+// Default limit of email changes: 5 per user per hour.
+var defaultEmailChangeLimit = quota.Limit{Algorithm: quota.TokenBucket, Limit: 5, Period: time.Hour}
+
+func newUserLimiter(l quota.Limit, maxEntries int) *userLimiter {
+	return &userLimiter{limit: bucketLimit{capacity: float64(l.Limit), period: l.Period}, users: newLRU[bucket](maxEntries)}
+}
+
+// take takes one attempt for the user at now, or says how long until one
+// is there.
+func (l *userLimiter) take(userID string, now time.Time) (ok bool, wait time.Duration) {
+	key := maphash.String(userSeed, userID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.users.dropIdle(now.Add(-l.limit.period))
+	b := l.users.get(key, now, bucket{tokens: l.limit.capacity})
+	if wait := l.limit.take(b, now, true); wait > 0 {
+		return false, wait
+	}
+	return true, 0
+}
+
+// userSeed hashes user ids; they are the server's own, so one seed for
+// the process is enough.
+var userSeed = maphash.MakeSeed()

@@ -159,7 +159,7 @@ func Register(e *echo.Echo, d Deps) error {
 	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
 	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
-	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth}
+	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth, emailLimit: newUserLimiter(defaultEmailChangeLimit, defaultMaxEntries)}
 	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 	audit := &auditHandler{config: d.Worker}
 	admAudit := &auditHandler{config: d.Worker, operator: true}
@@ -338,7 +338,7 @@ var flashes = map[string]string{
 	"role-changed":        "Role changed. Their sessions have ended; they sign in again with the new role.",
 	"member-removed":      "Member removed. Their sessions have ended.",
 	"password-changed":    "Password changed. Your other sessions have ended.",
-	"email-changed":       "Email changed. Your other sessions have ended.",
+	"email-submitted":     "If no other login uses that address, it is now your sign-in email and your other sessions have ended; the email you sign in with is the one shown at the top of the page.",
 	"sessions-ended":      "Your other sessions have ended.",
 	"tenant-suspended":    "Tenant suspended. Every server refuses its service keys with 403 within a second, and its users are signed out.",
 	"tenant-resumed":      "Tenant resumed. Its service keys work again; its users sign in again.",
