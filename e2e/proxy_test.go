@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -576,4 +577,58 @@ func TestReverseProxySluiceDown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProxyConfigsMatchDocs checks that the Caddy and nginx configs the
+// tests run are docs/PROXIES.md's, line for line, with the addresses and
+// the service key filled in; only the test's scaffolding (global options,
+// nginx's events, temp paths and listen) is its own.
+func TestProxyConfigsMatchDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/PROXIES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sluice, key, up, listen = "127.0.0.1:8080", "sk_…", "127.0.0.1:9000", "127.0.0.1:7000"
+	for _, tc := range []struct {
+		fence, config string
+		scaffold      []string
+	}{
+		{"```caddyfile\n", fmt.Sprintf(caddyConfig, listen, sluice, key, up), []string{"{", "}", "admin off", "auto_https off", "http://" + listen + " {"}},
+		{"```nginx\n", fmt.Sprintf(nginxConfig, listen, sluice, key, up, "", "/tmp", nginxClearAndTimeouts), []string{
+			"}", "worker_processes 1;", "error_log stderr info;", "pid /tmp/nginx.pid;", "events { worker_connections 64; }", "http {", "access_log off;",
+			"client_body_temp_path /tmp/body;", "proxy_temp_path /tmp/proxy;", "fastcgi_temp_path /tmp/fastcgi;", "uwsgi_temp_path /tmp/uwsgi;",
+			"scgi_temp_path /tmp/scgi;", "server {", "listen " + listen + ";",
+		}},
+	} {
+		_, block, ok := strings.Cut(string(doc), tc.fence)
+		block, _, ok2 := strings.Cut(block, "```")
+		if !ok || !ok2 {
+			t.Fatalf("no %q block in docs/PROXIES.md", strings.TrimSpace(tc.fence))
+		}
+		block = strings.ReplaceAll(block, "api.example.com {", "http://"+listen+" {")
+		docLines, testLines := directives(block), directives(tc.config)
+		for l := range docLines {
+			if !testLines[l] {
+				t.Errorf("%s: docs/PROXIES.md has %q, the tested config does not", tc.fence[3:len(tc.fence)-1], l)
+			}
+		}
+		for l := range testLines {
+			if !docLines[l] && !slices.Contains(tc.scaffold, l) {
+				t.Errorf("%s: the tested config has %q, docs/PROXIES.md does not", tc.fence[3:len(tc.fence)-1], l)
+			}
+		}
+	}
+}
+
+// directives is the set of a config's trimmed lines, without comments and
+// empty lines.
+func directives(config string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(config, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") {
+			out[l] = true
+		}
+	}
+	return out
 }
