@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,6 +84,10 @@ func waitListening(t *testing.T, p *proc, addr string) {
 	t.Fatalf("%s not listening on %s after 30s:\n%s", p.name, addr, tail(p.logs.String(), 40))
 }
 
+// unavailableProblem is what a client gets through the documented configs
+// when Sluice cannot be reached or fails: 503, application/problem+json.
+const unavailableProblem = `{"type":"https://sluice.dev/problems/unavailable","title":"Service unavailable","status":503}`
+
 const caddyConfig = `{
 	admin off
 	auto_https off
@@ -98,7 +105,22 @@ http://%[1]s {
 			rewrite /v1/forward-auth
 			header_up X-Forwarded-Method {method}
 			header_up X-Forwarded-Uri {uri}
+			# Sluice refuses a request carrying both header families:
+			# a client's own X-Original-* must not reach it.
+			header_up -X-Original-URI
+			header_up -X-Original-Method
 			header_up X-Sluice-Service-Key "%[3]s"
+			transport http {
+				dial_timeout 2s
+				response_header_timeout 5s
+			}
+			# Sluice failing (503 while it starts): the same answer as
+			# when it cannot be reached, below.
+			@sluice_failed status 5xx
+			handle_response @sluice_failed {
+				header Content-Type application/problem+json
+				respond ` + "`" + unavailableProblem + "`" + ` 503
+			}
 			@allowed status 2xx
 			handle_response @allowed {
 				copy_response_headers {
@@ -116,6 +138,15 @@ http://%[1]s {
 			}
 		}
 		reverse_proxy %[4]s
+	}
+	# Sluice cannot be reached or does not answer in time: fail closed
+	# with a problem body. Errors of the API itself keep Caddy's own answer.
+	handle_errors {
+		@sluice_down expression ` + "`" + `{http.reverse_proxy.upstream.hostport} == "%[2]s"` + "`" + `
+		handle @sluice_down {
+			header Content-Type application/problem+json
+			respond ` + "`" + unavailableProblem + "`" + ` 503
+		}
 	}
 }
 `
@@ -171,6 +202,7 @@ http {
 			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
 			proxy_set_header X-Sluice-Service-Key "%[3]s";
 			proxy_set_header X-Sluice-Problem-Header on;
+			%[7]s
 		}
 
 		location @sluice_denied {
@@ -184,7 +216,7 @@ http {
 			if ($sluice_status = 429) {
 				return 429 $sluice_problem;
 			}
-			return 503 '{"type":"https://sluice.dev/problems/unavailable","title":"Service unavailable","status":503}';
+			return 503 '` + unavailableProblem + `';
 		}
 		location @sluice_401 {
 			add_header WWW-Authenticate 'Bearer error="invalid_token"' always;
@@ -199,51 +231,73 @@ http {
 }
 `
 
+// nginxClearAndTimeouts completes the documented nginx config's subrequest:
+// nginx passes every client header on, so the family Sluice must not read
+// is removed (an empty value drops the header), and a Sluice that does not
+// answer in time counts as down. nginxPreviousConfig leaves it out, as
+// docs/PROXIES.md's config did before.
+const (
+	nginxClearAndTimeouts = `proxy_set_header X-Forwarded-Uri "";
+			proxy_set_header X-Forwarded-Method "";
+			proxy_connect_timeout 2s;
+			proxy_read_timeout 5s;`
+	nginxPreviousConfig = ""
+)
+
+// startProxy runs a real Caddy or nginx on a free loopback address with
+// config (caddyConfig, or nginxConfig completed by extra), asking the
+// Sluice at sluice with serviceKey and passing allowed requests to up. It
+// returns the proxy's base URL once it listens.
+func startProxy(t *testing.T, name, sluice, serviceKey, up, extra string) string {
+	t.Helper()
+	listen := freeAddr(t)
+	var p *proc
+	switch name {
+	case "caddy":
+		bin := requireProxy(t, "caddy", "/usr/bin/caddy")
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "Caddyfile")
+		if err := os.WriteFile(conf, []byte(fmt.Sprintf(caddyConfig, listen, sluice, serviceKey, up)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p = start(t, "caddy", bin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	case "nginx":
+		bin := requireProxy(t, "nginx", "/usr/sbin/nginx")
+		dir := t.TempDir()
+		user := ""
+		if os.Geteuid() == 0 {
+			user = "user root;"
+		}
+		conf := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, listen, sluice, serviceKey, up, user, dir, extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p = start(t, "nginx", bin, []string{"-p", dir, "-c", conf, "-e", "stderr", "-g", "daemon off;"})
+		// SIGTERM lets the master stop its workers; a killed master
+		// would leave them holding the log pipe. Runs before p.kill.
+		t.Cleanup(func() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+			}
+		})
+	default:
+		t.Fatalf("no proxy %q", name)
+	}
+	waitListening(t, p, listen)
+	return "http://" + listen
+}
+
 // TestReverseProxyForwardAuth runs real Caddy and nginx in front of an
 // upstream, each asking a real Sluice server on every request.
 func TestReverseProxyForwardAuth(t *testing.T) {
 	s := startServer(t, serverOpts{extra: []string{"--trusted-proxies", "127.0.0.1,::1"}})
 	sluice := s.addr
 
-	for _, tc := range []struct {
-		name  string
-		start func(t *testing.T, listen, serviceKey, up string) *proc
-	}{
-		{"caddy", func(t *testing.T, listen, serviceKey, up string) *proc {
-			bin := requireProxy(t, "caddy", "/usr/bin/caddy")
-			dir := t.TempDir()
-			conf := filepath.Join(dir, "Caddyfile")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf(caddyConfig, listen, sluice, serviceKey, up)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return start(t, "caddy", bin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-		}},
-		{"nginx", func(t *testing.T, listen, serviceKey, up string) *proc {
-			bin := requireProxy(t, "nginx", "/usr/sbin/nginx")
-			dir := t.TempDir()
-			user := ""
-			if os.Geteuid() == 0 {
-				user = "user root;"
-			}
-			conf := filepath.Join(dir, "nginx.conf")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, listen, sluice, serviceKey, up, user, dir)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			p := start(t, "nginx", bin, []string{"-p", dir, "-c", conf, "-e", "stderr", "-g", "daemon off;"})
-			// SIGTERM lets the master stop its workers; a killed master
-			// would leave them holding the log pipe. Runs before p.kill.
-			t.Cleanup(func() {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-p.done:
-				case <-time.After(10 * time.Second):
-				}
-			})
-			return p
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tn := createTenant(t, s, "proxy-"+tc.name)
+	for _, name := range []string{"caddy", "nginx"} {
+		t.Run(name, func(t *testing.T) {
+			tn := createTenant(t, s, "proxy-"+name)
 			const n = 3
 			createPolicy(t, s, tn, map[string]any{
 				"name": "items", "method": "GET", "path": "/api/items",
@@ -254,10 +308,7 @@ func TestReverseProxyForwardAuth(t *testing.T) {
 			})
 			ck := mustStatus(t, call(t, "POST", s.base+"/v1/keys", tn.Key, map[string]any{"name": "app", "tier": "pro"}), 201).str("key")
 			up := newUpstream(t)
-			listen := freeAddr(t)
-			p := tc.start(t, listen, tn.Key, strings.TrimPrefix(up.URL, "http://"))
-			waitListening(t, p, listen)
-			base := "http://" + listen
+			base := startProxy(t, name, sluice, tn.Key, strings.TrimPrefix(up.URL, "http://"), nginxClearAndTimeouts)
 
 			for i := 1; i <= n; i++ {
 				r := call(t, "GET", base+"/api/items?page=1", "", nil)
@@ -366,4 +417,218 @@ func TestForwardAuthTraefikShape(t *testing.T) {
 	if r.Status != 400 || !strings.Contains(r.str("error", "message"), "X-Forwarded-Uri") {
 		t.Errorf("no URI: %d %s", r.Status, r.Raw)
 	}
+}
+
+// spoofingClient connects from 127.0.0.2, an address no proxy is trusted
+// with, and adds to every request each family of forwarding headers a
+// proxy or a framework may read, with made-up values: another path,
+// another method, another host, https and another client address (a
+// different one each request).
+type spoofingClient struct {
+	c *http.Client
+	n int
+}
+
+func newSpoofingClient() *spoofingClient {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+	return &spoofingClient{c: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}}
+}
+
+func (s *spoofingClient) get(t *testing.T, url string) response {
+	t.Helper()
+	s.n++
+	fake := fmt.Sprintf("198.51.100.%d", s.n)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"X-Forwarded-Uri":    "/public/free",
+		"X-Forwarded-Method": "OPTIONS",
+		"X-Forwarded-Host":   "free.example",
+		"X-Forwarded-Proto":  "https",
+		"X-Forwarded-For":    fake,
+		"X-Original-URI":     "/public/free",
+		"X-Original-Method":  "OPTIONS",
+		"X-Original-URL":     "https://free.example/public/free",
+		"Forwarded":          "for=" + fake + ";proto=https;host=free.example",
+		"X-Real-IP":          fake,
+	} {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := response{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
+	_ = json.Unmarshal(raw, &r.Body)
+	return r
+}
+
+// TestReverseProxySpoofedHeaders sends every forwarding header family,
+// spoofed, through real Caddy and nginx with the documented configs: each
+// request is checked against its real path and its real client. Through
+// the config docs/PROXIES.md gave nginx before (which did not remove the
+// X-Forwarded-* family), the same client is refused instead of picking
+// its own path.
+func TestReverseProxySpoofedHeaders(t *testing.T) {
+	// Only the proxies' own address is trusted: the client, on
+	// 127.0.0.2, is not.
+	s := startServer(t, serverOpts{extra: []string{"--trusted-proxies", "127.0.0.1"}})
+	for _, tc := range []struct{ name, proxy, nginxExtra string }{
+		{"caddy", "caddy", ""},
+		{"nginx", "nginx", nginxClearAndTimeouts},
+		{"nginx, previous config", "nginx", nginxPreviousConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := createTenant(t, s, "spoof-"+strings.NewReplacer(",", "", " ", "-").Replace(tc.name))
+			const n = 3
+			createPolicy(t, s, tn, map[string]any{
+				"name": "items", "method": "GET", "path": "/api/items",
+				"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "token_bucket", "limit": n, "period": "60s"}},
+			})
+			up := newUpstream(t)
+			base := startProxy(t, tc.proxy, s.addr, tn.Key, strings.TrimPrefix(up.URL, "http://"), tc.nginxExtra)
+			c := newSpoofingClient()
+
+			if tc.nginxExtra == nginxPreviousConfig && tc.proxy == "nginx" {
+				// Sluice refuses the ambiguous subrequest; nginx turns
+				// that into its 503. Nothing reaches the upstream, and a
+				// client without the headers still passes.
+				for i := range n + 1 {
+					if r := c.get(t, base+"/api/items"); r.Status != 503 || string(r.Raw) != unavailableProblem {
+						t.Fatalf("spoofed request %d: %d %s, want the 503 problem", i+1, r.Status, r.Raw)
+					}
+				}
+				if seen, _ := up.stats(); seen != 0 {
+					t.Fatalf("the upstream saw %d spoofed requests", seen)
+				}
+				if r := call(t, "GET", base+"/api/items", "", nil); r.Status != 200 {
+					t.Fatalf("a plain request: %d %s", r.Status, r.Raw)
+				}
+				return
+			}
+
+			for i := 1; i <= n; i++ {
+				r := c.get(t, base+"/api/items?page=1")
+				if r.Status != 200 || r.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(n-i) {
+					t.Fatalf("request %d: %d remaining %q %s, want 200 counted against /api/items", i, r.Status, r.Header.Get("X-RateLimit-Remaining"), r.Raw)
+				}
+			}
+			if r := c.get(t, base+"/api/items?page=1"); r.Status != 429 || r.str("type") != "https://iana.org/assignments/http-problem-types#quota-exceeded" {
+				t.Fatalf("request %d: %d %s, want 429: the spoofed path, method or address escaped the limit", n+1, r.Status, r.Raw)
+			}
+			if seen, _ := up.stats(); seen != n {
+				t.Fatalf("the upstream saw %d requests, want %d", seen, n)
+			}
+			// The bucket taken is the real client's; none of the made-up
+			// addresses has one.
+			for ip, want := range map[string]bool{"127.0.0.2": false, "198.51.100.1": true, "198.51.100.4": true, "127.0.0.1": true} {
+				r := mustStatus(t, call(t, "POST", s.base+"/v1/check", tn.Key, map[string]any{"ip": ip, "method": "GET", "path": "/api/items", "peek": true}), 200)
+				if r.Body["allowed"] != want {
+					t.Errorf("bucket of %s: allowed %v remaining %v, want allowed %v", ip, r.Body["allowed"], r.Body["remaining"], want)
+				}
+			}
+		})
+	}
+}
+
+// TestReverseProxySluiceDown stops Sluice behind real Caddy and nginx with
+// the documented configs: both fail closed with the same 503 problem
+// body, whether Sluice is gone (connection refused) or hangs (the
+// configs' 5 s timeout), and nothing reaches the upstream meanwhile.
+func TestReverseProxySluiceDown(t *testing.T) {
+	for _, name := range []string{"caddy", "nginx"} {
+		t.Run(name, func(t *testing.T) {
+			requireProxy(t, name, "/usr/bin/"+name, "/usr/sbin/"+name)
+			s := startServer(t, serverOpts{extra: []string{"--trusted-proxies", "127.0.0.1"}})
+			tn := createTenant(t, s, "down-"+name)
+			up := newUpstream(t)
+			base := startProxy(t, name, s.addr, tn.Key, strings.TrimPrefix(up.URL, "http://"), nginxClearAndTimeouts)
+			if r := call(t, "GET", base+"/api/items", "", nil); r.Status != 200 {
+				t.Fatalf("with Sluice up: %d %s", r.Status, r.Raw)
+			}
+			unavailable := func(what string, within time.Duration) {
+				t.Helper()
+				began := time.Now()
+				r := call(t, "GET", base+"/api/items", "", nil)
+				if took := time.Since(began); took > within {
+					t.Errorf("%s: answered after %s, want within %s", what, took, within)
+				}
+				if r.Status != 503 || string(r.Raw) != unavailableProblem || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
+					t.Fatalf("%s: %d %q %s, want 503 with the problem body", what, r.Status, r.Header.Get("Content-Type"), r.Raw)
+				}
+			}
+			// Hanging: the process is stopped, its socket still accepts.
+			if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			unavailable("Sluice hanging", 8*time.Second)
+			if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			// Gone: nothing listens.
+			s.kill()
+			unavailable("Sluice stopped", 3*time.Second)
+			if seen, _ := up.stats(); seen != 1 {
+				t.Errorf("the upstream saw %d requests, want only the first", seen)
+			}
+		})
+	}
+}
+
+// TestProxyConfigsMatchDocs checks that the Caddy and nginx configs the
+// tests run are docs/PROXIES.md's, line for line, with the addresses and
+// the service key filled in; only the test's scaffolding (global options,
+// nginx's events, temp paths and listen) is its own.
+func TestProxyConfigsMatchDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/PROXIES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sluice, key, up, listen = "127.0.0.1:8080", "sk_…", "127.0.0.1:9000", "127.0.0.1:7000"
+	for _, tc := range []struct {
+		fence, config string
+		scaffold      []string
+	}{
+		{"```caddyfile\n", fmt.Sprintf(caddyConfig, listen, sluice, key, up), []string{"{", "}", "admin off", "auto_https off", "http://" + listen + " {"}},
+		{"```nginx\n", fmt.Sprintf(nginxConfig, listen, sluice, key, up, "", "/tmp", nginxClearAndTimeouts), []string{
+			"}", "worker_processes 1;", "error_log stderr info;", "pid /tmp/nginx.pid;", "events { worker_connections 64; }", "http {", "access_log off;",
+			"client_body_temp_path /tmp/body;", "proxy_temp_path /tmp/proxy;", "fastcgi_temp_path /tmp/fastcgi;", "uwsgi_temp_path /tmp/uwsgi;",
+			"scgi_temp_path /tmp/scgi;", "server {", "listen " + listen + ";",
+		}},
+	} {
+		_, block, ok := strings.Cut(string(doc), tc.fence)
+		block, _, ok2 := strings.Cut(block, "```")
+		if !ok || !ok2 {
+			t.Fatalf("no %q block in docs/PROXIES.md", strings.TrimSpace(tc.fence))
+		}
+		block = strings.ReplaceAll(block, "api.example.com {", "http://"+listen+" {")
+		docLines, testLines := directives(block), directives(tc.config)
+		for l := range docLines {
+			if !testLines[l] {
+				t.Errorf("%s: docs/PROXIES.md has %q, the tested config does not", tc.fence[3:len(tc.fence)-1], l)
+			}
+		}
+		for l := range testLines {
+			if !docLines[l] && !slices.Contains(tc.scaffold, l) {
+				t.Errorf("%s: the tested config has %q, docs/PROXIES.md does not", tc.fence[3:len(tc.fence)-1], l)
+			}
+		}
+	}
+}
+
+// directives is the set of a config's trimmed lines, without comments and
+// empty lines.
+func directives(config string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(config, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") {
+			out[l] = true
+		}
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -93,19 +93,9 @@ func (h *handler) forwardAuth(c echo.Context) error {
 	if h.Engine.TenantSuspended(tenant) {
 		return errSuspended
 	}
-	path := headerValue(hd, "X-Forwarded-Uri")
-	if path == "" {
-		path = headerValue(hd, "X-Original-Uri")
-	}
-	if path == "" {
-		return errs.Errorf(errs.Invalid, "X-Forwarded-Uri: required, the original request target (Caddy and Traefik send it; with nginx set X-Original-URI to $request_uri).")
-	}
-	method := headerValue(hd, "X-Forwarded-Method")
-	if method == "" {
-		method = headerValue(hd, "X-Original-Method")
-	}
-	if method == "" {
-		method = r.Method
+	path, method, err := originalRequest(hd, r.Method)
+	if err != nil {
+		return err
 	}
 	req := engine.CheckRequest{
 		APIKey: consumerKey(hd),
@@ -125,6 +115,41 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		return nil
 	}
 	return writeDenial(c, &a)
+}
+
+// originalRequest reads the original request's target and method from
+// the headers of one family: X-Forwarded-Uri and X-Forwarded-Method (Caddy,
+// Traefik), or X-Original-URI and X-Original-Method (nginx). A proxy sets
+// its own family's headers, replacing any the client sent, but may pass the
+// other family from the client untouched (nginx's auth_request passes every
+// client header). Preferring either family would then let the client pick
+// the path or method it is checked against, so a subrequest carrying
+// headers of both families is refused, as is one naming a target or a
+// method twice: Sluice cannot tell which the proxy set. Without a method
+// header of the family, the subrequest's own method is the original's.
+func originalRequest(hd http.Header, subrequestMethod string) (path, method string, err error) {
+	uri, meth := hd["X-Forwarded-Uri"], hd["X-Forwarded-Method"]
+	ouri, ometh := hd["X-Original-Uri"], hd["X-Original-Method"]
+	switch {
+	case len(uri)+len(meth) > 0 && len(ouri)+len(ometh) > 0:
+		return "", "", errs.Errorf(errs.Invalid, "X-Forwarded-Uri: the request carries both X-Forwarded-Uri/-Method and X-Original-URI/-Method, so the original request is ambiguous; the proxy must set one pair and remove the other, which a client may have sent (see docs/PROXIES.md).")
+	case len(uri)+len(meth) == 0:
+		uri, meth = ouri, ometh
+	}
+	if len(uri) > 1 || len(meth) > 1 {
+		return "", "", errs.Errorf(errs.Invalid, "X-Forwarded-Uri: the original request's target or method is given more than once; the proxy must replace the client's header, not add to it.")
+	}
+	if len(uri) == 1 {
+		path = strings.TrimSpace(uri[0])
+	}
+	if path == "" {
+		return "", "", errs.Errorf(errs.Invalid, "X-Forwarded-Uri: required, the original request target (Caddy and Traefik send it; with nginx set X-Original-URI to $request_uri).")
+	}
+	method = subrequestMethod
+	if len(meth) == 1 && strings.TrimSpace(meth[0]) != "" {
+		method = strings.TrimSpace(meth[0])
+	}
+	return path, method, nil
 }
 
 // headerValue is Header.Get for a canonical name without its allocation-free
@@ -154,58 +179,9 @@ func consumerKey(h http.Header) string {
 	return ""
 }
 
-// forwardedIP is the original client's address: the peer's, unless the
-// peer is a trusted proxy; then X-Forwarded-For read from the right, each
-// trusted hop vouching for the one to its left. The first untrusted hop is
-// the client; a hop that does not parse stops the walk at the last hop
-// vouched for; if every hop is trusted, the left-most is the client.
+// forwardedIP is the original client's address (see httpsec.ClientIP).
 func (h *handler) forwardedIP(r *http.Request) string {
-	peer := r.RemoteAddr
-	if host, _, err := net.SplitHostPort(peer); err == nil {
-		peer = host
-	}
-	peer, _, _ = strings.Cut(peer, "%")
-	if len(h.TrustedProxies) == 0 {
-		return peer
-	}
-	if a, err := netip.ParseAddr(peer); err != nil || !h.trusted(a) {
-		return peer
-	}
-	lines := r.Header["X-Forwarded-For"]
-	client := peer
-	for i := len(lines) - 1; i >= 0; i-- {
-		line := lines[i]
-		for line != "" {
-			var hop string
-			if j := strings.LastIndexByte(line, ','); j >= 0 {
-				hop, line = strings.TrimSpace(line[j+1:]), line[:j]
-			} else {
-				hop, line = strings.TrimSpace(line), ""
-			}
-			if hop == "" {
-				continue
-			}
-			a, err := netip.ParseAddr(hop)
-			if err != nil {
-				return client
-			}
-			client = hop
-			if !h.trusted(a) {
-				return client
-			}
-		}
-	}
-	return client
-}
-
-func (h *handler) trusted(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range h.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return httpsec.ClientIP(r, h.TrustedProxies)
 }
 
 // writeDenial answers a denied decision as the Go SDK's middleware does:

@@ -52,7 +52,8 @@ type Config struct {
 	PublicURL        string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig      bool          // --check-config: validate the configuration and exit
 	// TrustedProxies (--trusted-proxies, SLUICE_TRUSTED_PROXIES) are the
-	// reverse proxies whose X-Forwarded-For /v1/forward-auth believes.
+	// reverse proxies whose X-Forwarded-For /v1/forward-auth and the
+	// dashboard's sign-in limiter believe.
 	TrustedProxies []netip.Prefix
 	// Analytics retention of the embedded worker: --analytics-minutes,
 	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
@@ -142,7 +143,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
 	proxies := env("SLUICE_TRUSTED_PROXIES", "")
-	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For /v1/forward-auth believes; empty = the peer is the client (SLUICE_TRUSTED_PROXIES)")
+	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For /v1/forward-auth and the dashboard's sign-in limiter believe; empty = the peer is the client (SLUICE_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
 	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
 		return err

@@ -92,6 +92,38 @@ func TestForwardAuth(t *testing.T) {
 		}
 	})
 
+	t.Run("the other family's headers do not steer the check", func(t *testing.T) {
+		// nginx sets X-Original-* and passes every client header on: a
+		// client's X-Forwarded-Uri or -Method must not pick what is
+		// checked. Traefik and Caddy set X-Forwarded-*: a client's
+		// X-Original-* must not either. Both families at once are refused.
+		for _, h := range []map[string]string{
+			{"X-Original-URI": "/api/items", "X-Original-Method": "GET", "X-Forwarded-Uri": "/public/free"},
+			{"X-Original-URI": "/api/items", "X-Original-Method": "GET", "X-Forwarded-Method": "POST"},
+			{"X-Forwarded-Uri": "/api/items", "X-Forwarded-Method": "GET", "X-Original-URI": "/public/free"},
+			{"X-Forwarded-Uri": "/api/items", "X-Forwarded-Method": "GET", "X-Original-Method": "POST"},
+		} {
+			h["X-Sluice-Service-Key"] = sk
+			resp, body := forward(t, m, "GET", h)
+			if resp.StatusCode != 400 || !strings.Contains(body["error"].(map[string]any)["message"].(string), "both X-Forwarded-Uri/-Method and X-Original-URI/-Method") {
+				t.Errorf("%v: %d %v, want 400 naming both families", h, resp.StatusCode, body)
+			}
+		}
+		// A target given twice: the proxy added its header to the client's.
+		req, _ := http.NewRequest("GET", "http://"+m.Addr()+"/v1/forward-auth", nil)
+		req.Header.Set("X-Sluice-Service-Key", sk)
+		req.Header.Add("X-Original-URI", "/public/free")
+		req.Header.Add("X-Original-URI", "/api/items")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("X-Original-URI twice: %d, want 400", resp.StatusCode)
+		}
+	})
+
 	t.Run("consumer key selects its tier", func(t *testing.T) {
 		for _, h := range []map[string]string{
 			{"X-Api-Key": ck},

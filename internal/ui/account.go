@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"strings"
 
@@ -19,6 +21,9 @@ type accountHandler struct {
 	config configCaller
 	wait   versionWaiter
 	auth   *authHandler
+	// emailLimit bounds email changes per user: each one ends by telling
+	// the user whether the address was free (see email).
+	emailLimit *userLimiter
 }
 
 func (h *accountHandler) show(c echo.Context) error {
@@ -75,16 +80,32 @@ func (h *accountHandler) password(c echo.Context) error {
 	return seeOther(c, "/ui/account", "password-changed")
 }
 
+// email changes the user's sign-in email. An address that already has a
+// login (in any tenant, or the operator's) is answered as a change is: the
+// same redirect, notice and fresh session cookie, but nothing changes.
+// Saying "taken" would tell any user which addresses have logins, as an
+// invite would (see memberHandler.invite). The account page then shows the
+// email the user signs in with, so the user who made the change still
+// learns whether it took: the limit per user bounds how many addresses
+// one user can learn about, and the current password is checked first.
 func (h *accountHandler) email(c echo.Context) error {
 	s := mustSession(c)
 	email := strings.TrimSpace(c.FormValue("email"))
 	v := views.AccountView{Email: email}
+	if ok, wait := h.emailLimit.take(s.UserID, h.auth.now()); !ok {
+		v.EmailErrors = map[string]string{"email": fmt.Sprintf("Too many email changes. Try again in %s.", humanWait(wait))}
+		c.Response().Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
+		return h.render(c, http.StatusTooManyRequests, v)
+	}
 	var w bus.Written[bus.UserRecord]
 	err := h.config.Call(c.Request().Context(), bus.OpUserEmail, bus.UserEmail{ID: s.UserID, Password: c.FormValue("password"), Email: email}, &w)
 	switch {
 	case errs.Is(err, errs.Conflict):
-		v.EmailErrors = map[string]string{"email": "someone already signs in with this email"}
-		return h.render(c, http.StatusConflict, v)
+		h.auth.log.Info("dashboard email change to an address with a login; nothing changed", "user", s.UserID)
+		if err := h.auth.startSession(c, s); err != nil {
+			return err
+		}
+		return seeOther(c, "/ui/account", "email-submitted")
 	case errs.Is(err, errs.Invalid):
 		v.EmailErrors = fieldErrorsOf(err, []string{"email", "current_password"}, "email")
 		if msg, ok := v.EmailErrors["current_password"]; ok {
@@ -95,13 +116,16 @@ func (h *accountHandler) email(c echo.Context) error {
 		return err
 	}
 	if w.Version == 0 { // the same email: nothing changed
-		return seeOther(c, "/ui/account", "")
+		if err := h.auth.startSession(c, s); err != nil {
+			return err
+		}
+		return seeOther(c, "/ui/account", "email-submitted")
 	}
 	if err := h.renew(c, w); err != nil {
 		return err
 	}
 	h.auth.log.Info("dashboard email changed", "user", s.UserID)
-	return seeOther(c, "/ui/account", "email-changed")
+	return seeOther(c, "/ui/account", "email-submitted")
 }
 
 func (h *accountHandler) endOthers(c echo.Context) error {

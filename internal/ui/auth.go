@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -162,8 +163,10 @@ type authHandler struct {
 	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
+	trusted []netip.Prefix // proxies whose X-Forwarded-For names the client
 	revoker Revoker
 	now     func() time.Time
+	sleep   func(ctx context.Context, d time.Duration) error
 	log     *slog.Logger
 }
 
@@ -217,10 +220,18 @@ func (h *authHandler) login(c echo.Context) error {
 		return h.render(c, http.StatusUnauthorized, v)
 	}
 	now := h.now()
-	if ok, wait := h.limiter.allow(email, remoteIP(c.Request()), now); !ok {
+	ok, wait, delay := h.limiter.attempt(email, httpsec.ClientIP(c.Request(), h.trusted), now)
+	if !ok {
 		v.Error = fmt.Sprintf("Too many sign-in attempts. Try again in %s.", humanWait(wait))
 		c.Response().Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
 		return h.render(c, http.StatusTooManyRequests, v)
+	}
+	// Recent failures on this email, from anywhere, slow every attempt on
+	// it down, its owner's too, but never refuse it.
+	if delay > 0 {
+		if err := h.sleep(c.Request().Context(), delay); err != nil {
+			return err
+		}
 	}
 
 	var rec bus.UserRecord
@@ -228,6 +239,7 @@ func (h *authHandler) login(c echo.Context) error {
 	switch {
 	case errs.Is(err, errs.NotFound):
 		tenants.CheckPassword(dummyHash(), password)
+		h.limiter.failed(email, now)
 		v.Error = "Wrong email or password."
 		return h.render(c, http.StatusUnauthorized, v)
 	case err != nil:
@@ -237,6 +249,7 @@ func (h *authHandler) login(c echo.Context) error {
 		v.Error = "Sluice cannot check your password right now. Try again in a moment."
 		return h.render(c, http.StatusServiceUnavailable, v)
 	case !tenants.CheckPassword(rec.PasswordHash, password):
+		h.limiter.failed(email, now)
 		v.Error = "Wrong email or password."
 		return h.render(c, http.StatusUnauthorized, v)
 	case rec.TenantSuspended:
@@ -336,17 +349,6 @@ func safeNext(next, fallback string) string {
 		return fallback
 	}
 	return next
-}
-
-// remoteIP is the connection's address. Forwarding headers are not
-// trusted: anyone can send them, and they would let one client spread its
-// attempts over invented addresses.
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 func humanWait(d time.Duration) string {

@@ -3,9 +3,12 @@ package ui
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +145,82 @@ func TestSignInRateLimit(t *testing.T) {
 	u.now = u.now.Add(time.Minute)
 	if w := u.signIn(fakeEmail, fakePassword, ""); w.Code != http.StatusSeeOther {
 		t.Fatalf("after a minute: %d", w.Code)
+	}
+}
+
+func TestSignInBehindProxy(t *testing.T) {
+	u := newTestUIWith(t, 5, 3, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	attempts := func(n int) (codes []int) {
+		for i := range n {
+			codes = append(codes, u.signIn(fmt.Sprintf("user%d@fake.test", i), "whatever pass", "").Code)
+		}
+		return codes
+	}
+	// Behind the trusted proxy, X-Forwarded-For names the client: each has
+	// its own 3 attempts.
+	u.peer, u.xff = "127.0.0.1:40000", "198.51.100.1"
+	if got := attempts(4); !slices.Equal(got, []int{401, 401, 401, 429}) {
+		t.Fatalf("first client: %v, want three refusals then 429", got)
+	}
+	u.xff = "203.0.113.9, 198.51.100.2" // a hop the client made up is skipped
+	if got := attempts(3); !slices.Equal(got, []int{401, 401, 401}) {
+		t.Fatalf("second client: %v, want its own three attempts", got)
+	}
+	if w := u.signIn(fakeEmail, fakePassword, ""); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("second client's fourth attempt: %d", w.Code)
+	}
+	u.xff = "198.51.100.3"
+	if w := u.signIn(fakeEmail, fakePassword, ""); w.Code != http.StatusSeeOther {
+		t.Fatalf("third client signing in: %d", w.Code)
+	}
+
+	// From a peer that is not a trusted proxy, X-Forwarded-For is the
+	// client's own claim: the peer is the client, whatever it says.
+	u.peer = "192.0.2.50:40000"
+	var got []int
+	for i := range 4 {
+		u.xff = fmt.Sprintf("198.51.100.%d", 10+i)
+		got = append(got, u.signIn(fmt.Sprintf("user%d@fake.test", i), "whatever pass", "").Code)
+	}
+	if !slices.Equal(got, []int{401, 401, 401, 429}) {
+		t.Fatalf("untrusted peer with invented addresses: %v, want one budget of three", got)
+	}
+}
+
+// An attacker guessing the owner's password slows the owner's sign-in
+// down but never stops it.
+func TestSignInOwnerNotLockedOut(t *testing.T) {
+	u := newTestUI(t, 5, 20)
+	u.peer = "203.0.113.66:40000"
+	for i := range 30 {
+		w := u.signIn(fakeEmail, "a wrong guess", "")
+		if want := map[bool]int{true: 401, false: 429}[i < 5]; w.Code != want {
+			t.Fatalf("attacker's attempt %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	u.peer = "192.0.2.10:40000"
+	if w := u.signIn(fakeEmail, fakePassword, ""); w.Code != http.StatusSeeOther {
+		t.Fatalf("the owner, from another address: %d", w.Code)
+	}
+	if !slices.Equal(u.slept, []time.Duration{250 * time.Millisecond}) {
+		t.Errorf("the owner waited %v, want 250ms", u.slept)
+	}
+
+	// From many addresses the attacker makes every attempt wait longer,
+	// up to 3 s; the owner still signs in.
+	for a := range 20 {
+		u.peer = fmt.Sprintf("203.0.113.%d:40000", 100+a)
+		for range 6 {
+			u.signIn(fakeEmail, "a wrong guess", "")
+		}
+	}
+	u.slept = nil
+	u.peer = "192.0.2.10:40000"
+	if w := u.signIn(fakeEmail, fakePassword, ""); w.Code != http.StatusSeeOther {
+		t.Fatalf("the owner, after a distributed attack: %d", w.Code)
+	}
+	if !slices.Equal(u.slept, []time.Duration{3 * time.Second}) {
+		t.Errorf("the owner waited %v, want the 3 s cap", u.slept)
 	}
 }
 

@@ -242,3 +242,43 @@ func TestAccountPage(t *testing.T) {
 	want(t, op.post("/ui/account/password", url.Values{"current_password": {opPassword}, "new_password": {"operator passphrase 2"}, "confirm_password": {"operator passphrase 2"}}), http.StatusSeeOther, "operator's password")
 	want(t, op.get("/ui/admin/tenants"), http.StatusOK, "operator after the change")
 }
+
+// An email change to an address that already has a login answers as a
+// change to a free one does, and changes nothing; changes are limited per
+// user.
+func TestEmailChangeDoesNotRevealLogins(t *testing.T) {
+	s := bootSite(t)
+	tn, other := s.tenant("probe"), s.tenant("elsewhere")
+	a := s.asOwner(tn)
+	a.get("/ui/account")
+	change := func(email, password, what string, status int) (page, string) {
+		t.Helper()
+		p := want(t, a.post("/ui/account/email", url.Values{"email": {email}, "password": {password}}), status, what)
+		if status != http.StatusSeeOther {
+			return p, ""
+		}
+		return p, want(t, a.get(p.location), http.StatusOK, what+", the page after").text("flash")
+	}
+	takenP, takenFlash := change(other.email, tn.password, "another tenant's owner", http.StatusSeeOther)
+	opP, opFlash := change(opEmail, tn.password, "the operator's email", http.StatusSeeOther)
+	freeP, freeFlash := change("fresh@probe.test", tn.password, "a free address", http.StatusSeeOther)
+	if takenP.location != freeP.location || opP.location != freeP.location || takenFlash != freeFlash || opFlash != freeFlash {
+		t.Errorf("answers differ: taken %q %q, operator's %q %q, free %q %q", takenP.location, takenFlash, opP.location, opFlash, freeP.location, freeFlash)
+	}
+	// Only the free address took; the others' logins are as they were.
+	s.agent().signIn(other.email, other.password)
+	s.agent().signIn(opEmail, opPassword)
+	s.agent().signIn("fresh@probe.test", tn.password)
+
+	// Five changes an hour per user, whatever their outcome.
+	change("fresh2@probe.test", "not my password", "a wrong password", http.StatusBadRequest)
+	change("fresh2@probe.test", "not my password", "a wrong password again", http.StatusBadRequest)
+	p, _ := change("fresh2@probe.test", tn.password, "the sixth change in an hour", http.StatusTooManyRequests)
+	if !strings.Contains(p.text("error-email"), "Too many email changes") {
+		t.Errorf("the refusal says %q", p.text("error-email"))
+	}
+	// Another user has their own five.
+	b := s.asOwner(other)
+	b.get("/ui/account")
+	want(t, b.post("/ui/account/email", url.Values{"email": {"new@elsewhere.test"}, "password": {other.password}}), http.StatusSeeOther, "another user's change")
+}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -111,6 +112,11 @@ type testUI struct {
 	work *fakeWorker
 	eng  *fakeEngine
 	rev  *memRevoker
+	// peer and xff, when set, are the connection's address and the
+	// X-Forwarded-For header of every request do makes.
+	peer, xff string
+	// slept is every sign-in delay the handlers waited.
+	slept []time.Duration
 }
 
 // memRevoker keeps signed-out sessions in memory (the cluster-wide store is
@@ -154,13 +160,25 @@ func (r *memRevoker) Revoked(sid string) bool {
 
 func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
 	t.Helper()
+	return newTestUIWith(t, userLimit, ipLimit, nil)
+}
+
+// newTestUIWith is newTestUI with the dashboard behind the trusted proxies.
+func newTestUIWith(t *testing.T, userLimit, ipLimit int64, trusted []netip.Prefix) *testUI {
+	t.Helper()
 	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, eng: &fakeEngine{versions: map[string]int64{"usr_1": 1}}, rev: &memRevoker{m: map[string]time.Time{}}}
 	u.e.Use(httpsec.Headers(httpsec.Transport{})) // as api.New does
 	err := Register(u.e, Deps{
 		Engine: u.eng, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
-		LoginLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
-		LoginIPLimit: quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
-		Now:          func() time.Time { return u.now },
+		LoginLimit:     quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
+		LoginIPLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
+		TrustedProxies: trusted,
+		Now:            func() time.Time { return u.now },
+		Sleep: func(_ context.Context, d time.Duration) error {
+			u.slept = append(u.slept, d)
+			u.now = u.now.Add(d)
+			return nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +206,12 @@ func (u *testUI) do(method, target string, form url.Values, cookies ...*http.Coo
 	}
 	for _, c := range cookies {
 		r.AddCookie(c)
+	}
+	if u.peer != "" {
+		r.RemoteAddr = u.peer
+	}
+	if u.xff != "" {
+		r.Header.Set("X-Forwarded-For", u.xff)
 	}
 	w := httptest.NewRecorder()
 	u.e.ServeHTTP(w, r)

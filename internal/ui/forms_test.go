@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
@@ -126,29 +125,6 @@ func TestEditTiers(t *testing.T) {
 	}
 	if act, args := action(url.Values{"do": {"remove-limit:2:x"}}); act != "save" || args != nil {
 		t.Errorf("malformed action read as %q %v", act, args)
-	}
-}
-
-func TestLoginLimiterForgets(t *testing.T) {
-	l := newLoginLimiter(quota.Limit{Algorithm: quota.TokenBucket, Limit: 2, Period: time.Minute}, quota.Limit{Algorithm: quota.TokenBucket, Limit: 100, Period: time.Minute})
-	now := time.Unix(1_700_000_000, 0)
-	for i := range 2 {
-		if ok, _ := l.allow("a@x", "192.0.2.1", now); !ok {
-			t.Fatalf("attempt %d refused", i)
-		}
-	}
-	ok, wait := l.allow("a@x", "192.0.2.1", now)
-	if ok || wait <= 0 || wait > 30*time.Second {
-		t.Fatalf("third attempt: %v, wait %s", ok, wait)
-	}
-	if ok, _ := l.allow("b@x", "192.0.2.1", now); !ok {
-		t.Fatal("another email was refused")
-	}
-	// Full buckets leave memory once a sweep runs.
-	later := now.Add(10 * time.Minute)
-	l.allow("c@x", "2001:db8::1", later)
-	if n := l.cache.Len(); n != 2 {
-		t.Errorf("%d buckets after the sweep, want the 2 of the newest attempt", n)
 	}
 }
 

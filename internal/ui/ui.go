@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -79,9 +80,16 @@ type Deps struct {
 	SessionKey []byte
 	// SessionTTL is how long a sign-in lasts; 12 hours when zero.
 	SessionTTL time.Duration
-	// LoginLimit and LoginIPLimit bound sign-in attempts per email and per
-	// client address; 5 and 20 per 5 minutes when zero.
+	// LoginLimit and LoginIPLimit bound sign-in attempts per email and
+	// client address pair and per client address; 5 and 20 per 5 minutes
+	// when zero (only their Limit and Period are read). Past a few recent
+	// failures, attempts on an email also wait a growing delay (see
+	// loginLimiter).
 	LoginLimit, LoginIPLimit quota.Limit
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client to the sign-in limiter, as for forward-auth; without them
+	// the connection's peer is the client.
+	TrustedProxies []netip.Prefix
 	// Revocations remembers signed-out sessions cluster-wide; without it,
 	// sign-out only deletes the browser's cookie.
 	Revocations Revoker
@@ -90,7 +98,10 @@ type Deps struct {
 	// for every route by httpsec.Headers on the Echo instance (api.New).
 	Transport httpsec.Transport
 	Now       func() time.Time
-	Log       *slog.Logger
+	// Sleep waits d, or until ctx ends (then it returns ctx's error);
+	// a sign-in's delay uses it. A timer when nil.
+	Sleep func(ctx context.Context, d time.Duration) error
+	Log   *slog.Logger
 }
 
 // DefaultSessionTTL is how long a sign-in lasts unless Deps says otherwise.
@@ -112,6 +123,9 @@ type Revoker interface {
 func Register(e *echo.Echo, d Deps) error {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Sleep == nil {
+		d.Sleep = sleepCtx
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
@@ -136,7 +150,7 @@ func Register(e *echo.Echo, d Deps) error {
 	sess.transport = d.Transport
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
-	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit), revoker: d.Revocations, now: d.Now, log: d.Log}
+	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
 	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, sess: sess, now: d.Now}
@@ -145,7 +159,7 @@ func Register(e *echo.Echo, d Deps) error {
 	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
 	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
-	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth}
+	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth, emailLimit: newUserLimiter(defaultEmailChangeLimit, defaultMaxEntries)}
 	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
 	audit := &auditHandler{config: d.Worker}
 	admAudit := &auditHandler{config: d.Worker, operator: true}
@@ -281,6 +295,18 @@ func render(c echo.Context, status int, comp templ.Component) error {
 	return c.HTMLBlob(status, buf.Bytes())
 }
 
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // seeOther redirects after a successful POST, with a notice code.
 func seeOther(c echo.Context, path, done string) error {
 	if done != "" {
@@ -312,7 +338,7 @@ var flashes = map[string]string{
 	"role-changed":        "Role changed. Their sessions have ended; they sign in again with the new role.",
 	"member-removed":      "Member removed. Their sessions have ended.",
 	"password-changed":    "Password changed. Your other sessions have ended.",
-	"email-changed":       "Email changed. Your other sessions have ended.",
+	"email-submitted":     "If no other login uses that address, it is now your sign-in email and your other sessions have ended; the email you sign in with is the one shown at the top of the page.",
 	"sessions-ended":      "Your other sessions have ended.",
 	"tenant-suspended":    "Tenant suspended. Every server refuses its service keys with 403 within a second, and its users are signed out.",
 	"tenant-resumed":      "Tenant resumed. Its service keys work again; its users sign in again.",
