@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,7 +257,8 @@ func forwardStats(t testing.TB, s *server) fwdStats {
 	return st
 }
 
-// echoEnv makes the test binary an echo process (see TestMain).
+// echoEnv makes the test binary an echo process (see TestMain); a value
+// that is a host:port is the address it listens on.
 const echoEnv = "SLUICE_E2E_ECHO"
 
 // startEcho starts this test binary again as an echo process on loopback
@@ -304,7 +306,11 @@ func dialEcho(b *testing.B) func() time.Duration {
 // serveEcho answers one connection on loopback by echoing what it reads,
 // then exits.
 func serveEcho() {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := "127.0.0.1:0"
+	if v := os.Getenv(echoEnv); strings.Contains(v, ":") {
+		addr = v // a fixed address (the network lab's echo host)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		os.Exit(1)
 	}
