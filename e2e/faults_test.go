@@ -49,12 +49,12 @@ const (
 )
 
 // faultLossWindow is how long an owner's acknowledged decisions may go
-// unpersisted and be forgotten by a fault. docs/GUARANTEES.md states it for
-// kill -9 as the last flush interval (200 ms) plus one publish round trip;
-// the checker allows what one caller is admitted in that time at the
-// test's rate, and holds every fault to it. When the documented bound
-// changes, this changes with it.
-const faultLossWindow = 300 * time.Millisecond
+// unpersisted and be forgotten by a fault: docs/GUARANTEES.md states it as
+// the cluster's persist window (1 s), after which an owner that cannot
+// persist stops deciding. The checker allows what one caller is admitted
+// in that time at the test's rate, and holds every fault to it. When the
+// documented bound changes, this changes with it.
+const faultLossWindow = time.Second
 
 // faultModel is the checker's model of the fault tests' limit: the loss
 // bound is what one caller is admitted at the test's rate in
