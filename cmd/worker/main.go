@@ -47,7 +47,10 @@ func env(k, def string) string {
 func run() error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	data := fs.String("data", env("SLUICE_DATA", "./data"), "data directory holding sluice.db (SLUICE_DATA)")
-	natsURL := fs.String("nats-url", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (SLUICE_NATS_URL)")
+	natsURL := new(string)
+	*natsURL = env("SLUICE_NATS_URL", "nats://127.0.0.1:4222")
+	// A URL may hold a credential: usage shows it redacted.
+	fs.Var(bus.URLFlag{URL: natsURL}, "nats-url", "NATS URL (SLUICE_NATS_URL)")
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	haDef := true
@@ -185,7 +188,7 @@ func run() error {
 		}()
 		defer srv.Close()
 	}
-	log.Info("sluice worker starting", "data", *data, "nats", *natsURL, "nats_auth", auth.Identity(), "nats_tls", auth.TLS(), "ha", *ha, "name", *name)
+	log.Info("sluice worker starting", "data", *data, "nats", bus.RedactURL(*natsURL), "nats_auth", auth.Identity(), "nats_tls", auth.TLS(), "ha", *ha, "name", *name)
 	return w.Run(ctx)
 }
 

@@ -257,7 +257,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 func natsDesc(cfg Config) string {
 	if cfg.NatsURL != "" {
-		return cfg.NatsURL
+		return bus.RedactURL(cfg.NatsURL)
 	}
 	return "embedded"
 }

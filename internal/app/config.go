@@ -119,7 +119,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	}
 	fs.StringVar(&c.Addr, "addr", env("SLUICE_ADDR", c.Addr), "HTTP listen address (SLUICE_ADDR)")
 	fs.StringVar(&c.Data, "data", env("SLUICE_DATA", c.Data), "data directory for SQLite and embedded NATS (SLUICE_DATA)")
-	fs.StringVar(&c.NatsURL, "nats-url", env("SLUICE_NATS_URL", c.NatsURL), "external NATS URL; empty runs an embedded NATS server (SLUICE_NATS_URL)")
+	// A URL may hold a credential: usage shows it redacted.
+	c.NatsURL = env("SLUICE_NATS_URL", c.NatsURL)
+	fs.Var(bus.URLFlag{URL: &c.NatsURL}, "nats-url", "external NATS URL; empty runs an embedded NATS server (SLUICE_NATS_URL)")
 	fs.StringVar(&c.NatsListen, "nats-listen", env("SLUICE_NATS_LISTEN", c.NatsListen), "host:port where the embedded NATS server accepts other processes; empty = in-process only (SLUICE_NATS_LISTEN)")
 	fs.StringVar(&c.NatsListenCert, "nats-listen-cert", env("SLUICE_NATS_LISTEN_CERT", c.NatsListenCert), "PEM certificate for the embedded NATS listener; required when --nats-listen is not loopback (SLUICE_NATS_LISTEN_CERT)")
 	fs.StringVar(&c.NatsListenKey, "nats-listen-key", env("SLUICE_NATS_LISTEN_KEY", c.NatsListenKey), "PEM private key of --nats-listen-cert (SLUICE_NATS_LISTEN_KEY)")

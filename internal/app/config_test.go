@@ -213,3 +213,29 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 	}
 	return certFile, keyFile
 }
+
+// A NATS URL's credential shows neither in the usage (whose defaults come
+// from the environment) nor in the description the start log gives.
+func TestNATSURLCredentialRedacted(t *testing.T) {
+	const password = "hunter2-password"
+	env := map[string]string{"SLUICE_NATS_URL": "nats://sluice:" + password + "@nats.internal:4222"}
+	cfg := DefaultConfig()
+	var out strings.Builder
+	err := cfg.ParseFlags("server", []string{"--no-such-flag"}, func(k string) string { return env[k] }, &out)
+	if err == nil {
+		t.Fatal("an unknown flag was accepted")
+	}
+	if strings.Contains(out.String(), password) || !strings.Contains(out.String(), "redacted@nats.internal") {
+		t.Errorf("usage shows the password, or not the redacted URL:\n%s", out.String())
+	}
+	cfg = DefaultConfig()
+	if err := cfg.ParseFlags("server", []string{"--data", t.TempDir()}, func(k string) string { return env[k] }, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NatsURL != env["SLUICE_NATS_URL"] {
+		t.Fatalf("NatsURL = %q", cfg.NatsURL)
+	}
+	if d := natsDesc(cfg); strings.Contains(d, password) {
+		t.Errorf("start log's NATS: %q", d)
+	}
+}

@@ -155,23 +155,19 @@ type UserEmail struct {
 	Email    string `json:"email"`
 }
 
-// UserSignedIn records a dashboard sign-in.
-type UserSignedIn struct {
-	ID string    `json:"id"`
-	At time.Time `json:"at"`
+// SignIn asks the worker to check a dashboard user's email and password
+// (OpUserSignIn). The worker answers a UserRecord, or errs.Unauthenticated
+// for a wrong email or password alike; password hashes never leave it.
+type SignIn struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
 }
 
-// UserByEmail looks a dashboard user up for sign-in.
-type UserByEmail struct {
-	Email string `json:"email"`
-}
-
-// UserRecord is a user with its password hash, for sign-in checks, and the
-// session version a new session of theirs carries. TenantSuspended says the
-// user's tenant is suspended: sign-in is refused.
+// UserRecord is a user (never their password hash) and the session version
+// a new session of theirs carries. TenantSuspended says the user's tenant
+// is suspended: sign-in is refused.
 type UserRecord struct {
 	User            tenants.User `json:"user"`
-	PasswordHash    string       `json:"password_hash"`
 	SessionVersion  int64        `json:"session_version"`
 	TenantSuspended bool         `json:"tenant_suspended,omitempty"`
 }

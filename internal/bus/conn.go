@@ -24,6 +24,7 @@ import (
 // in-process to that embedded server (no TCP); otherwise url is dialled.
 // Errors NATS reports on the connection (a refused credential, a permission
 // violation) are logged, so a misconfigured process says why it does not work.
+// Credentials in url never appear in those logs or in the error returned.
 func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) {
 	authOpts, err := auth.options()
 	if err != nil {
@@ -37,19 +38,20 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("nats disconnected", "conn", name, "err", err)
+				log.Warn("nats disconnected", "conn", name, "err", RedactError(err, url))
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			lastErr.Store("")
-			log.Info("nats reconnected", "conn", name, "url", nc.ConnectedUrlRedacted())
+			log.Info("nats reconnected", "conn", name, "url", RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			if lastErr.Swap("") != nil {
-				log.Info("nats connected", "conn", name, "url", nc.ConnectedUrlRedacted())
+				log.Info("nats connected", "conn", name, "url", RedactURL(nc.ConnectedUrl()))
 			}
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			err = RedactError(err, url)
 			if err != nil && lastErr.Swap(err.Error()) != err.Error() {
 				log.Warn("nats connection attempt failed; retrying", "conn", name, "err", err)
 			}
@@ -58,7 +60,7 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 			// A refused credential ends the connection for good: say so,
 			// rather than waiting without a word.
 			if err := nc.LastError(); err != nil {
-				log.Error("nats connection closed; fix the NATS credentials or TLS options and restart", "conn", name, "err", err)
+				log.Error("nats connection closed; fix the NATS credentials or TLS options and restart", "conn", name, "err", RedactError(err, url))
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -66,7 +68,7 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 			if sub != nil {
 				subject = sub.Subject
 			}
-			log.Error("nats error", "conn", name, "subject", subject, "err", err)
+			log.Error("nats error", "conn", name, "subject", subject, "err", RedactError(err, url))
 		}),
 	}
 	opts = append(opts, authOpts...)
@@ -78,7 +80,7 @@ func Connect(url string, ns *server.Server, name string, auth Auth, log *slog.Lo
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+		return nil, fmt.Errorf("connect to nats %s: %w", RedactURL(url), RedactError(err, url))
 	}
 	return nc, nil
 }

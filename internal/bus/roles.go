@@ -52,25 +52,48 @@ func WorkerRole() Role {
 	}
 }
 
+// ServerConfigOps are the config operations a server may ask the worker,
+// one by one: what its front doors (the API, the dashboard, the engine)
+// call, and nothing else. None answers a password hash: the worker checks
+// passwords itself (OpUserSignIn). A new operation is refused to servers
+// until it is added here (and to docs/NATS.md).
+var ServerConfigOps = []string{
+	OpSnapshot, OpVersion,
+	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete,
+	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
+	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
+	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
+	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
+	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
+	OpAuditList, OpAuditGet,
+}
+
 // ServerRole is cmd/server's permissions when another process runs the
-// worker. Its JetStream access is an allow list: it may make (never update,
+// worker. Its requests to the worker are an allow list too: the operations
+// of ServerConfigOps, hydration pages, sync and the parts of large replies,
+// and analytics queries. Its JetStream access is an allow list: it may make (never update,
 // purge or delete) the two streams and its KV buckets, read stream info, and
 // read, write and watch its buckets. Making or updating other streams is
 // denied because a stream can republish what it stores onto any subject,
 // the worker's included.
 func ServerRole() Role {
-	pub := []string{
-		ConfigPrefix + ".>",
-		"sluice.worker.>",
-		AnalyticsPrefix + ".>",
+	var pub []string
+	for _, op := range ServerConfigOps {
+		pub = append(pub, ConfigPrefix+"."+op)
+	}
+	pub = append(pub,
+		PartSubject,
+		BucketsSubject,
+		SyncSubject,
+		AnalyticsPrefix+".>",
 		stateSubjects,
 		counterSubjects,
 		"sluice.cluster.>",
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO.*",
-		"$JS.API.STREAM.CREATE." + StateStream,
-		"$JS.API.STREAM.CREATE." + CounterStream,
-	}
+		"$JS.API.STREAM.CREATE."+StateStream,
+		"$JS.API.STREAM.CREATE."+CounterStream,
+	)
 	for _, b := range []string{OwnersBucket, MembersBucket, RevokedSessionsBucket} {
 		stream := "KV_" + b
 		pub = append(pub,

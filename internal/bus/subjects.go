@@ -92,7 +92,7 @@ const (
 	OpBlockList     = "block.list"
 	OpBlockDelete   = "block.delete"
 	OpBucketReset   = "bucket.reset"
-	OpUserByEmail   = "user.by_email"
+	OpUserSignIn    = "user.sign_in" // checks a password on the worker (SignIn)
 	OpUserCreate    = "user.create"
 
 	// Credential lifecycle.
@@ -105,7 +105,6 @@ const (
 	OpUserDelete       = "user.delete"
 	OpUserPassword     = "user.password"
 	OpUserEmail        = "user.email"
-	OpUserSignedIn     = "user.signed_in"
 	OpUserEndSessions  = "user.end_sessions"
 
 	// The audit log (reads; entries are written by the writes above).

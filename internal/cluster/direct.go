@@ -60,6 +60,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +84,11 @@ const (
 	// stay on NATS before the next attempt.
 	redialAfter = time.Second
 	// maxHandshakes bounds connections not yet authenticated, so whoever
-	// reaches the port cannot hold many goroutines.
-	maxHandshakes = 64
+	// reaches the port cannot hold many goroutines; maxHandshakesPerAddr
+	// bounds those of one source address (an IPv6 one by its /64), so one
+	// source cannot hold them all and keep the other servers out.
+	maxHandshakes        = 64
+	maxHandshakesPerAddr = 8
 )
 
 // DirectConfig makes a server accept forwarded checks on a connection of
@@ -118,6 +122,7 @@ type peerInfo struct {
 const (
 	rejectHandshake = "handshake"
 	rejectTooMany   = "too_many_handshakes"
+	rejectAddrBusy  = "too_many_handshakes_from_address"
 	rejectFrameSize = "frame_too_large"
 	rejectMalformed = "malformed_frame"
 	rejectTimeout   = "timeout"
@@ -248,7 +253,8 @@ type directServer struct {
 	tls                     *tls.Config
 	key                     []byte
 	decide                  func(items []Item, out []Result)
-	slots                   chan struct{} // handshakes in progress
+	slots                   chan struct{}  // handshakes in progress
+	bySource                map[string]int // handshakes in progress per source (handshakeSource), under mu
 	hsTimeout, frameTimeout time.Duration
 	mu                      sync.Mutex
 	conns                   map[net.Conn]struct{}
@@ -289,7 +295,7 @@ func (c *Cluster) listenDirect(cfg *DirectConfig, decide func([]Item, []Result))
 		info.Cert = hex.EncodeToString(sum[:])
 	}
 	s := &directServer{c: c, ln: ln, tls: cfg.TLS, key: key, decide: decide,
-		slots: make(chan struct{}, maxHandshakes), conns: map[net.Conn]struct{}{},
+		slots: make(chan struct{}, maxHandshakes), bySource: map[string]int{}, conns: map[net.Conn]struct{}{},
 		hsTimeout: cmp.Or(cfg.handshakeTimeout, handshakeTimeout), frameTimeout: cmp.Or(cfg.frameTimeout, frameTimeout)}
 	s.wg.Go(s.accept)
 	c.log.Info("cluster listener started", "addr", ln.Addr().String(), "advertise", adv, "tls", cfg.TLS != nil)
@@ -307,20 +313,64 @@ func (s *directServer) accept() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
-			s.reject(conn, rejectTooMany, errors.New("too many connections in their handshake"))
+		src := handshakeSource(conn.RemoteAddr())
+		if !s.startHandshake(conn, src) {
 			_ = conn.Close()
 			continue
 		}
 		if !s.track(conn) {
-			<-s.slots
+			s.endHandshake(src)
 			_ = conn.Close()
 			return
 		}
-		s.wg.Go(func() { s.serveConn(conn) })
+		s.wg.Go(func() { s.serveConn(conn, src) })
 	}
+}
+
+// startHandshake takes a handshake slot for a connection from src, or
+// rejects it when all slots, or src's share of them, are taken.
+func (s *directServer) startHandshake(conn net.Conn, src string) bool {
+	s.mu.Lock()
+	if s.bySource[src] >= maxHandshakesPerAddr {
+		s.mu.Unlock()
+		s.reject(conn, rejectAddrBusy, fmt.Errorf("%d connections from this address in their handshake", maxHandshakesPerAddr))
+		return false
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.mu.Unlock()
+		s.reject(conn, rejectTooMany, errors.New("too many connections in their handshake"))
+		return false
+	}
+	s.bySource[src]++
+	s.mu.Unlock()
+	return true
+}
+
+// endHandshake gives back the slot startHandshake took.
+func (s *directServer) endHandshake(src string) {
+	s.mu.Lock()
+	if s.bySource[src]--; s.bySource[src] <= 0 {
+		delete(s.bySource, src)
+	}
+	s.mu.Unlock()
+	<-s.slots
+}
+
+// handshakeSource is the source a handshake counts against: the remote IP,
+// or for IPv6 its /64 (one host usually holds a whole /64).
+func handshakeSource(a net.Addr) string {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
 
 func (s *directServer) track(conn net.Conn) bool {
@@ -345,7 +395,7 @@ func (s *directServer) reject(conn net.Conn, reason string, err error) {
 		"suppressed_since_last", s.suppressed.Swap(0))
 }
 
-func (s *directServer) serveConn(raw net.Conn) {
+func (s *directServer) serveConn(raw net.Conn, src string) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, raw)
@@ -357,14 +407,14 @@ func (s *directServer) serveConn(raw net.Conn) {
 	if s.tls != nil {
 		tc := tls.Server(raw, s.tls)
 		if err := tc.Handshake(); err != nil {
-			<-s.slots
+			s.endHandshake(src)
 			s.reject(raw, rejectHandshake, fmt.Errorf("tls: %w", err))
 			return
 		}
 		conn = tc
 	}
 	err := ownerHandshake(conn, s.key)
-	<-s.slots
+	s.endHandshake(src)
 	if err != nil {
 		reason := rejectHandshake
 		if isTimeout(err) {

@@ -497,3 +497,70 @@ func TestDirectStuckOwnerTimesOut(t *testing.T) {
 		t.Fatal("the connection to a stuck owner is still used")
 	}
 }
+
+// One source address holds at most maxHandshakesPerAddr handshakes: more
+// from it are refused, while another address still gets in.
+func TestDirectHandshakesPerAddress(t *testing.T) {
+	c, info := owner(t, echoDecide, nil)
+	key, _ := hex.DecodeString(info.Key)
+	from := func(ip string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: time.Second}
+		return d.Dial("tcp", info.Addr)
+	}
+	// Connections that start the handshake and never finish it.
+	var held []net.Conn
+	for range maxHandshakesPerAddr {
+		conn, err := from("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+		_, _ = conn.Write(hello(make([]byte, nonceLen)))
+		if _, err := io.ReadFull(conn, make([]byte, len(directMagic)+1+nonceLen+macLen)); err != nil {
+			t.Fatalf("held connection: %v", err)
+		}
+	}
+	conn, err := from("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); n != 0 || isTimeout(err) {
+		t.Fatalf("a connection over the address's share was served (%d bytes, %v)", n, err)
+	}
+	conn.Close()
+	waitRejected(t, c, rejectAddrBusy, 1)
+
+	other, err := from("127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := dialerHandshake(other, key); err != nil {
+		t.Fatalf("another address was kept out: %v", err)
+	}
+
+	// Once the held ones go, the first address gets in again.
+	for _, h := range held {
+		h.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, err := from("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = dialerHandshake(conn, key)
+		conn.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the address's slots never came back: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := rejected(c, rejectTooMany); got != 0 {
+		t.Errorf("rejected{too_many_handshakes} = %v, want 0", got)
+	}
+}

@@ -39,14 +39,15 @@ const (
 // Store reads and writes the configuration in SQLite. It is safe for
 // concurrent use.
 type Store struct {
-	db    *sql.DB
-	write chan struct{} // a one-slot semaphore held for each write transaction
+	db        *sql.DB
+	write     chan struct{} // a one-slot semaphore held for each write transaction
+	passwords *passwordGate // bounds argon2id work (passwords.go)
 }
 
 // NewStore returns a Store over db, which must have been opened with
 // sqlitedb.Open (schema migrated, foreign keys on, immediate transactions).
 func NewStore(db *sql.DB) *Store {
-	return &Store{db: db, write: make(chan struct{}, 1)}
+	return &Store{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
 }
 
 // querier is what *sql.DB and *sql.Tx have in common.

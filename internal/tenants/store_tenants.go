@@ -58,26 +58,80 @@ func scanUser(sc scanner) (User, error) {
 	return u, nil
 }
 
+// NewTenant is a tenant checked and its owner's password hashed
+// (PrepareTenant), ready for CommitTenant.
+type NewTenant struct {
+	name  string
+	owner User // without ID, tenant or times
+}
+
+// PrepareTenant checks a new tenant's fields, refuses a taken name or
+// owner email (errs.Conflict) and hashes the owner's password, holding no
+// lock: the slow half of CreateTenant.
+func (s *Store) PrepareTenant(ctx context.Context, name, ownerEmail, ownerPassword string) (NewTenant, error) {
+	if err := ValidateNewTenant(name, ownerEmail, ownerPassword); err != nil {
+		return NewTenant{}, err
+	}
+	email := NormalizeEmail(ownerEmail)
+	if err := s.refuseTaken(ctx, name, email); err != nil {
+		return NewTenant{}, err
+	}
+	pwHash, err := s.hashPassword(ctx, ownerPassword)
+	if err != nil {
+		return NewTenant{}, err
+	}
+	return NewTenant{name: name, owner: User{Email: email, PasswordHash: pwHash, Role: RoleOwner, SessionVersion: 1}}, nil
+}
+
+// refuseTaken answers errs.Conflict for a taken tenant name (when name is
+// not empty) or email, with the messages the writes give.
+func (s *Store) refuseTaken(ctx context.Context, name, email string) error {
+	if name != "" {
+		taken, err := exists(ctx, s.db, `SELECT 1 FROM tenants WHERE name = ?`, name)
+		if err != nil {
+			return fmt.Errorf("find tenant: %w", err)
+		}
+		if taken {
+			return errs.Errorf(errs.Conflict, "a tenant named %q already exists", name)
+		}
+	}
+	taken, err := exists(ctx, s.db, `SELECT 1 FROM users WHERE email = ?`, email)
+	if err != nil {
+		return fmt.Errorf("find user: %w", err)
+	}
+	if taken {
+		return errs.Errorf(errs.Conflict, "a user with this email already exists")
+	}
+	return nil
+}
+
 // CreateTenant creates a tenant, its owner's dashboard login and its first
 // service key, whose plain text is returned once. Its changes announce all
 // three (the owner as a UserSession). A taken tenant name or
 // owner email answers errs.Conflict.
 func (s *Store) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, now time.Time) (Tenant, string, []Change, error) {
-	if err := ValidateNewTenant(name, ownerEmail, ownerPassword); err != nil {
-		return Tenant{}, "", nil, err
-	}
-	now = normTime(now)
-	// Hash before taking the write lock: argon2id is deliberately slow.
-	pwHash, err := HashPassword(ownerPassword)
+	nt, err := s.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
 	if err != nil {
 		return Tenant{}, "", nil, err
 	}
+	return s.CommitTenant(ctx, nt, now)
+}
+
+// CommitTenant creates a tenant PrepareTenant prepared (see CreateTenant).
+// A name or email taken meanwhile answers errs.Conflict.
+func (s *Store) CommitTenant(ctx context.Context, nt NewTenant, now time.Time) (Tenant, string, []Change, error) {
+	if nt.owner.PasswordHash == "" {
+		return Tenant{}, "", nil, errors.New("create tenant: not prepared")
+	}
+	name := nt.name
+	now = normTime(now)
 	plain, prefix, keyHash, err := GenerateKey(KindServiceKey)
 	if err != nil {
 		return Tenant{}, "", nil, err
 	}
 	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now}
-	owner := User{ID: NewID(IDUser), TenantID: t.ID, Email: NormalizeEmail(ownerEmail), PasswordHash: pwHash, Role: RoleOwner, CreatedAt: now, SessionVersion: 1}
+	owner := nt.owner
+	owner.ID, owner.TenantID, owner.CreatedAt = NewID(IDUser), t.ID, now
 	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
 
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
@@ -283,7 +337,14 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 	if err := ValidatePassword(password); err != nil {
 		return User{}, err
 	}
-	hash, err := HashPassword(password)
+	// Refuse what cannot succeed before the slow hash.
+	if err := requireTenant(ctx, s.db, tenantID); err != nil {
+		return User{}, err
+	}
+	if err := s.refuseTaken(ctx, "", NormalizeEmail(email)); err != nil {
+		return User{}, err
+	}
+	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return User{}, err
 	}
@@ -325,15 +386,24 @@ func (s *Store) UserByEmail(ctx context.Context, email string) (User, error) {
 // errs.Unauthenticated without saying which was wrong. An unknown email
 // costs as much time as a wrong password.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	wrong := errs.Errorf(errs.Unauthenticated, "wrong email or password")
+	if len(email) > maxEmailLength || len(password) > maxPasswordBytes {
+		return User{}, wrong // no account has these: nothing to learn from the time
+	}
 	u, err := s.UserByEmail(ctx, email)
+	hash := u.PasswordHash
 	switch {
 	case errs.Is(err, errs.NotFound):
-		CheckPassword(dummyPasswordHash(), password)
-		return User{}, errs.Errorf(errs.Unauthenticated, "wrong email or password")
+		hash = dummyPasswordHash()
 	case err != nil:
 		return User{}, err
-	case !CheckPassword(u.PasswordHash, password):
-		return User{}, errs.Errorf(errs.Unauthenticated, "wrong email or password")
+	}
+	ok, cerr := s.checkPassword(ctx, hash, password)
+	switch {
+	case cerr != nil:
+		return User{}, cerr
+	case err != nil || !ok:
+		return User{}, wrong
 	}
 	return u, nil
 }
@@ -365,8 +435,14 @@ func (s *Store) EnsureOperator(ctx context.Context, email, password string, now 
 	// Hash before the write lock, and only when the password changes:
 	// argon2id is deliberately slow.
 	hash := ""
-	if err != nil || !CheckPassword(u.PasswordHash, password) {
-		if hash, err = HashPassword(password); err != nil {
+	same := false
+	if err == nil {
+		if same, err = s.checkPassword(ctx, u.PasswordHash, password); err != nil {
+			return User{}, nil, err
+		}
+	}
+	if !same {
+		if hash, err = s.hashPassword(ctx, password); err != nil {
 			return User{}, nil, err
 		}
 	}
@@ -375,7 +451,7 @@ func (s *Store) EnsureOperator(ctx context.Context, email, password string, now 
 		cur, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE email = ?`, email)
 		switch {
 		case errs.Is(err, errs.NotFound):
-			if hash == "" { // deleted since it was read
+			if hash == "" { // deleted since it was read (only at a start racing another)
 				if hash, err = HashPassword(password); err != nil {
 					return nil, err
 				}

@@ -12,6 +12,7 @@ package tenants
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,35 +71,79 @@ func updateUser(ctx context.Context, tx *sql.Tx, id string, set string, args ...
 }
 
 // checkCurrentPassword refuses a change made without the user's current
-// password, naming the field so a form can put the message beside it.
+// password, naming the field so a form can put the message beside it. It
+// returns the user as read, whose PasswordHash is the hash checked.
 func (s *Store) checkCurrentPassword(ctx context.Context, id, current string) (User, error) {
 	u, err := s.GetUser(ctx, id)
 	if err != nil {
 		return User{}, err
 	}
-	if !CheckPassword(u.PasswordHash, current) {
+	ok, err := s.checkPassword(ctx, u.PasswordHash, current)
+	if err != nil {
+		return User{}, err
+	}
+	if !ok {
 		return User{}, invalid("current_password", "is not your current password")
 	}
 	return u, nil
 }
 
-// ChangePassword sets a user's password after checking the current one,
-// and ends every session of theirs (the session version moves).
-func (s *Store) ChangePassword(ctx context.Context, id, current, next string, now time.Time) (User, []Change, error) {
-	if err := validatePassword("new_password", next); err != nil {
-		return User{}, nil, err
+// stillChecked refuses a write whose password check no longer holds: the
+// user's password changed (or the user went) after it was checked.
+func stillChecked(ctx context.Context, tx *sql.Tx, id, checkedHash string) error {
+	var cur string
+	err := tx.QueryRowContext(ctx, `SELECT password_hash FROM users WHERE id = ?`, id).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errs.Errorf(errs.NotFound, "user not found")
 	}
-	if _, err := s.checkCurrentPassword(ctx, id, current); err != nil {
-		return User{}, nil, err
-	}
-	hash, err := HashPassword(next)
 	if err != nil {
-		return User{}, nil, err
+		return fmt.Errorf("read user: %w", err)
+	}
+	if cur != checkedHash {
+		return invalid("current_password", "is not your current password")
+	}
+	return nil
+}
+
+// PasswordChange is a change of password whose current password was
+// checked and whose new one is hashed (PreparePasswordChange), ready for
+// CommitPasswordChange.
+type PasswordChange struct {
+	user    User   // as read when checked
+	newHash string // the new password's
+}
+
+// PreparePasswordChange checks a user's current password and hashes the
+// new one, holding no lock: the slow half of ChangePassword.
+func (s *Store) PreparePasswordChange(ctx context.Context, id, current, next string) (PasswordChange, error) {
+	if err := validatePassword("new_password", next); err != nil {
+		return PasswordChange{}, err
+	}
+	u, err := s.checkCurrentPassword(ctx, id, current)
+	if err != nil {
+		return PasswordChange{}, err
+	}
+	hash, err := s.hashPassword(ctx, next)
+	if err != nil {
+		return PasswordChange{}, err
+	}
+	return PasswordChange{user: u, newHash: hash}, nil
+}
+
+// CommitPasswordChange sets the prepared password and ends every session
+// of the user (the session version moves). A password changed since it was
+// checked answers as a wrong current password.
+func (s *Store) CommitPasswordChange(ctx context.Context, p PasswordChange, now time.Time) (User, []Change, error) {
+	if p.newHash == "" {
+		return User{}, nil, errors.New("change password: not prepared")
 	}
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
+		if err := stillChecked(ctx, tx, p.user.ID, p.user.PasswordHash); err != nil {
+			return nil, err
+		}
 		var err error
-		if u, err = updateUser(ctx, tx, id, `password_hash = ?`, hash); err != nil {
+		if u, err = updateUser(ctx, tx, p.user.ID, `password_hash = ?`, p.newHash); err != nil {
 			return nil, err
 		}
 		err = recordAudit(ctx, tx, userEntry(u, now, ActionPasswordChanged, []FieldChange{{Field: "password", After: "changed"}}))
@@ -111,6 +156,16 @@ func (s *Store) ChangePassword(ctx context.Context, id, current, next string, no
 		return User{}, nil, err
 	}
 	return u, changes, nil
+}
+
+// ChangePassword sets a user's password after checking the current one,
+// and ends every session of theirs (the session version moves).
+func (s *Store) ChangePassword(ctx context.Context, id, current, next string, now time.Time) (User, []Change, error) {
+	p, err := s.PreparePasswordChange(ctx, id, current, next)
+	if err != nil {
+		return User{}, nil, err
+	}
+	return s.CommitPasswordChange(ctx, p, now)
 }
 
 // EndSessions ends every session of a user (sign out everywhere) by
@@ -133,31 +188,53 @@ func (s *Store) EndSessions(ctx context.Context, id string, now time.Time) (User
 	return u, changes, nil
 }
 
-// ChangeEmail sets the email a user signs in with, after checking their
-// password, and ends every session of theirs. A taken email answers
-// errs.Conflict.
-func (s *Store) ChangeEmail(ctx context.Context, id, password, email string, now time.Time) (User, []Change, error) {
+// EmailChange is a change of email whose password was checked
+// (PrepareEmailChange), ready for CommitEmailChange.
+type EmailChange struct {
+	user  User // as read when checked
+	email string
+}
+
+// PrepareEmailChange checks the user's password for a change of email,
+// holding no lock: the slow half of ChangeEmail. The password is checked
+// before the email is looked up, so that only the user's password tells
+// whether an address is taken.
+func (s *Store) PrepareEmailChange(ctx context.Context, id, password, email string) (EmailChange, error) {
 	if err := ValidateEmail(email); err != nil {
-		return User{}, nil, err
+		return EmailChange{}, err
 	}
-	email = NormalizeEmail(email)
-	cur, err := s.checkCurrentPassword(ctx, id, password)
+	u, err := s.checkCurrentPassword(ctx, id, password)
 	if err != nil {
-		return User{}, nil, err
+		return EmailChange{}, err
 	}
-	if cur.Email == email {
+	return EmailChange{user: u, email: NormalizeEmail(email)}, nil
+}
+
+// CommitEmailChange sets the prepared email and ends every session of the
+// user. The same email changes nothing. A taken email answers
+// errs.Conflict; a password changed since it was checked answers as a
+// wrong one.
+func (s *Store) CommitEmailChange(ctx context.Context, c EmailChange, now time.Time) (User, []Change, error) {
+	if c.email == "" {
+		return User{}, nil, errors.New("change email: not prepared")
+	}
+	cur := c.user
+	if cur.Email == c.email {
 		return cur, nil, nil
 	}
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
-		taken, err := exists(ctx, tx, `SELECT 1 FROM users WHERE email = ? AND id != ?`, email, id)
+		if err := stillChecked(ctx, tx, cur.ID, cur.PasswordHash); err != nil {
+			return nil, err
+		}
+		taken, err := exists(ctx, tx, `SELECT 1 FROM users WHERE email = ? AND id != ?`, c.email, cur.ID)
 		if err != nil {
 			return nil, fmt.Errorf("change email: %w", err)
 		}
 		if taken {
 			return nil, errs.Errorf(errs.Conflict, "a user with this email already exists")
 		}
-		if u, err = updateUser(ctx, tx, id, `email = ?`, email); err != nil {
+		if u, err = updateUser(ctx, tx, cur.ID, `email = ?`, c.email); err != nil {
 			return nil, err
 		}
 		err = recordAudit(ctx, tx, userEntry(u, now, ActionEmailChanged, []FieldChange{{Field: "email", Before: cur.Email, After: u.Email}}))
@@ -170,6 +247,17 @@ func (s *Store) ChangeEmail(ctx context.Context, id, password, email string, now
 		return User{}, nil, err
 	}
 	return u, changes, nil
+}
+
+// ChangeEmail sets the email a user signs in with, after checking their
+// password, and ends every session of theirs. A taken email answers
+// errs.Conflict.
+func (s *Store) ChangeEmail(ctx context.Context, id, password, email string, now time.Time) (User, []Change, error) {
+	c, err := s.PrepareEmailChange(ctx, id, password, email)
+	if err != nil {
+		return User{}, nil, err
+	}
+	return s.CommitEmailChange(ctx, c, now)
 }
 
 // tenantUser reads one of a tenant's users; another tenant's user, or the

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -173,16 +172,6 @@ type authHandler struct {
 // maxCredential bounds what a sign-in may make the server hash.
 const maxCredential = 1024
 
-// dummyHash is checked when the email is unknown, so that answer takes as
-// long as a wrong password and does not reveal which emails exist.
-var dummyHash = sync.OnceValue(func() string {
-	h, err := tenants.HashPassword("no dashboard user has this password")
-	if err != nil {
-		panic(err)
-	}
-	return h
-})
-
 func (h *authHandler) form(c echo.Context) error {
 	if _, ok := h.gate.current(c); ok {
 		return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next"), "/ui/"))
@@ -234,24 +223,20 @@ func (h *authHandler) login(c echo.Context) error {
 		}
 	}
 
+	// The worker checks the password: no password hash reaches a server.
 	var rec bus.UserRecord
-	err := h.users.Call(c.Request().Context(), bus.OpUserByEmail, bus.UserByEmail{Email: email}, &rec)
+	err := h.users.Call(c.Request().Context(), bus.OpUserSignIn, bus.SignIn{Email: email, Password: password}, &rec)
 	switch {
-	case errs.Is(err, errs.NotFound):
-		tenants.CheckPassword(dummyHash(), password)
+	case errs.Is(err, errs.Unauthenticated):
 		h.limiter.failed(email, now)
 		v.Error = "Wrong email or password."
 		return h.render(c, http.StatusUnauthorized, v)
 	case err != nil:
 		if errs.Code(err) == errs.Internal {
-			h.log.Error("sign-in lookup failed", "err", err)
+			h.log.Error("sign-in check failed", "err", err)
 		}
 		v.Error = "Sluice cannot check your password right now. Try again in a moment."
 		return h.render(c, http.StatusServiceUnavailable, v)
-	case !tenants.CheckPassword(rec.PasswordHash, password):
-		h.limiter.failed(email, now)
-		v.Error = "Wrong email or password."
-		return h.render(c, http.StatusUnauthorized, v)
 	case rec.TenantSuspended:
 		// Said only after the password is right: it tells nothing to a guesser.
 		v.Error = "Your tenant is suspended by the platform operator, so its users cannot sign in. Nothing of it was deleted; ask the operator to resume it."
@@ -272,9 +257,6 @@ func (h *authHandler) login(c echo.Context) error {
 		return err
 	}
 	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, "", -1))
-	if err := h.users.Call(c.Request().Context(), bus.OpUserSignedIn, bus.UserSignedIn{ID: u.UserID, At: now}, nil); err != nil {
-		h.log.Warn("last sign-in time not recorded", "user", u.UserID, "err", err)
-	}
 	h.log.Info("dashboard sign-in", "user", u.UserID, "role", u.Role, "tenant", u.TenantID)
 	home := "/ui/"
 	if u.Role == tenants.RoleOperator {

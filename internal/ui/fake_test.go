@@ -33,14 +33,6 @@ const (
 	fakePassword = "a long passphrase"
 )
 
-var fakeHash = sync.OnceValue(func() string {
-	h, err := tenants.HashPassword(fakePassword)
-	if err != nil {
-		panic(err)
-	}
-	return h
-})
-
 // fakeWorker knows one owner and answers every list with nothing.
 type fakeWorker struct {
 	mu      sync.Mutex
@@ -49,16 +41,15 @@ type fakeWorker struct {
 
 func (f *fakeWorker) Call(_ context.Context, op string, req, out any) error {
 	switch op {
-	case bus.OpUserByEmail:
+	case bus.OpUserSignIn:
 		f.mu.Lock()
 		f.lookups++
 		f.mu.Unlock()
-		if req.(bus.UserByEmail).Email != fakeEmail {
-			return errs.Errorf(errs.NotFound, "user not found")
+		if r := req.(bus.SignIn); r.Email != fakeEmail || r.Password != fakePassword {
+			return errs.Errorf(errs.Unauthenticated, "wrong email or password")
 		}
 		*out.(*bus.UserRecord) = bus.UserRecord{
 			User:           tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner},
-			PasswordHash:   fakeHash(),
 			SessionVersion: 1,
 		}
 		return nil

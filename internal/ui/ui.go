@@ -90,6 +90,9 @@ type Deps struct {
 	// the client to the sign-in limiter, as for forward-auth; without them
 	// the connection's peer is the client.
 	TrustedProxies []netip.Prefix
+	// PasswordWorkLimit bounds each user's invites and changes of password
+	// or email, which make the worker hash; 20 per 10 minutes when zero.
+	PasswordWorkLimit quota.Limit
 	// Revocations remembers signed-out sessions cluster-wide; without it,
 	// sign-out only deletes the browser's cookie.
 	Revocations Revoker
@@ -139,6 +142,9 @@ func Register(e *echo.Echo, d Deps) error {
 	if d.LoginIPLimit.Algorithm == 0 {
 		d.LoginIPLimit = defaultIPLimit
 	}
+	if d.PasswordWorkLimit.Algorithm == 0 {
+		d.PasswordWorkLimit = defaultPasswordWorkLimit
+	}
 	key := d.SessionKey
 	if key == nil {
 		var err error
@@ -179,6 +185,9 @@ func Register(e *echo.Echo, d Deps) error {
 	tenant := append(signedIn[:len(signedIn):len(signedIn)], requireTenant)
 	owner := append(signedIn[:len(signedIn):len(signedIn)], requireOwner)
 	operator := append(signedIn[:len(signedIn):len(signedIn)], requireOperator)
+	// Routes that make the worker hash a password are limited per user.
+	pwLimit := newPasswordWorkLimiter(d.PasswordWorkLimit, d.Now).middleware
+	hashing := func(mw []echo.MiddlewareFunc) []echo.MiddlewareFunc { return append(mw[:len(mw):len(mw)], pwLimit) }
 
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") }, pub...)
 	e.GET("/ui/static/:hash/:name", serveStatic)
@@ -213,7 +222,7 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/audit", audit.show, tenant...)
 
 	e.GET("/ui/members", mem.show, owner...)
-	e.POST("/ui/members", mem.invite, owner...)
+	e.POST("/ui/members", mem.invite, hashing(owner)...)
 	e.POST("/ui/members/:id/role", mem.role, owner...)
 	e.POST("/ui/members/:id/remove", mem.remove, owner...)
 	e.GET("/ui/service-keys", svcKeys.list, owner...)
@@ -221,12 +230,12 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/service-keys/:key_id/revoke", svcKeys.revoke, owner...)
 
 	e.GET("/ui/account", acct.show, signedIn...)
-	e.POST("/ui/account/password", acct.password, signedIn...)
-	e.POST("/ui/account/email", acct.email, signedIn...)
+	e.POST("/ui/account/password", acct.password, hashing(signedIn)...)
+	e.POST("/ui/account/email", acct.email, hashing(signedIn)...)
 	e.POST("/ui/account/sessions", acct.endOthers, signedIn...)
 
 	e.GET("/ui/admin/tenants", adm.tenants, operator...)
-	e.POST("/ui/admin/tenants", adm.createTenant, operator...)
+	e.POST("/ui/admin/tenants", adm.createTenant, hashing(operator)...)
 	e.GET("/ui/admin/abuse", adm.abuse, operator...)
 	e.GET("/ui/admin/blocks", adm.blocks, operator...)
 	e.POST("/ui/admin/blocks", adm.createBlock, operator...)

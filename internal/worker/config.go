@@ -61,8 +61,13 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			return bus.Version{Version: v, StateFormats: []string{bus.PackedStateFormat, bus.FencedStateFormat}}, err
 		}),
 		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
+			// The owner's password is hashed before the writer is taken.
+			nt, err := st.PrepareTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword)
+			if err != nil {
+				return bus.Written[bus.TenantCreated]{}, err
+			}
 			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
-				t, key, cs, err := st.CreateTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword, now())
+				t, key, cs, err := st.CommitTenant(ctx, nt, now())
 				return bus.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
 			})
 		}),
@@ -200,20 +205,8 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			}
 			return u, w.announceUser(ctx, u.ID)
 		}),
-		bus.OpUserByEmail: handle(w, bus.OpUserByEmail, func(ctx context.Context, r bus.UserByEmail) (bus.UserRecord, error) {
-			u, err := st.UserByEmail(ctx, r.Email)
-			if err != nil {
-				return bus.UserRecord{}, err
-			}
-			rec := bus.UserRecord{User: u, PasswordHash: u.PasswordHash, SessionVersion: u.SessionVersion}
-			if u.TenantID != "" {
-				t, err := st.GetTenant(ctx, u.TenantID)
-				if err != nil {
-					return bus.UserRecord{}, err
-				}
-				rec.TenantSuspended = t.Suspended()
-			}
-			return rec, nil
+		bus.OpUserSignIn: handle(w, bus.OpUserSignIn, func(ctx context.Context, r bus.SignIn) (bus.UserRecord, error) {
+			return w.signIn(ctx, r)
 		}),
 		bus.OpUserList: handle(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
 			return nonNil(st.ListUsers(ctx, r.TenantID))
@@ -229,14 +222,24 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			})
 		}),
 		bus.OpUserPassword: handle(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (bus.Written[bus.UserRecord], error) {
+			// Checked and hashed before the writer is taken; the write
+			// goes ahead only if the password checked is still the stored one.
+			p, err := st.PreparePasswordChange(ctx, r.ID, r.Current, r.New)
+			if err != nil {
+				return bus.Written[bus.UserRecord]{}, err
+			}
 			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.ChangePassword(ctx, r.ID, r.Current, r.New, now())
+				u, cs, err := st.CommitPasswordChange(ctx, p, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
 		bus.OpUserEmail: handle(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (bus.Written[bus.UserRecord], error) {
+			c, err := st.PrepareEmailChange(ctx, r.ID, r.Password, r.Email)
+			if err != nil {
+				return bus.Written[bus.UserRecord]{}, err
+			}
 			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.ChangeEmail(ctx, r.ID, r.Password, r.Email, now())
+				u, cs, err := st.CommitEmailChange(ctx, c, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
@@ -245,9 +248,6 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				u, cs, err := st.EndSessions(ctx, r.ID, now())
 				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
-		}),
-		bus.OpUserSignedIn: handle(w, bus.OpUserSignedIn, func(ctx context.Context, r bus.UserSignedIn) (none, error) {
-			return none{}, st.RecordSignIn(ctx, r.ID, r.At)
 		}),
 		bus.OpServiceKeyCreate: handle(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.ServiceKeyCreated], error) {
 			return write(w, ctx, func() (bus.ServiceKeyCreated, []tenants.Change, error) {
@@ -285,6 +285,32 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}
 	}
 	return nil
+}
+
+// signIn checks a dashboard user's email and password here, so that no
+// password hash ever leaves the worker, and answers the user without it.
+// An unknown email costs as much as a wrong password and answers the same
+// (errs.Unauthenticated). A right password of a suspended tenant's user
+// answers TenantSuspended; any other records the sign-in's time.
+func (w *Worker) signIn(ctx context.Context, r bus.SignIn) (bus.UserRecord, error) {
+	u, err := w.store.Authenticate(ctx, r.Email, r.Password)
+	if err != nil {
+		return bus.UserRecord{}, err
+	}
+	rec := bus.UserRecord{User: u, SessionVersion: u.SessionVersion}
+	if u.TenantID != "" {
+		t, err := w.store.GetTenant(ctx, u.TenantID)
+		if err != nil {
+			return bus.UserRecord{}, err
+		}
+		rec.TenantSuspended = t.Suspended()
+	}
+	if !rec.TenantSuspended {
+		if err := w.store.RecordSignIn(ctx, u.ID, w.cfg.Now()); err != nil {
+			w.log.Warn("last sign-in time not recorded", "user", u.ID, "err", err)
+		}
+	}
+	return rec, nil
 }
 
 // announceUser tells every server a new user's session version, so the

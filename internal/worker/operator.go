@@ -66,7 +66,9 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 	}
 	if op.Email != "" {
 		// Announced: a retired operator login or a new password ends the
-		// sessions it had on every server.
+		// sessions it had on every server. EnsureOperator may hash while
+		// the writer is held; this runs before any request is served, so
+		// no config write waits on it.
 		if _, err := write(w, ctx, func() (tenants.User, []tenants.Change, error) {
 			return w.store.EnsureOperator(ctx, op.Email, op.Password, w.cfg.Now())
 		}); err != nil {
