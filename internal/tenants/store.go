@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -41,6 +42,7 @@ const (
 type Store struct {
 	db    *sql.DB
 	write chan struct{} // a one-slot semaphore held for each write transaction
+	caps  atomic.Pointer[Caps]
 }
 
 // NewStore returns a Store over db, which must have been opened with
