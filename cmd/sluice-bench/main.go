@@ -5,7 +5,9 @@
 //
 // "sluice-bench restart" measures restarts with millions of persisted
 // buckets instead (restart.go); "sluice-bench worker" whether the SQLite
-// worker keeps up with a flood of new callers (workerbench.go).
+// worker keeps up with a flood of new callers (workerbench.go); "sluice-bench
+// tenants" whether a tenant of 10 000 policies and a million keys slows
+// another tenant's key revocations down (tenantsbench.go).
 //
 // With -flood N it instead starts a server of its own and measures what N
 // distinct denied callers cost on disk (see flood.go).
@@ -142,6 +144,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(args) > 0 && args[0] == "worker" {
 		return runWorkerBench(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "tenants" {
+		return runTenantsBench(ctx, args[1:], stdout)
 	}
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {

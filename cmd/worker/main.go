@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -79,6 +80,10 @@ func run() error {
 	if err := analytics.RegisterFlags(fs, os.Getenv); err != nil {
 		return err
 	}
+	var caps tenants.Caps
+	if err := worker.RegisterCapFlags(fs, &caps, os.Getenv); err != nil {
+		return err
+	}
 	var auth bus.Auth
 	auth.RegisterFlags(fs, os.Getenv)
 	streams := app.StreamLimitFlags(fs, os.Getenv)
@@ -100,6 +105,9 @@ func run() error {
 		return err
 	}
 	if err := analytics.Validate(); err != nil {
+		return err
+	}
+	if err := caps.Validate(); err != nil {
 		return err
 	}
 	if err := app.ValidateReplicas(*replicas); err != nil {
@@ -171,7 +179,7 @@ func run() error {
 	defer nc.Drain()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Operator: op, Streams: limits, Replicas: *replicas,
+	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: analytics, Caps: caps, Operator: op, Streams: limits, Replicas: *replicas,
 		Recorder: rec, LeaseTTL: *leaseTTL, Name: *name}, db, nc)
 	if err != nil {
 		return err

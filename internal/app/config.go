@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -61,6 +62,11 @@ type Config struct {
 	// Streams bounds the state and counter streams when this process runs
 	// the worker: --stream-max-bytes, --stream-max-age (streams.go).
 	Streams bus.StreamLimits
+	// Caps bounds what one tenant may hold, enforced by the embedded
+	// worker: --tenant-max-policies, --tenant-max-limits-per-policy,
+	// --tenant-max-consumer-keys, --tenant-max-service-keys,
+	// --tenant-max-blocks, --tenant-max-members (SLUICE_TENANT_MAX_*).
+	Caps tenants.Caps
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -150,6 +156,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
 		return err
 	}
+	if err := worker.RegisterCapFlags(fs, &c.Caps, getenv); err != nil {
+		return err
+	}
 	streams := StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -219,6 +228,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--data must not be empty")
 	}
 	if err := c.Analytics.Validate(); err != nil {
+		return err
+	}
+	if err := c.Caps.Validate(); err != nil {
 		return err
 	}
 	if err := ValidateReplicas(c.NatsReplicas); err != nil {

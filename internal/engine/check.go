@@ -133,7 +133,7 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 		return Answer{}, err
 	}
 	v := e.view.Load()
-	tv := v.compiled[tenantID]
+	tv := v.tenant(tenantID)
 	if tv == nil {
 		return Answer{}, errs.Errorf(errs.Unauthenticated, "The service key's tenant no longer exists.")
 	}
@@ -143,7 +143,7 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 	var a Answer
 	var key *keyView
 	if req.APIKey != "" {
-		key = v.ckHash[hashKey(req.APIKey)]
+		key, _ = tv.keys.byHash.get(hashKey(req.APIKey))
 		a.IdentityKind = KindKey
 		if key == nil || key.tenantID != tenantID || key.revoked || (key.expiresAt != 0 && nowNS >= key.expiresAt) {
 			a.Reason = ReasonInvalidKey

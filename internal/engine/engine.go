@@ -436,7 +436,7 @@ func (e *Engine) Close(ctx context.Context) error {
 // and notes the key's use (keyuse.go).
 func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 	h := hashKeyHex(key)
-	ent, ok := e.view.Load().svcHash[string(h[:])]
+	ent, ok := e.view.Load().serviceKey(&h)
 	if !ok {
 		return "", false
 	}
@@ -449,8 +449,8 @@ func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 // TenantSuspended reports whether the operator suspended the tenant: its
 // service keys are then refused (403) although they are valid.
 func (e *Engine) TenantSuspended(tenantID string) bool {
-	t, ok := e.view.Load().tenants[tenantID]
-	return ok && t.SuspendedAt != nil
+	tv := e.view.Load().tenant(tenantID)
+	return tv != nil && tv.tenant.SuspendedAt != nil
 }
 
 // SessionVersion returns the session version a dashboard user's sessions
@@ -460,7 +460,7 @@ func (e *Engine) SessionVersion(userID string) (int64, bool) {
 	if !e.hydrated.Load() {
 		return 0, false
 	}
-	v, ok := e.view.Load().users[userID]
+	v, ok := e.view.Load().users.get(userID)
 	return v, ok
 }
 

@@ -127,7 +127,7 @@ func (e *Engine) termOf(v *view, key, tenant, policy string) uint64 {
 	if e.cluster == nil {
 		return 0
 	}
-	if tv := v.compiled[tenant]; tv != nil {
+	if tv, ok := v.tenants.get(tenant); ok && tv != nil {
 		if pv := tv.byID[policy]; pv != nil && pv.consistency == "local" {
 			return 0
 		}

@@ -34,12 +34,13 @@ func newSvcEntry(k tenants.ServiceKey) svcEntry {
 // carryKeyUse keeps the use recorded in old for the keys a view built from
 // a fresh snapshot still holds.
 func (v *view) carryKeyUse(old *view) {
-	for h, ne := range v.svcHash {
-		if oe, ok := old.svcHash[h]; ok && oe.id == ne.id {
+	v.svcHash.all(func(h string, ne svcEntry) bool {
+		if oe, ok := old.svcHash.get(h); ok && oe.id == ne.id {
 			ne.used = oe.used
-			v.svcHash[h] = ne
+			v.svcHash.put(h, ne)
 		}
-	}
+		return true
+	})
 }
 
 // keyUse is what the reporting loop remembers between reports.
@@ -59,13 +60,14 @@ func (e *Engine) reportKeyUse(ctx context.Context) {
 	}
 	var used []tenants.KeyUse
 	var minutes []int64
-	for _, ent := range e.view.Load().svcHash {
+	e.view.Load().svcHash.all(func(_ string, ent svcEntry) bool {
 		m := ent.used.Load()
 		if m > 0 && m > e.keyUse.reported[ent.id] {
 			used = append(used, tenants.KeyUse{ID: ent.id, At: time.Unix(m*60, 0).UTC()})
 			minutes = append(minutes, m)
 		}
-	}
+		return true
+	})
 	if len(used) == 0 {
 		return
 	}

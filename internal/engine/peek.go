@@ -52,7 +52,7 @@ type CallerPolicy struct {
 // answers not found, as the API does for foreign ids.
 func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerState, error) {
 	v := e.view.Load()
-	tv := v.compiled[tenantID]
+	tv := v.tenant(tenantID)
 	if tv == nil {
 		return CallerState{}, errs.Errorf(errs.NotFound, "no such tenant")
 	}
@@ -66,7 +66,7 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 		}
 		st.ID, st.Tier = ip, TierAnonymous
 	case KindKey:
-		key = v.ckByID[id]
+		key, _ = tv.keys.byID.get(id)
 		if key == nil || key.tenantID != tenantID {
 			return CallerState{}, errs.Errorf(errs.NotFound, "key not found")
 		}

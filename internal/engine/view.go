@@ -3,16 +3,26 @@ package engine
 // The config cache. A server holds the whole configuration it needs to
 // decide checks (tenants, keys by hash, compiled policy routers, blocks) as
 // one immutable view behind an atomic pointer: the check path reads it with
-// one atomic load and no lock. A config change builds a new view, copying
-// only the maps the change touches and recompiling only the affected
-// tenant, and swaps the pointer. Changes arrive in version order from the
-// worker; a gap makes the server resynchronise from a fresh snapshot.
+// one atomic load and no lock. A config change builds a new view and swaps
+// the pointer. Changes arrive in version order from the worker; a gap makes
+// the server resynchronise from a fresh snapshot.
+//
+// Everything of a tenant lives in its own tenantView, and a change copies
+// only what it touches, so it costs what the changed tenant holds, never
+// what the platform holds: the new view shares every other tenant's
+// tenantView with the old one. The maps that can be large (all tenants,
+// all users and active service keys, one tenant's consumer keys) are cow
+// maps, of which a change copies one shard in 256. A policy change
+// recompiles its own policy, then sorts the tenant's compiled policies
+// (O(n log n)) and rebuilds its router; a block or key change touches
+// neither.
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
@@ -23,28 +33,42 @@ type view struct {
 	version      int64
 	operatorHash string
 
-	tenants      map[string]tenants.Tenant
-	serviceKeys  map[string]tenants.ServiceKeyRecord  // by id
-	consumerKeys map[string]tenants.ConsumerKeyRecord // by id
-	policies     map[string]tenants.Policy            // by id
-	blocks       map[string]tenants.Block             // by id
-
-	users map[string]int64 // user id -> session version
-
-	compiled map[string]*tenantView // by tenant id
-	svcHash  map[string]svcEntry    // service key hash -> key (active keys only)
-	ckHash   map[[32]byte]*keyView  // consumer key SHA-256 -> key
-	ckByID   map[string]*keyView    // consumer key id -> key
+	tenants cow[string, *tenantView] // by tenant id
+	users   cow[string, int64]       // user id -> session version
+	svcHash cow[string, svcEntry]    // service key hash (hex) -> key; active keys only
 }
 
-// tenantView is one tenant's compiled configuration.
+// tenantView is one tenant's configuration, compiled. It is never changed
+// once a view holds it: a change makes a new one, sharing what it can.
 type tenantView struct {
-	id       string
+	id     string
+	tenant tenants.Tenant
+
+	// src is every policy of the tenant with its compiled form, by id.
+	src      map[string]*policyEntry
 	policies []*policyView // aligned with the router's patterns
 	byName   map[string]*policyView
 	byID     map[string]*policyView
 	router   *quota.Router
+
+	blockSrc map[string]tenants.Block // by id
 	blocks   map[identityRef][]tenants.Block
+
+	svcKeys map[string]string // active service key id -> hash
+	keys    keyIndex
+}
+
+// policyEntry is one policy as stored and as compiled.
+type policyEntry struct {
+	p   tenants.Policy
+	pat quota.Pattern
+	pv  *policyView
+}
+
+// keyIndex is a tenant's consumer keys, revoked and expired ones included.
+type keyIndex struct {
+	byHash cow[[32]byte, *keyView]
+	byID   cow[string, *keyView]
 }
 
 type identityRef struct{ kind, id string }
@@ -76,17 +100,34 @@ type keyView struct {
 
 func emptyView() *view {
 	return &view{
-		tenants:      map[string]tenants.Tenant{},
-		serviceKeys:  map[string]tenants.ServiceKeyRecord{},
-		consumerKeys: map[string]tenants.ConsumerKeyRecord{},
-		policies:     map[string]tenants.Policy{},
-		blocks:       map[string]tenants.Block{},
-		users:        map[string]int64{},
-		compiled:     map[string]*tenantView{},
-		svcHash:      map[string]svcEntry{},
-		ckHash:       map[[32]byte]*keyView{},
-		ckByID:       map[string]*keyView{},
+		tenants: newCow[string, *tenantView](stringShard),
+		users:   newCow[string, int64](stringShard),
+		svcHash: newCow[string, svcEntry](stringShard),
 	}
+}
+
+func newTenantView(t tenants.Tenant) *tenantView {
+	return &tenantView{
+		id: t.ID, tenant: t,
+		src: map[string]*policyEntry{}, byName: map[string]*policyView{}, byID: map[string]*policyView{}, router: quota.NewRouter(nil),
+		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
+		svcKeys: map[string]string{},
+		keys:    keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
+	}
+}
+
+// tenant returns a tenant's compiled configuration, nil when the view has
+// no such tenant.
+func (v *view) tenant(id string) *tenantView {
+	tv, _ := v.tenants.get(id)
+	return tv
+}
+
+// serviceKey looks an active service key up by its hash in hex, without
+// making a string of it.
+func (v *view) serviceKey(h *[64]byte) (svcEntry, bool) {
+	ent, ok := v.svcHash.s[bytesShard(h[:])][string(h[:])]
+	return ent, ok
 }
 
 // viewFromSnapshot builds a complete view.
@@ -94,39 +135,57 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 	v := emptyView()
 	v.version = s.Version
 	v.operatorHash = s.OperatorTokenHash
+	byID := map[string]*tenantView{}
 	for _, t := range s.Tenants {
-		v.tenants[t.ID] = t
+		tv := newTenantView(t)
+		byID[t.ID] = tv
+		v.tenants.put(t.ID, tv)
+	}
+	// own returns the tenantView an object belongs to; objects of a
+	// tenant the snapshot does not list are kept as a change would keep
+	// them.
+	own := func(id string) *tenantView {
+		tv := byID[id]
+		if tv == nil {
+			tv = newTenantView(tenants.Tenant{ID: id})
+			byID[id] = tv
+			v.tenants.put(id, tv)
+		}
+		return tv
 	}
 	for _, k := range s.ServiceKeys {
-		v.serviceKeys[k.ID] = k
 		if k.RevokedAt == nil {
-			v.svcHash[k.Hash] = newSvcEntry(k.ServiceKey)
+			own(k.TenantID).svcKeys[k.ID] = k.Hash
+			v.svcHash.put(k.Hash, newSvcEntry(k.ServiceKey))
 		}
 	}
 	for _, u := range s.Users {
-		v.users[u.ID] = u.Version
+		v.users.put(u.ID, u.Version)
 	}
 	for _, p := range s.Policies {
-		v.policies[p.ID] = p
+		e, err := compilePolicy(p)
+		if err != nil {
+			return nil, err
+		}
+		own(p.TenantID).src[p.ID] = e
 	}
 	for _, b := range s.Blocks {
-		v.blocks[b.ID] = b
+		tv := own(b.TenantID)
+		tv.blockSrc[b.ID] = b
+		ref := blockRef(b)
+		tv.blocks[ref] = append(tv.blocks[ref], b)
 	}
 	for _, k := range s.ConsumerKeys {
-		v.consumerKeys[k.ID] = k
 		kv, err := compileKey(k)
 		if err != nil {
 			return nil, err
 		}
-		v.ckHash[kv.hash] = kv
-		v.ckByID[kv.id] = kv
+		tv := own(k.TenantID)
+		tv.keys.byHash.put(kv.hash, kv)
+		tv.keys.byID.put(kv.id, kv)
 	}
-	for id := range v.tenants {
-		tv, err := v.compileTenant(id)
-		if err != nil {
-			return nil, err
-		}
-		v.compiled[id] = tv
+	for _, tv := range byID {
+		tv.index()
 	}
 	return v, nil
 }
@@ -135,196 +194,196 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 func (v *view) apply(c tenants.Change) (*view, error) {
 	n := *v
 	n.version = c.Version
-	recompile := ""
+	// edit returns a copy of the tenant's view to change, and stores it in
+	// n; a tenant the view does not know yet starts empty.
+	edit := func(id string) *tenantView {
+		var tv tenantView
+		if old := v.tenant(id); old != nil {
+			tv = *old
+		} else {
+			tv = *newTenantView(tenants.Tenant{ID: id})
+		}
+		n.tenants = n.tenants.set(id, &tv)
+		return &tv
+	}
 	switch c.Kind {
 	case tenants.ChangeTenant:
 		if c.Tenant == nil {
 			return nil, fmt.Errorf("change %d: tenant missing", c.Version)
 		}
-		n.tenants = maps.Clone(v.tenants)
-		n.tenants[c.Tenant.ID] = *c.Tenant
-		recompile = c.Tenant.ID
+		edit(c.Tenant.ID).tenant = *c.Tenant
 	case tenants.ChangeServiceKey:
 		if c.ServiceKey == nil {
 			return nil, fmt.Errorf("change %d: service key missing", c.Version)
 		}
 		k := *c.ServiceKey
-		n.serviceKeys = maps.Clone(v.serviceKeys)
-		n.serviceKeys[k.ID] = k
-		n.svcHash = maps.Clone(v.svcHash)
-		old, had := v.svcHash[k.Hash]
-		delete(n.svcHash, k.Hash)
+		tv := edit(k.TenantID)
+		tv.svcKeys = maps.Clone(tv.svcKeys)
+		delete(tv.svcKeys, k.ID)
+		old, had := v.svcHash.get(k.Hash)
+		n.svcHash = n.svcHash.without(k.Hash)
 		if k.RevokedAt == nil {
-			if had {
-				n.svcHash[k.Hash] = old
-			} else {
-				n.svcHash[k.Hash] = newSvcEntry(k.ServiceKey)
+			tv.svcKeys[k.ID] = k.Hash
+			if !had {
+				old = newSvcEntry(k.ServiceKey)
 			}
+			n.svcHash = n.svcHash.set(k.Hash, old)
 		}
 	case tenants.ChangeConsumerKey:
 		if c.ConsumerKey == nil {
 			return nil, fmt.Errorf("change %d: consumer key missing", c.Version)
 		}
-		k := *c.ConsumerKey
-		kv, err := compileKey(k)
+		kv, err := compileKey(*c.ConsumerKey)
 		if err != nil {
 			return nil, err
 		}
-		n.consumerKeys = maps.Clone(v.consumerKeys)
-		n.consumerKeys[k.ID] = k
-		n.ckHash = maps.Clone(v.ckHash)
-		n.ckHash[kv.hash] = kv
-		n.ckByID = maps.Clone(v.ckByID)
-		n.ckByID[kv.id] = kv
+		tv := edit(kv.tenantID)
+		tv.keys.byHash = tv.keys.byHash.set(kv.hash, kv)
+		tv.keys.byID = tv.keys.byID.set(kv.id, kv)
 	case tenants.ChangePolicy:
 		if c.Policy == nil {
 			return nil, fmt.Errorf("change %d: policy missing", c.Version)
 		}
-		n.policies = maps.Clone(v.policies)
-		n.policies[c.Policy.ID] = *c.Policy
-		recompile = c.Policy.TenantID
+		e, err := compilePolicy(*c.Policy)
+		if err != nil {
+			return nil, err
+		}
+		tv := edit(c.Policy.TenantID)
+		tv.src = maps.Clone(tv.src)
+		tv.src[c.Policy.ID] = e
+		tv.index()
 	case tenants.ChangePolicyDeleted:
-		n.policies = maps.Clone(v.policies)
-		delete(n.policies, c.ID)
-		recompile = c.TenantID
+		tv := edit(c.TenantID)
+		tv.src = maps.Clone(tv.src)
+		delete(tv.src, c.ID)
+		tv.index()
 	case tenants.ChangeBlock:
 		if c.Block == nil {
 			return nil, fmt.Errorf("change %d: block missing", c.Version)
 		}
-		n.blocks = maps.Clone(v.blocks)
-		n.blocks[c.Block.ID] = *c.Block
-		recompile = c.Block.TenantID
+		tv := edit(c.Block.TenantID)
+		tv.setBlock(c.Block.ID, c.Block)
 	case tenants.ChangeBlockDeleted:
-		n.blocks = maps.Clone(v.blocks)
-		delete(n.blocks, c.ID)
-		recompile = c.TenantID
+		edit(c.TenantID).setBlock(c.ID, nil)
 	case tenants.ChangeUserSession:
 		if c.UserSession == nil {
 			return nil, fmt.Errorf("change %d: user session missing", c.Version)
 		}
-		n.users = maps.Clone(v.users)
-		n.users[c.UserSession.ID] = c.UserSession.Version
+		n.users = n.users.set(c.UserSession.ID, c.UserSession.Version)
 	case tenants.ChangeUserDeleted:
-		n.users = maps.Clone(v.users)
-		delete(n.users, c.ID)
+		n.users = n.users.without(c.ID)
 	case tenants.ChangeTenantDeleted:
-		n.dropTenant(v, c.TenantID)
+		if tv := v.tenant(c.TenantID); tv != nil {
+			for _, h := range tv.svcKeys {
+				n.svcHash = n.svcHash.without(h)
+			}
+			n.tenants = n.tenants.without(c.TenantID)
+		}
 	case tenants.ChangeOperatorToken:
 		n.operatorHash = c.OperatorTokenHash
 	default:
 		// Kinds this server does not keep in its view (bucket resets,
 		// which the caller handles) only advance the version.
 	}
-	if recompile != "" {
-		tv, err := n.compileTenant(recompile)
-		if err != nil {
-			return nil, err
-		}
-		n.compiled = maps.Clone(v.compiled)
-		n.compiled[recompile] = tv
-	}
 	return &n, nil
 }
 
-// dropTenant removes a deleted tenant and everything of it from n, a copy
-// of v. Its users are removed by the ChangeUserDeleted changes announced
-// with the deletion.
-func (n *view) dropTenant(v *view, id string) {
-	n.tenants = maps.Clone(v.tenants)
-	delete(n.tenants, id)
-	n.compiled = maps.Clone(v.compiled)
-	delete(n.compiled, id)
-	n.serviceKeys = maps.Clone(v.serviceKeys)
-	n.svcHash = maps.Clone(v.svcHash)
-	for kid, k := range v.serviceKeys {
-		if k.TenantID == id {
-			delete(n.serviceKeys, kid)
-			delete(n.svcHash, k.Hash)
+// setBlock replaces (b set) or removes (b nil) the block id in tv, a copy
+// no reader has seen: it copies the tenant's two block maps and one
+// identity's list.
+func (tv *tenantView) setBlock(id string, b *tenants.Block) {
+	old, had := tv.blockSrc[id]
+	tv.blockSrc = maps.Clone(tv.blockSrc)
+	tv.blocks = maps.Clone(tv.blocks)
+	if had {
+		delete(tv.blockSrc, id)
+		ref := blockRef(old)
+		rest := slices.DeleteFunc(slices.Clone(tv.blocks[ref]), func(x tenants.Block) bool { return x.ID == id })
+		if len(rest) == 0 {
+			delete(tv.blocks, ref)
+		} else {
+			tv.blocks[ref] = rest
 		}
 	}
-	n.consumerKeys = maps.Clone(v.consumerKeys)
-	n.ckHash = maps.Clone(v.ckHash)
-	n.ckByID = maps.Clone(v.ckByID)
-	for kid, k := range v.consumerKeys {
-		if k.TenantID == id {
-			delete(n.consumerKeys, kid)
-			if kv := v.ckByID[kid]; kv != nil {
-				delete(n.ckHash, kv.hash)
-			}
-			delete(n.ckByID, kid)
-		}
+	if b != nil {
+		tv.blockSrc[id] = *b
+		ref := blockRef(*b)
+		tv.blocks[ref] = append(slices.Clone(tv.blocks[ref]), *b)
 	}
-	n.policies = maps.Clone(v.policies)
-	maps.DeleteFunc(n.policies, func(_ string, p tenants.Policy) bool { return p.TenantID == id })
-	n.blocks = maps.Clone(v.blocks)
-	maps.DeleteFunc(n.blocks, func(_ string, b tenants.Block) bool { return b.TenantID == id })
 }
 
-// compileTenant builds the router and lookups of one tenant. Policies are
-// ordered by creation so that equal specificity resolves the same way on
-// every server.
-func (v *view) compileTenant(tenantID string) (*tenantView, error) {
-	tv := &tenantView{id: tenantID, byName: map[string]*policyView{}, byID: map[string]*policyView{}, blocks: map[identityRef][]tenants.Block{}}
-	var ps []tenants.Policy
-	for _, p := range v.policies {
-		if p.TenantID == tenantID {
-			ps = append(ps, p)
+// blockRef is the identity a block is looked up by: IPs in the form
+// checks normalize them to.
+func blockRef(b tenants.Block) identityRef {
+	id := b.Identity.ID
+	if b.Identity.Kind == KindIP {
+		if n, ok := NormalizeIP(id); ok {
+			id = n
+		} else if n, err := NormalizeIdentity("identity", KindIP, id); err == nil {
+			id = n
 		}
 	}
-	sortPolicies(ps)
-	patterns := make([]quota.Pattern, 0, len(ps))
-	for _, p := range ps {
-		pat, err := quota.CompilePattern(p.Method, p.Path, p.Query)
+	return identityRef{b.Identity.Kind, id}
+}
+
+// compilePolicy compiles one policy's pattern and limits.
+func compilePolicy(p tenants.Policy) (*policyEntry, error) {
+	pat, err := quota.CompilePattern(p.Method, p.Path, p.Query)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+	}
+	pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}, denyUnlisted: p.UnlistedTiers == tenants.UnlistedDeny}
+	for tier, specs := range p.Tiers {
+		tl, err := compileLimits(p.Name, specs)
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+			return nil, fmt.Errorf("policy %s tier %s: %w", p.ID, tier, err)
 		}
-		pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}, denyUnlisted: p.UnlistedTiers == tenants.UnlistedDeny}
-		for tier, specs := range p.Tiers {
-			tl, err := compileLimits(p.Name, specs)
-			if err != nil {
-				return nil, fmt.Errorf("policy %s tier %s: %w", p.ID, tier, err)
-			}
-			pv.tiers[tier] = tl
-		}
-		patterns = append(patterns, pat)
-		tv.policies = append(tv.policies, pv)
-		tv.byName[p.Name] = pv
-		tv.byID[p.ID] = pv
+		pv.tiers[tier] = tl
+	}
+	return &policyEntry{p: p, pat: pat, pv: pv}, nil
+}
+
+// index rebuilds the tenant's router and policy lookups from src, in tv,
+// a copy no reader has seen. Policies are ordered by creation so that
+// equal specificity resolves the same way on every server.
+func (tv *tenantView) index() {
+	es := slices.Collect(maps.Values(tv.src))
+	sortPolicies(es, comparePolicies)
+	patterns := make([]quota.Pattern, len(es))
+	tv.policies = make([]*policyView, len(es))
+	tv.byName = make(map[string]*policyView, len(es))
+	tv.byID = make(map[string]*policyView, len(es))
+	for i, e := range es {
+		patterns[i] = e.pat
+		tv.policies[i] = e.pv
+		tv.byName[e.p.Name] = e.pv
+		tv.byID[e.p.ID] = e.pv
 	}
 	tv.router = quota.NewRouter(patterns)
-	for _, b := range v.blocks {
-		if b.TenantID != tenantID {
-			continue
-		}
-		id := b.Identity.ID
-		if b.Identity.Kind == KindIP {
-			if n, ok := NormalizeIP(id); ok {
-				id = n
-			} else if n, err := NormalizeIdentity("identity", KindIP, id); err == nil {
-				id = n
-			}
-		}
-		ref := identityRef{b.Identity.Kind, id}
-		tv.blocks[ref] = append(tv.blocks[ref], b)
-	}
-	return tv, nil
 }
 
-func sortPolicies(ps []tenants.Policy) {
-	// Insertion sort keeps this allocation-free and stable; tenants have
-	// tens of policies, not thousands.
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && policyLess(ps[j], ps[j-1]); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
+// sortPolicies orders policies by cmp (comparePolicies: by creation, then
+// id, the same order on every server since ids are unique) in O(n log n)
+// comparisons.
+func sortPolicies(es []*policyEntry, cmp func(a, b tenants.Policy) int) {
+	slices.SortFunc(es, func(a, b *policyEntry) int { return cmp(a.p, b.p) })
 }
 
-func policyLess(a, b tenants.Policy) bool {
-	if !a.CreatedAt.Equal(b.CreatedAt) {
-		return a.CreatedAt.Before(b.CreatedAt)
+func comparePolicies(a, b tenants.Policy) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
 	}
-	return a.ID < b.ID
+	return cmpString(a.ID, b.ID)
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func compileLimits(policy string, specs tenants.Limits) (*tierLimits, error) {
@@ -417,7 +476,7 @@ func hashKeyHex(k string) (h [64]byte) {
 // the key's override for the policy if keyID is set and has one, else the
 // tier's. It returns nil when this server's config has none.
 func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
-	tv := v.compiled[tenantID]
+	tv := v.tenant(tenantID)
 	if tv == nil {
 		return nil
 	}
@@ -426,7 +485,7 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 		return nil
 	}
 	if keyID != "" {
-		if kv := v.ckByID[keyID]; kv != nil && kv.tenantID == tenantID {
+		if kv, _ := tv.keys.byID.get(keyID); kv != nil && kv.tenantID == tenantID {
 			if o := kv.overrides[pv.name]; o != nil {
 				return o.limits
 			}

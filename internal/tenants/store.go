@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -42,6 +43,7 @@ type Store struct {
 	db        *sql.DB
 	write     chan struct{} // a one-slot semaphore held for each write transaction
 	passwords *passwordGate // bounds argon2id work (passwords.go)
+	caps      atomic.Pointer[Caps]
 }
 
 // NewStore returns a Store over db, which must have been opened with

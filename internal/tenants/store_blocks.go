@@ -36,6 +36,9 @@ func (s *Store) CreateBlock(ctx context.Context, b Block, now time.Time) (Block,
 		if err := requireTenant(ctx, tx, b.TenantID); err != nil {
 			return nil, err
 		}
+		if err := s.checkRoom(ctx, tx, b.TenantID, CapBlocks); err != nil {
+			return nil, err
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO blocks (`+blockColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			b.ID, b.TenantID, b.Identity.Kind, b.Identity.ID, b.Reason, optMS(b.ExpiresAt), toMS(b.CreatedAt))
 		if err != nil {

@@ -88,6 +88,9 @@ func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier stri
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
+		if err := s.checkRoom(ctx, tx, tenantID, CapConsumerKeys); err != nil {
+			return nil, err
+		}
 		if err := checkOverridePolicies(ctx, tx, tenantID, k.Overrides); err != nil {
 			return nil, err
 		}

@@ -69,6 +69,12 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
+		if err := s.checkRoom(ctx, tx, tenantID, CapPolicies); err != nil {
+			return nil, err
+		}
+		if err := s.checkPolicyLimits(p); err != nil {
+			return nil, err
+		}
 		if err := checkPolicyName(ctx, tx, tenantID, p.Name, ""); err != nil {
 			return nil, err
 		}
@@ -135,6 +141,9 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		cur, err := getPolicy(ctx, tx, tenantID, id)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkPolicyLimits(p); err != nil {
 			return nil, err
 		}
 		if err := checkPolicyName(ctx, tx, tenantID, p.Name, id); err != nil {

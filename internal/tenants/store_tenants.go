@@ -235,6 +235,9 @@ func (s *Store) CreateServiceKey(ctx context.Context, tenantID string, now time.
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
+		if err := s.checkRoom(ctx, tx, tenantID, CapServiceKeys); err != nil {
+			return nil, err
+		}
 		if err := insertServiceKey(ctx, tx, k); err != nil {
 			return nil, err
 		}
@@ -351,6 +354,11 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now), SessionVersion: 1}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		// Before the email check: a full tenant answers the same for
+		// every address, so the cap says nothing of who has a login.
+		if err := s.checkRoom(ctx, tx, tenantID, CapMembers); err != nil {
 			return err
 		}
 		if err := insertUser(ctx, tx, u); err != nil {

@@ -12,6 +12,7 @@ package ui
 // input it names even after blank rows were dropped.
 
 import (
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -177,6 +178,15 @@ func action(form url.Values) (string, []int) {
 func isInvalid(err error) bool {
 	c := errs.Code(err)
 	return c == errs.Invalid || c == errs.Conflict
+}
+
+// formStatus is the status of a form shown again with err: 409 for a
+// tenant cap, 400 for the rest.
+func formStatus(err error) int {
+	if tenants.CapReached(err) {
+		return http.StatusConflict
+	}
+	return http.StatusBadRequest
 }
 
 // sortedTiers orders tier names as people read them: anonymous, default,

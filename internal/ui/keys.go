@@ -288,7 +288,7 @@ func (h *keyHandler) create(c echo.Context) error {
 		}
 		f.FormError = formError(err, fe, "name", "tier", "expires_at")
 		f.Errors = fe
-		return h.renderList(c, http.StatusBadRequest, f, nil)
+		return h.renderList(c, formStatus(err), f, nil)
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
 	k := w.Result.Key

@@ -82,6 +82,11 @@ func (h *memberHandler) invite(c echo.Context) error {
 	req := bus.UserCreate{TenantID: mustSession(c).TenantID, Email: f.Email, Password: c.FormValue("password"), Role: tenants.RoleMember}
 	var u tenants.User
 	err := h.config.Call(c.Request().Context(), bus.OpUserCreate, req, &u)
+	if tenants.CapReached(err) {
+		// The worker checks the cap before the address, so this answer is
+		// the same for every address.
+		return h.render(c, http.StatusConflict, views.MembersView{Form: f, Error: errs.Message(err)})
+	}
 	if errs.Is(err, errs.Conflict) {
 		// The email already signs in somewhere in Sluice, perhaps in another
 		// tenant or as the operator. Saying so would tell any owner which

@@ -165,7 +165,7 @@ func (h *policyHandler) save(c echo.Context, id string) error {
 			return err
 		}
 		f.Errors, f.FormError = policyErrors(err, groups)
-		return h.renderForm(c, http.StatusBadRequest, f)
+		return h.renderForm(c, formStatus(err), f)
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
 	return seeOther(c, "/ui/policies", done)

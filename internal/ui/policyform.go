@@ -153,6 +153,9 @@ func policyProblems(p tenants.Policy, groups map[string]limitGroup, fe fieldErro
 // policyErrors maps the worker's validation error to the form's inputs.
 func policyErrors(err error, groups map[string]limitGroup) (fieldErrors, string) {
 	msg := errs.Message(err)
+	if tenants.CapReached(err) {
+		return nil, msg
+	}
 	if errs.Is(err, errs.Conflict) {
 		return fieldErrors{"name": "another policy already has this name"}, ""
 	}

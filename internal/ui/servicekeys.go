@@ -96,6 +96,9 @@ func (h *serviceKeyHandler) cookie(c echo.Context, value string, maxAge int) *ht
 func (h *serviceKeyHandler) create(c echo.Context) error {
 	var w bus.Written[bus.ServiceKeyCreated]
 	if err := h.config.Call(c.Request().Context(), bus.OpServiceKeyCreate, bus.TenantScoped{TenantID: h.tenant(c)}, &w); err != nil {
+		if tenants.CapReached(err) {
+			return h.render(c, http.StatusConflict, views.ServiceKeysView{Error: errs.Message(err)})
+		}
 		return err
 	}
 	h.wait.WaitVersion(c.Request().Context(), w.Version)

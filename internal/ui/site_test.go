@@ -34,11 +34,17 @@ type site struct {
 	base string
 }
 
-func bootSite(t *testing.T) *site {
+func bootSite(t *testing.T) *site { return bootSiteWith(t, nil) }
+
+// bootSiteWith is bootSite with edit (when not nil) applied to the config.
+func bootSiteWith(t *testing.T, edit func(*app.Config)) *site {
 	t.Helper()
 	cfg := app.DefaultConfig()
 	cfg.Addr, cfg.Data, cfg.Node = "127.0.0.1:0", t.TempDir(), "uitest"
 	cfg.OperatorToken, cfg.OperatorEmail, cfg.OperatorPassword = opToken, opEmail, opPassword
+	if edit != nil {
+		edit(&cfg)
+	}
 	m := app.NewMain(cfg, slog.New(slog.DiscardHandler))
 	m.Out = io.Discard
 	if err := m.Run(context.Background()); err != nil {

@@ -383,6 +383,8 @@ func renderError(c echo.Context, err error, log *slog.Logger) {
 			status, title, msg = http.StatusForbidden, "Not allowed", errs.Message(err)
 		case errs.Invalid:
 			status, title, msg = http.StatusBadRequest, "Bad request", errs.Message(err)
+		case errs.Conflict:
+			status, title, msg = http.StatusConflict, "Not possible", errs.Message(err)
 		case errs.Unavailable:
 			status, title, msg = http.StatusServiceUnavailable, "Temporarily unavailable", "Sluice's worker is not reachable right now. Try again in a moment."
 		case errs.RateLimited:

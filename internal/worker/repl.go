@@ -1115,6 +1115,15 @@ func (w *Worker) copyFrom(ctx context.Context, path string) (int64, error) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return 0, err
 	}
+	// Triggers keep tenant_usage (migration 0015) as the other tables'
+	// rows come and go, copied ones included: it is copied last, over
+	// whatever they wrote.
+	for i, t := range tables {
+		if t == "tenant_usage" {
+			tables = append(append(tables[:i:i], tables[i+1:]...), t)
+			break
+		}
+	}
 	// The copy is consistent as a whole, but a table copied before its
 	// parent would lose rows to the parent's ON DELETE CASCADE: foreign
 	// keys are off on this connection while it copies.

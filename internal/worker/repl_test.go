@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,6 +145,26 @@ func createTenant(t *testing.T, nc *nats.Conn, name string) error {
 	}
 }
 
+// usageRows is the tenant_usage table as text, a row a line.
+func usageRows(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query(`SELECT tenant_id, policies, consumer_keys, service_keys, blocks, users FROM tenant_usage ORDER BY tenant_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id string
+		var p, ck, sk, bl, u int
+		if err := rows.Scan(&id, &p, &ck, &sk, &bl, &u); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s|%d|%d|%d|%d|%d\n", id, p, ck, sk, bl, u)
+	}
+	return b.String()
+}
+
 func tenantCount(t *testing.T, db *sql.DB) int {
 	var n int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM tenants`).Scan(&n); err != nil {
@@ -184,6 +205,11 @@ func TestStandbyWorkerTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the standby applied the log", func() bool { return tenantCount(t, b.db) == 4 })
+	// The usage counts came with the snapshot, not doubled by the triggers
+	// that fired while it was copied, and followed the log.
+	if ua, ub := usageRows(t, a.db), usageRows(t, b.db); ua != ub || !strings.Contains(ua, "|0|0|1|0|1\n") {
+		t.Fatalf("tenant usage: active\n%s\nstandby\n%s", ua, ub)
+	}
 	// A bucket state the active commits reaches the standby, which counts
 	// the row as the active does.
 	js, err := jetstream.New(client)

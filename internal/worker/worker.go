@@ -56,6 +56,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// Analytics bounds the analytics kept (see rollup.go).
 	Analytics Retention
+	// Caps bounds what one tenant may hold; zero fields take their
+	// defaults (tenants.Caps).
+	Caps tenants.Caps
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 	// Log receives the worker's structured logs.
@@ -182,6 +185,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err := cfg.Analytics.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if err := cfg.Caps.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +196,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
+	w.store.SetCaps(cfg.Caps)
 	w.metrics = workerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),
 		batches:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_batches_committed_total", Help: "Stream batches committed to SQLite."}, []string{"stream"}),
