@@ -344,6 +344,11 @@ func (s *Store) CreateUser(ctx context.Context, tenantID, email, password, role 
 	if err := requireTenant(ctx, s.db, tenantID); err != nil {
 		return User{}, err
 	}
+	// The members cap before the email, here as in the write: a full
+	// tenant answers the same for every address.
+	if err := s.checkRoom(ctx, s.db, tenantID, CapMembers); err != nil {
+		return User{}, err
+	}
 	if err := s.refuseTaken(ctx, "", NormalizeEmail(email)); err != nil {
 		return User{}, err
 	}
