@@ -695,10 +695,18 @@ func (c *Cluster) tick(ctx context.Context) {
 	now := c.cfg.Now()
 	exp := now.Add(c.cfg.LeaseTTL).UnixMilli()
 
-	// The owner table must come from the bucket as it is now.
-	ictx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+	// The owner table must come from the bucket as it is now. A read that
+	// gets no answer within a renew interval does not hold the renewals
+	// back (a slow link would cost a renewal a tick): a bucket NATS made
+	// anew answers at once, and its revisions would have to match ours
+	// exactly for a renewal to land in it.
+	ictx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
 	inc, ok := c.incarnation(ictx)
+	slow := !ok && ictx.Err() != nil && ctx.Err() == nil && c.synced.Load() != 0 && c.nc.IsConnected()
 	cancel()
+	if slow {
+		inc, ok = c.synced.Load(), true
+	}
 	if !ok {
 		c.unstick.Failed()
 		return // NATS does not answer: renewals would fail too
@@ -710,11 +718,13 @@ func (c *Cluster) tick(ctx context.Context) {
 	// to load it, so for one lease time this server only resumes its own
 	// and takes free partitions. An owner that really died loses its
 	// partitions that much later.
-	if last := c.reachedAt; !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
+	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
 		c.graceUntil = now.Add(c.cfg.LeaseTTL)
 		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered", now.Sub(last).Round(time.Millisecond))
 	}
-	c.reachedAt = now
+	if !slow {
+		c.reachedAt = now
+	}
 	if inc != c.synced.Load() {
 		for p := range bus.Partitions {
 			if c.mine[p].Load() != 0 {
@@ -745,6 +755,14 @@ func (c *Cluster) tick(ctx context.Context) {
 	sent := c.cfg.Now()
 	exp = sent.Add(c.cfg.LeaseTTL).UnixMilli()
 	owned, unanswered := c.renew(ctx, exp)
+	if slow {
+		if unanswered > 0 {
+			// Not even the renewals got through: taking or giving back
+			// partitions now would only queue writes that go out late.
+			return
+		}
+		c.reachedAt = now
+	}
 	if unanswered == 0 {
 		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
 		c.unstick.OK()

@@ -38,8 +38,11 @@ type pendingBatch struct {
 
 func (e *Engine) pendingCount() int {
 	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
-	return len(e.pendingStates) + len(e.pendingCounters)
+	n := len(e.pendingStates)
+	e.flushMu.Unlock()
+	e.countersMu.Lock()
+	defer e.countersMu.Unlock()
+	return n + len(e.pendingCounters)
 }
 
 func (e *Engine) nextMsgID(kind string) string {
@@ -176,8 +179,8 @@ const shrinkPendingAbove = 4096
 // in the aggregate, one row per identity and minute, instead of piling up a
 // batch per interval.
 func (e *Engine) flushCounters(ctx context.Context) {
-	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
+	e.countersMu.Lock()
+	defer e.countersMu.Unlock()
 	defer func() {
 		if len(e.pendingCounters) > 0 {
 			e.metrics.natsLag.Set(time.Since(e.pendingCounters[0].at).Seconds())
@@ -204,7 +207,7 @@ func (e *Engine) flushCounters(ctx context.Context) {
 }
 
 // publishCounters publishes the pending counter batches in order and
-// reports whether all went out; flushMu must be held.
+// reports whether all went out; countersMu must be held.
 func (e *Engine) publishCounters(ctx context.Context) bool {
 	for len(e.pendingCounters) > 0 {
 		b := e.pendingCounters[0]
