@@ -81,11 +81,11 @@ type Engine struct {
 	applyMu   sync.Mutex // serialises view swaps
 	resyncCh  chan struct{}
 
-	flushMu       sync.Mutex // one state flush at a time; guards pendingStates
+	flushMu sync.Mutex // one state flush at a time; guards pendingStates
 	// countersMu guards pendingCounters: counters flush on their own, so
 	// that a slow counter publish never delays the state flush whose
 	// success keeps an owner deciding (cluster.Persisted).
-	countersMu sync.Mutex
+	countersMu    sync.Mutex
 	pendingStates map[string]bus.BucketRecord
 	// pendingStatesPeak is the most entries pendingStates has held since
 	// it was last made (shrinkPendingStates).
