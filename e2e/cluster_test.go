@@ -99,6 +99,27 @@ func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct stri
 
 var ownedRe = regexp.MustCompile(`(?m)^sluice_cluster_owned_partitions (\d+)`)
 
+// lostRe reads how many partitions a server lost (its lease lapsed or
+// was taken) since it started.
+var lostRe = regexp.MustCompile(`(?m)^sluice_cluster_handovers_total\{direction="lost"\} (\d+)`)
+
+// lost is how many partitions s has lost since it started, or -1.
+func lost(s *server) int {
+	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if m := lostRe.FindSubmatch(b); m != nil {
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	return 0 // the counter has no sample until the first loss
+}
+
 func owned(s *server) int {
 	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+operatorToken)

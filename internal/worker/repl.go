@@ -261,6 +261,17 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 		lease := w.readLease(ctx)
 		held, expiredRev := lease.held, lease.expiredRev
 		belongs := pos.logCreated == created && pos.seq <= last && (pos.seq+1 >= first || last == 0 || pos.seq == last)
+		if pos.logCreated == created && pos.seq > last {
+			// This database holds records the log does not: the NATS node
+			// that answered has an old view of the log (it lost its
+			// cluster). Another node has the rest; a snapshot is not the
+			// way to it.
+			w.unstick.Failed()
+			warn("standby: the replication log as this NATS node has it ends before this database does; waiting for a node with the whole log",
+				"log_seq", pos.seq, "log_last", last)
+			sleepCtx(ctx, 250*time.Millisecond)
+			continue
+		}
 		if !belongs {
 			a.reset()
 			if held {
