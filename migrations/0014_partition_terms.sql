@@ -9,7 +9,12 @@
 -- +goose Up
 CREATE TABLE partition_terms (
   part INTEGER PRIMARY KEY,
-  term INTEGER NOT NULL
+  term INTEGER NOT NULL,
+  -- The lease write that took the partition at this term (the owners
+  -- bucket's incarnation and revision): a request of an older acquisition
+  -- that arrives late raises nothing.
+  lease_inc INTEGER NOT NULL DEFAULT 0,
+  lease_rev INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 -- +goose Down

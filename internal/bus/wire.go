@@ -44,6 +44,23 @@ type BucketRecord struct {
 	Term     uint64      `json:"tm,omitempty"`
 }
 
+// LeaseID names one lease write in the cluster's owners bucket: the
+// bucket's incarnation (creation time, unix ns) and the revision the write
+// got. A later write has a greater LeaseID, also across a bucket that NATS
+// lost and made anew.
+type LeaseID struct {
+	Incarnation int64  `json:"inc"`
+	Revision    uint64 `json:"rev"`
+}
+
+// After reports whether id was written after o.
+func (id LeaseID) After(o LeaseID) bool {
+	if id.Incarnation != o.Incarnation {
+		return id.Incarnation > o.Incarnation
+	}
+	return id.Revision > o.Revision
+}
+
 // StateBatch is one message on the state stream.
 type StateBatch struct {
 	V       int            `json:"v"`

@@ -111,8 +111,10 @@ type Config struct {
 // Hooks are what the engine does around ownership changes.
 type Hooks struct {
 	// Acquired loads partition p's persisted state; it runs before the
-	// server decides for p. An error gives the lease back.
-	Acquired func(ctx context.Context, p int) error
+	// server decides for p. An error gives the lease back. lease names
+	// the lease write that took p, so that the worker can tell this
+	// acquisition from an older one whose request arrives late.
+	Acquired func(ctx context.Context, p int, lease bus.LeaseID) error
 	// Releasing publishes p's pending state and waits until the worker has
 	// committed it; it runs after the server stopped deciding for p and
 	// before the lease is deleted.
@@ -1060,7 +1062,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	loadStart := time.Now()
 	if c.hooks.Acquired != nil {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-		err := c.hooks.Acquired(lctx, p)
+		err := c.hooks.Acquired(lctx, p, bus.LeaseID{Incarnation: c.synced.Load(), Revision: rev})
 		cancel()
 		if err != nil {
 			c.log.Warn("loading a taken-over partition failed; giving it back", "partition", p, "err", err)

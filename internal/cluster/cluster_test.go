@@ -34,7 +34,7 @@ func memberWith(t *testing.T, url string, cfg Config, loads *atomic.Int64) *Clus
 	}
 	t.Cleanup(nc.Close)
 	c, err := New(cfg, nc, Hooks{
-		Acquired: func(context.Context, int) error { loads.Add(1); return nil },
+		Acquired: func(context.Context, int, bus.LeaseID) error { loads.Add(1); return nil },
 	})
 	if err != nil {
 		t.Fatal(err)

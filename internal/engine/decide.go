@@ -200,14 +200,14 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 }
 
 // LoadPartition replaces partition p's buckets with what the worker has,
-// as p's new owner: the first page raises p's term at the worker (its
-// fencing token), and the states this server decides for p from now on
+// as p's new owner under lease: the first page raises p's term at the
+// worker (its fencing token), and the states this server decides for p from now on
 // carry that term. The term is taken only once every page is in, so a
 // flush meanwhile cannot stamp a bucket the load has yet to replace with
 // it; pending states of an older term are dropped, as the worker would
 // refuse them.
-func (e *Engine) LoadPartition(ctx context.Context, p int) error {
-	req := bucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true}
+func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) error {
+	req := bucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true, Lease: lease}
 	var pl pageLoader
 	var term uint64
 	for {

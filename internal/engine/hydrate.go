@@ -75,13 +75,14 @@ type hydration struct {
 
 // bucketsRequest is the worker's BucketsRequest as the engine sends it.
 type bucketsRequest struct {
-	After     string   `json:"after,omitempty"`
-	Limit     int      `json:"limit"`
-	Partition *int     `json:"partition,omitempty"`
-	Keys      []string `json:"keys,omitempty"`
-	Packed    bool     `json:"packed"`
-	Order     string   `json:"order,omitempty"`
-	Acquire   bool     `json:"acquire,omitempty"`
+	After     string      `json:"after,omitempty"`
+	Limit     int         `json:"limit"`
+	Partition *int        `json:"partition,omitempty"`
+	Keys      []string    `json:"keys,omitempty"`
+	Packed    bool        `json:"packed"`
+	Order     string      `json:"order,omitempty"`
+	Acquire   bool        `json:"acquire,omitempty"`
+	Lease     bus.LeaseID `json:"lease,omitzero"`
 }
 
 // bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)

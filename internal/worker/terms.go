@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
 )
 
 type partitionTerms struct {
@@ -112,26 +113,35 @@ func (w *Worker) reportFenced() {
 	w.log.Info("refused bucket states of an older partition term: a server that lost its lease published them after another took the partition over", "states", n)
 }
 
-// raiseTerm gives partition p a new term, one more than any it had, and
-// returns it. It is one write transaction, so it is ordered with the
-// stream batches: every batch applied after it is fenced by it.
-func (w *Worker) raiseTerm(ctx context.Context, p int) (uint64, error) {
+// raiseTerm gives partition p a new term, one more than any it had, for
+// the acquisition that wrote lease, and returns it. It is one write
+// transaction, so it is ordered with the stream batches: every batch
+// applied after it is fenced by it. An acquisition no newer than the last
+// one that raised p's term is refused: its request arrived late (its
+// server gave up on it and may since have taken p again, under a newer
+// lease and term), and raising the term for it would fence the current
+// owner.
+func (w *Worker) raiseTerm(ctx context.Context, p int, lease bus.LeaseID) (uint64, error) {
 	if p < 0 || p >= bus.Partitions {
-		return 0, fmt.Errorf("partition %d out of range", p)
+		return 0, errs.Errorf(errs.Invalid, "partition %d out of range", p)
 	}
 	pt := w.terms
 	var term uint64
 	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-		var stored int64
-		err := tx.QueryRowContext(ctx, `SELECT term FROM partition_terms WHERE part = ?`, p).Scan(&stored)
+		var stored, inc, rev int64
+		err := tx.QueryRowContext(ctx, `SELECT term, lease_inc, lease_rev FROM partition_terms WHERE part = ?`, p).Scan(&stored, &inc, &rev)
 		if err != nil && err != sql.ErrNoRows {
 			return err
+		}
+		if last := (bus.LeaseID{Incarnation: inc, Revision: uint64(rev)}); err == nil && !lease.After(last) {
+			return errs.Errorf(errs.Conflict, "partition %d was taken by a newer lease (%d/%d) than this one (%d/%d)", p, last.Incarnation, last.Revision, lease.Incarnation, lease.Revision)
 		}
 		pt.mu.Lock()
 		term = max(pt.t[p], uint64(stored)) + 1
 		pt.mu.Unlock()
-		if _, err := tx.ExecContext(ctx, `INSERT INTO partition_terms (part, term) VALUES (?, ?)
-			ON CONFLICT (part) DO UPDATE SET term = excluded.term`, p, int64(term)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO partition_terms (part, term, lease_inc, lease_rev) VALUES (?, ?, ?, ?)
+			ON CONFLICT (part) DO UPDATE SET term = excluded.term, lease_inc = excluded.lease_inc, lease_rev = excluded.lease_rev`,
+			p, int64(term), lease.Incarnation, int64(lease.Revision)); err != nil {
 			return err
 		}
 		// Raised before COMMIT, while the writer is held: no batch can be
@@ -143,6 +153,9 @@ func (w *Worker) raiseTerm(ctx context.Context, p int) (uint64, error) {
 		return nil
 	})
 	if err != nil {
+		if errs.Code(err) == errs.Conflict {
+			return 0, err
+		}
 		return 0, fmt.Errorf("raise partition term: %w", err)
 	}
 	return term, nil

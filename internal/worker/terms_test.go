@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
 )
 
 // fencingServer is a simulated cluster member: the consumption it believes
@@ -61,6 +62,8 @@ func TestNoStaleStateWins(t *testing.T) {
 	}
 	owner := map[int]int{} // partition -> server index; absent: none yet
 	lastTerm := map[int]uint64{}
+	var leaseRev uint64                // the owners bucket's revisions
+	lastLease := map[int]bus.LeaseID{} // the lease of each partition's last acquisition
 	var seq uint64
 	var pending, delivered []fencingMsg
 	stored := map[string]int{} // the highest count read so far per key
@@ -121,7 +124,10 @@ func TestNoStaleStateWins(t *testing.T) {
 		t.Helper()
 		deliver(len(pending), step) // the worker commits the backlog first
 		sv := servers[s]
-		req := BucketsRequest{Partition: &p, Acquire: true, Limit: 1 + r.IntN(5), Packed: r.IntN(2) == 0}
+		leaseRev++
+		lease := bus.LeaseID{Incarnation: 1, Revision: leaseRev}
+		lastLease[p] = lease
+		req := BucketsRequest{Partition: &p, Acquire: true, Lease: lease, Limit: 1 + r.IntN(5), Packed: r.IntN(2) == 0}
 		for k := range sv.used {
 			if bus.Partition([]byte(k)) == p {
 				delete(sv.used, k)
@@ -221,6 +227,17 @@ func TestNoStaleStateWins(t *testing.T) {
 			p := parts[r.IntN(len(parts))]
 			s := (owner[p] + 1 + r.IntN(len(servers)-1)) % len(servers)
 			acquire(s, p, name)
+		case x < 85: // a late request of an older acquisition raises nothing
+			p := parts[r.IntN(len(parts))]
+			old := lastLease[p]
+			old.Revision -= uint64(r.IntN(int(old.Revision)))
+			_, err := w.bucketsPage(ctx, BucketsRequest{Partition: &p, Acquire: true, Lease: old, Limit: 10})
+			if errs.Code(err) != errs.Conflict {
+				t.Fatalf("%s: a late acquisition of partition %d answered %v, want a conflict", name, p, err)
+			}
+			if got := w.terms.get(p); got != lastTerm[p] {
+				t.Fatalf("%s: a late acquisition raised partition %d's term to %d", name, p, got)
+			}
 		case x < 88: // a late redelivery of a message already applied
 			if len(delivered) > 0 {
 				apply([]fencingMsg{delivered[r.IntN(len(delivered))]})

@@ -450,8 +450,9 @@ type BucketsRequest struct {
 	Order string `json:"order,omitempty"`
 	// Acquire, on the first page of a Partition, raises the partition's
 	// term (terms.go) once the backlog is committed, before the page is
-	// read; the page answers the new term.
-	Acquire bool `json:"acquire,omitempty"`
+	// read, for the lease write Lease; the page answers the new term.
+	Acquire bool        `json:"acquire,omitempty"`
+	Lease   bus.LeaseID `json:"lease,omitzero"`
 }
 
 const (
@@ -514,7 +515,7 @@ func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPa
 		}
 		if req.Acquire && req.Partition != nil {
 			var err error
-			if term, err = w.raiseTerm(ctx, *req.Partition); err != nil {
+			if term, err = w.raiseTerm(ctx, *req.Partition, req.Lease); err != nil {
 				return BucketsPage{}, err
 			}
 		}
