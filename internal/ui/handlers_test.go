@@ -475,6 +475,72 @@ func TestPolicyFormShowsEveryProblemAtOnce(t *testing.T) {
 	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "a policy with an empty default tier")
 }
 
+// Four inputs a browser's own validation would stop one at a time (the
+// e2e TestPolicyFormFourBadInputs types the same) come back together in one
+// answer: each error by its input, the input marked invalid and pointing at
+// it, and every value as it was typed, so nothing has to be typed again.
+func TestPolicyFormKeepsEveryBadValue(t *testing.T) {
+	s := bootSite(t)
+	a := s.agent()
+	tn := s.tenant("fourbad")
+	a.signIn(tn.email, tn.password)
+	form := policyForm("ok", 10)
+	bad := map[string]string{
+		"name":                  "heavy example!",
+		"path":                  "api/no-slash",
+		"tier.0.limit.0.limit":  "ten",
+		"tier.1.limit.0.period": "5 parsecs",
+	}
+	for k, v := range bad {
+		form.Set(k, v)
+	}
+	p := want(t, a.post("/ui/policies", form), http.StatusBadRequest, "a form with four bad inputs")
+	errors := p.all(func(n *html.Node) bool { return strings.HasPrefix(attrOf(n, "data-testid"), "error-") })
+	if len(errors) != len(bad) {
+		var got []string
+		for _, n := range errors {
+			got = append(got, attrOf(n, "data-testid"))
+		}
+		t.Errorf("%d field errors %v, want %d", len(errors), got, len(bad))
+	}
+	for name, typed := range bad {
+		if p.text("error-"+name) == "" {
+			t.Errorf("no error by %s", name)
+		}
+		in := p.all(func(n *html.Node) bool { return n.Data == "input" && attrOf(n, "name") == name })
+		if len(in) != 1 {
+			t.Fatalf("%d inputs named %s", len(in), name)
+		}
+		if got := attrOf(in[0], "value"); got != typed {
+			t.Errorf("%s: value %q, want %q as typed", name, got, typed)
+		}
+		if attrOf(in[0], "aria-invalid") != "true" || !strings.Contains(attrOf(in[0], "aria-describedby"), attrOf(p.testID("error-" + name)[0], "id")) {
+			t.Errorf("%s: aria-invalid %q, aria-describedby %q", name, attrOf(in[0], "aria-invalid"), attrOf(in[0], "aria-describedby"))
+		}
+	}
+	// The form opts out of the browser's validation, which would have
+	// stopped it at the first of these.
+	if f := p.testID("policy-form"); len(f) != 1 || !hasAttrNode(f[0], "novalidate") {
+		t.Error("the policy form lacks novalidate")
+	}
+	// A tier name the domain refuses is shown by that tier's name input.
+	form = policyForm("badtier", 10)
+	form.Set("tier.1.name", "Pro!")
+	p = want(t, a.post("/ui/policies", form), http.StatusBadRequest, "a bad tier name")
+	if got := p.text("error-tier.1.name"); !strings.Contains(got, "a-z, 0-9") || p.inputValue("tier.1.name") != "Pro!" {
+		t.Errorf("tier name error %q, value %q", got, p.inputValue("tier.1.name"))
+	}
+}
+
+func hasAttrNode(n *html.Node, key string) bool {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // A key in a tier no policy lists is flagged when it is created, and the
 // path tester says what it gets: here the policy denies other tiers.
 func TestUnlistedTierInTheDashboard(t *testing.T) {
