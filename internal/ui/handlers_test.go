@@ -532,6 +532,78 @@ func TestPolicyFormKeepsEveryBadValue(t *testing.T) {
 	}
 }
 
+// Every form with several inputs shows every input's problem after one
+// submit, not the first the worker finds, and keeps what was typed (but
+// never a password).
+func TestEveryFormShowsEveryProblemAtOnce(t *testing.T) {
+	s := bootSite(t)
+	op := s.agent()
+	op.signIn(opEmail, opPassword)
+	tn := s.tenant("allproblems")
+	owner := s.agent()
+	owner.signIn(tn.email, tn.password)
+	keyID, _ := owner.createKey("edit me", "pro")
+	owner.createPolicy("first", 10)
+	owner.createPolicy("second", 10)
+	for _, c := range []struct {
+		name   string
+		a      *agent
+		path   string
+		form   url.Values
+		errors []string          // test ids of the errors expected, each by its input
+		kept   map[string]string // input name → value shown again
+	}{
+		{"new tenant", op, "/ui/admin/tenants",
+			url.Values{"name": {"Acme!"}, "owner_email": {"not an address"}, "owner_password": {"short"}},
+			[]string{"error-name", "error-owner_email", "error-owner_password"},
+			map[string]string{"name": "Acme!", "owner_email": "not an address", "owner_password": ""}},
+		{"manual block", op, "/ui/admin/blocks",
+			url.Values{"tenant_id": {""}, "kind": {"ip"}, "id": {"300.1.2.3"}, "reason": {"r"}, "expiry": {"forever-and-a-day"}},
+			[]string{"error-tenant_id", "error-id", "error-expiry"},
+			map[string]string{"id": "300.1.2.3", "reason": "r"}},
+		{"invite", owner, "/ui/members",
+			url.Values{"email": {"nobody"}, "password": {"short"}},
+			[]string{"error-email", "error-password"},
+			map[string]string{"email": "nobody", "password": ""}},
+		{"new key", owner, "/ui/keys",
+			url.Values{"name": {" "}, "tier": {"Pro!"}, "expires_at": {"2001-01-01T00:00"}},
+			[]string{"error-name", "error-tier", "error-expires_at"},
+			map[string]string{"tier": "Pro!", "expires_at": "2001-01-01T00:00"}},
+		{"key edit", owner, "/ui/keys/" + keyID,
+			url.Values{"name": {""}, "tier": {"Pro!"}, "expires_at": {"yesterday"}},
+			[]string{"error-name", "error-tier", "error-expires_at"},
+			map[string]string{"tier": "Pro!", "expires_at": "yesterday"}},
+		{"password change", owner, "/ui/account/password",
+			url.Values{"current_password": {""}, "new_password": {"short"}, "confirm_password": {"other"}},
+			[]string{"error-current_password", "error-new_password", "error-confirm_password"},
+			map[string]string{"current_password": "", "new_password": "", "confirm_password": ""}},
+		{"key overrides", owner, "/ui/keys/" + keyID + "/overrides",
+			url.Values{"rows": {"2"}, "do": {"save"},
+				"override.0.policy": {"first"}, "override.0.algorithm": {"token_bucket"}, "override.0.limit": {"0"}, "override.0.period": {"1m"},
+				"override.1.policy": {"second"}, "override.1.algorithm": {"token_bucket"}, "override.1.limit": {"5"}, "override.1.period": {"whenever"}},
+			[]string{"error-override.0.limit", "error-override.1.period"},
+			map[string]string{"override.0.limit": "0", "override.1.period": "whenever"}},
+		{"email change", owner, "/ui/account/email",
+			url.Values{"email": {"nobody"}, "password": {""}},
+			[]string{"error-email", "error-password"},
+			map[string]string{"email": "nobody"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := want(t, c.a.post(c.path, c.form), http.StatusBadRequest, c.name)
+			for _, id := range c.errors {
+				if p.text(id) == "" {
+					t.Errorf("no %s", id)
+				}
+			}
+			for name, v := range c.kept {
+				if got := p.inputValue(name); got != v {
+					t.Errorf("input %s shows %q, want %q", name, got, v)
+				}
+			}
+		})
+	}
+}
+
 func hasAttrNode(n *html.Node, key string) bool {
 	for _, a := range n.Attr {
 		if a.Key == key {
