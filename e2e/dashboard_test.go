@@ -299,7 +299,8 @@ func TestDashboard(t *testing.T) {
 	b.set(`#f-tier-1-limit-0-algorithm`, "sliding_window")
 	b.set(`#f-tier-1-limit-0-limit`, "1000")
 	b.set(`#f-tier-1-limit-0-period`, "one minute")
-	// The browser itself refuses a period that is no duration at all...
+	// The browser itself flags a period that is no duration at all (it
+	// does not stop the form for it: TestPolicyFormFourBadInputs)...
 	mismatch, formValid := b.boolJS(`document.querySelector('#f-tier-1-limit-0-period').validity.patternMismatch`),
 		b.boolJS(`document.querySelector('[data-testid="policy-form"]').checkValidity()`)
 	if !mismatch || formValid {

@@ -26,7 +26,7 @@ func run() error {
 	if err := cfg.ParseFlags("server", os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		return err
 	}
-	log, err := app.NewLogger(os.Stderr, cfg.LogLevel)
+	log, err := app.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat, os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ func run() error {
 	fs.Var(bus.URLFlag{URL: natsURL}, "nats-url", "NATS URL (SLUICE_NATS_URL)")
 	metricsAddr := fs.String("metrics-addr", env("SLUICE_WORKER_METRICS_ADDR", ""), "serve /metrics and /healthz here; empty = off (SLUICE_WORKER_METRICS_ADDR)")
 	logLevel := fs.String("log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	logFormat := fs.String("log-format", env("SLUICE_LOG_FORMAT", app.LogFormatAuto), app.LogFormatUsage+" (SLUICE_LOG_FORMAT)")
 	haDef := true
 	if v := os.Getenv("SLUICE_HA"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -116,7 +117,7 @@ func run() error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	log, err := app.NewLogger(os.Stderr, *logLevel)
+	log, err := app.NewLogger(os.Stderr, *logLevel, *logFormat, os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,9 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "nats_auth", serverAuth.Identity(), "cluster", cfg.clusterOn())
+	if m.Out != nil {
+		writeBanner(m.Out, cfg, ln.Addr())
+	}
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
@@ -253,6 +257,40 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	})
 	return nil
+}
+
+// writeBanner tells a person where things are, in three lines: the API,
+// the dashboard, and the data directory with what runs in this process.
+func writeBanner(w io.Writer, cfg Config, addr net.Addr) {
+	base := cfg.PublicURL
+	if base == "" {
+		host, port, _ := net.SplitHostPort(addr.String())
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			host = "localhost" // every address; this one works from here
+		}
+		base = "http://" + net.JoinHostPort(host, port)
+	}
+	base = strings.TrimSuffix(base, "/")
+	data := cfg.Data
+	if abs, err := filepath.Abs(data); err == nil {
+		data = abs
+	}
+	listen := ""
+	if cfg.NatsListen != "" {
+		listen = "; NATS listens on " + cfg.NatsListen
+	}
+	var what string
+	switch {
+	case cfg.Worker == "embedded" && cfg.NatsURL == "":
+		what = "SQLite and NATS, both embedded in this process" + listen
+	case cfg.Worker == "embedded":
+		what = "SQLite, embedded worker; NATS at " + bus.RedactURL(cfg.NatsURL)
+	case cfg.NatsURL == "":
+		what = "NATS, embedded" + listen + "; the SQLite file is cmd/worker's"
+	default:
+		what = "this server's node name and session key; the SQLite file is cmd/worker's, NATS at " + bus.RedactURL(cfg.NatsURL)
+	}
+	fmt.Fprintf(w, "\n  API        %s/v1\n  Dashboard  %s/ui\n  Data       %s (%s)\n\n", base, base, data, what)
 }
 
 func natsDesc(cfg Config) string {

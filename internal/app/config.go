@@ -48,6 +48,7 @@ type Config struct {
 	FlushInterval    time.Duration // --flush-interval, SLUICE_FLUSH_INTERVAL
 	ShutdownTimeout  time.Duration // --shutdown-timeout, SLUICE_SHUTDOWN_TIMEOUT
 	LogLevel         string        // --log-level, SLUICE_LOG_LEVEL: debug | info | warn | error
+	LogFormat        string        // --log-format, SLUICE_LOG_FORMAT: auto | text | json
 	PprofAddr        string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
 	MetricsAddr      string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL        string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
@@ -90,6 +91,7 @@ func DefaultConfig() Config {
 		FlushInterval:   200 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
 		LogLevel:        "info",
+		LogFormat:       LogFormatAuto,
 	}
 }
 
@@ -147,6 +149,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", c.LogFormat), LogFormatUsage+" (SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
@@ -202,6 +205,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateClusterListen(); err != nil {
+		return err
+	}
+	if err := ValidateLogFormat(c.LogFormat); err != nil {
 		return err
 	}
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {

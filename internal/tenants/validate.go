@@ -182,6 +182,10 @@ func first(problems []error) error {
 // JSON path, such as "tiers.pro".
 func ValidateLimits(field string, ls Limits) error { return first(limitsProblems(field, ls)) }
 
+// LimitsProblems lists every problem of one tier's (or override's) limits,
+// for a form that shows them all at once; ValidateLimits is the first.
+func LimitsProblems(field string, ls Limits) []error { return limitsProblems(field, ls) }
+
 // limitsProblems lists every problem of one tier's limits.
 func limitsProblems(field string, ls Limits) []error {
 	switch {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
@@ -60,8 +61,16 @@ func (h *accountHandler) password(c echo.Context) error {
 	s := mustSession(c)
 	current, next := c.FormValue("current_password"), c.FormValue("new_password")
 	v := views.AccountView{Email: s.Email}
+	fe := fieldErrors{}
+	if current == "" {
+		fe.add("current_password", "required")
+	}
+	fe.check("new_password", tenants.ValidatePassword(next))
 	if next != c.FormValue("confirm_password") {
-		v.PasswordErrors = map[string]string{"confirm_password": "does not match the new password"}
+		fe.add("confirm_password", "does not match the new password")
+	}
+	if len(fe) > 0 {
+		v.PasswordErrors = fe
 		return h.render(c, http.StatusBadRequest, v)
 	}
 	var w bus.Written[bus.UserRecord]
@@ -92,6 +101,15 @@ func (h *accountHandler) email(c echo.Context) error {
 	s := mustSession(c)
 	email := strings.TrimSpace(c.FormValue("email"))
 	v := views.AccountView{Email: email}
+	fe := fieldErrors{}
+	fe.check("email", tenants.ValidateEmail(email))
+	if c.FormValue("password") == "" {
+		fe.add("password", "required")
+	}
+	if len(fe) > 0 {
+		v.EmailErrors = fe
+		return h.render(c, http.StatusBadRequest, v)
+	}
 	if ok, wait := h.emailLimit.take(s.UserID, h.auth.now()); !ok {
 		v.EmailErrors = map[string]string{"email": fmt.Sprintf("Too many email changes. Try again in %s.", humanWait(wait))}
 		c.Response().Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))

@@ -86,12 +86,19 @@ func (h *adminHandler) renderTenants(c echo.Context, status int, form views.Tena
 func (h *adminHandler) createTenant(c echo.Context) error {
 	f := views.TenantForm{Name: strings.TrimSpace(c.FormValue("name")), OwnerEmail: strings.TrimSpace(c.FormValue("owner_email"))}
 	req := bus.TenantCreate{Name: f.Name, OwnerEmail: f.OwnerEmail, OwnerPassword: c.FormValue("owner_password")}
+	fe := fieldErrors{}
+	fe.check("name", tenants.ValidateTenantName(req.Name))
+	fe.check("owner_email", tenants.ValidateEmail(req.OwnerEmail))
+	fe.check("owner_password", tenants.ValidatePassword(req.OwnerPassword))
+	if len(fe) > 0 {
+		f.Errors = fe
+		return h.renderTenants(c, http.StatusBadRequest, f, nil)
+	}
 	var w bus.Written[bus.TenantCreated]
 	if err := h.config.Call(c.Request().Context(), bus.OpTenantCreate, req, &w); err != nil {
 		if !isInvalid(err) {
 			return err
 		}
-		fe := fieldErrors{}
 		if errs.Is(err, errs.Conflict) {
 			f.FormError = errs.Message(err)
 		} else {
@@ -211,6 +218,11 @@ func (h *adminHandler) createBlock(c echo.Context) error {
 	}
 	if f.TenantID == "" {
 		fe.add("tenant_id", "choose a tenant")
+	}
+	if err := tenants.ValidateIdentity("identity", b.Identity); err != nil {
+		if path, text, ok := splitMessage(errs.Message(err)); ok {
+			fe.add(path, text)
+		}
 	}
 	var w bus.Written[tenants.Block]
 	if len(fe) == 0 {

@@ -39,6 +39,18 @@ func (fe fieldErrors) add(name, msg string) {
 	}
 }
 
+// check puts err, a domain validation error such as "email: required",
+// on the input named name, without the domain's field name. Forms check
+// every input this way before asking the worker, which answers only the
+// first problem it finds, so that one submit shows every problem.
+func (fe fieldErrors) check(name string, err error) {
+	if err == nil {
+		return
+	}
+	_, text, _ := splitMessage(errs.Message(err))
+	fe.add(name, text)
+}
+
 // splitMessage cuts "path: message" at the first ": ".
 func splitMessage(msg string) (path, text string, ok bool) {
 	path, text, ok = strings.Cut(msg, ": ")

@@ -475,6 +475,144 @@ func TestPolicyFormShowsEveryProblemAtOnce(t *testing.T) {
 	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "a policy with an empty default tier")
 }
 
+// Four inputs a browser's own validation would stop one at a time (the
+// e2e TestPolicyFormFourBadInputs types the same) come back together in one
+// answer: each error by its input, the input marked invalid and pointing at
+// it, and every value as it was typed, so nothing has to be typed again.
+func TestPolicyFormKeepsEveryBadValue(t *testing.T) {
+	s := bootSite(t)
+	a := s.agent()
+	tn := s.tenant("fourbad")
+	a.signIn(tn.email, tn.password)
+	form := policyForm("ok", 10)
+	bad := map[string]string{
+		"name":                  "heavy example!",
+		"path":                  "api/no-slash",
+		"tier.0.limit.0.limit":  "ten",
+		"tier.1.limit.0.period": "5 parsecs",
+	}
+	for k, v := range bad {
+		form.Set(k, v)
+	}
+	p := want(t, a.post("/ui/policies", form), http.StatusBadRequest, "a form with four bad inputs")
+	errors := p.all(func(n *html.Node) bool { return strings.HasPrefix(attrOf(n, "data-testid"), "error-") })
+	if len(errors) != len(bad) {
+		var got []string
+		for _, n := range errors {
+			got = append(got, attrOf(n, "data-testid"))
+		}
+		t.Errorf("%d field errors %v, want %d", len(errors), got, len(bad))
+	}
+	for name, typed := range bad {
+		if p.text("error-"+name) == "" {
+			t.Errorf("no error by %s", name)
+		}
+		in := p.all(func(n *html.Node) bool { return n.Data == "input" && attrOf(n, "name") == name })
+		if len(in) != 1 {
+			t.Fatalf("%d inputs named %s", len(in), name)
+		}
+		if got := attrOf(in[0], "value"); got != typed {
+			t.Errorf("%s: value %q, want %q as typed", name, got, typed)
+		}
+		if attrOf(in[0], "aria-invalid") != "true" || !strings.Contains(attrOf(in[0], "aria-describedby"), attrOf(p.testID("error-" + name)[0], "id")) {
+			t.Errorf("%s: aria-invalid %q, aria-describedby %q", name, attrOf(in[0], "aria-invalid"), attrOf(in[0], "aria-describedby"))
+		}
+	}
+	// The form opts out of the browser's validation, which would have
+	// stopped it at the first of these.
+	if f := p.testID("policy-form"); len(f) != 1 || !hasAttrNode(f[0], "novalidate") {
+		t.Error("the policy form lacks novalidate")
+	}
+	// A tier name the domain refuses is shown by that tier's name input.
+	form = policyForm("badtier", 10)
+	form.Set("tier.1.name", "Pro!")
+	p = want(t, a.post("/ui/policies", form), http.StatusBadRequest, "a bad tier name")
+	if got := p.text("error-tier.1.name"); !strings.Contains(got, "a-z, 0-9") || p.inputValue("tier.1.name") != "Pro!" {
+		t.Errorf("tier name error %q, value %q", got, p.inputValue("tier.1.name"))
+	}
+}
+
+// Every form with several inputs shows every input's problem after one
+// submit, not the first the worker finds, and keeps what was typed (but
+// never a password).
+func TestEveryFormShowsEveryProblemAtOnce(t *testing.T) {
+	s := bootSite(t)
+	op := s.agent()
+	op.signIn(opEmail, opPassword)
+	tn := s.tenant("allproblems")
+	owner := s.agent()
+	owner.signIn(tn.email, tn.password)
+	keyID, _ := owner.createKey("edit me", "pro")
+	owner.createPolicy("first", 10)
+	owner.createPolicy("second", 10)
+	for _, c := range []struct {
+		name   string
+		a      *agent
+		path   string
+		form   url.Values
+		errors []string          // test ids of the errors expected, each by its input
+		kept   map[string]string // input name → value shown again
+	}{
+		{"new tenant", op, "/ui/admin/tenants",
+			url.Values{"name": {"Acme!"}, "owner_email": {"not an address"}, "owner_password": {"short"}},
+			[]string{"error-name", "error-owner_email", "error-owner_password"},
+			map[string]string{"name": "Acme!", "owner_email": "not an address", "owner_password": ""}},
+		{"manual block", op, "/ui/admin/blocks",
+			url.Values{"tenant_id": {""}, "kind": {"ip"}, "id": {"300.1.2.3"}, "reason": {"r"}, "expiry": {"forever-and-a-day"}},
+			[]string{"error-tenant_id", "error-id", "error-expiry"},
+			map[string]string{"id": "300.1.2.3", "reason": "r"}},
+		{"invite", owner, "/ui/members",
+			url.Values{"email": {"nobody"}, "password": {"short"}},
+			[]string{"error-email", "error-password"},
+			map[string]string{"email": "nobody", "password": ""}},
+		{"new key", owner, "/ui/keys",
+			url.Values{"name": {" "}, "tier": {"Pro!"}, "expires_at": {"2001-01-01T00:00"}},
+			[]string{"error-name", "error-tier", "error-expires_at"},
+			map[string]string{"tier": "Pro!", "expires_at": "2001-01-01T00:00"}},
+		{"key edit", owner, "/ui/keys/" + keyID,
+			url.Values{"name": {""}, "tier": {"Pro!"}, "expires_at": {"yesterday"}},
+			[]string{"error-name", "error-tier", "error-expires_at"},
+			map[string]string{"tier": "Pro!", "expires_at": "yesterday"}},
+		{"password change", owner, "/ui/account/password",
+			url.Values{"current_password": {""}, "new_password": {"short"}, "confirm_password": {"other"}},
+			[]string{"error-current_password", "error-new_password", "error-confirm_password"},
+			map[string]string{"current_password": "", "new_password": "", "confirm_password": ""}},
+		{"key overrides", owner, "/ui/keys/" + keyID + "/overrides",
+			url.Values{"rows": {"2"}, "do": {"save"},
+				"override.0.policy": {"first"}, "override.0.algorithm": {"token_bucket"}, "override.0.limit": {"0"}, "override.0.period": {"1m"},
+				"override.1.policy": {"second"}, "override.1.algorithm": {"token_bucket"}, "override.1.limit": {"5"}, "override.1.period": {"whenever"}},
+			[]string{"error-override.0.limit", "error-override.1.period"},
+			map[string]string{"override.0.limit": "0", "override.1.period": "whenever"}},
+		{"email change", owner, "/ui/account/email",
+			url.Values{"email": {"nobody"}, "password": {""}},
+			[]string{"error-email", "error-password"},
+			map[string]string{"email": "nobody"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := want(t, c.a.post(c.path, c.form), http.StatusBadRequest, c.name)
+			for _, id := range c.errors {
+				if p.text(id) == "" {
+					t.Errorf("no %s", id)
+				}
+			}
+			for name, v := range c.kept {
+				if got := p.inputValue(name); got != v {
+					t.Errorf("input %s shows %q, want %q", name, got, v)
+				}
+			}
+		})
+	}
+}
+
+func hasAttrNode(n *html.Node, key string) bool {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // A key in a tier no policy lists is flagged when it is created, and the
 // path tester says what it gets: here the policy denies other tiers.
 func TestUnlistedTierInTheDashboard(t *testing.T) {

@@ -262,6 +262,19 @@ func parseExpiry(v string, fe fieldErrors) *time.Time {
 	return &t
 }
 
+// checkKeyForm checks every input of a key's form, as the worker would,
+// and returns the expiry it names. An expiry the key already has (was) is
+// not checked again: a key that expired can still be renamed.
+func checkKeyForm(f views.KeyForm, fe fieldErrors, was *time.Time, now time.Time) *time.Time {
+	fe.check("name", tenants.KeyPatch{Name: &f.Name}.Validate(now))
+	fe.check("tier", tenants.ValidateTier("tier", f.Tier))
+	exp := parseExpiry(f.ExpiresAt, fe)
+	if exp != nil && (was == nil || !exp.Equal(*was)) {
+		fe.check("expires_at", tenants.KeyPatch{ExpiresAt: exp}.Validate(now))
+	}
+	return exp
+}
+
 // formError puts a worker error next to its input when it names one.
 func formError(err error, fe fieldErrors, known ...string) string {
 	path, text, ok := splitMessage(errs.Message(err))
@@ -275,7 +288,7 @@ func formError(err error, fe fieldErrors, known ...string) string {
 func (h *keyHandler) create(c echo.Context) error {
 	f := views.KeyForm{Name: strings.TrimSpace(c.FormValue("name")), Tier: strings.TrimSpace(c.FormValue("tier")), ExpiresAt: c.FormValue("expires_at")}
 	fe := fieldErrors{}
-	exp := parseExpiry(f.ExpiresAt, fe)
+	exp := checkKeyForm(f, fe, nil, h.now())
 	if len(fe) > 0 {
 		f.Errors = fe
 		return h.renderList(c, http.StatusBadRequest, f, nil)
@@ -375,7 +388,7 @@ func (h *keyHandler) update(c echo.Context) error {
 	}
 	f := views.KeyForm{Name: strings.TrimSpace(c.FormValue("name")), Tier: strings.TrimSpace(c.FormValue("tier")), ExpiresAt: c.FormValue("expires_at")}
 	fe := fieldErrors{}
-	exp := parseExpiry(f.ExpiresAt, fe)
+	exp := checkKeyForm(f, fe, k.ExpiresAt, h.now())
 	if len(fe) > 0 {
 		f.Errors = fe
 		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{edit: &f})

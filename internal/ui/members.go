@@ -80,6 +80,15 @@ func (h *memberHandler) remove(c echo.Context) error {
 func (h *memberHandler) invite(c echo.Context) error {
 	f := views.MemberForm{Email: strings.TrimSpace(c.FormValue("email"))}
 	req := bus.UserCreate{TenantID: mustSession(c).TenantID, Email: f.Email, Password: c.FormValue("password"), Role: tenants.RoleMember}
+	// Checks of the input alone, the same for every address: they say
+	// nothing about which addresses have logins.
+	fe := fieldErrors{}
+	fe.check("email", tenants.ValidateEmail(req.Email))
+	fe.check("password", tenants.ValidatePassword(req.Password))
+	if len(fe) > 0 {
+		f.Errors = fe
+		return h.render(c, http.StatusBadRequest, views.MembersView{Form: f})
+	}
 	var u tenants.User
 	err := h.config.Call(c.Request().Context(), bus.OpUserCreate, req, &u)
 	if tenants.CapReached(err) {
@@ -95,7 +104,6 @@ func (h *memberHandler) invite(c echo.Context) error {
 		err, u = nil, tenants.User{Email: tenants.NormalizeEmail(f.Email)}
 	}
 	if err != nil {
-		fe := fieldErrors{}
 		switch {
 		case errs.Is(err, errs.Invalid):
 			if path, text, ok := splitMessage(errs.Message(err)); ok && (path == "email" || path == "password") {

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -89,6 +90,16 @@ func (h *keyHandler) overrides(c echo.Context) error {
 		return h.renderKey(c, http.StatusOK, k, &keyPage{overrides: &f})
 	}
 	ov, groups, fe := overridesOfForm(f)
+	// Every problem of every row at once; the worker answers only the first.
+	for _, name := range slices.Sorted(maps.Keys(ov)) {
+		for _, err := range tenants.LimitsProblems("overrides."+name, ov[name]) {
+			if path, text, ok := splitMessage(errs.Message(err)); ok {
+				if input, found := mapGroupPath(strings.TrimPrefix(path, "overrides."), groups); found {
+					fe.add(input, text)
+				}
+			}
+		}
+	}
 	if len(fe) > 0 {
 		f.Errors = fe
 		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{overrides: &f})

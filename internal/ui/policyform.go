@@ -164,6 +164,16 @@ func policyErrors(err error, groups map[string]limitGroup) (fieldErrors, string)
 		return nil, msg
 	}
 	switch {
+	case path == "tiers" && strings.HasPrefix(text, "tier name "):
+		// `tier name "Pro!" must be ...`: by the input that named it.
+		rest := strings.TrimPrefix(text, "tier name ")
+		if quoted, err := strconv.QuotedPrefix(rest); err == nil {
+			name, _ := strconv.Unquote(quoted)
+			if g, ok := groups[name]; ok {
+				return fieldErrors{g.key + ".name": strings.TrimSpace(rest[len(quoted):])}, ""
+			}
+		}
+		return fieldErrors{path: text}, ""
 	case path == "name" || path == "method" || path == "path" || path == "consistency" || path == "tiers" || path == "unlisted_tiers":
 		return fieldErrors{path: text}, ""
 	case path == "query" || strings.HasPrefix(path, "query."):

@@ -43,7 +43,7 @@ func Callers(p Page, v CallersView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"page-head\"><h1>Callers</h1></div><form method=\"get\" action=\"/ui/callers\" class=\"card form-row\" role=\"search\" data-testid=\"caller-search\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"page-head\"><h1>Callers</h1></div><form method=\"get\" action=\"/ui/callers\" class=\"card form-row\" role=\"search\" data-testid=\"caller-search\" novalidate>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

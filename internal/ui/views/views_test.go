@@ -128,6 +128,31 @@ func checkAccessible(t *testing.T, d dom) {
 			}
 		}
 	}
+	// The browser's own validation would stop a form at its first bad
+	// input with one bubble, and the page's errors, every input's at once,
+	// would never show: a form with constrained inputs opts out of it.
+	for _, f := range d.all(func(n *html.Node) bool { return n.Data == "form" }) {
+		constrained := (dom{root: f}).all(func(n *html.Node) bool {
+			return (n.Data == "input" || n.Data == "textarea" || n.Data == "select") && (hasAttr(n, "required") || hasAttr(n, "pattern") ||
+				hasAttr(n, "min") || hasAttr(n, "max") || hasAttr(n, "minlength") || hasAttr(n, "maxlength") ||
+				attr(n, "type") == "email" || attr(n, "type") == "url" || attr(n, "type") == "number" || strings.HasPrefix(attr(n, "type"), "date"))
+		})
+		if len(constrained) > 0 && !hasAttr(f, "novalidate") {
+			t.Errorf("form to %s has constrained inputs (%s) but no novalidate", attr(f, "action"), attr(constrained[0], "name"))
+		}
+	}
+	// An input marked invalid points at its error message.
+	for _, in := range d.all(func(n *html.Node) bool { return attr(n, "aria-invalid") == "true" }) {
+		found := false
+		for _, id := range strings.Fields(attr(in, "aria-describedby")) {
+			for _, e := range d.all(func(n *html.Node) bool { return attr(n, "id") == id }) {
+				found = found || (strings.Contains(attr(e, "class"), "error") && strings.TrimSpace(text(e)) != "")
+			}
+		}
+		if !found {
+			t.Errorf("<%s name=%q> is aria-invalid but describedby %q names no error message", in.Data, attr(in, "name"), attr(in, "aria-describedby"))
+		}
+	}
 	for _, f := range d.all(func(n *html.Node) bool { return n.Data == "form" && attr(n, "method") == "post" }) {
 		found := false
 		for _, in := range (dom{root: f}).all(func(n *html.Node) bool { return n.Data == "input" && attr(n, "name") == "_csrf" }) {
