@@ -104,23 +104,13 @@ var ownedRe = regexp.MustCompile(`(?m)^sluice_cluster_owned_partitions (\d+)`)
 var lostRe = regexp.MustCompile(`(?m)^sluice_cluster_handovers_total\{direction="lost"\} (\d+)`)
 
 // lost is how many partitions s has lost since it started, or -1.
-func lost(s *server) int {
-	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+operatorToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if m := lostRe.FindSubmatch(b); m != nil {
-		n, _ := strconv.Atoi(string(m[1]))
-		return n
-	}
-	return 0 // the counter has no sample until the first loss
-}
+func lost(s *server) int { return metricInt(s, lostRe, 0) }
 
-func owned(s *server) int {
+func owned(s *server) int { return metricInt(s, ownedRe, -1) }
+
+// metricInt reads the first match of re on s's /metrics, none when the
+// metric has no sample, -1 when /metrics does not answer.
+func metricInt(s *server, re *regexp.Regexp, none int) int {
 	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+operatorToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -129,9 +119,9 @@ func owned(s *server) int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := ownedRe.FindSubmatch(b)
+	m := re.FindSubmatch(b)
 	if m == nil {
-		return -1
+		return none
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n

@@ -284,33 +284,7 @@ func newSlowLink(t *testing.T, target string, d time.Duration) string {
 // delay copies src to dst, holding every chunk back until d after it was
 // read; chunks keep their order and do not wait for each other.
 func delay(dst, src net.Conn, d time.Duration) {
-	type chunk struct {
-		b  []byte
-		at time.Time
-	}
-	q := make(chan chunk, 1024)
-	go func() {
-		defer close(q)
-		for {
-			b := make([]byte, 32<<10)
-			n, err := src.Read(b)
-			if n > 0 {
-				q <- chunk{b[:n], time.Now().Add(d)}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for c := range q {
-		time.Sleep(time.Until(c.at))
-		if _, err := dst.Write(c.b); err != nil {
-			break
-		}
-	}
-	dst.Close()
-	for range q { // let the reader finish
-	}
+	delayEach(dst, src, func() time.Duration { return d })
 }
 
 func newMember(t *testing.T, url, node, holder string) *Cluster {
