@@ -143,6 +143,8 @@ func start(t testing.TB, name, bin string, args []string, env ...string) *proc {
 		if t.Failed() {
 			t.Logf("---- %s logs ----\n%s", name, tail(logs.String(), 60))
 			keepLogs(t, name, logs.String())
+		} else if os.Getenv("SLUICE_E2E_KEEP_LOGS") != "" {
+			keepLogs(t, name, logs.String())
 		}
 	})
 	return p
@@ -150,7 +152,8 @@ func start(t testing.TB, name, bin string, args []string, env ...string) *proc {
 
 // keepLogs writes a failed test's whole process log into the directory
 // SLUICE_E2E_LOGS names, when set: the tail above is often too short to
-// follow a failure that began a minute earlier.
+// follow a failure that began a minute earlier. With SLUICE_E2E_KEEP_LOGS
+// set too, a passing test's logs are kept as well.
 func keepLogs(t testing.TB, name, logs string) {
 	dir := os.Getenv("SLUICE_E2E_LOGS")
 	if dir == "" {
