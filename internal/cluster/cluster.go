@@ -904,6 +904,12 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 		}
 		wg.Go(func() {
 			err := c.setLease(rctx, p, e.revision, exp)
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+				// Our own earlier renewal may have landed with its answer
+				// lost, and the watch not have shown it yet: renew again at
+				// the revision it got.
+				err = c.renewOwnLanded(rctx, p, e.revision, exp, err)
+			}
 			switch {
 			case err == nil:
 				held.Add(1)
@@ -926,6 +932,24 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 		}
 	}
 	return int(held.Load()), int(failed.Load())
+}
+
+// renewOwnLanded renews p at the bucket's current revision when the entry
+// there is this process's renewal of rev (one whose answer never came);
+// otherwise it returns refused, the error of the renewal at rev.
+func (c *Cluster) renewOwnLanded(ctx context.Context, p int, rev uint64, exp int64, refused error) error {
+	cur, err := c.owners_.Get(ctx, partKey(p))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return refused
+		}
+		return err // no answer: the lease runs out on its own
+	}
+	var l lease
+	if json.Unmarshal(cur.Value(), &l) != nil || l.Node != c.cfg.Node || l.Instance != c.cfg.Instance || l.Prev != rev {
+		return refused
+	}
+	return c.setLease(ctx, p, cur.Revision(), exp)
 }
 
 // liveMembers counts the members whose entries have not run out (at least
