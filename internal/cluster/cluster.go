@@ -723,6 +723,13 @@ func (c *Cluster) tick(ctx context.Context) {
 	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
 		c.graceUntil = now.Add(c.cfg.LeaseTTL)
 		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered", now.Sub(last).Round(time.Millisecond))
+		// The watch may have missed what changed meanwhile (its consumer
+		// recovers on its own, but only after several heartbeats): read
+		// the owner table anew, so that checks find the new owners.
+		select {
+		case c.rewatch <- struct{}{}:
+		default:
+		}
 	}
 	if !slow {
 		c.reachedAt = now
@@ -947,6 +954,13 @@ func (c *Cluster) renewOwnLanded(ctx context.Context, p int, rev uint64, exp int
 	}
 	var l lease
 	if json.Unmarshal(cur.Value(), &l) != nil || l.Node != c.cfg.Node || l.Instance != c.cfg.Instance || l.Prev != rev {
+		// Another server's lease: the table learns it now, not when the
+		// watch delivers it, so that checks forward to the new owner.
+		c.mu.Lock()
+		if cur.Revision() > c.owners[p].revision {
+			c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: cur.Revision(), instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
+		}
+		c.mu.Unlock()
 		return refused
 	}
 	return c.setLease(ctx, p, cur.Revision(), exp)
