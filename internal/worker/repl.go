@@ -256,7 +256,6 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			sleepCtx(ctx, 250*time.Millisecond)
 			continue
 		}
-		w.unstick.OK()
 		created, first, last := info.Created.UnixNano(), info.State.FirstSeq, info.State.LastSeq
 		lease := w.readLease(ctx)
 		held, expiredRev := lease.held, lease.expiredRev
@@ -303,6 +302,7 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 		r.lagRecords.Set(float64(last - min(pos.seq, last)))
 		if err := a.catchUp(ctx, pos, last); err != nil {
 			if ctx.Err() == nil {
+				w.unstick.Failed()
 				warn("standby: applying the replication log failed; retrying", "err", err)
 				a.reset()
 				sleepCtx(ctx, time.Second)
@@ -310,14 +310,24 @@ func (w *Worker) standby(ctx context.Context) (uint64, uint64, bool) {
 			continue
 		}
 		r.lagRecords.Set(float64(last - min(a.consumed, last)))
+		if lease.err == nil && lease.held && (lease.entry == nil || !w.ownEndedLease(lease.entry)) {
+			// Another worker is active and this one keeps up with it: its
+			// NATS node answers. (A node cut off from its cluster may still
+			// answer reads from its own old view, so a read alone is not a
+			// success; a lease this worker cannot take or give back counts
+			// as a failure below.)
+			w.unstick.OK()
+		}
 		switch {
 		case lease.err != nil:
+			w.unstick.Failed()
 			warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", lease.err)
 		case held && lease.entry != nil && w.ownEndedLease(lease.entry):
 			// This process's own lease from a term that ended while NATS
 			// did not answer (it could not give it back then): no need to
 			// wait for it to expire.
 			if err := r.kv.Delete(ctx, bus.WorkerLeaseKey, jetstream.LastRevision(lease.entry.Revision())); err != nil {
+				w.unstick.Failed()
 				warn("standby: giving back the lease of this worker's ended term failed; retrying", "err", err)
 			} else {
 				w.log.Info("standby: gave back the lease of this worker's ended term")
@@ -396,9 +406,12 @@ func (w *Worker) takeLease(ctx context.Context, a *applier, pos position, expire
 		if _, kerr := w.js.KeyValue(ctx, bus.WorkerLeaseBucket); gone(kerr) {
 			w.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
 			_ = w.ensureRepl(ctx, w.js)
-		} else if !errors.Is(err, errLeaseHeld) && time.Since(r.claimWarned) >= 5*time.Second {
-			r.claimWarned = time.Now()
-			w.log.Warn("standby: the lease looks free but taking it failed; retrying", "err", err)
+		} else if !errors.Is(err, errLeaseHeld) {
+			w.unstick.Failed()
+			if time.Since(r.claimWarned) >= 5*time.Second {
+				r.claimWarned = time.Now()
+				w.log.Warn("standby: the lease looks free but taking it failed; retrying", "err", err)
+			}
 		}
 		return 0, 0, false
 	}
