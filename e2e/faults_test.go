@@ -490,11 +490,37 @@ func (fc *faultCluster) restartAll() {
 // durability peeks every caller on one server, restarts every process, and
 // peeks every caller on every server again.
 func (fc *faultCluster) durability(h *history, tn tenant, path string, callers []string) []violation {
+	// A clean stop waits for the worker to commit what the server holds,
+	// so restart once the worker answers again (after a fault in NATS its
+	// lease and log may take a while to have leaders).
+	waitFor(fc.t, 60*time.Second, "the worker to answer config reads", func() bool {
+		return fc.workerAnswers(tn)
+	})
 	before := fc.peekRound(h, tn, path, callers, fc.servers[:1])
 	fc.restartAll()
 	after := fc.peekRound(h, tn, path, callers, fc.servers)
 	fc.t.Logf("remaining per caller before every process restarted: %s, after: %s", remainingList(before, callers), remainingList(after, callers))
 	return checkDurable(before, after, faultModel())
+}
+
+// workerAnswers reports whether every server gets an answer from the
+// worker to a config read.
+func (fc *faultCluster) workerAnswers(tn tenant) bool {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, s := range fc.servers {
+		req, _ := http.NewRequest("GET", s.base+"/v1/policies", nil)
+		req.Header.Set("Authorization", "Bearer "+tn.Key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+	}
+	return true
 }
 
 // readyLog polls a server's /readyz.

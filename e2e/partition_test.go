@@ -168,19 +168,17 @@ func TestPartitionNATSMinority(t *testing.T) {
 	ld.end()
 	answers := h.all()
 
-	// The target is ~10 s. What NATS itself takes here (new stream
-	// leaders on the majority, the worker's lease and log with them, and a
-	// second round of elections when the isolated node comes back) puts it
-	// at 20-40 s with one worker today; docs/GUARANTEES.md gives the
-	// figures. These bounds catch a server that never moves.
+	// Every server decides again within about 10 s (JetStream elects new
+	// leaders on the majority in 4-9 s; the processes on the isolated node
+	// move to it): 12 s allowed.
 	for _, s := range fc.servers {
 		for _, w := range windowsOf(answers, s.name) {
-			if w.From.Before(healAt) && w.To.Sub(cutAt) > 45*time.Second {
-				t.Errorf("%s: checks failed until %.1fs after the cut, want every server answering within 45 s (moving to the majority)", s.name, w.To.Sub(cutAt).Seconds())
+			if w.From.Before(healAt) && w.To.Sub(cutAt) > 12*time.Second {
+				t.Errorf("%s: checks failed until %.1fs after the cut, want every server answering within 12 s (moving to the majority)", s.name, w.To.Sub(cutAt).Seconds())
 			}
 		}
 	}
-	checkRecovery(t, answers, fc, healAt, 30*time.Second)
+	checkRecovery(t, answers, fc, healAt, 10*time.Second)
 
 	violations := historyViolations(answers)
 	time.Sleep(time.Second)

@@ -643,6 +643,7 @@ func (w *Worker) shipTx(stmts []sqlitedb.Statement, exec func(string, ...any) (i
 		ack, err := w.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(pos))
 		cancel()
 		if err != nil {
+			w.unstick.Failed()
 			w.stepDownLocked("publishing to the replication log failed: " + err.Error())
 			return errs.Errorf(errs.Unavailable, "The worker could not replicate this write; try again shortly.")
 		}
