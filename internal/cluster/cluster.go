@@ -115,6 +115,10 @@ type Hooks struct {
 	// the lease write that took p, so that the worker can tell this
 	// acquisition from an older one whose request arrives late.
 	Acquired func(ctx context.Context, p int, lease bus.LeaseID) error
+	// CanLoad reports whether Acquired can be expected to succeed (the
+	// worker answers); nil means always. While it says no, the server only
+	// takes back its own lapsed leases, which need no load.
+	CanLoad func() bool
 	// Releasing publishes p's pending state and waits until the worker has
 	// committed it; it runs after the server stopped deciding for p and
 	// before the lease is deleted.
@@ -765,12 +769,13 @@ func (c *Cluster) tick(ctx context.Context) {
 	exp = sent.Add(c.cfg.LeaseTTL).UnixMilli()
 	owned, unanswered := c.renew(ctx, exp)
 	if slow {
-		if unanswered > 0 {
-			// Not even the renewals got through: taking or giving back
-			// partitions now would only queue writes that go out late.
-			return
+		// NATS answers slowly or not at all: only renewals, no taking or
+		// giving back, which would queue writes that go out late and skip
+		// the grace a server back from an outage owes the others.
+		if unanswered == 0 {
+			c.reachedAt = now
 		}
-		c.reachedAt = now
+		return
 	}
 	if unanswered == 0 {
 		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
@@ -836,6 +841,9 @@ func (c *Cluster) tick(ctx context.Context) {
 		}
 		if e.node != "" && e.node != c.cfg.Node && now.Before(c.graceUntil) {
 			continue
+		}
+		if !c.resumable(p, e) && c.hooks.CanLoad != nil && !c.hooks.CanLoad() {
+			continue // a takeover would fail to load, and cost the owner its resume
 		}
 		cands = append(cands, candidate{p, e})
 	}

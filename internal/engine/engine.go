@@ -109,8 +109,11 @@ type Engine struct {
 	// packedStates is set while the worker reads packed state batches
 	// (its version reply says so), which cost far less to encode and
 	// decode than JSON; until then, and with an older worker, JSON.
-	packedStates  atomic.Bool
-	fencedStates  atomic.Bool // the worker also reads bus.FencedStateFormat
+	packedStates atomic.Bool
+	fencedStates atomic.Bool // the worker also reads bus.FencedStateFormat
+	// workerSeen is when the worker last answered the version poll (unix
+	// ns): see WorkerAnswers.
+	workerSeen    atomic.Int64
 	rowsPublished atomic.Uint64
 
 	stop   context.CancelFunc
@@ -178,6 +181,18 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 // connected to NATS.
 func (e *Engine) Ready() bool {
 	return e.hydrated.Load() && e.connected.Load()
+}
+
+// WorkerAnswers reports whether the worker answered the version poll
+// (every ResyncInterval, 2 s by default) within the last 5 s (or two and
+// a half intervals). The cluster
+// takes partitions over, which needs the worker to load them, only then:
+// a takeover that cannot load gives its lease back, and the partition's
+// owner, back from the same outage, could then no longer resume it from
+// memory.
+func (e *Engine) WorkerAnswers() bool {
+	window := max(5*time.Second, e.cfg.ResyncInterval*5/2)
+	return time.Since(time.Unix(0, e.workerSeen.Load())) < window
 }
 
 // Healthy reports what /readyz answers: Ready, and in a cluster able to
@@ -370,6 +385,7 @@ func (e *Engine) resyncLoop(ctx context.Context) {
 		if err != nil {
 			return false
 		}
+		e.workerSeen.Store(time.Now().UnixNano())
 		e.packedStates.Store(slices.Contains(ver.StateFormats, bus.PackedStateFormat))
 		e.fencedStates.Store(slices.Contains(ver.StateFormats, bus.FencedStateFormat))
 		return ver.Version > e.view.Load().version
