@@ -493,8 +493,18 @@ func (fc *faultCluster) durability(h *history, tn tenant, path string, callers [
 	// A clean stop waits for the worker to commit what the server holds,
 	// so restart once the worker answers again (after a fault in NATS its
 	// lease and log may take a while to have leaders).
-	waitFor(fc.t, 60*time.Second, "the worker to answer config reads", func() bool {
-		return fc.workerAnswers(tn)
+	// JetStream may elect again a while after a heal, so the worker must
+	// have answered for 5 s in a row.
+	var since time.Time
+	waitFor(fc.t, 90*time.Second, "the worker to answer config reads for 5 s", func() bool {
+		if !fc.workerAnswers(tn) {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= 5*time.Second
 	})
 	before := fc.peekRound(h, tn, path, callers, fc.servers[:1])
 	fc.restartAll()

@@ -235,7 +235,10 @@ type Cluster struct {
 	// servers' lapsed leases are left to them (tick; the loop's only).
 	reachedAt, graceUntil time.Time
 	renewWarned           time.Time // when unanswered renewals were last logged (the loop's only)
-	fwd                   *forwarder
+	// tableStale: lease requests got no answer since the owner table was
+	// last read whole (the loop's only).
+	tableStale bool
+	fwd        *forwarder
 	// self is what this server publishes about its direct listener; peers
 	// is what the other members published, by node, as of the last tick.
 	self      atomic.Pointer[peerInfo]
@@ -715,6 +718,7 @@ func (c *Cluster) tick(ctx context.Context) {
 	}
 	if !ok {
 		c.unstick.Failed()
+		c.tableStale = true
 		return // NATS does not answer: renewals would fail too
 	}
 	// Back after NATS did not answer for longer than a lease: the other
@@ -727,13 +731,6 @@ func (c *Cluster) tick(ctx context.Context) {
 	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
 		c.graceUntil = now.Add(c.cfg.LeaseTTL)
 		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered", now.Sub(last).Round(time.Millisecond))
-		// The watch may have missed what changed meanwhile (its consumer
-		// recovers on its own, but only after several heartbeats): read
-		// the owner table anew, so that checks find the new owners.
-		select {
-		case c.rewatch <- struct{}{}:
-		default:
-		}
 	}
 	if !slow {
 		c.reachedAt = now
@@ -768,6 +765,16 @@ func (c *Cluster) tick(ctx context.Context) {
 	sent := c.cfg.Now()
 	exp = sent.Add(c.cfg.LeaseTTL).UnixMilli()
 	owned, unanswered := c.renew(ctx, exp)
+	if slow || unanswered > 0 {
+		c.tableStale = true
+	} else if c.tableStale {
+		// Back from requests that got no answer: the watch may have
+		// missed what changed meanwhile (its consumer recovers on its
+		// own, but only after several heartbeats), so read the leases
+		// now, and checks find their partitions' new owners at once.
+		c.tableStale = false
+		c.refreshOwners(ctx)
+	}
 	if slow {
 		// NATS answers slowly or not at all: only renewals, no taking or
 		// giving back, which would queue writes that go out late and skip
@@ -947,6 +954,36 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 		}
 	}
 	return int(held.Load()), int(failed.Load())
+}
+
+// refreshOwners reads every partition's lease and takes into the owner
+// table those newer than what it holds. Deletions are left to the watch.
+func (c *Cluster) refreshOwners(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range bus.Partitions {
+		wg.Go(func() {
+			cur, err := c.owners_.Get(rctx, partKey(p))
+			if err != nil {
+				return
+			}
+			var l lease
+			if json.Unmarshal(cur.Value(), &l) != nil {
+				return
+			}
+			c.mu.Lock()
+			newer := cur.Revision() > c.owners[p].revision
+			if newer {
+				c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: cur.Revision(), instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
+			}
+			c.mu.Unlock()
+			if newer {
+				c.publishOwner(p)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // renewOwnLanded renews p at the bucket's current revision when the entry
