@@ -702,7 +702,6 @@ func (c *Cluster) loop(ctx context.Context) {
 // delays them by one round trip and not by the membership's reads.
 func (c *Cluster) tick(ctx context.Context) {
 	now := c.cfg.Now()
-	exp := now.Add(c.cfg.LeaseTTL).UnixMilli()
 
 	// The owner table must come from the bucket as it is now. A read that
 	// gets no answer within a renew interval does not hold the renewals
@@ -763,7 +762,7 @@ func (c *Cluster) tick(ctx context.Context) {
 	// The lease runs from when its renewal is sent. The member entry is
 	// renewed meanwhile.
 	sent := c.cfg.Now()
-	exp = sent.Add(c.cfg.LeaseTTL).UnixMilli()
+	exp := sent.Add(c.cfg.LeaseTTL).UnixMilli()
 	owned, unanswered := c.renew(ctx, exp)
 	if slow || unanswered > 0 {
 		c.tableStale = true
@@ -969,16 +968,7 @@ func (c *Cluster) refreshOwners(ctx context.Context) {
 				return
 			}
 			var l lease
-			if json.Unmarshal(cur.Value(), &l) != nil {
-				return
-			}
-			c.mu.Lock()
-			newer := cur.Revision() > c.owners[p].revision
-			if newer {
-				c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: cur.Revision(), instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
-			}
-			c.mu.Unlock()
-			if newer {
+			if json.Unmarshal(cur.Value(), &l) == nil && c.learn(p, l, cur.Revision()) {
 				c.publishOwner(p)
 			}
 		})
@@ -998,17 +988,29 @@ func (c *Cluster) renewOwnLanded(ctx context.Context, p int, rev uint64, exp int
 		return err // no answer: the lease runs out on its own
 	}
 	var l lease
-	if json.Unmarshal(cur.Value(), &l) != nil || l.Node != c.cfg.Node || l.Instance != c.cfg.Instance || l.Prev != rev {
+	if json.Unmarshal(cur.Value(), &l) != nil {
+		return refused
+	}
+	if l.Node != c.cfg.Node || l.Instance != c.cfg.Instance || l.Prev != rev {
 		// Another server's lease: the table learns it now, not when the
 		// watch delivers it, so that checks forward to the new owner.
-		c.mu.Lock()
-		if cur.Revision() > c.owners[p].revision {
-			c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: cur.Revision(), instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
-		}
-		c.mu.Unlock()
+		c.learn(p, l, cur.Revision())
 		return refused
 	}
 	return c.setLease(ctx, p, cur.Revision(), exp)
+}
+
+// learn takes lease l, read at revision rev, into the owner table when it
+// is newer than the entry there, and reports whether it was; the caller
+// publishes the change.
+func (c *Cluster) learn(p int, l lease, rev uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev <= c.owners[p].revision {
+		return false
+	}
+	c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: rev, instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
+	return true
 }
 
 // liveMembers counts the members whose entries have not run out (at least

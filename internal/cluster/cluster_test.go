@@ -257,34 +257,7 @@ func TestLeasesHoldOverASlowLink(t *testing.T) {
 // newSlowLink starts a loopback TCP proxy to target that delivers every
 // byte d after it was sent, in both directions, and returns its address.
 func newSlowLink(t *testing.T, target string, d time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			t.Cleanup(func() { c.Close(); u.Close() })
-			go delay(u, c, d)
-			go delay(c, u, d)
-		}
-	}()
-	return ln.Addr().String()
-}
-
-// delay copies src to dst, holding every chunk back until d after it was
-// read; chunks keep their order and do not wait for each other.
-func delay(dst, src net.Conn, d time.Duration) {
-	delayEach(dst, src, func() time.Duration { return d })
+	return newLossyLink(t, target, d, 0, 0, 0, 0)
 }
 
 func newMember(t *testing.T, url, node, holder string) *Cluster {

@@ -122,7 +122,7 @@ func newLossyLink(t *testing.T, target string, base, jitter time.Duration, p flo
 		mu.Lock()
 		defer mu.Unlock()
 		v := base - jitter + time.Duration(r.Int64N(int64(2*jitter)+1))
-		if r.Float64() < p {
+		if p > 0 && r.Float64() < p {
 			v += extraMin + time.Duration(r.Int64N(int64(extraMax-extraMin)))
 		}
 		return v
