@@ -139,6 +139,7 @@ func (fc *faultCluster) run(host, name, bin string, args []string, env ...string
 // startLabCluster starts the cluster in a network lab.
 func startLabCluster(t *testing.T) *faultCluster {
 	t.Helper()
+	repeatFailures(t)
 	lab := newNetLab(t)
 	fc := &faultCluster{t: t, lab: lab, pki: newTestPKI(t)}
 	lab.addHost("test", 254, netAPI, netBus)
@@ -473,11 +474,11 @@ func (fc *faultCluster) restartAll() {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			t.Errorf("restart: %v", err)
+			failf(t, "restart: %v", err)
 		}
 	}
 	if err := stopProc(fc.worker); err != nil {
-		t.Errorf("restart: %v", err)
+		failf(t, "restart: %v", err)
 	}
 	serverBin, workerBin := build(t)
 	fc.worker = fc.run("w1", "worker", workerBin, fc.workerArgs, "SLUICE_OPERATOR_TOKEN="+operatorToken)
@@ -700,7 +701,7 @@ func report(t *testing.T, fault, heal time.Time, answers []answer, violations []
 			}
 			lines = append(lines, "  "+v.String())
 		}
-		t.Errorf("history: %d callers break the %s check:\n%s", len(vs), kind, strings.Join(lines, "\n"))
+		failf(t, "history: %d callers break the %s check:\n%s", len(vs), kind, strings.Join(lines, "\n"))
 	}
 }
 
@@ -833,6 +834,7 @@ func delayCopy(dst, src net.Conn, slow *atomic.Bool) {
 // delay while slow is set.
 func startSlowCluster(t *testing.T, slow *atomic.Bool) *faultCluster {
 	t.Helper()
+	repeatFailures(t)
 	fc := &faultCluster{t: t, pki: newTestPKI(t)}
 	var specs []natsNodeSpec
 	var clientProxies, routeProxies, direct []string
@@ -977,4 +979,39 @@ func keepHistory(t *testing.T, answers []answer) {
 	if err := os.MkdirAll(dir, 0o755); err == nil && os.WriteFile(file, []byte(b.String()), 0o644) == nil {
 		t.Logf("every answer: %s", file)
 	}
+}
+
+// failures keeps each fault test's failure messages so that they can be
+// repeated after the process logs a failed test prints: a runner that shows
+// only the end of a long output should still show why the test failed.
+var failures struct {
+	sync.Mutex
+	byTest map[testing.TB][]string
+}
+
+// failf fails t like t.Errorf and keeps the message for repeatFailures.
+func failf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	failures.Lock()
+	if failures.byTest == nil {
+		failures.byTest = map[testing.TB][]string{}
+	}
+	failures.byTest[t] = append(failures.byTest[t], msg)
+	failures.Unlock()
+	t.Errorf("%s", msg)
+}
+
+// repeatFailures registers a cleanup that logs t's failures again. Called
+// before any process starts, it runs after their log dumps.
+func repeatFailures(t testing.TB) {
+	t.Cleanup(func() {
+		failures.Lock()
+		msgs := failures.byTest[t]
+		delete(failures.byTest, t)
+		failures.Unlock()
+		if len(msgs) > 0 {
+			t.Logf("---- %s failed (repeated after the logs above) ----\n%s", t.Name(), strings.Join(msgs, "\n"))
+		}
+	})
 }

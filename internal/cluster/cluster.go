@@ -729,7 +729,7 @@ func (c *Cluster) tick(ctx context.Context) {
 	// partitions that much later.
 	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
 		c.graceUntil = now.Add(c.cfg.LeaseTTL)
-		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered", now.Sub(last).Round(time.Millisecond))
+		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered_seconds", now.Sub(last).Round(time.Millisecond).Seconds())
 	}
 	if !slow {
 		c.reachedAt = now
