@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -565,6 +566,7 @@ func TestReverseProxySluiceDown(t *testing.T) {
 			if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			waitStopped(t, s.cmd.Process.Pid)
 			unavailable("Sluice hanging", 8*time.Second)
 			if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
@@ -631,4 +633,20 @@ func directives(config string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// waitStopped waits until the kernel reports the process stopped (state T
+// in /proc/pid/stat): SIGSTOP is delivered asynchronously, and on a busy
+// machine a request sent right after kill(2) returns can still be served.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("process %d to stop", pid), func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
+	})
 }

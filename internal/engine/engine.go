@@ -380,7 +380,7 @@ func (e *Engine) resyncLoop(ctx context.Context) {
 	behind := func() bool {
 		var ver bus.Version
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver)
+		err := bus.Request(rctx, e.nc, bus.OpVersion.Subject(), bus.None{}, &ver)
 		cancel()
 		if err != nil {
 			return false
@@ -414,7 +414,10 @@ func (e *Engine) resyncLoop(ctx context.Context) {
 }
 
 // Close stops the loops, publishes everything pending, and waits until the
-// worker has committed it (bounded by ctx). It is the SIGTERM path.
+// worker has committed it (bounded by ctx). It is the SIGTERM path. It
+// fails only when something could not be published: a worker that does not
+// answer is logged, as what it has not committed waits for it in the
+// streams.
 func (e *Engine) Close(ctx context.Context) error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
@@ -447,7 +450,14 @@ func (e *Engine) Close(ctx context.Context) error {
 		State uint64 `json:"state"`
 	}
 	if err := bus.Request(ctx, e.nc, bus.SyncSubject, struct{}{}, &synced); err != nil {
-		errsOut = append(errsOut, fmt.Errorf("engine: wait for the worker to commit: %w", err))
+		if len(errsOut) > 0 {
+			errsOut = append(errsOut, fmt.Errorf("engine: wait for the worker to commit: %w", err))
+		} else {
+			// Every batch is in the streams, which keep it until the
+			// worker has committed it: nothing is lost, the worker
+			// commits it when it answers again.
+			e.log.Warn("the worker did not confirm it committed this server's last decisions; they wait for it in the streams", "err", err)
+		}
 	}
 	return errors.Join(errsOut...)
 }
