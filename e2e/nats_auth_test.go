@@ -199,12 +199,12 @@ func serverRoleMayNot(t testing.TB, nc *nats.Conn, v violations) {
 	}
 	v.expect(t, "config announcement", bus.ChangesSubject)
 	// Sign-in requests carry passwords: only the worker may receive them.
-	if _, err := nc.QueueSubscribe(bus.ConfigPrefix+"."+bus.OpUserSignIn, bus.ServiceName, func(*nats.Msg) {
+	if _, err := nc.QueueSubscribe(bus.OpUserSignIn.Subject(), bus.ServiceName, func(*nats.Msg) {
 		t.Error("a server-role client received a request meant for the worker")
 	}); err != nil {
 		t.Fatal(err)
 	}
-	v.expect(t, "impersonate the worker", bus.ConfigPrefix+"."+bus.OpUserSignIn)
+	v.expect(t, "impersonate the worker", bus.OpUserSignIn.Subject())
 	// No config operation outside bus.ServerConfigOps, such as the lookup
 	// that once answered password hashes.
 	if err := nc.Publish(bus.ConfigPrefix+".user.by_email", []byte(`{"email":"x@example.com"}`)); err != nil {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -214,8 +215,8 @@ func revokePhase(ctx context.Context, nc *nats.Conn, servers []*engine.Engine, s
 		wg.Go(func() {
 			for i := 0; !stop.Load() && ctx.Err() == nil; i++ {
 				t := time.Now()
-				var out bus.Written[bus.KeyCreated]
-				err := bus.Request(ctx, nc, bus.ConfigPrefix+"."+bus.OpKeyCreate, bus.KeyCreate{TenantID: bigID, Name: fmt.Sprint("churn", i), Tier: "pro"}, &out)
+				var out service.Written[service.KeyCreated]
+				err := bus.Request(ctx, nc, bus.OpKeyCreate.Subject(), service.KeyCreate{TenantID: bigID, Name: fmt.Sprint("churn", i), Tier: "pro"}, &out)
 				if err != nil {
 					continue
 				}
@@ -231,8 +232,8 @@ func revokePhase(ctx context.Context, nc *nats.Conn, servers []*engine.Engine, s
 	var took []time.Duration
 	for _, id := range keys {
 		t := time.Now()
-		var out bus.Written[tenants.ConsumerKey]
-		if err := bus.Request(ctx, nc, bus.ConfigPrefix+"."+bus.OpKeyRevoke, bus.TenantScoped{TenantID: smallID, ID: id}, &out); err != nil {
+		var out service.Written[tenants.ConsumerKey]
+		if err := bus.Request(ctx, nc, bus.OpKeyRevoke.Subject(), bus.TenantScoped{TenantID: smallID, ID: id}, &out); err != nil {
 			stop.Store(true)
 			wg.Wait()
 			return row, fmt.Errorf("revoke %s: %w", id, err)

@@ -1,23 +1,28 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 func (h *handler) createTenant(c echo.Context) error {
-	var b bus.TenantCreate
+	var b struct {
+		Name          string `json:"name"`
+		OwnerEmail    string `json:"owner_email"`
+		OwnerPassword string `json:"owner_password"`
+	}
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	var w bus.Written[bus.TenantCreated]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantCreate, b, &w); err != nil {
+	w, err := h.Services.Tenants.Create(c.Request().Context(), b.Name, b.OwnerEmail, b.OwnerPassword)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -26,28 +31,33 @@ func (h *handler) createTenant(c echo.Context) error {
 }
 
 func (h *handler) listTenants(c echo.Context) error {
-	ts := []tenants.TenantSummary{}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts); err != nil {
+	ts, err := h.Services.Tenants.List(c.Request().Context())
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"tenants": ts})
+	return c.JSON(http.StatusOK, map[string]any{"tenants": orEmpty(ts)})
 }
 
 func (h *handler) getTenant(c echo.Context) error {
-	var t tenants.TenantSummary
-	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantGet, bus.TenantScoped{TenantID: c.Param("id")}, &t); err != nil {
+	t, err := h.Services.Tenants.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, t)
 }
 
-func (h *handler) suspendTenant(c echo.Context) error { return h.tenantState(c, bus.OpTenantSuspend) }
-func (h *handler) resumeTenant(c echo.Context) error  { return h.tenantState(c, bus.OpTenantResume) }
+func (h *handler) suspendTenant(c echo.Context) error {
+	return h.tenantState(c, h.Services.Tenants.Suspend)
+}
+
+func (h *handler) resumeTenant(c echo.Context) error {
+	return h.tenantState(c, h.Services.Tenants.Resume)
+}
 
 // tenantState suspends or resumes a tenant and answers it as it now is.
-func (h *handler) tenantState(c echo.Context, op string) error {
-	var w bus.Written[tenants.Tenant]
-	if err := h.Worker.Call(c.Request().Context(), op, bus.TenantScoped{TenantID: c.Param("id")}, &w); err != nil {
+func (h *handler) tenantState(c echo.Context, change func(ctx context.Context, id string) (service.Written[tenants.Tenant], error)) error {
+	w, err := change(c.Request().Context(), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -55,8 +65,8 @@ func (h *handler) tenantState(c echo.Context, op string) error {
 }
 
 func (h *handler) deleteTenant(c echo.Context) error {
-	var w bus.Written[tenants.Tenant]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpTenantDelete, bus.TenantScoped{TenantID: c.Param("id")}, &w); err != nil {
+	w, err := h.Services.Tenants.Delete(c.Request().Context(), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -78,9 +88,9 @@ func (h *handler) createBlock(c echo.Context) error {
 	if b.TenantID == "" {
 		return errs.Errorf(errs.Invalid, "tenant_id: required")
 	}
-	var w bus.Written[tenants.Block]
 	blk := tenants.Block{TenantID: b.TenantID, Identity: b.Identity, Reason: b.Reason, ExpiresAt: b.ExpiresAt}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockCreate, blk, &w); err != nil {
+	w, err := h.Services.Blocks.Create(c.Request().Context(), blk)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -88,18 +98,27 @@ func (h *handler) createBlock(c echo.Context) error {
 }
 
 func (h *handler) listBlocks(c echo.Context) error {
-	bs := []tenants.Block{}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockList, bus.TenantScoped{TenantID: c.QueryParam("tenant_id")}, &bs); err != nil {
+	bs, err := h.Services.Blocks.List(c.Request().Context(), c.QueryParam("tenant_id"))
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"blocks": bs})
+	return c.JSON(http.StatusOK, map[string]any{"blocks": orEmpty(bs)})
 }
 
 func (h *handler) deleteBlock(c echo.Context) error {
-	var w bus.Written[struct{}]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpBlockDelete, bus.TenantScoped{ID: c.Param("id")}, &w); err != nil {
+	w, err := h.Services.Blocks.Delete(c.Request().Context(), "", c.Param("id"))
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
 	return c.NoContent(http.StatusNoContent)
+}
+
+// orEmpty answers s, or an empty slice for nil, so that a list answers
+// [] and never null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -56,8 +56,8 @@ func auditQuery(c echo.Context) (tenants.AuditQuery, error) {
 }
 
 func (h *handler) listAudit(c echo.Context, q tenants.AuditQuery) error {
-	var page tenants.AuditPage
-	if err := h.Worker.Call(c.Request().Context(), bus.OpAuditList, q, &page); err != nil {
+	page, err := h.Services.Audit.List(c.Request().Context(), q)
+	if err != nil {
 		return err
 	}
 	out := map[string]any{"entries": page.Entries}
@@ -81,8 +81,8 @@ func (h *handler) tenantAuditEntry(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var e tenants.AuditEntry
-	if err := h.Worker.Call(c.Request().Context(), bus.OpAuditGet, bus.AuditGet{TenantID: tenantID(c), ID: id}, &e); err != nil {
+	e, err := h.Services.Audit.Get(c.Request().Context(), service.AuditGet{TenantID: tenantID(c), ID: id})
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, e)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -43,8 +43,8 @@ func (h *handler) createPolicy(c echo.Context) error {
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	var w bus.Written[tenants.Policy]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID(c), Policy: b.policy()}, &w); err != nil {
+	w, err := h.Services.Policies.Create(c.Request().Context(), tenantID(c), b.policy())
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -56,8 +56,8 @@ func (h *handler) updatePolicy(c echo.Context) error {
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	var w bus.Written[tenants.Policy]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID(c), ID: c.Param("id"), Policy: b.policy()}, &w); err != nil {
+	w, err := h.Services.Policies.Update(c.Request().Context(), tenantID(c), c.Param("id"), b.policy())
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -65,24 +65,24 @@ func (h *handler) updatePolicy(c echo.Context) error {
 }
 
 func (h *handler) getPolicy(c echo.Context) error {
-	var p tenants.Policy
-	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyGet, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &p); err != nil {
+	p, err := h.Services.Policies.Get(c.Request().Context(), tenantID(c), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, p)
 }
 
 func (h *handler) listPolicies(c echo.Context) error {
-	ps := []tenants.Policy{}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyList, bus.TenantScoped{TenantID: tenantID(c)}, &ps); err != nil {
+	ps, err := h.Services.Policies.List(c.Request().Context(), tenantID(c))
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"policies": ps})
+	return c.JSON(http.StatusOK, map[string]any{"policies": orEmpty(ps)})
 }
 
 func (h *handler) deletePolicy(c echo.Context) error {
-	var w bus.Written[struct{}]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpPolicyDelete, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &w); err != nil {
+	w, err := h.Services.Policies.Delete(c.Request().Context(), tenantID(c), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -106,9 +106,9 @@ func (h *handler) createKey(c echo.Context) error {
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	var w bus.Written[bus.KeyCreated]
-	req := bus.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyCreate, req, &w); err != nil {
+	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
+	w, err := h.Services.Keys.Create(c.Request().Context(), req)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -116,19 +116,19 @@ func (h *handler) createKey(c echo.Context) error {
 }
 
 func (h *handler) getKey(c echo.Context) error {
-	var k tenants.ConsumerKey
-	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyGet, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &k); err != nil {
+	k, err := h.Services.Keys.Get(c.Request().Context(), tenantID(c), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, k)
 }
 
 func (h *handler) listKeys(c echo.Context) error {
-	ks := []tenants.ConsumerKey{}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyList, bus.TenantScoped{TenantID: tenantID(c)}, &ks); err != nil {
+	ks, err := h.Services.Keys.List(c.Request().Context(), tenantID(c))
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"keys": ks})
+	return c.JSON(http.StatusOK, map[string]any{"keys": orEmpty(ks)})
 }
 
 func (h *handler) updateKey(c echo.Context) error {
@@ -136,8 +136,8 @@ func (h *handler) updateKey(c echo.Context) error {
 	if err := bind(c, &p); err != nil {
 		return err
 	}
-	var w bus.Written[tenants.ConsumerKey]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyUpdate, bus.KeyUpdate{TenantID: tenantID(c), ID: c.Param("id"), Patch: p}, &w); err != nil {
+	w, err := h.Services.Keys.Update(c.Request().Context(), tenantID(c), c.Param("id"), p)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -145,8 +145,8 @@ func (h *handler) updateKey(c echo.Context) error {
 }
 
 func (h *handler) revokeKey(c echo.Context) error {
-	var w bus.Written[tenants.ConsumerKey]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpKeyRevoke, bus.TenantScoped{TenantID: tenantID(c), ID: c.Param("id")}, &w); err != nil {
+	w, err := h.Services.Keys.Revoke(c.Request().Context(), tenantID(c), c.Param("id"))
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -161,8 +161,8 @@ func (h *handler) resetBucket(c echo.Context) error {
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	var w bus.Written[struct{}]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpBucketReset, bus.BucketReset{TenantID: tenantID(c), Policy: b.Policy, Identity: b.Identity}, &w); err != nil {
+	w, err := h.Services.Buckets.Reset(c.Request().Context(), tenantID(c), b.Policy, b.Identity)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -195,9 +195,9 @@ func (h *handler) timeseries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var ts bus.Timeseries
-	q := bus.TimeseriesQuery{TenantID: tenantID(c), From: from, To: to, Step: c.QueryParam("step"), Policy: c.QueryParam("policy")}
-	if err := h.Worker.Query(c.Request().Context(), "timeseries", q, &ts); err != nil {
+	q := service.TimeseriesQuery{TenantID: tenantID(c), From: from, To: to, Step: c.QueryParam("step"), Policy: c.QueryParam("policy")}
+	ts, err := h.Services.Analytics.Timeseries(c.Request().Context(), q)
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, ts)
@@ -228,10 +228,10 @@ func (h *handler) rankIdentities(c echo.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
-	entries := []bus.TopEntry{}
-	q := bus.TopQuery{TenantID: tenant, From: from, To: to, Limit: n, Policy: c.QueryParam("policy")}
-	if err := h.Worker.Query(c.Request().Context(), "top", q, &entries); err != nil {
+	q := service.TopQuery{TenantID: tenant, From: from, To: to, Limit: n, Policy: c.QueryParam("policy")}
+	entries, err := h.Services.Analytics.Top(c.Request().Context(), q)
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"identities": entries})
+	return c.JSON(http.StatusOK, map[string]any{"identities": orEmpty(entries)})
 }

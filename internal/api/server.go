@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -43,17 +44,12 @@ type Engine interface {
 	WaitVersion(ctx context.Context, v int64)
 }
 
-// Worker is what the API needs from the worker: config operations and
-// analytics queries, sent over NATS.
-type Worker interface {
-	Call(ctx context.Context, op string, req, out any) error
-	Query(ctx context.Context, op string, req, out any) error
-}
-
 // Config wires the API.
 type Config struct {
 	Engine Engine
-	Worker Worker
+	// Services are the worker's config and analytics (bus.NewServices
+	// over NATS).
+	Services service.Services
 	// Gatherer is served at /metrics to the operator token only; the
 	// server's --metrics-addr listener serves it without a token.
 	Gatherer prometheus.Gatherer

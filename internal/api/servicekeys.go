@@ -5,7 +5,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -14,16 +13,16 @@ import (
 // share these handlers and differ only in where the tenant id comes from.
 
 func (h *handler) listServiceKeys(c echo.Context, tenant string) error {
-	ks := []tenants.ServiceKey{}
-	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyList, bus.TenantScoped{TenantID: tenant}, &ks); err != nil {
+	ks, err := h.Services.ServiceKeys.List(c.Request().Context(), tenant)
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"service_keys": ks})
+	return c.JSON(http.StatusOK, map[string]any{"service_keys": orEmpty(ks)})
 }
 
 func (h *handler) createServiceKey(c echo.Context, tenant string) error {
-	var w bus.Written[bus.ServiceKeyCreated]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyCreate, bus.TenantScoped{TenantID: tenant}, &w); err != nil {
+	w, err := h.Services.ServiceKeys.Create(c.Request().Context(), tenant)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
@@ -37,8 +36,8 @@ type serviceKeyCreated struct {
 }
 
 func (h *handler) revokeServiceKey(c echo.Context, tenant, id string) error {
-	var w bus.Written[tenants.ServiceKey]
-	if err := h.Worker.Call(c.Request().Context(), bus.OpServiceKeyRevoke, bus.TenantScoped{TenantID: tenant, ID: id}, &w); err != nil {
+	w, err := h.Services.ServiceKeys.Revoke(c.Request().Context(), tenant, id)
+	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)

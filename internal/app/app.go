@@ -180,12 +180,12 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.cluster = cl
 	}
-	client := bus.NewClient(nc, 5*time.Second)
+	svc := bus.NewServices(bus.NewClient(nc, 5*time.Second))
 
-	e := api.New(api.Config{Engine: eng, Worker: client, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log})
+	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log})
 	revoked := newLazyRevoker()
 	m.revoked = revoked
-	if err := ui.Register(e, ui.Deps{Engine: eng, Worker: client, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log}); err != nil {
+	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

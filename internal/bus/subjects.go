@@ -46,13 +46,6 @@ const (
 	AnalyticsPrefix = "sluice.analytics"
 )
 
-// Analytics queries: AnalyticsPrefix + "." + the query is the subject.
-const (
-	QueryTimeseries  = "timeseries"
-	QueryTop         = "top"
-	QueryTopPolicies = "top_policies" // policies ranked by denials (PolicyRankQuery)
-)
-
 // ChangesSubject is where the worker announces every committed config
 // change; every server applies it to its cache.
 const ChangesSubject = "sluice.events.config"
@@ -60,57 +53,6 @@ const ChangesSubject = "sluice.events.config"
 // WireVersion is carried in every payload; a receiver rejects versions it
 // does not know rather than misreading them.
 const WireVersion = 1
-
-// Config operations: ConfigPrefix + "." + Op is the subject. Nothing is
-// served under ConfigPrefix + ".operator.": the worker bootstraps the
-// operator itself at start, and a server's NATS permissions deny those
-// subjects (roles.go).
-const (
-	OpSnapshot      = "snapshot"
-	OpVersion       = "version"
-	OpTenantCreate  = "tenant.create"
-	OpTenantList    = "tenant.list"
-	OpTenantGet     = "tenant.get"
-	OpTenantSuspend = "tenant.suspend"
-	OpTenantResume  = "tenant.resume"
-	OpTenantDelete  = "tenant.delete"
-	OpPolicyCreate  = "policy.create"
-	OpPolicyGet     = "policy.get"
-	OpPolicyList    = "policy.list"
-	OpPolicyUpdate  = "policy.update"
-	OpPolicyDelete  = "policy.delete"
-	OpPolicyNames   = "policy.names" // ids and names, or a count (PolicyNames)
-	OpKeyCreate     = "key.create"
-	OpKeyGet        = "key.get"
-	OpKeyList       = "key.list" // every key of a tenant (the API's list)
-	OpKeyPage       = "key.page" // one filtered, sorted page (KeyPageQuery)
-	OpKeyNames      = "key.names"
-	OpKeyCount      = "key.count"
-	OpKeyUpdate     = "key.update"
-	OpKeyRevoke     = "key.revoke"
-	OpBlockCreate   = "block.create"
-	OpBlockList     = "block.list"
-	OpBlockDelete   = "block.delete"
-	OpBucketReset   = "bucket.reset"
-	OpUserSignIn    = "user.sign_in" // checks a password on the worker (SignIn)
-	OpUserCreate    = "user.create"
-
-	// Credential lifecycle.
-	OpServiceKeyCreate = "service_key.create"
-	OpServiceKeyList   = "service_key.list"
-	OpServiceKeyRevoke = "service_key.revoke"
-	OpServiceKeyUsed   = "service_key.used" // servers' batched last-use report
-	OpUserList         = "user.list"
-	OpUserRole         = "user.role"
-	OpUserDelete       = "user.delete"
-	OpUserPassword     = "user.password"
-	OpUserEmail        = "user.email"
-	OpUserEndSessions  = "user.end_sessions"
-
-	// The audit log (reads; entries are written by the writes above).
-	OpAuditList = "audit.list"
-	OpAuditGet  = "audit.get"
-)
 
 // Partitions is the fixed number of bucket-key partitions whose ownership
 // servers share. Every process must agree on it.

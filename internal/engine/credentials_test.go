@@ -69,7 +69,7 @@ func TestServiceKeyUseIsReported(t *testing.T) {
 	snap.ServiceKeys = []tenants.ServiceKeyRecord{{ServiceKey: key}}
 	e := newTestEngine(t, snap)
 	reports := &usedReports{}
-	sub, err := e.nc.Subscribe(bus.ConfigPrefix+"."+bus.OpServiceKeyUsed, func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe(bus.OpServiceKeyUsed.Subject(), func(m *nats.Msg) {
 		var r bus.ServiceKeyUsed
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Error(err)

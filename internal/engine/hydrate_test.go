@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -199,8 +200,8 @@ func TestChecksWhileHydratingSeePersistedState(t *testing.T) {
 	// A reset of a key the load has not reached yet holds, even against a
 	// page read before the worker deleted the row.
 	resetKey := env.keys[len(env.keys)-30]
-	var w bus.Written[struct{}]
-	if err := bus.NewClient(env.conn(t), 5*time.Second).Call(context.Background(), bus.OpBucketReset,
+	var w service.Written[bus.None]
+	if err := bus.CallInto(context.Background(), bus.NewClient(env.conn(t), 5*time.Second), bus.OpBucketReset,
 		bus.BucketReset{TenantID: env.tenantID, Policy: "daily", Identity: tenants.Identity{Kind: KindIP, ID: env.ips[resetKey]}}, &w); err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func (e *Engine) reportKeyUse(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := bus.Request(rctx, e.nc, bus.ConfigPrefix+"."+bus.OpServiceKeyUsed, bus.ServiceKeyUsed{V: bus.WireVersion, Node: e.cfg.Node, Used: used}, nil); err != nil {
+	if err := bus.Request(rctx, e.nc, bus.OpServiceKeyUsed.Subject(), bus.ServiceKeyUsed{V: bus.WireVersion, Node: e.cfg.Node, Used: used}, nil); err != nil {
 		e.log.Warn("service key use report failed; it is sent again with the next one", "keys", len(used), "err", err)
 		return
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -19,7 +19,7 @@ import (
 // session version, which ends every session of theirs; this browser gets a
 // new session with the new version, once this server holds it.
 type accountHandler struct {
-	config configCaller
+	config service.Services
 	wait   versionWaiter
 	auth   *authHandler
 	// emailLimit bounds email changes per user: each one ends by telling
@@ -37,7 +37,7 @@ func (h *accountHandler) render(c echo.Context, status int, v views.AccountView)
 
 // renew replaces this browser's session after the user's session version
 // moved to rec's.
-func (h *accountHandler) renew(c echo.Context, w bus.Written[bus.UserRecord]) error {
+func (h *accountHandler) renew(c echo.Context, w service.Written[service.UserRecord]) error {
 	h.wait.WaitVersion(c.Request().Context(), w.Version)
 	s := mustSession(c)
 	s.Version = w.Result.SessionVersion
@@ -73,8 +73,7 @@ func (h *accountHandler) password(c echo.Context) error {
 		v.PasswordErrors = fe
 		return h.render(c, http.StatusBadRequest, v)
 	}
-	var w bus.Written[bus.UserRecord]
-	err := h.config.Call(c.Request().Context(), bus.OpUserPassword, bus.UserPassword{ID: s.UserID, Current: current, New: next}, &w)
+	w, err := h.config.Users.ChangePassword(c.Request().Context(), s.UserID, current, next)
 	if errs.Is(err, errs.Invalid) {
 		v.PasswordErrors = fieldErrorsOf(err, []string{"current_password", "new_password"}, "new_password")
 		return h.render(c, http.StatusBadRequest, v)
@@ -115,8 +114,7 @@ func (h *accountHandler) email(c echo.Context) error {
 		c.Response().Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
 		return h.render(c, http.StatusTooManyRequests, v)
 	}
-	var w bus.Written[bus.UserRecord]
-	err := h.config.Call(c.Request().Context(), bus.OpUserEmail, bus.UserEmail{ID: s.UserID, Password: c.FormValue("password"), Email: email}, &w)
+	w, err := h.config.Users.ChangeEmail(c.Request().Context(), s.UserID, c.FormValue("password"), email)
 	switch {
 	case errs.Is(err, errs.Conflict):
 		h.auth.log.Info("dashboard email change to an address with a login; nothing changed", "user", s.UserID)
@@ -147,8 +145,8 @@ func (h *accountHandler) email(c echo.Context) error {
 }
 
 func (h *accountHandler) endOthers(c echo.Context) error {
-	var w bus.Written[bus.UserRecord]
-	if err := h.config.Call(c.Request().Context(), bus.OpUserEndSessions, bus.TenantScoped{ID: mustSession(c).UserID}, &w); err != nil {
+	w, err := h.config.Users.EndSessions(c.Request().Context(), mustSession(c).UserID)
+	if err != nil {
 		return err
 	}
 	if err := h.renew(c, w); err != nil {

@@ -8,17 +8,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
 // adminHandler serves the operator's pages.
 type adminHandler struct {
-	config    configCaller
-	analytics analyticsQuerier
+	config    service.Services
+	analytics service.Analytics
 	wait      versionWaiter
 	now       func() time.Time
 }
@@ -49,8 +49,7 @@ func expiryChoices(current string) []views.Choice {
 }
 
 func (h *adminHandler) listTenants(c echo.Context) ([]tenants.TenantSummary, error) {
-	var ts []tenants.TenantSummary
-	err := h.config.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts)
+	ts, err := h.config.Tenants.List(c.Request().Context())
 	return ts, err
 }
 
@@ -69,7 +68,7 @@ func (h *adminHandler) renderTenants(c echo.Context, status int, form views.Tena
 	for i, t := range ts {
 		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Suspended: t.Suspended(), Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
 		if i < maxUsageTenants {
-			pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: t.ID, From: from, To: to, Step: stepParam(to.Sub(from))})
+			pts, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: t.ID, From: from, To: to, Step: stepParam(to.Sub(from))})
 			if err != nil {
 				v.Error = userMessage(err)
 			}
@@ -85,17 +84,17 @@ func (h *adminHandler) renderTenants(c echo.Context, status int, form views.Tena
 
 func (h *adminHandler) createTenant(c echo.Context) error {
 	f := views.TenantForm{Name: strings.TrimSpace(c.FormValue("name")), OwnerEmail: strings.TrimSpace(c.FormValue("owner_email"))}
-	req := bus.TenantCreate{Name: f.Name, OwnerEmail: f.OwnerEmail, OwnerPassword: c.FormValue("owner_password")}
+	password := c.FormValue("owner_password")
 	fe := fieldErrors{}
-	fe.check("name", tenants.ValidateTenantName(req.Name))
-	fe.check("owner_email", tenants.ValidateEmail(req.OwnerEmail))
-	fe.check("owner_password", tenants.ValidatePassword(req.OwnerPassword))
+	fe.check("name", tenants.ValidateTenantName(f.Name))
+	fe.check("owner_email", tenants.ValidateEmail(f.OwnerEmail))
+	fe.check("owner_password", tenants.ValidatePassword(password))
 	if len(fe) > 0 {
 		f.Errors = fe
 		return h.renderTenants(c, http.StatusBadRequest, f, nil)
 	}
-	var w bus.Written[bus.TenantCreated]
-	if err := h.config.Call(c.Request().Context(), bus.OpTenantCreate, req, &w); err != nil {
+	w, err := h.config.Tenants.Create(c.Request().Context(), f.Name, f.OwnerEmail, password)
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}
@@ -121,14 +120,14 @@ func (h *adminHandler) abuse(c echo.Context) error {
 	from, to := window(r.length, time.Minute, h.now())
 	v := views.AbuseView{Range: r.value, Ranges: rangeTabs(analyticsRanges, r, "/ui/admin/abuse", nil), Expiries: expiryChoices("")}
 	ctx := c.Request().Context()
-	entries, err := top(ctx, h.analytics, bus.TopQuery{From: from, To: to, Limit: 100})
+	entries, err := top(ctx, h.analytics, service.TopQuery{From: from, To: to, Limit: 100})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
 	v.Rows = offenders(entries, nil, false)
 	// Callers blocked already get a note instead of a second block form.
-	var bs []tenants.Block
-	if err := h.config.Call(ctx, bus.OpBlockList, bus.TenantScoped{}, &bs); err == nil {
+	bs, err := h.config.Blocks.List(ctx, "")
+	if err == nil {
 		now := h.now()
 		until := map[[3]string]string{}
 		for _, b := range bs {
@@ -167,8 +166,8 @@ func (h *adminHandler) renderBlocks(c echo.Context, status int, f views.BlockFor
 	if err != nil {
 		return err
 	}
-	var bs []tenants.Block
-	if err := h.config.Call(ctx, bus.OpBlockList, bus.TenantScoped{}, &bs); err != nil {
+	bs, err := h.config.Blocks.List(ctx, "")
+	if err != nil {
 		return err
 	}
 	names := map[string]string{}
@@ -224,9 +223,10 @@ func (h *adminHandler) createBlock(c echo.Context) error {
 			fe.add(path, text)
 		}
 	}
-	var w bus.Written[tenants.Block]
+	var w service.Written[tenants.Block]
 	if len(fe) == 0 {
-		if err := h.config.Call(c.Request().Context(), bus.OpBlockCreate, b, &w); err != nil {
+		var err error
+		if w, err = h.config.Blocks.Create(c.Request().Context(), b); err != nil {
 			if !isInvalid(err) && !errs.Is(err, errs.NotFound) {
 				return err
 			}
@@ -250,8 +250,8 @@ func (h *adminHandler) createBlock(c echo.Context) error {
 }
 
 func (h *adminHandler) deleteBlock(c echo.Context) error {
-	var w bus.Written[struct{}]
-	if err := h.config.Call(c.Request().Context(), bus.OpBlockDelete, bus.TenantScoped{ID: c.Param("id")}, &w); err != nil {
+	w, err := h.config.Blocks.Delete(c.Request().Context(), "", c.Param("id"))
+	if err != nil {
 		return err
 	}
 	applied(c.Request().Context(), h.wait, w.Version)

@@ -8,17 +8,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
 // analyticsHandler serves the analytics page and one identity's history.
 type analyticsHandler struct {
-	config    configCaller
-	analytics analyticsQuerier
+	config    service.Services
+	analytics service.Analytics
 	wait      versionWaiter
 	now       func() time.Time
 }
@@ -59,16 +59,16 @@ func (h *analyticsHandler) show(c echo.Context) error {
 		step = r.step
 	}
 	from, to := window(r.length, step, h.now())
-	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(step), Policy: policy})
+	points, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(step), Policy: policy})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
 	v.Chart = views.NewChart("Allowed and denied checks "+r.phrase, points, step)
-	rows, err := reasonOffenders(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxOffenders, Policy: policy})
+	rows, err := reasonOffenders(ctx, h.analytics, service.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxOffenders, Policy: policy})
 	if err != nil && v.Error == "" {
 		v.Error = userMessage(err)
 	}
-	entries := make([]bus.TopEntry, len(rows))
+	entries := make([]service.TopEntry, len(rows))
 	for i, r := range rows {
 		entries[i].Identity = tenants.Identity{Kind: r.Kind, ID: r.ID}
 	}
@@ -133,19 +133,19 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 	}
 	if id.Kind == tenants.IdentityKey {
 		// Only this tenant's keys have a page; a foreign id is just a string.
-		var k tenants.ConsumerKey
-		if err := h.config.Call(ctx, bus.OpKeyGet, bus.TenantScoped{TenantID: s.TenantID, ID: id.ID}, &k); err == nil {
+		k, err := h.config.Keys.Get(ctx, s.TenantID, id.ID)
+		if err == nil {
 			v.Label, v.KeyURL = k.Name, keyURL(k.ID)
 		}
 	}
 	from, to := window(r.length, r.step, h.now())
-	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step), Policy: policy, Identity: &id})
+	points, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step), Policy: policy, Identity: &id})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
 	v.Chart = views.NewChart("Decisions for "+id.Kind+" "+id.ID+" "+r.phrase, points, r.step)
 	v.Totals = v.Chart.Totals
-	if entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 1, Policy: policy, Identity: &id, IncludeAllowed: true}); err == nil && len(entries) > 0 {
+	if entries, err := top(ctx, h.analytics, service.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 1, Policy: policy, Identity: &id, IncludeAllowed: true}); err == nil && len(entries) > 0 {
 		o := offenders(entries, nil, false)[0]
 		v.Summary = &o
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -17,7 +17,7 @@ import (
 // auditHandler serves the audit log: a tenant's at /ui/audit (its users'
 // session tenant only), every tenant's at /ui/admin/audit.
 type auditHandler struct {
-	config   configCaller
+	config   service.Services
 	operator bool
 }
 
@@ -61,8 +61,8 @@ func (h *auditHandler) show(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if h.operator {
-		var ts []tenants.TenantSummary
-		if err := h.config.Call(ctx, bus.OpTenantList, struct{}{}, &ts); err != nil {
+		ts, err := h.config.Tenants.List(ctx)
+		if err != nil {
 			return err
 		}
 		v.Tenants = append(v.Tenants, views.Choice{Value: "", Label: "All tenants", Current: q.TenantID == ""})
@@ -71,8 +71,8 @@ func (h *auditHandler) show(c echo.Context) error {
 		}
 	}
 
-	var res tenants.AuditPage
-	if err := h.config.Call(ctx, bus.OpAuditList, q, &res); err != nil {
+	res, err := h.config.Audit.List(ctx, q)
+	if err != nil {
 		if errs.Code(err) != errs.Unavailable && errs.Code(err) != errs.Internal {
 			return err
 		}

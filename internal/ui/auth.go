@@ -13,9 +13,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -158,7 +158,7 @@ func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 
 // authHandler signs users in and out.
 type authHandler struct {
-	users   configCaller
+	users   service.Services
 	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
@@ -224,8 +224,7 @@ func (h *authHandler) login(c echo.Context) error {
 	}
 
 	// The worker checks the password: no password hash reaches a server.
-	var rec bus.UserRecord
-	err := h.users.Call(c.Request().Context(), bus.OpUserSignIn, bus.SignIn{Email: email, Password: password}, &rec)
+	rec, err := h.users.Users.SignIn(c.Request().Context(), email, password)
 	switch {
 	case errs.Is(err, errs.Unauthenticated):
 		h.limiter.failed(email, now)
@@ -293,8 +292,8 @@ func (h *authHandler) waitKnown(ctx context.Context, userID string, v int64) boo
 // tenantName is shown beside the user's email; a failed lookup only
 // leaves it out.
 func (h *authHandler) tenantName(c echo.Context, id string) string {
-	var ts []tenants.TenantSummary
-	if err := h.users.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts); err != nil {
+	ts, err := h.users.Tenants.List(c.Request().Context())
+	if err != nil {
 		return ""
 	}
 	for _, t := range ts {
@@ -314,8 +313,7 @@ func (h *authHandler) logout(c echo.Context) error {
 	if s, ok := currentSession(c); ok && h.revoker != nil {
 		if err := h.revoker.Revoke(c.Request().Context(), s.SID, s.Expires); err != nil {
 			h.log.Warn("sign-out could not revoke the session; ending all the user's sessions instead", "user", s.UserID, "err", err)
-			var w bus.Written[bus.UserRecord]
-			if err := h.users.Call(c.Request().Context(), bus.OpUserEndSessions, bus.TenantScoped{ID: s.UserID}, &w); err != nil {
+			if _, err := h.users.Users.EndSessions(c.Request().Context(), s.UserID); err != nil {
 				h.log.Error("sign-out could not end the session; only the cookie is deleted", "user", s.UserID, "err", err)
 			}
 		}

@@ -83,7 +83,7 @@ func TestSignInRefusals(t *testing.T) {
 	}
 
 	// Without the sign-in form's token (or its cookie) nothing is checked.
-	before := u.work.lookups
+	before := u.work.SignIns
 	w := u.do("POST", "/ui/login", url.Values{"email": {fakeEmail}, "password": {fakePassword}})
 	if w.Code != http.StatusForbidden || cookieNamed(w, sessionCookie) != nil {
 		t.Errorf("sign-in without form token: %d", w.Code)
@@ -93,7 +93,7 @@ func TestSignInRefusals(t *testing.T) {
 	if w.Code != http.StatusForbidden {
 		t.Errorf("sign-in with a token but without its cookie: %d", w.Code)
 	}
-	if u.work.lookups != before {
+	if u.work.SignIns != before {
 		t.Error("a sign-in without a valid form token looked the user up")
 	}
 
@@ -120,7 +120,7 @@ func TestSignInRateLimit(t *testing.T) {
 	}
 	// The sixth attempt within five minutes is refused before any check,
 	// even with the right password.
-	before := u.work.lookups
+	before := u.work.SignIns
 	w := u.signIn(fakeEmail, fakePassword, "")
 	if w.Code != http.StatusTooManyRequests || cookieNamed(w, sessionCookie) != nil {
 		t.Fatalf("sixth attempt: %d", w.Code)
@@ -128,7 +128,7 @@ func TestSignInRateLimit(t *testing.T) {
 	if !strings.Contains(w.Body.String(), "Too many sign-in attempts") || w.Header().Get("Retry-After") == "" {
 		t.Errorf("429 page: Retry-After %q, body lacks the message", w.Header().Get("Retry-After"))
 	}
-	if u.work.lookups != before {
+	if u.work.SignIns != before {
 		t.Error("a refused attempt still looked the user up")
 	}
 	// Other emails from the same address: the per-address bucket (8) runs

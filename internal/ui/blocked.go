@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -29,13 +29,13 @@ func withBlock(path, blockID string) string {
 
 // findBlock returns the block the redirect names, if it is still active
 // and within tenantID ("" for the operator: any tenant).
-func findBlock(c echo.Context, config configCaller, tenantID string, now time.Time) (tenants.Block, bool) {
+func findBlock(c echo.Context, config service.Services, tenantID string, now time.Time) (tenants.Block, bool) {
 	id := c.QueryParam("block")
 	if c.QueryParam("done") != "blocked" || id == "" {
 		return tenants.Block{}, false
 	}
-	var bs []tenants.Block
-	if err := config.Call(c.Request().Context(), bus.OpBlockList, bus.TenantScoped{TenantID: tenantID}, &bs); err != nil {
+	bs, err := config.Blocks.List(c.Request().Context(), tenantID)
+	if err != nil {
 		return tenants.Block{}, false
 	}
 	for _, b := range bs {
@@ -48,22 +48,22 @@ func findBlock(c echo.Context, config configCaller, tenantID string, now time.Ti
 
 // operatorBlocked names the block on an operator page; from says which
 // page the undo returns to.
-func operatorBlocked(c echo.Context, config configCaller, p *views.Page, now time.Time, from string) {
+func operatorBlocked(c echo.Context, config service.Services, p *views.Page, now time.Time, from string) {
 	b, ok := findBlock(c, config, "", now)
 	if !ok {
 		return
 	}
 	n := &views.BlockedNotice{Kind: b.Identity.Kind, ID: blockedID(b.Identity), Until: b.ExpiresAt,
 		Undo: views.UndoForm{Action: "/ui/admin/blocks/" + b.ID + "/delete", Fields: []views.Hidden{{Name: "from", Value: from}}}}
-	var t tenants.TenantSummary
-	if err := config.Call(c.Request().Context(), bus.OpTenantGet, bus.TenantScoped{TenantID: b.TenantID}, &t); err == nil {
+	t, err := config.Tenants.Get(c.Request().Context(), b.TenantID)
+	if err == nil {
 		n.TenantName = t.Name
 	}
 	p.Blocked = n
 }
 
 // tenantBlocked names the block on the tenant's callers page.
-func tenantBlocked(c echo.Context, config configCaller, p *views.Page, tenantID string, now time.Time) {
+func tenantBlocked(c echo.Context, config service.Services, p *views.Page, tenantID string, now time.Time) {
 	b, ok := findBlock(c, config, tenantID, now)
 	if !ok {
 		return

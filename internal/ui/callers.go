@@ -10,9 +10,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -24,8 +24,8 @@ import (
 // lookup and action is scoped to the session's tenant: another tenant's
 // keys and blocks do not exist here.
 type callerHandler struct {
-	config    configCaller
-	analytics analyticsQuerier
+	config    service.Services
+	analytics service.Analytics
 	engine    callerPeeker
 	wait      versionWaiter
 	now       func() time.Time
@@ -154,8 +154,8 @@ func (h *callerHandler) caller(c echo.Context, id tenants.Identity, policy strin
 		BlockForm:  views.CallerBlockForm{Expiry: "24h", Expiries: expiryChoices("24h")},
 	}
 	if st.Kind == tenants.IdentityKey {
-		var k tenants.ConsumerKey
-		if err := h.config.Call(ctx, bus.OpKeyGet, bus.TenantScoped{TenantID: s.TenantID, ID: st.ID}, &k); err == nil {
+		k, err := h.config.Keys.Get(ctx, s.TenantID, st.ID)
+		if err == nil {
 			cv.Label, cv.KeyURL = k.Name, keyURL(k.ID)
 		}
 	}
@@ -181,7 +181,7 @@ func (h *callerHandler) caller(c echo.Context, id tenants.Identity, policy strin
 	}
 	cv.Reset = views.ResetForm{Action: "/ui/callers/reset", Kind: st.Kind, ID: st.ID, Policies: names, Policy: policy}
 	from, to := window(recentMinutes*time.Minute, time.Minute, now)
-	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{
+	points, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{
 		TenantID: s.TenantID, From: from, To: to, Step: "1m", Identity: &tenants.Identity{Kind: st.Kind, ID: st.ID},
 	})
 	if err != nil {
@@ -261,8 +261,8 @@ func (h *callerHandler) block(c echo.Context) error {
 		f.Error = "Choose how long the block lasts."
 		return h.again(c, id, &callerForms{block: &f})
 	}
-	var w bus.Written[tenants.Block]
-	if err := h.config.Call(c.Request().Context(), bus.OpBlockCreate, b, &w); err != nil {
+	w, err := h.config.Blocks.Create(c.Request().Context(), b)
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}
@@ -283,8 +283,8 @@ func (h *callerHandler) unblock(c echo.Context) error {
 	// Only a block of this tenant on this caller may be lifted here; the
 	// worker's delete takes any id, so the id is checked against the
 	// tenant's own list first.
-	var bs []tenants.Block
-	if err := h.config.Call(ctx, bus.OpBlockList, bus.TenantScoped{TenantID: s.TenantID}, &bs); err != nil {
+	bs, err := h.config.Blocks.List(ctx, s.TenantID)
+	if err != nil {
 		return err
 	}
 	want := c.FormValue("block_id")
@@ -302,8 +302,8 @@ func (h *callerHandler) unblock(c echo.Context) error {
 	if !found {
 		return errs.Errorf(errs.NotFound, "no such block")
 	}
-	var w bus.Written[struct{}]
-	if err := h.config.Call(ctx, bus.OpBlockDelete, bus.TenantScoped{TenantID: s.TenantID, ID: want}, &w); err != nil {
+	w, err := h.config.Blocks.Delete(ctx, s.TenantID, want)
+	if err != nil {
 		return err
 	}
 	applied(ctx, h.wait, w.Version)

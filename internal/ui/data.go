@@ -7,18 +7,18 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
 // Reads shared by several pages.
 
-func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery) ([]views.ChartPoint, error) {
-	var ts bus.Timeseries
-	if err := q.Query(ctx, bus.QueryTimeseries, tq, &ts); err != nil {
+func timeseries(ctx context.Context, q service.Analytics, tq service.TimeseriesQuery) ([]views.ChartPoint, error) {
+	ts, err := q.Timeseries(ctx, tq)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]views.ChartPoint, len(ts.Points))
@@ -29,9 +29,9 @@ func timeseries(ctx context.Context, q analyticsQuerier, tq bus.TimeseriesQuery)
 	return out, nil
 }
 
-func top(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]bus.TopEntry, error) {
-	var out []bus.TopEntry
-	if err := q.Query(ctx, bus.QueryTop, tq, &out); err != nil {
+func top(ctx context.Context, q service.Analytics, tq service.TopQuery) ([]service.TopEntry, error) {
+	out, err := q.Top(ctx, tq)
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -39,7 +39,7 @@ func top(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]bus.TopEnt
 
 // offenders turns ranked entries into rows, naming keys and linking to
 // each identity's history when drill is true.
-func offenders(entries []bus.TopEntry, names map[string]string, drill bool) []views.Offender {
+func offenders(entries []service.TopEntry, names map[string]string, drill bool) []views.Offender {
 	out := make([]views.Offender, 0, len(entries))
 	for _, e := range entries {
 		o := views.Offender{
@@ -68,7 +68,7 @@ var denialReasons = []string{"rate_limited", "invalid_key", "blocked"}
 // the top q.Limit identities of each reason, merged and cut to q.Limit. An
 // identity's one invalid-key check is one denial, ranked below every
 // caller denied more often, whatever its share.
-func reasonOffenders(ctx context.Context, q analyticsQuerier, tq bus.TopQuery) ([]views.ReasonOffender, error) {
+func reasonOffenders(ctx context.Context, q service.Analytics, tq service.TopQuery) ([]views.ReasonOffender, error) {
 	var out []views.ReasonOffender
 	for _, reason := range denialReasons {
 		tq.Reason = reason
@@ -105,58 +105,47 @@ func identityURL(kind, id, rng, policy string) string {
 	return "/ui/analytics/identity?" + q.Encode()
 }
 
-func listPolicies(ctx context.Context, c configCaller, tenantID string) ([]tenants.Policy, error) {
-	var ps []tenants.Policy
-	err := c.Call(ctx, bus.OpPolicyList, bus.TenantScoped{TenantID: tenantID}, &ps)
-	return ps, err
+func listPolicies(ctx context.Context, c service.Services, tenantID string) ([]tenants.Policy, error) {
+	return c.Policies.List(ctx, tenantID)
 }
 
 // policyNameList reads the ids and names of the tenant's policies, by
 // name, for the pages that only name them (a menu, a form's choices).
-func policyNameList(ctx context.Context, c configCaller, tenantID string) ([]tenants.PolicyName, error) {
-	var l bus.PolicyNameList
-	err := c.Call(ctx, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: tenantID}, &l)
+func policyNameList(ctx context.Context, c service.Services, tenantID string) ([]tenants.PolicyName, error) {
+	l, err := c.Policies.Names(ctx, tenantID, nil)
 	return l.Policies, err
 }
 
 // countPolicies counts the tenant's policies.
-func countPolicies(ctx context.Context, c configCaller, tenantID string) (int, error) {
-	var l bus.PolicyNameList
-	err := c.Call(ctx, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: tenantID, CountOnly: true}, &l)
-	return l.Total, err
+func countPolicies(ctx context.Context, c service.Services, tenantID string) (int, error) {
+	return c.Policies.Count(ctx, tenantID)
 }
 
 // topPolicies ranks the tenant's policies by denials over a range.
-func topPolicies(ctx context.Context, q analyticsQuerier, pq bus.PolicyRankQuery) ([]bus.PolicyRank, error) {
-	pq.V = bus.WireVersion
-	var out []bus.PolicyRank
-	err := q.Query(ctx, bus.QueryTopPolicies, pq, &out)
-	return out, err
+func topPolicies(ctx context.Context, q service.Analytics, pq service.PolicyRankQuery) ([]service.PolicyRank, error) {
+	return q.TopPolicies(ctx, pq)
 }
 
 // listKeys reads every key of the tenant: only the callers page's lookup
 // by key prefix still needs it, and only when asked for a key.
-func listKeys(ctx context.Context, c configCaller, tenantID string) ([]tenants.ConsumerKey, error) {
-	var ks []tenants.ConsumerKey
-	err := c.Call(ctx, bus.OpKeyList, bus.TenantScoped{TenantID: tenantID}, &ks)
+func listKeys(ctx context.Context, c service.Services, tenantID string) ([]tenants.ConsumerKey, error) {
+	ks, err := c.Keys.List(ctx, tenantID)
 	return ks, err
 }
 
 // keyNames names the consumer keys among entries' identities, for
 // labelling them: only the tenant's keys are named, and only those shown.
-func keyNames(ctx context.Context, c configCaller, tenantID string, entries []bus.TopEntry) (map[string]string, error) {
+func keyNames(ctx context.Context, c service.Services, tenantID string, entries []service.TopEntry) (map[string]string, error) {
 	var ids []string
 	for _, e := range entries {
 		if e.Identity.Kind == tenants.IdentityKey && e.Identity.ID != engine.InvalidKeyIdentity && !slices.Contains(ids, e.Identity.ID) {
 			ids = append(ids, e.Identity.ID)
 		}
 	}
-	names := map[string]string{}
 	if len(ids) == 0 {
-		return names, nil
+		return map[string]string{}, nil
 	}
-	err := c.Call(ctx, bus.OpKeyNames, bus.KeyNames{V: bus.WireVersion, TenantID: tenantID, IDs: ids}, &names)
-	return names, err
+	return c.Keys.Names(ctx, tenantID, ids)
 }
 
 func policyNames(ps []tenants.Policy) []string {

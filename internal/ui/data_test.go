@@ -3,15 +3,15 @@ package ui
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // The identity analytics count unknown keys under reads as such in the
 // offenders tables; a key of the tenant keeps its name.
 func TestOffendersLabelUnknownKeys(t *testing.T) {
-	rows := offenders([]bus.TopEntry{
+	rows := offenders([]service.TopEntry{
 		{Identity: tenants.Identity{Kind: tenants.IdentityKey, ID: engine.InvalidKeyIdentity}, Denied: 9},
 		{Identity: tenants.Identity{Kind: tenants.IdentityKey, ID: "key_1"}, Denied: 3},
 		{Identity: tenants.Identity{Kind: tenants.IdentityIP, ID: engine.InvalidKeyIdentity}, Denied: 1},

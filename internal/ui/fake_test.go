@@ -7,7 +7,6 @@ package ui
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -20,11 +19,11 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/net/html"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/service/servicetest"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -33,35 +32,12 @@ const (
 	fakePassword = "a long passphrase"
 )
 
-// fakeWorker knows one owner and answers every list with nothing.
-type fakeWorker struct {
-	mu      sync.Mutex
-	lookups int
-}
-
-func (f *fakeWorker) Call(_ context.Context, op string, req, out any) error {
-	switch op {
-	case bus.OpUserSignIn:
-		f.mu.Lock()
-		f.lookups++
-		f.mu.Unlock()
-		if r := req.(bus.SignIn); r.Email != fakeEmail || r.Password != fakePassword {
-			return errs.Errorf(errs.Unauthenticated, "wrong email or password")
-		}
-		*out.(*bus.UserRecord) = bus.UserRecord{
-			User:           tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner},
-			SessionVersion: 1,
-		}
-		return nil
-	case bus.OpTenantList:
-		*out.(*[]tenants.TenantSummary) = []tenants.TenantSummary{{Tenant: tenants.Tenant{ID: "ten_1", Name: "fake"}}}
-		return nil
-	}
-	return json.Unmarshal([]byte("null"), out)
-}
-
-func (f *fakeWorker) Query(_ context.Context, _ string, _, out any) error {
-	return json.Unmarshal([]byte("null"), out)
+// newFakeWorker knows one tenant and its owner.
+func newFakeWorker() *servicetest.Memory {
+	m := servicetest.New(nil)
+	m.AddTenant(tenants.Tenant{ID: "ten_1", Name: "fake"})
+	m.AddUser(tenants.User{ID: "usr_1", TenantID: "ten_1", Email: fakeEmail, Role: tenants.RoleOwner}, fakePassword)
+	return m
 }
 
 // fakeEngine holds each user's session version; usr_1 starts at 1.
@@ -100,7 +76,7 @@ type testUI struct {
 	e    *echo.Echo
 	key  []byte
 	now  time.Time
-	work *fakeWorker
+	work *servicetest.Memory
 	eng  *fakeEngine
 	rev  *memRevoker
 	// peer and xff, when set, are the connection's address and the
@@ -157,10 +133,10 @@ func newTestUI(t *testing.T, userLimit, ipLimit int64) *testUI {
 // newTestUIWith is newTestUI with the dashboard behind the trusted proxies.
 func newTestUIWith(t *testing.T, userLimit, ipLimit int64, trusted []netip.Prefix) *testUI {
 	t.Helper()
-	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: &fakeWorker{}, eng: &fakeEngine{versions: map[string]int64{"usr_1": 1}}, rev: &memRevoker{m: map[string]time.Time{}}}
+	u := &testUI{t: t, e: echo.New(), key: []byte("0123456789abcdef0123456789abcdef"), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), work: newFakeWorker(), eng: &fakeEngine{versions: map[string]int64{"usr_1": 1}}, rev: &memRevoker{m: map[string]time.Time{}}}
 	u.e.Use(httpsec.Headers(httpsec.Transport{})) // as api.New does
 	err := Register(u.e, Deps{
-		Engine: u.eng, Worker: u.work, SessionKey: u.key, Revocations: u.rev,
+		Engine: u.eng, Services: u.work.Services(), SessionKey: u.key, Revocations: u.rev,
 		LoginLimit:     quota.Limit{Algorithm: quota.TokenBucket, Limit: userLimit, Period: 5 * time.Minute},
 		LoginIPLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: ipLimit, Period: 5 * time.Minute},
 		TrustedProxies: trusted,

@@ -12,16 +12,16 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
 // keyHandler serves the consumer key pages.
 type keyHandler struct {
-	config    configCaller
-	analytics analyticsQuerier
+	config    service.Services
+	analytics service.Analytics
 	wait      versionWaiter
 	sess      *sessions
 	now       func() time.Time
@@ -58,7 +58,7 @@ type keyUsage struct {
 	totals views.Totals
 }
 
-func usageOf(e bus.TopEntry) keyUsage {
+func usageOf(e service.TopEntry) keyUsage {
 	return keyUsage{last: e.LastSeen, totals: views.Totals{Allowed: e.Allowed, Denied: e.Denied,
 		RateLimited: e.RateLimited, InvalidKey: e.InvalidKey, Blocked: e.Blocked}}
 }
@@ -66,7 +66,7 @@ func usageOf(e bus.TopEntry) keyUsage {
 // lastUsed asks the analytics for each key's usage. It is best effort:
 // without it the list shows "—" and no counts.
 func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Time) map[string]keyUsage {
-	entries, err := top(ctx, h.analytics, bus.TopQuery{
+	entries, err := top(ctx, h.analytics, service.TopQuery{
 		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute),
 		Limit: 1000, IdentityKind: tenants.IdentityKey, IncludeAllowed: true,
 	})
@@ -197,8 +197,8 @@ func (h *keyHandler) renderList(c echo.Context, status int, form views.KeyForm, 
 		q.Ranked = rankedByUse(used)
 		q.Ranked = q.Ranked[:min(len(q.Ranked), tenants.MaxRankedKeys)]
 	}
-	var kp tenants.KeyPage
-	if err := h.config.Call(ctx, bus.OpKeyPage, bus.KeyPageQuery{V: bus.WireVersion, KeyQuery: q}, &kp); err != nil {
+	kp, err := h.config.Keys.Page(ctx, q)
+	if err != nil {
 		return err
 	}
 	tiers := tierNames(ps)
@@ -293,9 +293,9 @@ func (h *keyHandler) create(c echo.Context) error {
 		f.Errors = fe
 		return h.renderList(c, http.StatusBadRequest, f, nil)
 	}
-	var w bus.Written[bus.KeyCreated]
-	req := bus.KeyCreate{TenantID: mustSession(c).TenantID, Name: f.Name, Tier: f.Tier, ExpiresAt: exp}
-	if err := h.config.Call(c.Request().Context(), bus.OpKeyCreate, req, &w); err != nil {
+	req := service.KeyCreate{TenantID: mustSession(c).TenantID, Name: f.Name, Tier: f.Tier, ExpiresAt: exp}
+	w, err := h.config.Keys.Create(c.Request().Context(), req)
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}
@@ -313,8 +313,7 @@ func (h *keyHandler) create(c echo.Context) error {
 }
 
 func (h *keyHandler) get(c echo.Context) (tenants.ConsumerKey, error) {
-	var k tenants.ConsumerKey
-	err := h.config.Call(c.Request().Context(), bus.OpKeyGet, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &k)
+	k, err := h.config.Keys.Get(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
 	return k, err
 }
 
@@ -371,7 +370,7 @@ func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey
 }
 
 func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now time.Time) map[string]keyUsage {
-	entries, err := top(ctx, h.analytics, bus.TopQuery{
+	entries, err := top(ctx, h.analytics, service.TopQuery{
 		TenantID: tenantID, From: now.Add(-lastUsedWindow), To: now.Add(time.Minute), Limit: 1,
 		Identity: &tenants.Identity{Kind: tenants.IdentityKey, ID: id}, IncludeAllowed: true,
 	})
@@ -400,8 +399,8 @@ func (h *keyHandler) update(c echo.Context) error {
 	case exp == nil && k.ExpiresAt != nil:
 		patch.ClearExpiry = true
 	}
-	var w bus.Written[tenants.ConsumerKey]
-	if err := h.config.Call(c.Request().Context(), bus.OpKeyUpdate, bus.KeyUpdate{TenantID: k.TenantID, ID: k.ID, Patch: patch}, &w); err != nil {
+	w, err := h.config.Keys.Update(c.Request().Context(), k.TenantID, k.ID, patch)
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}
@@ -414,8 +413,8 @@ func (h *keyHandler) update(c echo.Context) error {
 }
 
 func (h *keyHandler) revoke(c echo.Context) error {
-	var w bus.Written[tenants.ConsumerKey]
-	if err := h.config.Call(c.Request().Context(), bus.OpKeyRevoke, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &w); err != nil {
+	w, err := h.config.Keys.Revoke(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
+	if err != nil {
 		return err
 	}
 	// Answer once this server refuses the key; the others follow within a second.
@@ -441,13 +440,13 @@ func (h *keyHandler) reset(c echo.Context) error {
 
 // resetBucket refills one identity's bucket for a policy of the session's
 // tenant.
-func resetBucket(c echo.Context, config configCaller, wait versionWaiter, r views.ResetForm) error {
+func resetBucket(c echo.Context, config service.Services, wait versionWaiter, r views.ResetForm) error {
 	if r.Policy == "" {
 		return errs.Errorf(errs.Invalid, "policy: choose a policy")
 	}
-	var w bus.Written[struct{}]
-	req := bus.BucketReset{TenantID: mustSession(c).TenantID, Policy: r.Policy, Identity: tenants.Identity{Kind: r.Kind, ID: r.ID}}
-	if err := config.Call(c.Request().Context(), bus.OpBucketReset, req, &w); err != nil {
+	id := tenants.Identity{Kind: r.Kind, ID: r.ID}
+	w, err := config.Buckets.Reset(c.Request().Context(), mustSession(c).TenantID, r.Policy, id)
+	if err != nil {
 		return err
 	}
 	applied(c.Request().Context(), wait, w.Version)

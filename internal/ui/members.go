@@ -6,8 +6,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -15,7 +15,7 @@ import (
 // memberHandler lets an owner invite members, list them, change their
 // roles and remove them.
 type memberHandler struct {
-	config configCaller
+	config service.Services
 	wait   versionWaiter
 	auth   *authHandler
 }
@@ -27,8 +27,8 @@ func (h *memberHandler) show(c echo.Context) error {
 // render fills the member list and shows the page.
 func (h *memberHandler) render(c echo.Context, status int, v views.MembersView) error {
 	s := mustSession(c)
-	var us []tenants.User
-	if err := h.config.Call(c.Request().Context(), bus.OpUserList, bus.TenantScoped{TenantID: s.TenantID}, &us); err != nil {
+	us, err := h.config.Users.List(c.Request().Context(), s.TenantID)
+	if err != nil {
 		return err
 	}
 	for _, u := range us {
@@ -39,8 +39,7 @@ func (h *memberHandler) render(c echo.Context, status int, v views.MembersView) 
 
 func (h *memberHandler) role(c echo.Context) error {
 	s := mustSession(c)
-	var w bus.Written[tenants.User]
-	err := h.config.Call(c.Request().Context(), bus.OpUserRole, bus.UserRole{TenantID: s.TenantID, ID: c.Param("id"), Role: c.FormValue("role")}, &w)
+	w, err := h.config.Users.SetRole(c.Request().Context(), s.TenantID, c.Param("id"), c.FormValue("role"))
 	switch {
 	case errs.Is(err, errs.Conflict):
 		return h.render(c, http.StatusConflict, views.MembersView{Error: "The tenant's only owner stays an owner: make another member an owner first."})
@@ -61,8 +60,7 @@ func (h *memberHandler) role(c echo.Context) error {
 
 func (h *memberHandler) remove(c echo.Context) error {
 	s := mustSession(c)
-	var w bus.Written[tenants.User]
-	err := h.config.Call(c.Request().Context(), bus.OpUserDelete, bus.TenantScoped{TenantID: s.TenantID, ID: c.Param("id")}, &w)
+	w, err := h.config.Users.Delete(c.Request().Context(), s.TenantID, c.Param("id"))
 	switch {
 	case errs.Is(err, errs.Conflict):
 		return h.render(c, http.StatusConflict, views.MembersView{Error: "The tenant's only owner cannot be removed."})
@@ -79,7 +77,7 @@ func (h *memberHandler) remove(c echo.Context) error {
 
 func (h *memberHandler) invite(c echo.Context) error {
 	f := views.MemberForm{Email: strings.TrimSpace(c.FormValue("email"))}
-	req := bus.UserCreate{TenantID: mustSession(c).TenantID, Email: f.Email, Password: c.FormValue("password"), Role: tenants.RoleMember}
+	req := service.UserCreate{TenantID: mustSession(c).TenantID, Email: f.Email, Password: c.FormValue("password"), Role: tenants.RoleMember}
 	// Checks of the input alone, the same for every address: they say
 	// nothing about which addresses have logins.
 	fe := fieldErrors{}
@@ -89,8 +87,7 @@ func (h *memberHandler) invite(c echo.Context) error {
 		f.Errors = fe
 		return h.render(c, http.StatusBadRequest, views.MembersView{Form: f})
 	}
-	var u tenants.User
-	err := h.config.Call(c.Request().Context(), bus.OpUserCreate, req, &u)
+	u, err := h.config.Users.Create(c.Request().Context(), req)
 	if tenants.CapReached(err) {
 		// The worker checks the cap before the address, so this answer is
 		// the same for every address.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
@@ -104,9 +103,9 @@ func (h *keyHandler) overrides(c echo.Context) error {
 		f.Errors = fe
 		return h.renderKey(c, http.StatusBadRequest, k, &keyPage{overrides: &f})
 	}
-	var w bus.Written[tenants.ConsumerKey]
 	patch := tenants.KeyPatch{Overrides: &ov}
-	if err := h.config.Call(c.Request().Context(), bus.OpKeyUpdate, bus.KeyUpdate{TenantID: k.TenantID, ID: k.ID, Patch: patch}, &w); err != nil {
+	w, err := h.config.Keys.Update(c.Request().Context(), k.TenantID, k.ID, patch)
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}

@@ -7,15 +7,14 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
 // overviewHandler serves a tenant's landing page.
 type overviewHandler struct {
-	config    configCaller
-	analytics analyticsQuerier
+	config    service.Services
+	analytics service.Analytics
 	now       func() time.Time
 }
 
@@ -35,8 +34,8 @@ func (h *overviewHandler) show(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var keys tenants.KeyCounts
-	if err := h.config.Call(ctx, bus.OpKeyCount, bus.TenantScoped{TenantID: s.TenantID}, &keys); err != nil {
+	keys, err := h.config.Keys.Count(ctx, s.TenantID)
+	if err != nil {
 		return err
 	}
 	v := views.OverviewView{
@@ -46,7 +45,7 @@ func (h *overviewHandler) show(c echo.Context) error {
 		KeyCount:     keys.Total,
 		AnalyticsURL: "/ui/analytics?" + url.Values{"range": {r.value}}.Encode(),
 	}
-	points, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step)})
+	points, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: s.TenantID, From: from, To: to, Step: stepParam(r.step)})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
@@ -55,14 +54,14 @@ func (h *overviewHandler) show(c echo.Context) error {
 
 	if v.Totals.Denied > 0 {
 		// One ranking over the range, not a timeseries per policy.
-		ranked, err := topPolicies(ctx, h.analytics, bus.PolicyRankQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxTopPolicies})
+		ranked, err := topPolicies(ctx, h.analytics, service.PolicyRankQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxTopPolicies})
 		if err == nil {
 			for _, p := range ranked {
 				v.TopPolicies = append(v.TopPolicies, views.PolicyStat{Name: p.Name, URL: policyURL(p.ID), Allowed: p.Allowed, Denied: p.Denied})
 			}
 		}
 
-		entries, err := top(ctx, h.analytics, bus.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 5})
+		entries, err := top(ctx, h.analytics, service.TopQuery{TenantID: s.TenantID, From: from, To: to, Limit: 5})
 		if err == nil {
 			// Unnamed keys are still listed, by id, if the names are missing.
 			names, _ := keyNames(ctx, h.config, s.TenantID, entries)

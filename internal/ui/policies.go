@@ -11,10 +11,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -22,7 +22,7 @@ import (
 // policyHandler serves the policy list, the policy form and the path
 // tester.
 type policyHandler struct {
-	config configCaller
+	config service.Services
 	engine checker
 	wait   versionWaiter
 	now    func() time.Time
@@ -111,8 +111,7 @@ func (h *policyHandler) edit(c echo.Context) error {
 }
 
 func (h *policyHandler) get(c echo.Context) (tenants.Policy, error) {
-	var p tenants.Policy
-	err := h.config.Call(c.Request().Context(), bus.OpPolicyGet, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &p)
+	p, err := h.config.Policies.Get(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
 	return p, err
 }
 
@@ -154,13 +153,16 @@ func (h *policyHandler) save(c echo.Context, id string) error {
 		f.Errors, f.FormError = fe, formError
 		return h.renderForm(c, http.StatusBadRequest, f)
 	}
-	var w bus.Written[tenants.Policy]
-	req := bus.PolicyWrite{TenantID: mustSession(c).TenantID, ID: id, Policy: p}
-	op, done := bus.OpPolicyCreate, "policy-created"
-	if id != "" {
-		op, done = bus.OpPolicyUpdate, "policy-saved"
+	ctx, tenantID := c.Request().Context(), mustSession(c).TenantID
+	var w service.Written[tenants.Policy]
+	done := "policy-created"
+	if id == "" {
+		w, err = h.config.Policies.Create(ctx, tenantID, p)
+	} else {
+		w, err = h.config.Policies.Update(ctx, tenantID, id, p)
+		done = "policy-saved"
 	}
-	if err := h.config.Call(c.Request().Context(), op, req, &w); err != nil {
+	if err != nil {
 		if !isInvalid(err) {
 			return err
 		}
@@ -172,8 +174,8 @@ func (h *policyHandler) save(c echo.Context, id string) error {
 }
 
 func (h *policyHandler) delete(c echo.Context) error {
-	var w bus.Written[struct{}]
-	if err := h.config.Call(c.Request().Context(), bus.OpPolicyDelete, bus.TenantScoped{TenantID: mustSession(c).TenantID, ID: c.Param("id")}, &w); err != nil {
+	w, err := h.config.Policies.Delete(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
+	if err != nil {
 		return err
 	}
 	applied(c.Request().Context(), h.wait, w.Version)

@@ -5,8 +5,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -21,7 +21,7 @@ const newKeyCookie = "sluice_new_service_key"
 // own (/ui/service-keys) and, for the operator, any tenant's
 // (/ui/admin/tenants/:id/service-keys).
 type serviceKeyHandler struct {
-	config configCaller
+	config service.Services
 	wait   versionWaiter
 	sess   *sessions
 	// operator: the tenant comes from the path, not the session.
@@ -55,8 +55,8 @@ func (h *serviceKeyHandler) list(c echo.Context) error {
 
 // render fills the key list and shows the page.
 func (h *serviceKeyHandler) render(c echo.Context, status int, v views.ServiceKeysView) error {
-	var ks []tenants.ServiceKey
-	if err := h.config.Call(c.Request().Context(), bus.OpServiceKeyList, bus.TenantScoped{TenantID: h.tenant(c)}, &ks); err != nil {
+	ks, err := h.config.ServiceKeys.List(c.Request().Context(), h.tenant(c))
+	if err != nil {
 		return err
 	}
 	v.Base = h.base(c)
@@ -76,8 +76,8 @@ func (h *serviceKeyHandler) render(c echo.Context, status int, v views.ServiceKe
 }
 
 func (h *serviceKeyHandler) tenantName(c echo.Context) string {
-	var ts []tenants.TenantSummary
-	if err := h.config.Call(c.Request().Context(), bus.OpTenantList, struct{}{}, &ts); err == nil {
+	ts, err := h.config.Tenants.List(c.Request().Context())
+	if err == nil {
 		for _, t := range ts {
 			if t.ID == c.Param("id") {
 				return t.Name
@@ -94,8 +94,8 @@ func (h *serviceKeyHandler) cookie(c echo.Context, value string, maxAge int) *ht
 }
 
 func (h *serviceKeyHandler) create(c echo.Context) error {
-	var w bus.Written[bus.ServiceKeyCreated]
-	if err := h.config.Call(c.Request().Context(), bus.OpServiceKeyCreate, bus.TenantScoped{TenantID: h.tenant(c)}, &w); err != nil {
+	w, err := h.config.ServiceKeys.Create(c.Request().Context(), h.tenant(c))
+	if err != nil {
 		if tenants.CapReached(err) {
 			return h.render(c, http.StatusConflict, views.ServiceKeysView{Error: errs.Message(err)})
 		}
@@ -107,8 +107,7 @@ func (h *serviceKeyHandler) create(c echo.Context) error {
 }
 
 func (h *serviceKeyHandler) revoke(c echo.Context) error {
-	var w bus.Written[tenants.ServiceKey]
-	err := h.config.Call(c.Request().Context(), bus.OpServiceKeyRevoke, bus.TenantScoped{TenantID: h.tenant(c), ID: c.Param("key_id")}, &w)
+	w, err := h.config.ServiceKeys.Revoke(c.Request().Context(), h.tenant(c), c.Param("key_id"))
 	if errs.Is(err, errs.Conflict) {
 		return h.render(c, http.StatusConflict, views.ServiceKeysView{Error: "This is the last active service key, so it stays: add a new key first, then revoke this one."})
 	}

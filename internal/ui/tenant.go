@@ -1,14 +1,15 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
@@ -25,12 +26,12 @@ func (h *adminHandler) tenant(c echo.Context) error {
 func (h *adminHandler) renderTenant(c echo.Context, status int, confirmError string) error {
 	ctx := c.Request().Context()
 	id := c.Param("id")
-	var t tenants.TenantSummary
-	if err := h.config.Call(ctx, bus.OpTenantGet, bus.TenantScoped{TenantID: id}, &t); err != nil {
+	t, err := h.config.Tenants.Get(ctx, id)
+	if err != nil {
 		return err
 	}
-	var users []tenants.User
-	if err := h.config.Call(ctx, bus.OpUserList, bus.TenantScoped{TenantID: id}, &users); err != nil {
+	users, err := h.config.Users.List(ctx, id)
+	if err != nil {
 		return err
 	}
 	v := views.TenantView{
@@ -44,7 +45,7 @@ func (h *adminHandler) renderTenant(c echo.Context, status int, confirmError str
 		}
 	}
 	from, to := window(24*time.Hour, time.Minute, h.now())
-	pts, err := timeseries(ctx, h.analytics, bus.TimeseriesQuery{TenantID: id, From: from, To: to, Step: stepParam(to.Sub(from))})
+	pts, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: id, From: from, To: to, Step: stepParam(to.Sub(from))})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
@@ -56,17 +57,17 @@ func (h *adminHandler) renderTenant(c echo.Context, status int, confirmError str
 }
 
 func (h *adminHandler) suspendTenant(c echo.Context) error {
-	return h.setSuspended(c, bus.OpTenantSuspend, "tenant-suspended")
+	return h.setSuspended(c, h.config.Tenants.Suspend, "tenant-suspended")
 }
 
 func (h *adminHandler) resumeTenant(c echo.Context) error {
-	return h.setSuspended(c, bus.OpTenantResume, "tenant-resumed")
+	return h.setSuspended(c, h.config.Tenants.Resume, "tenant-resumed")
 }
 
-func (h *adminHandler) setSuspended(c echo.Context, op, done string) error {
+func (h *adminHandler) setSuspended(c echo.Context, change func(ctx context.Context, id string) (service.Written[tenants.Tenant], error), done string) error {
 	id := c.Param("id")
-	var w bus.Written[tenants.Tenant]
-	if err := h.config.Call(c.Request().Context(), op, bus.TenantScoped{TenantID: id}, &w); err != nil {
+	w, err := change(c.Request().Context(), id)
+	if err != nil {
 		return err
 	}
 	applied(c.Request().Context(), h.wait, w.Version)
@@ -76,8 +77,8 @@ func (h *adminHandler) setSuspended(c echo.Context, op, done string) error {
 func (h *adminHandler) deleteTenant(c echo.Context) error {
 	ctx := c.Request().Context()
 	id := c.Param("id")
-	var t tenants.TenantSummary
-	if err := h.config.Call(ctx, bus.OpTenantGet, bus.TenantScoped{TenantID: id}, &t); err != nil {
+	t, err := h.config.Tenants.Get(ctx, id)
+	if err != nil {
 		return err
 	}
 	if typed := strings.TrimSpace(c.FormValue("confirm_name")); typed != t.Name {
@@ -87,8 +88,8 @@ func (h *adminHandler) deleteTenant(c echo.Context) error {
 		}
 		return h.renderTenant(c, http.StatusBadRequest, msg)
 	}
-	var w bus.Written[tenants.Tenant]
-	if err := h.config.Call(ctx, bus.OpTenantDelete, bus.TenantScoped{TenantID: id}, &w); err != nil {
+	w, err := h.config.Tenants.Delete(ctx, id)
+	if err != nil {
 		if errs.Is(err, errs.NotFound) {
 			return seeOther(c, "/ui/admin/tenants", "tenant-deleted")
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
 	"github.com/sluicehq/sluice/web/static"
@@ -44,20 +45,8 @@ type Engine interface {
 	callerPeeker
 }
 
-// Worker is what the dashboard needs from the worker.
-type Worker interface {
-	configCaller
-	analyticsQuerier
-}
-
 // The small interfaces handlers declare.
 type (
-	configCaller interface {
-		Call(ctx context.Context, op string, req, out any) error
-	}
-	analyticsQuerier interface {
-		Query(ctx context.Context, op string, req, out any) error
-	}
 	checker interface {
 		Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
 	}
@@ -73,7 +62,9 @@ type (
 // Deps wires the dashboard.
 type Deps struct {
 	Engine Engine
-	Worker Worker
+	// Services are the worker's config and analytics (bus.NewServices
+	// over NATS).
+	Services service.Services
 	// DataDir holds session.key, the secret session tokens are signed with.
 	DataDir string
 	// SessionKey, when set, is used instead of the data directory's key.
@@ -156,19 +147,19 @@ func Register(e *echo.Echo, d Deps) error {
 	sess.transport = d.Transport
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
-	auth := &authHandler{users: d.Worker, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
-	over := &overviewHandler{config: d.Worker, analytics: d.Worker, now: d.Now}
-	pol := &policyHandler{config: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
-	keys := &keyHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, sess: sess, now: d.Now}
-	an := &analyticsHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
-	callers := &callerHandler{config: d.Worker, analytics: d.Worker, engine: d.Engine, wait: d.Engine, now: d.Now}
-	mem := &memberHandler{config: d.Worker, wait: d.Engine, auth: auth}
-	svcKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess}
-	admKeys := &serviceKeyHandler{config: d.Worker, wait: d.Engine, sess: sess, operator: true}
-	acct := &accountHandler{config: d.Worker, wait: d.Engine, auth: auth, emailLimit: newUserLimiter(defaultEmailChangeLimit, defaultMaxEntries)}
-	adm := &adminHandler{config: d.Worker, analytics: d.Worker, wait: d.Engine, now: d.Now}
-	audit := &auditHandler{config: d.Worker}
-	admAudit := &auditHandler{config: d.Worker, operator: true}
+	auth := &authHandler{users: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
+	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
+	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
+	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, sess: sess, now: d.Now}
+	an := &analyticsHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
+	callers := &callerHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, now: d.Now}
+	mem := &memberHandler{config: d.Services, wait: d.Engine, auth: auth}
+	svcKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess}
+	admKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess, operator: true}
+	acct := &accountHandler{config: d.Services, wait: d.Engine, auth: auth, emailLimit: newUserLimiter(defaultEmailChangeLimit, defaultMaxEntries)}
+	adm := &adminHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
+	audit := &auditHandler{config: d.Services}
+	admAudit := &auditHandler{config: d.Services, operator: true}
 
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {

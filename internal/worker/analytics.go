@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/service"
 
 	"github.com/sluicehq/sluice/internal/errs"
 )
@@ -42,9 +43,9 @@ func rangeMinutes(from, to time.Time) (fromMin, toMin int64) {
 	return from.Unix() / 60, (to.Unix() + 59) / 60
 }
 
-func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Timeseries, error) {
+func (w *Worker) timeseries(ctx context.Context, q service.TimeseriesQuery) (service.Timeseries, error) {
 	if err := validRange(q.From, q.To); err != nil {
-		return bus.Timeseries{}, err
+		return service.Timeseries{}, err
 	}
 	step, err := time.ParseDuration(q.Step)
 	if q.Step == "" {
@@ -52,13 +53,13 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 		q.Step = "1m"
 	}
 	if err != nil || step < time.Minute || step%time.Minute != 0 {
-		return bus.Timeseries{}, errs.Errorf(errs.Invalid, "step: must be a whole number of minutes such as \"1m\", \"5m\" or \"1h\"")
+		return service.Timeseries{}, errs.Errorf(errs.Invalid, "step: must be a whole number of minutes such as \"1m\", \"5m\" or \"1h\"")
 	}
 	fromMin, toMin := rangeMinutes(q.From, q.To)
 	stepMin := int64(step / time.Minute)
 	n := (toMin - fromMin + stepMin - 1) / stepMin
 	if n > maxPoints {
-		return bus.Timeseries{}, errs.Errorf(errs.Invalid, "step: the range would have %d points; at most %d are allowed", n, maxPoints)
+		return service.Timeseries{}, errs.Errorf(errs.Invalid, "step: the range would have %d points; at most %d are allowed", n, maxPoints)
 	}
 	// Minute rows and rolled-up rows alike count in the step their period
 	// starts in.
@@ -84,17 +85,17 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 	args = append(args, fargs...)
 	rows, err := w.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return bus.Timeseries{}, err
+		return service.Timeseries{}, err
 	}
 	defer rows.Close()
-	points := make([]bus.TimeseriesPoint, n)
+	points := make([]service.TimeseriesPoint, n)
 	for i := range points {
 		points[i].Start = time.Unix((fromMin+int64(i)*stepMin)*60, 0).UTC()
 	}
 	for rows.Next() {
 		var idx, a, d, rl, ik, bl int64
 		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl); err != nil {
-			return bus.Timeseries{}, err
+			return service.Timeseries{}, err
 		}
 		if idx >= 0 && idx < n {
 			p := &points[idx]
@@ -102,12 +103,12 @@ func (w *Worker) timeseries(ctx context.Context, q bus.TimeseriesQuery) (bus.Tim
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return bus.Timeseries{}, err
+		return service.Timeseries{}, err
 	}
-	return bus.Timeseries{From: q.From.UTC(), To: q.To.UTC(), Step: q.Step, Points: points}, nil
+	return service.Timeseries{From: q.From.UTC(), To: q.To.UTC(), Step: q.Step, Points: points}, nil
 }
 
-func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error) {
+func (w *Worker) top(ctx context.Context, q service.TopQuery) ([]service.TopEntry, error) {
 	if err := validRange(q.From, q.To); err != nil {
 		return nil, err
 	}
@@ -171,9 +172,9 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 		return nil, err
 	}
 	defer rows.Close()
-	out := []bus.TopEntry{}
+	out := []service.TopEntry{}
 	for rows.Next() {
-		var e bus.TopEntry
+		var e service.TopEntry
 		var first, last int64
 		if err := rows.Scan(&e.TenantID, &e.TenantName, &e.Identity.Kind, &e.Identity.ID, &e.Allowed, &e.Denied, &e.RateLimited, &e.InvalidKey, &e.Blocked, &first, &last); err != nil {
 			return nil, err
@@ -197,10 +198,11 @@ func (w *Worker) top(ctx context.Context, q bus.TopQuery) ([]bus.TopEntry, error
 // identity but are a policy's, so each policy's totals are exact. Rows are
 // grouped by policy name before the join, so the join sees one row per
 // policy denied in the range, not one per cell.
-func (w *Worker) topPolicies(ctx context.Context, q bus.PolicyRankQuery) ([]bus.PolicyRank, error) {
-	if q.V != bus.WireVersion {
-		return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", q.V)
+func (w *Worker) topPolicies(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
+	if r.V != bus.WireVersion {
+		return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
 	}
+	q := r.PolicyRankQuery
 	if q.TenantID == "" {
 		return nil, errs.Errorf(errs.Invalid, "tenant_id: required")
 	}
@@ -231,9 +233,9 @@ func (w *Worker) topPolicies(ctx context.Context, q bus.PolicyRankQuery) ([]bus.
 		return nil, err
 	}
 	defer rows.Close()
-	out := []bus.PolicyRank{}
+	out := []service.PolicyRank{}
 	for rows.Next() {
-		var r bus.PolicyRank
+		var r service.PolicyRank
 		if err := rows.Scan(&r.ID, &r.Name, &r.Allowed, &r.Denied, &r.RateLimited, &r.InvalidKey, &r.Blocked); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -67,10 +68,10 @@ func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 
 	client := bus.NewClient(nc, 5*time.Second)
 	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
-	var ten bus.Written[bus.TenantCreated]
+	var ten service.Written[service.TenantCreated]
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := client.Call(op, bus.OpTenantCreate, bus.TenantCreate{Name: "acme", OwnerEmail: "owner@acme.test", OwnerPassword: "correct horse battery"}, &ten)
+		err := bus.CallInto(op, client, bus.OpTenantCreate, bus.TenantCreate{Name: "acme", OwnerEmail: "owner@acme.test", OwnerPassword: "correct horse battery"}, &ten)
 		if err == nil {
 			break
 		}
@@ -83,8 +84,8 @@ func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 
 	user := tenants.WithActor(context.Background(), tenants.Actor{Kind: tenants.ActorUser, ID: "usr_x", Label: "owner@acme.test"})
 	pol := tenants.Policy{Name: "search", Path: "/api/search", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 100, Period: "1m"}}}}
-	var created bus.Written[tenants.Policy]
-	if err := client.Call(user, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: pol}, &created); err != nil {
+	var created service.Written[tenants.Policy]
+	if err := bus.CallInto(user, client, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: pol}, &created); err != nil {
 		t.Fatal(err)
 	}
 
@@ -94,19 +95,19 @@ func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 	failNext = true
 	mu.Unlock()
 	pol.Tiers["default"][0].Limit = 200
-	err = client.Call(user, bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID, ID: created.Result.ID, Policy: pol}, nil)
+	err = bus.CallInto(user, client, bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID, ID: created.Result.ID, Policy: pol}, nil)
 	if err == nil {
 		t.Fatal("a refused commit answered success")
 	}
 	var list tenants.AuditPage
-	if err := client.Call(user, bus.OpAuditList, tenants.AuditQuery{TenantID: tenantID}, &list); err != nil {
+	if err := bus.CallInto(user, client, bus.OpAuditList, tenants.AuditQuery{TenantID: tenantID}, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Entries) != 2 {
 		t.Fatalf("after a failed update: %d entries, want 2 (tenant, policy)", len(list.Entries))
 	}
 	var got tenants.Policy
-	if err := client.Call(user, bus.OpPolicyGet, bus.TenantScoped{TenantID: tenantID, ID: created.Result.ID}, &got); err != nil {
+	if err := bus.CallInto(user, client, bus.OpPolicyGet, bus.TenantScoped{TenantID: tenantID, ID: created.Result.ID}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Tiers["default"][0].Limit != 100 {
@@ -114,15 +115,15 @@ func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 	}
 
 	// A write refused by the store (a taken name) records nothing either.
-	if err := client.Call(user, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: pol}, nil); !errs.Is(err, errs.Conflict) {
+	if err := bus.CallInto(user, client, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: pol}, nil); !errs.Is(err, errs.Conflict) {
 		t.Fatalf("duplicate policy: err = %v, want conflict", err)
 	}
 
 	// The update again, accepted.
-	if err := client.Call(user, bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID, ID: created.Result.ID, Policy: pol}, nil); err != nil {
+	if err := bus.CallInto(user, client, bus.OpPolicyUpdate, bus.PolicyWrite{TenantID: tenantID, ID: created.Result.ID, Policy: pol}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Call(user, bus.OpAuditList, tenants.AuditQuery{TenantID: tenantID}, &list); err != nil {
+	if err := bus.CallInto(user, client, bus.OpAuditList, tenants.AuditQuery{TenantID: tenantID}, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Entries) != 3 {
@@ -137,7 +138,7 @@ func TestAuditEntryCommitsWithItsChange(t *testing.T) {
 		t.Fatalf("tenant created by %+v, want the operator", a)
 	}
 	var one tenants.AuditEntry
-	if err := client.Call(user, bus.OpAuditGet, bus.AuditGet{TenantID: "ten_other", ID: upd.ID}, &one); !errs.Is(err, errs.NotFound) {
+	if err := bus.CallInto(user, client, bus.OpAuditGet, service.AuditGet{TenantID: "ten_other", ID: upd.ID}, &one); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("another tenant's entry: err = %v, want not_found", err)
 	}
 
@@ -171,7 +172,7 @@ func TestRequestWithoutActorIsRecordedAsUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list tenants.AuditPage
-	if err := bus.NewClient(e.nc, 5*time.Second).Call(context.Background(), bus.OpAuditList, tenants.AuditQuery{AllTenants: true}, &list); err != nil {
+	if err := bus.CallInto(context.Background(), bus.NewClient(e.nc, 5*time.Second), bus.OpAuditList, tenants.AuditQuery{AllTenants: true}, &list); err != nil {
 		t.Fatal(err)
 	}
 	var found bool

@@ -10,20 +10,21 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // write runs one config write and announces its changes. writeMu keeps
 // commit order and announcement order the same, so servers see versions
 // one by one.
-func write[T any](w *Worker, ctx context.Context, fn func() (T, []tenants.Change, error)) (bus.Written[T], error) {
+func write[T any](w *Worker, ctx context.Context, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	res, changes, err := fn()
 	if err != nil {
-		return bus.Written[T]{}, err
+		return service.Written[T]{}, err
 	}
-	out := bus.Written[T]{Result: res}
+	out := service.Written[T]{Result: res}
 	if len(changes) > 0 {
 		out.Version = changes[0].Version
 		w.announce(changes)
@@ -47,47 +48,47 @@ func (w *Worker) announce(changes []tenants.Change) {
 	}
 }
 
-type none struct{}
+type none = bus.None
 
 func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) error) error {
 	st := w.store
 	now := func() time.Time { return w.cfg.Now() }
 	ops := map[string]micro.Handler{
-		bus.OpSnapshot: handle(w, bus.OpSnapshot, func(ctx context.Context, _ none) (tenants.Snapshot, error) {
+		bus.OpSnapshot.Name: serve(w, bus.OpSnapshot, func(ctx context.Context, _ none) (tenants.Snapshot, error) {
 			return st.Snapshot(ctx)
 		}),
-		bus.OpVersion: handle(w, bus.OpVersion, func(ctx context.Context, _ none) (bus.Version, error) {
+		bus.OpVersion.Name: serve(w, bus.OpVersion, func(ctx context.Context, _ none) (bus.Version, error) {
 			v, err := st.ConfigVersion(ctx)
 			return bus.Version{Version: v, StateFormats: []string{bus.PackedStateFormat, bus.FencedStateFormat}}, err
 		}),
-		bus.OpTenantCreate: handle(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (bus.Written[bus.TenantCreated], error) {
+		bus.OpTenantCreate.Name: serve(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (service.Written[service.TenantCreated], error) {
 			// The owner's password is hashed before the writer is taken.
 			nt, err := st.PrepareTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword)
 			if err != nil {
-				return bus.Written[bus.TenantCreated]{}, err
+				return service.Written[service.TenantCreated]{}, err
 			}
-			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
+			return write(w, ctx, func() (service.TenantCreated, []tenants.Change, error) {
 				t, key, cs, err := st.CommitTenant(ctx, nt, now())
-				return bus.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
+				return service.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
 			})
 		}),
-		bus.OpTenantList: handle(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
+		bus.OpTenantList.Name: serve(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
 			return st.ListTenants(ctx)
 		}),
-		bus.OpTenantGet: handle(w, bus.OpTenantGet, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
+		bus.OpTenantGet.Name: serve(w, bus.OpTenantGet, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
 			return st.GetTenantSummary(ctx, r.TenantID)
 		}),
-		bus.OpTenantSuspend: handle(w, bus.OpTenantSuspend, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+		bus.OpTenantSuspend.Name: serve(w, bus.OpTenantSuspend, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
 			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
 				return st.SuspendTenant(ctx, r.TenantID, now())
 			})
 		}),
-		bus.OpTenantResume: handle(w, bus.OpTenantResume, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+		bus.OpTenantResume.Name: serve(w, bus.OpTenantResume, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
 			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
 				return st.ResumeTenant(ctx, r.TenantID)
 			})
 		}),
-		bus.OpTenantDelete: handle(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.Tenant], error) {
+		bus.OpTenantDelete.Name: serve(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
 			res, err := write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
 				return st.DeleteTenant(ctx, r.TenantID)
 			})
@@ -96,52 +97,52 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			}
 			return res, err
 		}),
-		bus.OpPolicyCreate: handle(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
+		bus.OpPolicyCreate.Name: serve(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
 			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
 				return st.CreatePolicy(ctx, r.TenantID, r.Policy, now())
 			})
 		}),
-		bus.OpPolicyUpdate: handle(w, bus.OpPolicyUpdate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
+		bus.OpPolicyUpdate.Name: serve(w, bus.OpPolicyUpdate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
 			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
 				return st.UpdatePolicy(ctx, r.TenantID, r.ID, r.Policy, now())
 			})
 		}),
-		bus.OpPolicyGet: handle(w, bus.OpPolicyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Policy, error) {
+		bus.OpPolicyGet.Name: serve(w, bus.OpPolicyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Policy, error) {
 			return st.GetPolicy(ctx, r.TenantID, r.ID)
 		}),
-		bus.OpPolicyList: handle(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
+		bus.OpPolicyList.Name: serve(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
 			return nonNil(st.ListPolicies(ctx, r.TenantID))
 		}),
-		bus.OpPolicyNames: handle(w, bus.OpPolicyNames, func(ctx context.Context, r bus.PolicyNames) (bus.PolicyNameList, error) {
+		bus.OpPolicyNames.Name: serve(w, bus.OpPolicyNames, func(ctx context.Context, r bus.PolicyNames) (service.PolicyNameList, error) {
 			if r.V != bus.WireVersion {
-				return bus.PolicyNameList{}, errs.Errorf(errs.Invalid, "policy names query: wire version %d", r.V)
+				return service.PolicyNameList{}, errs.Errorf(errs.Invalid, "policy names query: wire version %d", r.V)
 			}
 			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
-				return bus.PolicyNameList{}, err
+				return service.PolicyNameList{}, err
 			}
 			n, err := st.CountPolicies(ctx, r.TenantID)
 			if err != nil || r.CountOnly {
-				return bus.PolicyNameList{Total: n, Policies: []tenants.PolicyName{}}, err
+				return service.PolicyNameList{Total: n, Policies: []tenants.PolicyName{}}, err
 			}
 			ps, err := st.PolicyNames(ctx, r.TenantID, r.IDs)
-			return bus.PolicyNameList{Total: n, Policies: ps}, err
+			return service.PolicyNameList{Total: n, Policies: ps}, err
 		}),
-		bus.OpPolicyDelete: handle(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
+		bus.OpPolicyDelete.Name: serve(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
 				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID, now())
 				return none{}, cs, err
 			})
 		}),
-		bus.OpKeyCreate: handle(w, bus.OpKeyCreate, func(ctx context.Context, r bus.KeyCreate) (bus.Written[bus.KeyCreated], error) {
-			return write(w, ctx, func() (bus.KeyCreated, []tenants.Change, error) {
+		bus.OpKeyCreate.Name: serve(w, bus.OpKeyCreate, func(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
+			return write(w, ctx, func() (service.KeyCreated, []tenants.Change, error) {
 				k, secret, cs, err := st.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, now())
-				return bus.KeyCreated{Key: k, Secret: secret}, cs, err
+				return service.KeyCreated{Key: k, Secret: secret}, cs, err
 			})
 		}),
-		bus.OpKeyGet: handle(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
+		bus.OpKeyGet.Name: serve(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
 			return st.GetConsumerKey(ctx, r.TenantID, r.ID)
 		}),
-		bus.OpKeyPage: handle(w, bus.OpKeyPage, func(ctx context.Context, r bus.KeyPageQuery) (tenants.KeyPage, error) {
+		bus.OpKeyPage.Name: serve(w, bus.OpKeyPage, func(ctx context.Context, r bus.KeyPageQuery) (tenants.KeyPage, error) {
 			if r.V != bus.WireVersion {
 				return tenants.KeyPage{}, errs.Errorf(errs.Invalid, "key page query: wire version %d", r.V)
 			}
@@ -150,46 +151,46 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			}
 			return st.ListConsumerKeyPage(ctx, r.KeyQuery)
 		}),
-		bus.OpKeyNames: handle(w, bus.OpKeyNames, func(ctx context.Context, r bus.KeyNames) (map[string]string, error) {
+		bus.OpKeyNames.Name: serve(w, bus.OpKeyNames, func(ctx context.Context, r bus.KeyNames) (map[string]string, error) {
 			if r.V != bus.WireVersion {
 				return nil, errs.Errorf(errs.Invalid, "key names query: wire version %d", r.V)
 			}
 			return st.ConsumerKeyNames(ctx, r.TenantID, r.IDs)
 		}),
-		bus.OpKeyCount: handle(w, bus.OpKeyCount, func(ctx context.Context, r bus.TenantScoped) (tenants.KeyCounts, error) {
+		bus.OpKeyCount.Name: serve(w, bus.OpKeyCount, func(ctx context.Context, r bus.TenantScoped) (tenants.KeyCounts, error) {
 			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
 				return tenants.KeyCounts{}, err
 			}
 			return st.CountConsumerKeys(ctx, r.TenantID)
 		}),
-		bus.OpKeyList: handle(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
+		bus.OpKeyList.Name: serve(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
 			return nonNil(st.ListConsumerKeys(ctx, r.TenantID))
 		}),
-		bus.OpKeyUpdate: handle(w, bus.OpKeyUpdate, func(ctx context.Context, r bus.KeyUpdate) (bus.Written[tenants.ConsumerKey], error) {
+		bus.OpKeyUpdate.Name: serve(w, bus.OpKeyUpdate, func(ctx context.Context, r bus.KeyUpdate) (service.Written[tenants.ConsumerKey], error) {
 			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
 				return st.UpdateConsumerKey(ctx, r.TenantID, r.ID, r.Patch, now())
 			})
 		}),
-		bus.OpKeyRevoke: handle(w, bus.OpKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.ConsumerKey], error) {
+		bus.OpKeyRevoke.Name: serve(w, bus.OpKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ConsumerKey], error) {
 			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
 				return st.RevokeConsumerKey(ctx, r.TenantID, r.ID, now())
 			})
 		}),
-		bus.OpBlockCreate: handle(w, bus.OpBlockCreate, func(ctx context.Context, b tenants.Block) (bus.Written[tenants.Block], error) {
+		bus.OpBlockCreate.Name: serve(w, bus.OpBlockCreate, func(ctx context.Context, b tenants.Block) (service.Written[tenants.Block], error) {
 			return write(w, ctx, func() (tenants.Block, []tenants.Change, error) {
 				return st.CreateBlock(ctx, b, now())
 			})
 		}),
-		bus.OpBlockList: handle(w, bus.OpBlockList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Block, error) {
+		bus.OpBlockList.Name: serve(w, bus.OpBlockList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Block, error) {
 			return nonNil(st.ListBlocks(ctx, r.TenantID))
 		}),
-		bus.OpBlockDelete: handle(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[none], error) {
+		bus.OpBlockDelete.Name: serve(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
 				cs, err := st.DeleteBlock(ctx, r.TenantID, r.ID, now())
 				return none{}, cs, err
 			})
 		}),
-		bus.OpBucketReset: handle(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (bus.Written[none], error) {
+		bus.OpBucketReset.Name: serve(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (service.Written[none], error) {
 			return write(w, ctx, func() (none, []tenants.Change, error) {
 				cs, err := st.ResetBuckets(ctx, r.TenantID, r.Policy, r.Identity, now())
 				if err == nil {
@@ -198,81 +199,81 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				return none{}, cs, err
 			})
 		}),
-		bus.OpUserCreate: handle(w, bus.OpUserCreate, func(ctx context.Context, r bus.UserCreate) (tenants.User, error) {
+		bus.OpUserCreate.Name: serve(w, bus.OpUserCreate, func(ctx context.Context, r service.UserCreate) (tenants.User, error) {
 			u, err := st.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, now())
 			if err != nil {
 				return u, err
 			}
 			return u, w.announceUser(ctx, u.ID)
 		}),
-		bus.OpUserSignIn: handle(w, bus.OpUserSignIn, func(ctx context.Context, r bus.SignIn) (bus.UserRecord, error) {
+		bus.OpUserSignIn.Name: serve(w, bus.OpUserSignIn, func(ctx context.Context, r bus.SignIn) (service.UserRecord, error) {
 			return w.signIn(ctx, r)
 		}),
-		bus.OpUserList: handle(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
+		bus.OpUserList.Name: serve(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
 			return nonNil(st.ListUsers(ctx, r.TenantID))
 		}),
-		bus.OpUserRole: handle(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (bus.Written[tenants.User], error) {
+		bus.OpUserRole.Name: serve(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (service.Written[tenants.User], error) {
 			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
 				return st.SetUserRole(ctx, r.TenantID, r.ID, r.Role, now())
 			})
 		}),
-		bus.OpUserDelete: handle(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.User], error) {
+		bus.OpUserDelete.Name: serve(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.User], error) {
 			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
 				return st.DeleteUser(ctx, r.TenantID, r.ID, now())
 			})
 		}),
-		bus.OpUserPassword: handle(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (bus.Written[bus.UserRecord], error) {
+		bus.OpUserPassword.Name: serve(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (service.Written[service.UserRecord], error) {
 			// Checked and hashed before the writer is taken; the write
 			// goes ahead only if the password checked is still the stored one.
 			p, err := st.PreparePasswordChange(ctx, r.ID, r.Current, r.New)
 			if err != nil {
-				return bus.Written[bus.UserRecord]{}, err
+				return service.Written[service.UserRecord]{}, err
 			}
-			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
 				u, cs, err := st.CommitPasswordChange(ctx, p, now())
-				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
-		bus.OpUserEmail: handle(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (bus.Written[bus.UserRecord], error) {
+		bus.OpUserEmail.Name: serve(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (service.Written[service.UserRecord], error) {
 			c, err := st.PrepareEmailChange(ctx, r.ID, r.Password, r.Email)
 			if err != nil {
-				return bus.Written[bus.UserRecord]{}, err
+				return service.Written[service.UserRecord]{}, err
 			}
-			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
 				u, cs, err := st.CommitEmailChange(ctx, c, now())
-				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
-		bus.OpUserEndSessions: handle(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.UserRecord], error) {
-			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+		bus.OpUserEndSessions.Name: serve(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.UserRecord], error) {
+			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
 				u, cs, err := st.EndSessions(ctx, r.ID, now())
-				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
 			})
 		}),
-		bus.OpServiceKeyCreate: handle(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (bus.Written[bus.ServiceKeyCreated], error) {
-			return write(w, ctx, func() (bus.ServiceKeyCreated, []tenants.Change, error) {
+		bus.OpServiceKeyCreate.Name: serve(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.ServiceKeyCreated], error) {
+			return write(w, ctx, func() (service.ServiceKeyCreated, []tenants.Change, error) {
 				k, secret, cs, err := st.CreateServiceKey(ctx, r.TenantID, now())
-				return bus.ServiceKeyCreated{Key: k, Secret: secret}, cs, err
+				return service.ServiceKeyCreated{Key: k, Secret: secret}, cs, err
 			})
 		}),
-		bus.OpServiceKeyList: handle(w, bus.OpServiceKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ServiceKey, error) {
+		bus.OpServiceKeyList.Name: serve(w, bus.OpServiceKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ServiceKey, error) {
 			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
 				return nil, err
 			}
 			return nonNil(st.ListServiceKeys(ctx, r.TenantID))
 		}),
-		bus.OpServiceKeyRevoke: handle(w, bus.OpServiceKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (bus.Written[tenants.ServiceKey], error) {
+		bus.OpServiceKeyRevoke.Name: serve(w, bus.OpServiceKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ServiceKey], error) {
 			return write(w, ctx, func() (tenants.ServiceKey, []tenants.Change, error) {
 				return st.RevokeServiceKey(ctx, r.TenantID, r.ID, now())
 			})
 		}),
-		bus.OpAuditList: handle(w, bus.OpAuditList, func(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
+		bus.OpAuditList.Name: serve(w, bus.OpAuditList, func(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
 			return st.ListAudit(ctx, q)
 		}),
-		bus.OpAuditGet: handle(w, bus.OpAuditGet, func(ctx context.Context, r bus.AuditGet) (tenants.AuditEntry, error) {
+		bus.OpAuditGet.Name: serve(w, bus.OpAuditGet, func(ctx context.Context, r service.AuditGet) (tenants.AuditEntry, error) {
 			return st.GetAuditEntry(ctx, r.TenantID, r.ID, r.AllTenants)
 		}),
-		bus.OpServiceKeyUsed: handle(w, bus.OpServiceKeyUsed, func(ctx context.Context, r bus.ServiceKeyUsed) (none, error) {
+		bus.OpServiceKeyUsed.Name: serve(w, bus.OpServiceKeyUsed, func(ctx context.Context, r bus.ServiceKeyUsed) (none, error) {
 			if r.V != bus.WireVersion {
 				return none{}, errs.Errorf(errs.Invalid, "service key use report: wire version %d", r.V)
 			}
@@ -292,16 +293,16 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 // An unknown email costs as much as a wrong password and answers the same
 // (errs.Unauthenticated). A right password of a suspended tenant's user
 // answers TenantSuspended; any other records the sign-in's time.
-func (w *Worker) signIn(ctx context.Context, r bus.SignIn) (bus.UserRecord, error) {
+func (w *Worker) signIn(ctx context.Context, r bus.SignIn) (service.UserRecord, error) {
 	u, err := w.store.Authenticate(ctx, r.Email, r.Password)
 	if err != nil {
-		return bus.UserRecord{}, err
+		return service.UserRecord{}, err
 	}
-	rec := bus.UserRecord{User: u, SessionVersion: u.SessionVersion}
+	rec := service.UserRecord{User: u, SessionVersion: u.SessionVersion}
 	if u.TenantID != "" {
 		t, err := w.store.GetTenant(ctx, u.TenantID)
 		if err != nil {
-			return bus.UserRecord{}, err
+			return service.UserRecord{}, err
 		}
 		rec.TenantSuspended = t.Suspended()
 	}

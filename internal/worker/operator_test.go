@@ -47,7 +47,7 @@ func TestOperatorBootstrap(t *testing.T) {
 	e.run(t) // Run bootstraps before it serves
 	var snap tenants.Snapshot
 	eventually(t, 10*time.Second, "the worker serves", func() bool {
-		return bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpSnapshot, nil, &snap) == nil
+		return bus.Request(ctx, e.nc, bus.OpSnapshot.Subject(), nil, &snap) == nil
 	})
 	if snap.OperatorTokenHash != tenants.HashToken(configured) {
 		t.Fatal("the first snapshot does not carry the configured token")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -39,22 +40,22 @@ func TestPasswordFloodKeepsRevocationsFast(t *testing.T) {
 	ctx := context.Background()
 	cl := bus.NewClient(e.nc, 30*time.Second)
 	const password = "correct horse battery"
-	var flood, victim bus.Written[bus.TenantCreated]
+	var flood, victim service.Written[service.TenantCreated]
 	eventuallyOK(t, "worker serving", func() error {
-		return cl.Call(ctx, bus.OpTenantCreate, bus.TenantCreate{Name: "flood", OwnerEmail: "owner@flood.test", OwnerPassword: password}, &flood)
+		return bus.CallInto(ctx, cl, bus.OpTenantCreate, bus.TenantCreate{Name: "flood", OwnerEmail: "owner@flood.test", OwnerPassword: password}, &flood)
 	})
-	if err := cl.Call(ctx, bus.OpTenantCreate, bus.TenantCreate{Name: "victim", OwnerEmail: "owner@victim.test", OwnerPassword: password}, &victim); err != nil {
+	if err := bus.CallInto(ctx, cl, bus.OpTenantCreate, bus.TenantCreate{Name: "victim", OwnerEmail: "owner@victim.test", OwnerPassword: password}, &victim); err != nil {
 		t.Fatal(err)
 	}
-	var owner bus.UserRecord
-	if err := cl.Call(ctx, bus.OpUserSignIn, bus.SignIn{Email: "owner@flood.test", Password: password}, &owner); err != nil {
+	var owner service.UserRecord
+	if err := bus.CallInto(ctx, cl, bus.OpUserSignIn, bus.SignIn{Email: "owner@flood.test", Password: password}, &owner); err != nil {
 		t.Fatal(err)
 	}
 	const revocations = 20
 	keys := make([]string, revocations)
 	for i := range keys {
-		var k bus.Written[bus.KeyCreated]
-		if err := cl.Call(ctx, bus.OpKeyCreate, bus.KeyCreate{TenantID: victim.Result.Tenant.ID, Name: fmt.Sprintf("key %d", i), Tier: "pro"}, &k); err != nil {
+		var k service.Written[service.KeyCreated]
+		if err := bus.CallInto(ctx, cl, bus.OpKeyCreate, service.KeyCreate{TenantID: victim.Result.Tenant.ID, Name: fmt.Sprintf("key %d", i), Tier: "pro"}, &k); err != nil {
 			t.Fatal(err)
 		}
 		keys[i] = k.Result.Key.ID
@@ -95,13 +96,13 @@ func TestPasswordFloodKeepsRevocationsFast(t *testing.T) {
 				switch i % 3 {
 				case 0:
 					var u tenants.User
-					err = cl.Call(floodCtx, bus.OpUserCreate, bus.UserCreate{TenantID: flood.Result.Tenant.ID, Email: fmt.Sprintf("m%d-%d@flood.test", i, n), Password: "invited passphrase", Role: tenants.RoleMember}, &u)
+					err = bus.CallInto(floodCtx, cl, bus.OpUserCreate, service.UserCreate{TenantID: flood.Result.Tenant.ID, Email: fmt.Sprintf("m%d-%d@flood.test", i, n), Password: "invited passphrase", Role: tenants.RoleMember}, &u)
 				case 1:
-					var w bus.Written[bus.UserRecord]
-					err = cl.Call(floodCtx, bus.OpUserPassword, bus.UserPassword{ID: owner.User.ID, Current: password, New: password}, &w)
+					var w service.Written[service.UserRecord]
+					err = bus.CallInto(floodCtx, cl, bus.OpUserPassword, bus.UserPassword{ID: owner.User.ID, Current: password, New: password}, &w)
 				case 2:
-					var w bus.Written[bus.UserRecord]
-					err = cl.Call(floodCtx, bus.OpUserEmail, bus.UserEmail{ID: owner.User.ID, Password: password, Email: fmt.Sprintf("o%d-%d@flood.test", i, n)}, &w)
+					var w service.Written[service.UserRecord]
+					err = bus.CallInto(floodCtx, cl, bus.OpUserEmail, bus.UserEmail{ID: owner.User.ID, Password: password, Email: fmt.Sprintf("o%d-%d@flood.test", i, n)}, &w)
 				}
 				switch {
 				case err == nil:
@@ -144,8 +145,8 @@ func TestPasswordFloodKeepsRevocationsFast(t *testing.T) {
 	time.Sleep(floodFor / (revocations + 2)) // the flood is under way
 	for _, id := range keys {
 		start := time.Now()
-		var w bus.Written[tenants.ConsumerKey]
-		if err := cl.Call(ctx, bus.OpKeyRevoke, bus.TenantScoped{TenantID: victim.Result.Tenant.ID, ID: id}, &w); err != nil {
+		var w service.Written[tenants.ConsumerKey]
+		if err := bus.CallInto(ctx, cl, bus.OpKeyRevoke, bus.TenantScoped{TenantID: victim.Result.Tenant.ID, ID: id}, &w); err != nil {
 			t.Fatalf("revoke during the flood: %v", err)
 		}
 		var at time.Time

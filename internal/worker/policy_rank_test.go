@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -22,19 +23,19 @@ func TestPolicyRankAndNames(t *testing.T) {
 	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
 	tenant := func(name string) string {
 		t.Helper()
-		var ten bus.Written[bus.TenantCreated]
+		var ten service.Written[service.TenantCreated]
 		eventually(t, 10*time.Second, "worker answering", func() bool {
-			return client.Call(op, bus.OpTenantCreate, bus.TenantCreate{Name: name, OwnerEmail: "owner@" + name + ".test", OwnerPassword: "correct horse battery"}, &ten) == nil
+			return bus.CallInto(op, client, bus.OpTenantCreate, bus.TenantCreate{Name: name, OwnerEmail: "owner@" + name + ".test", OwnerPassword: "correct horse battery"}, &ten) == nil
 		})
 		return ten.Result.Tenant.ID
 	}
 	policy := func(tenantID, name string) string {
 		t.Helper()
-		var w bus.Written[tenants.Policy]
+		var w service.Written[tenants.Policy]
 		p := tenants.Policy{Name: name, Path: "/" + name, Tiers: map[string]tenants.Limits{
 			"anonymous": {{Algorithm: tenants.TokenBucket, Limit: 10, Period: "60s"}},
 		}}
-		if err := client.Call(op, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: p}, &w); err != nil {
+		if err := bus.CallInto(op, client, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: p}, &w); err != nil {
 			t.Fatal(err)
 		}
 		return w.Result.ID
@@ -67,21 +68,21 @@ func TestPolicyRankAndNames(t *testing.T) {
 	})
 
 	from, to := time.Unix(minute*60, 0), time.Unix((minute+1)*60, 0)
-	want := []bus.PolicyRank{
+	want := []service.PolicyRank{
 		{ID: login, Name: "login", Denied: 30, RateLimited: 30},
 		{ID: search, Name: "search", Allowed: 9, Denied: 17, RateLimited: 16, Blocked: 1},
 	}
-	rank := func(when string, q bus.PolicyRankQuery) {
+	rank := func(when string, q service.PolicyRankQuery) {
 		t.Helper()
-		var got []bus.PolicyRank
-		if err := client.Query(op, bus.QueryTopPolicies, q, &got); err != nil {
+		var got []service.PolicyRank
+		if err := bus.CallInto(op, client, bus.QueryTopPolicies, bus.PolicyRankRequest{V: bus.WireVersion, PolicyRankQuery: q}, &got); err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: ranking %+v, want %+v", when, got, want)
 		}
 	}
-	q := bus.PolicyRankQuery{V: bus.WireVersion, TenantID: a, From: from, To: to, Limit: 5}
+	q := service.PolicyRankQuery{TenantID: a, From: from, To: to, Limit: 5}
 	rank("minute rows", q)
 
 	// Roll the minute up into an hour and the hour into a day, each folded
@@ -96,52 +97,53 @@ func TestPolicyRankAndNames(t *testing.T) {
 	q.From, q.To = from.Add(-24*time.Hour), to.Add(24*time.Hour)
 	rank("day rows", q)
 
-	var top1 []bus.PolicyRank
-	if err := client.Query(op, bus.QueryTopPolicies, bus.PolicyRankQuery{V: bus.WireVersion, TenantID: b, From: q.From, To: q.To, Limit: 1}, &top1); err != nil {
+	var top1 []service.PolicyRank
+	if err := bus.CallInto(op, client, bus.QueryTopPolicies, bus.PolicyRankRequest{V: bus.WireVersion, PolicyRankQuery: service.PolicyRankQuery{TenantID: b, From: q.From, To: q.To, Limit: 1}}, &top1); err != nil {
 		t.Fatal(err)
 	}
 	if len(top1) != 1 || top1[0].ID != bSearch || top1[0].Denied != 1000 {
 		t.Errorf("tenant b's ranking %+v", top1)
 	}
-	for name, bad := range map[string]bus.PolicyRankQuery{
-		"no payload version": {TenantID: a, From: from, To: to},
-		"a newer version":    {V: bus.WireVersion + 1, TenantID: a, From: from, To: to},
-		"no tenant":          {V: bus.WireVersion, From: from, To: to},
-		"too many":           {V: bus.WireVersion, TenantID: a, From: from, To: to, Limit: maxTop + 1},
-		"no range":           {V: bus.WireVersion, TenantID: a},
+	type pq = service.PolicyRankQuery
+	for name, bad := range map[string]bus.PolicyRankRequest{
+		"no payload version": {PolicyRankQuery: pq{TenantID: a, From: from, To: to}},
+		"a newer version":    {V: bus.WireVersion + 1, PolicyRankQuery: pq{TenantID: a, From: from, To: to}},
+		"no tenant":          {V: bus.WireVersion, PolicyRankQuery: pq{From: from, To: to}},
+		"too many":           {V: bus.WireVersion, PolicyRankQuery: pq{TenantID: a, From: from, To: to, Limit: maxTop + 1}},
+		"no range":           {V: bus.WireVersion, PolicyRankQuery: pq{TenantID: a}},
 	} {
-		if err := client.Query(op, bus.QueryTopPolicies, bad, &top1); !errs.Is(err, errs.Invalid) {
+		if err := bus.CallInto(op, client, bus.QueryTopPolicies, bad, &top1); !errs.Is(err, errs.Invalid) {
 			t.Errorf("%s: %v, want invalid", name, err)
 		}
 	}
 
-	var names bus.PolicyNameList
-	if err := client.Call(op, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: a}, &names); err != nil {
+	var names service.PolicyNameList
+	if err := bus.CallInto(op, client, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: a}, &names); err != nil {
 		t.Fatal(err)
 	}
 	wantNames := []tenants.PolicyName{{ID: login, Name: "login"}, {ID: quiet, Name: "quiet"}, {ID: search, Name: "search"}}
 	if names.Total != 3 || !reflect.DeepEqual(names.Policies, wantNames) {
 		t.Errorf("tenant a's names %+v", names)
 	}
-	if err := client.Call(op, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: a, IDs: []string{search, bSearch}}, &names); err != nil {
+	if err := bus.CallInto(op, client, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: a, IDs: []string{search, bSearch}}, &names); err != nil {
 		t.Fatal(err)
 	}
 	if names.Total != 3 || !reflect.DeepEqual(names.Policies, []tenants.PolicyName{{ID: search, Name: "search"}}) {
 		t.Errorf("names by id %+v: want tenant a's search only", names)
 	}
-	if err := client.Call(op, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: b, CountOnly: true}, &names); err != nil || names.Total != 1 || len(names.Policies) != 0 {
+	if err := bus.CallInto(op, client, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: b, CountOnly: true}, &names); err != nil || names.Total != 1 || len(names.Policies) != 0 {
 		t.Errorf("tenant b's count %+v, %v", names, err)
 	}
-	if err := client.Call(op, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: "ten_nope"}, &names); !errs.Is(err, errs.NotFound) {
+	if err := bus.CallInto(op, client, bus.OpPolicyNames, bus.PolicyNames{V: bus.WireVersion, TenantID: "ten_nope"}, &names); !errs.Is(err, errs.NotFound) {
 		t.Errorf("unknown tenant: %v", err)
 	}
-	if err := client.Call(op, bus.OpPolicyNames, bus.PolicyNames{TenantID: a}, &names); !errs.Is(err, errs.Invalid) {
+	if err := bus.CallInto(op, client, bus.OpPolicyNames, bus.PolicyNames{TenantID: a}, &names); !errs.Is(err, errs.Invalid) {
 		t.Errorf("names without a payload version: %v", err)
 	}
 
 	// The request an older server sends still answers whole policies.
 	var all []tenants.Policy
-	if err := client.Call(op, bus.OpPolicyList, bus.TenantScoped{TenantID: a}, &all); err != nil || len(all) != 3 || len(all[0].Tiers) == 0 {
+	if err := bus.CallInto(op, client, bus.OpPolicyList, bus.TenantScoped{TenantID: a}, &all); err != nil || len(all) != 3 || len(all[0].Tiers) == 0 {
 		t.Errorf("policy.list: %d policies, %v", len(all), err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -110,9 +111,9 @@ func TestServerCredentialGetsNoPasswordHash(t *testing.T) {
 	ctx := context.Background()
 	cl := bus.NewClient(e.server, 10*time.Second)
 	const email, password = "owner@example.com", "correct horse battery"
-	var created bus.Written[bus.TenantCreated]
+	var created service.Written[service.TenantCreated]
 	eventuallyOK(t, "tenant created over the server's credential", func() error {
-		return cl.Call(ctx, bus.OpTenantCreate, bus.TenantCreate{Name: "acme", OwnerEmail: email, OwnerPassword: password}, &created)
+		return bus.CallInto(ctx, cl, bus.OpTenantCreate, bus.TenantCreate{Name: "acme", OwnerEmail: email, OwnerPassword: password}, &created)
 	})
 	tenantID := created.Result.Tenant.ID
 
@@ -126,13 +127,13 @@ func TestServerCredentialGetsNoPasswordHash(t *testing.T) {
 		}
 		return msg.Data
 	}
-	var rec bus.UserRecord
-	reply := raw(bus.OpUserSignIn, bus.SignIn{Email: email, Password: password})
+	var rec service.UserRecord
+	reply := raw(bus.OpUserSignIn.Name, bus.SignIn{Email: email, Password: password})
 	if err := bus.DecodeReply(reply, &rec); err != nil || rec.User.Email != email || rec.User.TenantID != tenantID || rec.SessionVersion < 1 {
 		t.Fatalf("sign-in with the right password: %+v, %v", rec, err)
 	}
 	for _, wrong := range []bus.SignIn{{Email: email, Password: "wrong horse battery"}, {Email: "nobody@example.com", Password: password}} {
-		err := bus.DecodeReply(raw(bus.OpUserSignIn, wrong), &rec)
+		err := bus.DecodeReply(raw(bus.OpUserSignIn.Name, wrong), &rec)
 		if !errs.Is(err, errs.Unauthenticated) {
 			t.Fatalf("sign-in %+v: %v, want unauthenticated", wrong, err)
 		}
@@ -142,13 +143,13 @@ func TestServerCredentialGetsNoPasswordHash(t *testing.T) {
 	// email and password in the request: no answer holds a hash. (Deleting
 	// and suspending the tenant are left out; they answer no user.)
 	owner := rec.User.ID
-	if err := bus.DecodeReply(raw(bus.OpUserSignIn, bus.SignIn{Email: email, Password: password}), &rec); err != nil {
+	if err := bus.DecodeReply(raw(bus.OpUserSignIn.Name, bus.SignIn{Email: email, Password: password}), &rec); err != nil {
 		t.Fatal(err)
 	}
 	req := map[string]any{"v": bus.WireVersion, "tenant_id": tenantID, "id": owner, "email": email,
 		"password": password, "current": password, "new": password, "role": tenants.RoleOwner}
 	for _, op := range bus.ServerConfigOps {
-		if op == bus.OpTenantDelete || op == bus.OpTenantSuspend {
+		if op == bus.OpTenantDelete.Name || op == bus.OpTenantSuspend.Name {
 			continue
 		}
 		if r := string(raw(op, req)); strings.Contains(r, "$argon2") || strings.Contains(r, "password_hash") {

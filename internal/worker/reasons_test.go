@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/service"
 )
 
 // sumReasons adds up a timeseries' denials by reason.
-func sumReasons(ps []bus.TimeseriesPoint) (rl, ik, bl int64) {
+func sumReasons(ps []service.TimeseriesPoint) (rl, ik, bl int64) {
 	for _, p := range ps {
 		rl += p.RateLimited
 		ik += p.InvalidKey
@@ -57,7 +58,7 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 	from, to := time.Unix(minute*60, 0), time.Unix((minute+1)*60, 0)
 	exact := func(when string) {
 		t.Helper()
-		ts, err := e.w.timeseries(ctx, bus.TimeseriesQuery{TenantID: "ten_a", From: from.Add(-48 * time.Hour), To: to.Add(48 * time.Hour), Step: "60m"})
+		ts, err := e.w.timeseries(ctx, service.TimeseriesQuery{TenantID: "ten_a", From: from.Add(-48 * time.Hour), To: to.Add(48 * time.Hour), Step: "60m"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,9 +71,9 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 	}
 	exact("after the open minute's fold")
 
-	top := func(reason string) []bus.TopEntry {
+	top := func(reason string) []service.TopEntry {
 		t.Helper()
-		es, err := e.w.top(ctx, bus.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: reason})
+		es, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: reason})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 	if es := top("rate_limited"); len(es) == 0 || es[0].Identity.ID != "198.51.100.1" || es[0].RateLimited != 40 || es[0].Allowed != 5 {
 		t.Fatalf("top by rate_limited: %+v", es)
 	}
-	if _, err := e.w.top(ctx, bus.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: "denied; DROP TABLE counters"}); err == nil {
+	if _, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: "denied; DROP TABLE counters"}); err == nil {
 		t.Fatal("an unknown reason was accepted")
 	}
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 )
 
@@ -134,8 +135,8 @@ func createTenant(t *testing.T, nc *nats.Conn, name string) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var out bus.Written[bus.TenantCreated]
-		err := bus.Request(ctx, nc, bus.ConfigPrefix+"."+bus.OpTenantCreate,
+		var out service.Written[service.TenantCreated]
+		err := bus.Request(ctx, nc, bus.OpTenantCreate.Subject(),
 			bus.TenantCreate{Name: name, OwnerEmail: name + "@example.com", OwnerPassword: "correct horse battery"}, &out)
 		cancel()
 		if err == nil || errs.Code(err) != errs.Unavailable || time.Now().After(deadline) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/service"
 )
 
 // fold keeps the K identities with the most denials exactly and moves the
@@ -129,7 +130,7 @@ func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
 	}
 	ctx := context.Background()
 	from := time.Unix(minute*60, 0)
-	top, err := e.w.top(ctx, bus.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 3})
+	top, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +165,14 @@ func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
 	if ids != 5 {
 		t.Fatalf("%d identities after folding, want 5", ids)
 	}
-	ts, err := e.w.timeseries(ctx, bus.TimeseriesQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute)})
+	ts, err := e.w.timeseries(ctx, service.TimeseriesQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := ts.Points[0]; p.Allowed != allowed || p.Denied != denied {
 		t.Fatalf("timeseries %+v, want %d/%d: the others cells count in totals", p, allowed, denied)
 	}
-	top, _ = e.w.top(ctx, bus.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 100, IncludeAllowed: true})
+	top, _ = e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 100, IncludeAllowed: true})
 	for _, en := range top {
 		if en.Identity.Kind == bus.CounterOthers {
 			t.Fatalf("top lists the others aggregate: %+v", en)
@@ -191,30 +192,30 @@ func insertMinute(t *testing.T, db *sql.DB, tenant string, minute int64, policy,
 }
 
 type snapshot struct {
-	byDay, byHour []bus.TimeseriesPoint
-	top           []bus.TopEntry
+	byDay, byHour []service.TimeseriesPoint
+	top           []service.TopEntry
 }
 
 func takeSnapshot(t *testing.T, w *Worker, tenant string, from, to time.Time) snapshot {
 	t.Helper()
 	ctx := context.Background()
 	var s snapshot
-	day, err := w.timeseries(ctx, bus.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "1440m"})
+	day, err := w.timeseries(ctx, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "1440m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hour, err := w.timeseries(ctx, bus.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "60m"})
+	hour, err := w.timeseries(ctx, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "60m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.byDay, s.byHour = day.Points, hour.Points
-	if s.top, err = w.top(ctx, bus.TopQuery{TenantID: tenant, From: from, To: to, Limit: 1000, IncludeAllowed: true}); err != nil {
+	if s.top, err = w.top(ctx, service.TopQuery{TenantID: tenant, From: from, To: to, Limit: 1000, IncludeAllowed: true}); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func sumPoints(ps []bus.TimeseriesPoint) (a, d int64) {
+func sumPoints(ps []service.TimeseriesPoint) (a, d int64) {
 	for _, p := range ps {
 		a += p.Allowed
 		d += p.Denied

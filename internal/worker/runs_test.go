@@ -299,7 +299,7 @@ func TestStateBatchesInBothForms(t *testing.T) {
 	e.run(t)
 	var ver bus.Version
 	eventually(t, 10*time.Second, "worker serving", func() bool {
-		return bus.Request(context.Background(), e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &ver) == nil
+		return bus.Request(context.Background(), e.nc, bus.OpVersion.Subject(), struct{}{}, &ver) == nil
 	})
 	if !slices.Contains(ver.StateFormats, bus.PackedStateFormat) {
 		t.Fatalf("version reply %+v does not name %s", ver, bus.PackedStateFormat)

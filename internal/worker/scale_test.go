@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 )
 
@@ -98,7 +99,7 @@ func TestWorkerJobsNeverLockEachOther(t *testing.T) {
 	e.run(t)
 	eventually(t, 10*time.Second, "worker serving", func() bool {
 		var v bus.Version
-		return bus.Request(context.Background(), nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &v) == nil
+		return bus.Request(context.Background(), nc, bus.OpVersion.Subject(), struct{}{}, &v) == nil
 	})
 
 	const messages, perMessage = 40, 200
@@ -120,8 +121,8 @@ func TestWorkerJobsNeverLockEachOther(t *testing.T) {
 	errc := make(chan error, 8)
 	for i := range 4 {
 		wg.Go(func() {
-			var out bus.Written[bus.TenantCreated]
-			errc <- bus.Request(context.Background(), nc, bus.ConfigPrefix+"."+bus.OpTenantCreate,
+			var out service.Written[service.TenantCreated]
+			errc <- bus.Request(context.Background(), nc, bus.OpTenantCreate.Subject(),
 				bus.TenantCreate{Name: fmt.Sprintf("t%d", i), OwnerEmail: fmt.Sprintf("o%d@example.test", i), OwnerPassword: "a long passphrase"}, &out)
 		})
 	}

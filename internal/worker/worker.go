@@ -352,7 +352,14 @@ func requestActor(ctx context.Context, h micro.Headers) context.Context {
 	return tenants.WithActor(ctx, a)
 }
 
-// handler adapts a typed function to a micro endpoint: it decodes the
+// serve is handle for an operation of the table (bus.Op): fn must take and
+// answer the operation's own types, so that a handler and the servers'
+// requests cannot disagree.
+func serve[Req any, Res any](w *Worker, o bus.Op[Req, Res], fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
+	return handle(w, o.Name, fn)
+}
+
+// handle adapts a typed function to a micro endpoint: it decodes the
 // request, runs fn, and replies with the envelope. Each call runs in its own
 // goroutine so a slow request (a sync wait) does not hold up the others.
 func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
@@ -420,13 +427,13 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
 		return err
 	}
-	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTimeseries, "analytics_timeseries", handle(w, bus.QueryTimeseries, w.timeseries)); err != nil {
+	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, w.timeseries)); err != nil {
 		return err
 	}
-	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTop, "analytics_top", handle(w, bus.QueryTop, w.top)); err != nil {
+	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, w.top)); err != nil {
 		return err
 	}
-	if err := add(bus.AnalyticsPrefix+"."+bus.QueryTopPolicies, "analytics_top_policies", handle(w, bus.QueryTopPolicies, w.topPolicies)); err != nil {
+	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, w.topPolicies)); err != nil {
 		return err
 	}
 	return w.registerConfig(add)

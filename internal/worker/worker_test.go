@@ -336,7 +336,7 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	e.run(t)
 	eventually(t, 10*time.Second, "worker answering", func() bool {
 		var v bus.Version
-		return bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpVersion, struct{}{}, &v) == nil
+		return bus.Request(ctx, e.nc, bus.OpVersion.Subject(), struct{}{}, &v) == nil
 	})
 
 	got, pages := 0, 0
@@ -376,7 +376,7 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 
 	// Any other large reply comes in parts too: a tenant's key list.
 	var list []tenants.ConsumerKey
-	if err := bus.Request(ctx, e.nc, bus.ConfigPrefix+"."+bus.OpKeyList, bus.TenantScoped{TenantID: tn.ID}, &list); err != nil {
+	if err := bus.Request(ctx, e.nc, bus.OpKeyList.Subject(), bus.TenantScoped{TenantID: tn.ID}, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != keys {

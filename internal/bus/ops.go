@@ -1,0 +1,150 @@
+package bus
+
+// The operation table: every request a server sends the worker for config
+// and analytics, with its subject and, in its type, the request it takes
+// and the reply it answers. The client side (services.go) and the worker's
+// handlers (internal/worker, serve) are both typed by these values, so a
+// request or reply that does not match is a compile error; the worker's
+// TestServerConfigOpsAreTheWorkers holds it to serving every one.
+//
+// Nothing is served under ConfigPrefix + ".operator.": the worker
+// bootstraps the operator itself at start, and a server's NATS
+// permissions deny those subjects (roles.go).
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Op is one operation: requests of type Req to Subject() answer Res.
+type Op[Req, Res any] struct {
+	// Name is the operation as subjects and metrics name it.
+	Name   string
+	prefix string
+}
+
+// Subject is where the worker serves the operation.
+func (o Op[Req, Res]) Subject() string { return o.prefix + "." + o.Name }
+
+// OpName is the operation's name, for lists of operations of any type.
+func (o Op[Req, Res]) OpName() string { return o.Name }
+
+// AnyOp is an operation of any request and reply type.
+type AnyOp interface {
+	OpName() string
+	Subject() string
+}
+
+func configOp[Req, Res any](name string) Op[Req, Res] {
+	return Op[Req, Res]{Name: name, prefix: ConfigPrefix}
+}
+
+func analyticsOp[Req, Res any](name string) Op[Req, Res] {
+	return Op[Req, Res]{Name: name, prefix: AnalyticsPrefix}
+}
+
+// None is an empty request or reply.
+type None = service.None
+
+// Config operations.
+var (
+	OpSnapshot = configOp[None, tenants.Snapshot]("snapshot")
+	OpVersion  = configOp[None, Version]("version")
+
+	OpTenantCreate  = configOp[TenantCreate, service.Written[service.TenantCreated]]("tenant.create")
+	OpTenantList    = configOp[None, []tenants.TenantSummary]("tenant.list")
+	OpTenantGet     = configOp[TenantScoped, tenants.TenantSummary]("tenant.get")
+	OpTenantSuspend = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.suspend")
+	OpTenantResume  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.resume")
+	OpTenantDelete  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.delete")
+
+	OpPolicyCreate = configOp[PolicyWrite, service.Written[tenants.Policy]]("policy.create")
+	OpPolicyGet    = configOp[TenantScoped, tenants.Policy]("policy.get")
+	OpPolicyList   = configOp[TenantScoped, []tenants.Policy]("policy.list")
+	OpPolicyUpdate = configOp[PolicyWrite, service.Written[tenants.Policy]]("policy.update")
+	OpPolicyDelete = configOp[TenantScoped, service.Written[None]]("policy.delete")
+	// OpPolicyNames answers ids and names, or a count (PolicyNames).
+	OpPolicyNames = configOp[PolicyNames, service.PolicyNameList]("policy.names")
+
+	OpKeyCreate = configOp[service.KeyCreate, service.Written[service.KeyCreated]]("key.create")
+	OpKeyGet    = configOp[TenantScoped, tenants.ConsumerKey]("key.get")
+	// OpKeyList answers every key of a tenant (the API's list).
+	OpKeyList = configOp[TenantScoped, []tenants.ConsumerKey]("key.list")
+	// OpKeyPage answers one filtered, sorted page (KeyPageQuery).
+	OpKeyPage   = configOp[KeyPageQuery, tenants.KeyPage]("key.page")
+	OpKeyNames  = configOp[KeyNames, map[string]string]("key.names")
+	OpKeyCount  = configOp[TenantScoped, tenants.KeyCounts]("key.count")
+	OpKeyUpdate = configOp[KeyUpdate, service.Written[tenants.ConsumerKey]]("key.update")
+	OpKeyRevoke = configOp[TenantScoped, service.Written[tenants.ConsumerKey]]("key.revoke")
+
+	OpBlockCreate = configOp[tenants.Block, service.Written[tenants.Block]]("block.create")
+	OpBlockList   = configOp[TenantScoped, []tenants.Block]("block.list")
+	OpBlockDelete = configOp[TenantScoped, service.Written[None]]("block.delete")
+	OpBucketReset = configOp[BucketReset, service.Written[None]]("bucket.reset")
+
+	// OpUserSignIn checks a password on the worker (SignIn).
+	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
+	OpUserCreate      = configOp[service.UserCreate, tenants.User]("user.create")
+	OpUserList        = configOp[TenantScoped, []tenants.User]("user.list")
+	OpUserRole        = configOp[UserRole, service.Written[tenants.User]]("user.role")
+	OpUserDelete      = configOp[TenantScoped, service.Written[tenants.User]]("user.delete")
+	OpUserPassword    = configOp[UserPassword, service.Written[service.UserRecord]]("user.password")
+	OpUserEmail       = configOp[UserEmail, service.Written[service.UserRecord]]("user.email")
+	OpUserEndSessions = configOp[TenantScoped, service.Written[service.UserRecord]]("user.end_sessions")
+
+	OpServiceKeyCreate = configOp[TenantScoped, service.Written[service.ServiceKeyCreated]]("service_key.create")
+	OpServiceKeyList   = configOp[TenantScoped, []tenants.ServiceKey]("service_key.list")
+	OpServiceKeyRevoke = configOp[TenantScoped, service.Written[tenants.ServiceKey]]("service_key.revoke")
+	// OpServiceKeyUsed is a server's batched last-use report.
+	OpServiceKeyUsed = configOp[ServiceKeyUsed, None]("service_key.used")
+
+	// The audit log (reads; entries are written by the writes above).
+	OpAuditList = configOp[tenants.AuditQuery, tenants.AuditPage]("audit.list")
+	OpAuditGet  = configOp[service.AuditGet, tenants.AuditEntry]("audit.get")
+)
+
+// Analytics queries.
+var (
+	QueryTimeseries = analyticsOp[service.TimeseriesQuery, service.Timeseries]("timeseries")
+	QueryTop        = analyticsOp[service.TopQuery, []service.TopEntry]("top")
+	// QueryTopPolicies ranks policies by denials (PolicyRankRequest).
+	QueryTopPolicies = analyticsOp[PolicyRankRequest, []service.PolicyRank]("top_policies")
+)
+
+// ConfigOps is every config operation the worker serves.
+var ConfigOps = []AnyOp{
+	OpSnapshot, OpVersion,
+	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete,
+	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
+	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
+	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
+	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
+	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
+	OpAuditList, OpAuditGet,
+}
+
+// AnalyticsOps is every analytics query the worker serves.
+var AnalyticsOps = []AnyOp{QueryTimeseries, QueryTop, QueryTopPolicies}
+
+// Call sends one operation's request and answers its reply. The request
+// carries the context's actor (tenants.WithActor) for the audit log; c's
+// timeout bounds it.
+func Call[Req, Res any](ctx context.Context, c *Client, op Op[Req, Res], req Req) (Res, error) {
+	var res Res
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	err := Request(ctx, c.nc, op.Subject(), req, &res)
+	return res, err
+}
+
+// CallInto is Call for a caller that keeps the reply in a variable of its
+// own; out may be nil when the reply does not matter.
+func CallInto[Req, Res any](ctx context.Context, c *Client, op Op[Req, Res], req Req, out *Res) error {
+	res, err := Call(ctx, c, op, req)
+	if out != nil && err == nil {
+		*out = res
+	}
+	return err
+}

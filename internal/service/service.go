@@ -1,0 +1,142 @@
+// Package service declares what the front doors (the API, the dashboard)
+// ask of the worker: one small interface per part of the domain, with the
+// values they take and answer.
+//
+// internal/bus implements every interface over NATS (bus.NewServices),
+// each method one request of its typed operation table (bus.Op), and the
+// worker serves that table with handlers typed by it. Handlers hold a
+// Services and never see a subject, an operation name or a wire type;
+// their tests that need no NATS use the in-memory implementation in
+// package servicetest.
+//
+// This package must never import the front doors, bus, the engine or the
+// worker: it is below all of them.
+package service
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Services is everything the front doors ask of the worker.
+type Services struct {
+	Tenants     Tenants
+	Policies    Policies
+	Keys        Keys
+	ServiceKeys ServiceKeys
+	Users       Users
+	Blocks      Blocks
+	Buckets     Buckets
+	Audit       Audit
+	Analytics   Analytics
+}
+
+// Written is a write's result and the config version that committed it.
+// A front door waits until its own server has applied Version before it
+// answers, so that its next read sees the write.
+type Written[T any] struct {
+	Result  T     `json:"result"`
+	Version int64 `json:"version"`
+}
+
+// None is the result of a write that answers nothing but its version.
+type None struct{}
+
+// Tenants are the operator's view of tenants.
+type Tenants interface {
+	// Create makes a tenant with its owner and first service key.
+	Create(ctx context.Context, name, ownerEmail, ownerPassword string) (Written[TenantCreated], error)
+	List(ctx context.Context) ([]tenants.TenantSummary, error)
+	Get(ctx context.Context, id string) (tenants.TenantSummary, error)
+	Suspend(ctx context.Context, id string) (Written[tenants.Tenant], error)
+	Resume(ctx context.Context, id string) (Written[tenants.Tenant], error)
+	Delete(ctx context.Context, id string) (Written[tenants.Tenant], error)
+}
+
+// Policies are a tenant's limit policies.
+type Policies interface {
+	Create(ctx context.Context, tenantID string, p tenants.Policy) (Written[tenants.Policy], error)
+	Update(ctx context.Context, tenantID, id string, p tenants.Policy) (Written[tenants.Policy], error)
+	Get(ctx context.Context, tenantID, id string) (tenants.Policy, error)
+	// List answers whole policies; Names is the cheaper read for pages
+	// that only name them.
+	List(ctx context.Context, tenantID string) ([]tenants.Policy, error)
+	// Names answers the ids and names of the tenant's policies, by name:
+	// all of them, or with ids only those that are the tenant's (at most
+	// tenants.MaxPolicyNameIDs).
+	Names(ctx context.Context, tenantID string, ids []string) (PolicyNameList, error)
+	// Count counts the tenant's policies.
+	Count(ctx context.Context, tenantID string) (int, error)
+	Delete(ctx context.Context, tenantID, id string) (Written[None], error)
+}
+
+// Keys are a tenant's consumer keys.
+type Keys interface {
+	Create(ctx context.Context, k KeyCreate) (Written[KeyCreated], error)
+	Get(ctx context.Context, tenantID, id string) (tenants.ConsumerKey, error)
+	// List answers every key of the tenant (the API's list); Page one
+	// filtered, sorted page.
+	List(ctx context.Context, tenantID string) ([]tenants.ConsumerKey, error)
+	Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage, error)
+	// Names maps each of ids that is the tenant's key to its name (at most
+	// tenants.MaxRankedKeys ids); other ids are left out.
+	Names(ctx context.Context, tenantID string, ids []string) (map[string]string, error)
+	Count(ctx context.Context, tenantID string) (tenants.KeyCounts, error)
+	Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (Written[tenants.ConsumerKey], error)
+	Revoke(ctx context.Context, tenantID, id string) (Written[tenants.ConsumerKey], error)
+}
+
+// ServiceKeys are the keys a tenant's apps call Sluice with.
+type ServiceKeys interface {
+	Create(ctx context.Context, tenantID string) (Written[ServiceKeyCreated], error)
+	List(ctx context.Context, tenantID string) ([]tenants.ServiceKey, error)
+	Revoke(ctx context.Context, tenantID, id string) (Written[tenants.ServiceKey], error)
+}
+
+// Users are dashboard users: a tenant's members and the operator.
+type Users interface {
+	// SignIn checks an email and password on the worker: a wrong email or
+	// password alike answers errs.Unauthenticated, and password hashes
+	// never leave the worker.
+	SignIn(ctx context.Context, email, password string) (UserRecord, error)
+	// Create invites a member to a tenant.
+	Create(ctx context.Context, u UserCreate) (tenants.User, error)
+	List(ctx context.Context, tenantID string) ([]tenants.User, error)
+	SetRole(ctx context.Context, tenantID, id, role string) (Written[tenants.User], error)
+	Delete(ctx context.Context, tenantID, id string) (Written[tenants.User], error)
+	// ChangePassword changes a user's own password; current must be right.
+	ChangePassword(ctx context.Context, id, current, next string) (Written[UserRecord], error)
+	// ChangeEmail changes a user's own email; password must be right.
+	ChangeEmail(ctx context.Context, id, password, email string) (Written[UserRecord], error)
+	// EndSessions signs the user out everywhere.
+	EndSessions(ctx context.Context, id string) (Written[UserRecord], error)
+}
+
+// Blocks are identities refused before any limit. An empty tenant id is
+// the operator's: every tenant's blocks, or a block of any tenant.
+type Blocks interface {
+	Create(ctx context.Context, b tenants.Block) (Written[tenants.Block], error)
+	List(ctx context.Context, tenantID string) ([]tenants.Block, error)
+	Delete(ctx context.Context, tenantID, id string) (Written[None], error)
+}
+
+// Buckets are callers' live limit state.
+type Buckets interface {
+	// Reset refills one identity's buckets for a policy, by name.
+	Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (Written[None], error)
+}
+
+// Audit is the audit log (its entries are written by the writes above).
+type Audit interface {
+	List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error)
+	Get(ctx context.Context, g AuditGet) (tenants.AuditEntry, error)
+}
+
+// Analytics are the decision counters rolled up by the worker.
+type Analytics interface {
+	Timeseries(ctx context.Context, q TimeseriesQuery) (Timeseries, error)
+	Top(ctx context.Context, q TopQuery) ([]TopEntry, error)
+	// TopPolicies ranks the tenant's policies by denials.
+	TopPolicies(ctx context.Context, q PolicyRankQuery) ([]PolicyRank, error)
+}

@@ -1,0 +1,160 @@
+package service
+
+// The values the services take and answer, besides the domain's own
+// (package tenants). They travel between the servers and the worker as
+// JSON, so their tags are part of the wire format: renaming one breaks
+// servers and workers of different versions.
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// TenantCreated is the new tenant and its service key, shown once.
+type TenantCreated struct {
+	Tenant     tenants.Tenant `json:"tenant"`
+	ServiceKey string         `json:"service_key"`
+}
+
+// KeyCreate creates a consumer key.
+type KeyCreate struct {
+	TenantID  string                    `json:"tenant_id"`
+	Name      string                    `json:"name"`
+	Tier      string                    `json:"tier"`
+	ExpiresAt *time.Time                `json:"expires_at,omitempty"`
+	Overrides map[string]tenants.Limits `json:"overrides,omitempty"`
+}
+
+// KeyCreated is a new consumer key and its secret, shown once.
+type KeyCreated struct {
+	Key    tenants.ConsumerKey `json:"key"`
+	Secret string              `json:"secret"`
+}
+
+// PolicyNameList answers Policies.Names. Total counts every policy of the
+// tenant, whatever IDs asked for.
+type PolicyNameList struct {
+	Total    int                  `json:"total"`
+	Policies []tenants.PolicyName `json:"policies"`
+}
+
+// UserCreate invites a member to a tenant.
+type UserCreate struct {
+	TenantID string `json:"tenant_id"`
+	Email    string `json:"email"`
+	Password string `json:"password"`
+	Role     string `json:"role"`
+}
+
+// ServiceKeyCreated is a new service key and its secret, shown once.
+type ServiceKeyCreated struct {
+	Key    tenants.ServiceKey `json:"key"`
+	Secret string             `json:"secret"`
+}
+
+// UserRecord is a user (never their password hash) and the session version
+// a new session of theirs carries. TenantSuspended says the user's tenant
+// is suspended: sign-in is refused.
+type UserRecord struct {
+	User            tenants.User `json:"user"`
+	SessionVersion  int64        `json:"session_version"`
+	TenantSuspended bool         `json:"tenant_suspended,omitempty"`
+}
+
+// AuditGet reads one audit entry; AllTenants (the operator) reads any
+// tenant's, otherwise another tenant's entry answers not found.
+type AuditGet struct {
+	TenantID   string `json:"tenant_id,omitempty"`
+	AllTenants bool   `json:"all_tenants,omitempty"`
+	ID         int64  `json:"id"`
+}
+
+// TimeseriesQuery asks for allowed/denied counts per step, optionally of
+// one policy or one identity.
+type TimeseriesQuery struct {
+	TenantID string            `json:"tenant_id"`
+	From     time.Time         `json:"from"`
+	To       time.Time         `json:"to"`
+	Step     string            `json:"step"`
+	Policy   string            `json:"policy,omitempty"`
+	Identity *tenants.Identity `json:"identity,omitempty"`
+}
+
+// TimeseriesPoint is one step of a timeseries. Denied is every denial;
+// RateLimited, InvalidKey and Blocked split it by reason (denials counted
+// before reasons were, see migration 0006, may be in Denied only).
+type TimeseriesPoint struct {
+	Start       time.Time `json:"start"`
+	Allowed     int64     `json:"allowed"`
+	Denied      int64     `json:"denied"`
+	RateLimited int64     `json:"rate_limited"`
+	InvalidKey  int64     `json:"invalid_key"`
+	Blocked     int64     `json:"blocked"`
+}
+
+// Timeseries answers a TimeseriesQuery.
+type Timeseries struct {
+	From   time.Time         `json:"from"`
+	To     time.Time         `json:"to"`
+	Step   string            `json:"step"`
+	Points []TimeseriesPoint `json:"points"`
+}
+
+// TopQuery asks for identities ranked by denials in one tenant or, with
+// TenantID empty (the operator's abuse report), across all tenants.
+// IdentityKind keeps one kind ("ip" or "key"); IncludeAllowed also ranks
+// identities that were never denied (after those that were), which is how
+// the dashboard learns when each key was last used.
+type TopQuery struct {
+	TenantID       string            `json:"tenant_id,omitempty"`
+	From           time.Time         `json:"from"`
+	To             time.Time         `json:"to"`
+	Limit          int               `json:"limit"`
+	Policy         string            `json:"policy,omitempty"`
+	Identity       *tenants.Identity `json:"identity,omitempty"`
+	IdentityKind   string            `json:"identity_kind,omitempty"`
+	IncludeAllowed bool              `json:"include_allowed,omitempty"`
+	// Reason, when set ("rate_limited", "invalid_key" or "blocked"), ranks
+	// by that reason's denials and keeps only identities with some.
+	Reason string `json:"reason,omitempty"`
+}
+
+// PolicyRankQuery asks Analytics.TopPolicies for the tenant's policies
+// ranked by denials over a range, in one query rather than a timeseries
+// per policy. Only the tenant's current policies are ranked (counters name
+// a policy by name; one deleted or renamed since is left out).
+type PolicyRankQuery struct {
+	TenantID string    `json:"tenant_id"`
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	// Limit is how many policies to answer, 1–1000; 20 when 0.
+	Limit int `json:"limit"`
+}
+
+// PolicyRank is one policy's decisions over a range: every decision,
+// callers counted together as "others" included, so the totals are exact.
+type PolicyRank struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Allowed     int64  `json:"allowed"`
+	Denied      int64  `json:"denied"`
+	RateLimited int64  `json:"rate_limited"`
+	InvalidKey  int64  `json:"invalid_key"`
+	Blocked     int64  `json:"blocked"`
+}
+
+// TopEntry is one ranked identity.
+type TopEntry struct {
+	TenantID    string           `json:"tenant_id,omitempty"`
+	TenantName  string           `json:"tenant_name,omitempty"`
+	Identity    tenants.Identity `json:"identity"`
+	Allowed     int64            `json:"allowed"`
+	Denied      int64            `json:"denied"`
+	RateLimited int64            `json:"rate_limited"`
+	InvalidKey  int64            `json:"invalid_key"`
+	Blocked     int64            `json:"blocked"`
+	DenialRatio float64          `json:"denial_ratio"`
+	FirstSeen   time.Time        `json:"first_seen"`
+	LastSeen    time.Time        `json:"last_seen"`
+}
