@@ -21,29 +21,13 @@ func (h *handler) applied(c echo.Context, version int64) {
 	h.Engine.WaitVersion(ctx, version)
 }
 
-// policyBody is a policy as API clients write it.
-type policyBody struct {
-	Name        string                    `json:"name"`
-	Method      string                    `json:"method"`
-	Path        string                    `json:"path"`
-	Query       map[string]string         `json:"query"`
-	Consistency string                    `json:"consistency"`
-	Shadow      bool                      `json:"shadow"`
-	Tiers       map[string]tenants.Limits `json:"tiers"`
-	// UnlistedTiers: "allow" (the default) or "deny".
-	UnlistedTiers string `json:"unlisted_tiers"`
-}
-
-func (b policyBody) policy() tenants.Policy {
-	return tenants.Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers, UnlistedTiers: b.UnlistedTiers}
-}
 
 func (h *handler) createPolicy(c echo.Context) error {
-	var b policyBody
+	var b tenants.PolicyBody
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	w, err := h.Services.Policies.Create(c.Request().Context(), tenantID(c), b.policy())
+	w, err := h.Services.Policies.Create(c.Request().Context(), tenantID(c), b.Policy())
 	if err != nil {
 		return err
 	}
@@ -52,11 +36,11 @@ func (h *handler) createPolicy(c echo.Context) error {
 }
 
 func (h *handler) updatePolicy(c echo.Context) error {
-	var b policyBody
+	var b tenants.PolicyBody
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	w, err := h.Services.Policies.Update(c.Request().Context(), tenantID(c), c.Param("id"), b.policy())
+	w, err := h.Services.Policies.Update(c.Request().Context(), tenantID(c), c.Param("id"), b.Policy())
 	if err != nil {
 		return err
 	}

@@ -148,22 +148,6 @@ func fetchState(ctx context.Context, tc, oc *client, keys, blocks bool) (limitsf
 	return st, tenantID, nil
 }
 
-// policyBody is a policy as POST and PUT /v1/policies take it.
-type policyBody struct {
-	Name          string                    `json:"name"`
-	Method        string                    `json:"method"`
-	Path          string                    `json:"path"`
-	Query         map[string]string         `json:"query,omitempty"`
-	Consistency   string                    `json:"consistency"`
-	Shadow        bool                      `json:"shadow"`
-	Tiers         map[string]tenants.Limits `json:"tiers"`
-	UnlistedTiers string                    `json:"unlisted_tiers"`
-}
-
-func bodyOf(p tenants.Policy) policyBody {
-	return policyBody{Name: p.Name, Method: p.Method, Path: p.Path, Query: p.Query, Consistency: p.Consistency, Shadow: p.Shadow, Tiers: p.Tiers, UnlistedTiers: p.UnlistedTiers}
-}
-
 type blockBody struct {
 	TenantID  string           `json:"tenant_id"`
 	Identity  tenants.Identity `json:"identity"`
@@ -181,9 +165,9 @@ func execute(ctx context.Context, tc, oc *client, tenantID string, plan limitsfi
 		var err error
 		switch {
 		case c.Kind == "policy" && c.Action == limitsfile.Create:
-			_, err = tc.do(ctx, "POST", "/v1/policies", bodyOf(c.Policy), nil)
+			_, err = tc.do(ctx, "POST", "/v1/policies", tenants.BodyOf(c.Policy), nil)
 		case c.Kind == "policy" && c.Action == limitsfile.Update:
-			_, err = tc.do(ctx, "PUT", "/v1/policies/"+url.PathEscape(c.ID), bodyOf(c.Policy), nil)
+			_, err = tc.do(ctx, "PUT", "/v1/policies/"+url.PathEscape(c.ID), tenants.BodyOf(c.Policy), nil)
 		case c.Kind == "policy" && c.Action == limitsfile.Delete:
 			_, err = tc.do(ctx, "DELETE", "/v1/policies/"+url.PathEscape(c.ID), nil, nil)
 		case c.Kind == "key" && c.Action == limitsfile.Update:

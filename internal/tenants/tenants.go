@@ -169,3 +169,28 @@ type Block struct {
 func (b Block) Active(now time.Time) bool {
 	return b.ExpiresAt == nil || now.Before(*b.ExpiresAt)
 }
+
+// PolicyBody is a policy as clients write it: the body of POST and PUT
+// /v1/policies, which the API reads and the CLI sends. The Go SDK keeps a
+// copy of its own (sdk.Policy), held equal to this one by a test.
+type PolicyBody struct {
+	Name        string            `json:"name"`
+	Method      string            `json:"method"`
+	Path        string            `json:"path"`
+	Query       map[string]string `json:"query,omitempty"`
+	Consistency string            `json:"consistency"`
+	Shadow      bool              `json:"shadow"`
+	Tiers       map[string]Limits `json:"tiers"`
+	// UnlistedTiers: "allow" (the default) or "deny".
+	UnlistedTiers string `json:"unlisted_tiers"`
+}
+
+// Policy is the policy b describes, without the ids and times Sluice sets.
+func (b PolicyBody) Policy() Policy {
+	return Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers, UnlistedTiers: b.UnlistedTiers}
+}
+
+// BodyOf is p as a client writes it.
+func BodyOf(p Policy) PolicyBody {
+	return PolicyBody{Name: p.Name, Method: p.Method, Path: p.Path, Query: p.Query, Consistency: p.Consistency, Shadow: p.Shadow, Tiers: p.Tiers, UnlistedTiers: p.UnlistedTiers}
+}
