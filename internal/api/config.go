@@ -21,7 +21,6 @@ func (h *handler) applied(c echo.Context, version int64) {
 	h.Engine.WaitVersion(ctx, version)
 }
 
-
 func (h *handler) createPolicy(c echo.Context) error {
 	var b tenants.PolicyBody
 	if err := bind(c, &b); err != nil {
