@@ -38,7 +38,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
-	"github.com/sluicehq/sluice/internal/worker"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // floodStep is one row of the flood table.
@@ -180,7 +180,7 @@ func runFlood(ctx context.Context, cfg Config, out io.Writer) error {
 		{"maintenance +36 d (hours rolled into days)", 36 * 24 * time.Hour},
 		{"maintenance +402 d (days past retention)", 402 * 24 * time.Hour},
 	} {
-		if _, err := worker.Maintain(ctx, db, worker.Retention{}, now.Add(later.d), log); err != nil {
+		if _, err := analytics.Maintain(ctx, db, analytics.Retention{}, now.Add(later.d), log); err != nil {
 			return fmt.Errorf("%s: %w", later.name, err)
 		}
 		st, err := measure(ctx, later.name, data, dbPath, false)

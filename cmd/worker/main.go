@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func run() error {
 		replicasDef = n
 	}
 	replicas := fs.Int("nats-replicas", replicasDef, app.ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
-	var analytics worker.Retention
+	var analytics analytics.Retention
 	if err := analytics.RegisterFlags(fs, os.Getenv); err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // Config is everything a Sluice server process is told at start. Every
@@ -59,7 +60,7 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Analytics retention of the embedded worker: --analytics-minutes,
 	// --analytics-hours, --analytics-days, --analytics-top-k (SLUICE_ANALYTICS_*).
-	Analytics worker.Retention
+	Analytics analytics.Retention
 	// Streams bounds the state and counter streams when this process runs
 	// the worker: --stream-max-bytes, --stream-max-age (streams.go).
 	Streams bus.StreamLimits

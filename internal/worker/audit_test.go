@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // TestAuditEntryCommitsWithItsChange runs config writes through NATS with
@@ -203,7 +204,7 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	if _, _, err := st.CreatePolicy(ctx, tn.ID, tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1, Period: "1s"}}}}, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := Maintain(ctx, e.db, Retention{}, now, nil) // the default: 400 days
+	ms, err := analytics.Maintain(ctx, e.db, analytics.Retention{}, now, nil) // the default: 400 days
 	if err != nil {
 		t.Fatal(err)
 	}

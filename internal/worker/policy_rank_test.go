@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // The policy ranking and policy names answer over NATS for the asking
@@ -17,7 +18,7 @@ import (
 // totals through folds and roll-ups, and leave policy.list as older
 // servers knew it.
 func TestPolicyRankAndNames(t *testing.T) {
-	e := newEnv(t, Config{Analytics: Retention{TopK: 2}})
+	e := newEnv(t, Config{Analytics: analytics.Retention{TopK: 2}})
 	e.run(t)
 	client := bus.NewClient(e.nc, 5*time.Second)
 	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
@@ -87,8 +88,8 @@ func TestPolicyRankAndNames(t *testing.T) {
 
 	// Roll the minute up into an hour and the hour into a day, each folded
 	// to two identities: the totals per policy stay.
-	r := Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 30 * 24 * time.Hour, TopK: 2}
-	if _, err := Maintain(context.Background(), e.db, r, from.Add(3*24*time.Hour), nil); err != nil {
+	r := analytics.Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 30 * 24 * time.Hour, TopK: 2}
+	if _, err := analytics.Maintain(context.Background(), e.db, r, from.Add(3*24*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := countRows(t, e.db, `SELECT count(*) FROM counter_rollups WHERE res = 1440`); n == 0 {
@@ -109,7 +110,7 @@ func TestPolicyRankAndNames(t *testing.T) {
 		"no payload version": {PolicyRankQuery: pq{TenantID: a, From: from, To: to}},
 		"a newer version":    {V: bus.WireVersion + 1, PolicyRankQuery: pq{TenantID: a, From: from, To: to}},
 		"no tenant":          {V: bus.WireVersion, PolicyRankQuery: pq{From: from, To: to}},
-		"too many":           {V: bus.WireVersion, PolicyRankQuery: pq{TenantID: a, From: from, To: to, Limit: maxTop + 1}},
+		"too many":           {V: bus.WireVersion, PolicyRankQuery: pq{TenantID: a, From: from, To: to, Limit: 1001}},
 		"no range":           {V: bus.WireVersion, PolicyRankQuery: pq{TenantID: a}},
 	} {
 		if err := bus.CallInto(op, client, bus.QueryTopPolicies, bad, &top1); !errs.Is(err, errs.Invalid) {

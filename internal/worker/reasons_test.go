@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // sumReasons adds up a timeseries' denials by reason.
@@ -25,7 +26,7 @@ func sumReasons(ps []service.TimeseriesPoint) (rl, ik, bl int64) {
 // top identities while open, and roll-ups into hours and days. Top ranks
 // by one reason's denials when asked.
 func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
-	e := newEnv(t, Config{Analytics: Retention{TopK: 3}})
+	e := newEnv(t, Config{Analytics: analytics.Retention{TopK: 3}})
 	e.run(t)
 	const minute = 29000000
 	row := func(kind, id string, allowed, rl, ik, bl int64) bus.CounterRow {
@@ -58,7 +59,7 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 	from, to := time.Unix(minute*60, 0), time.Unix((minute+1)*60, 0)
 	exact := func(when string) {
 		t.Helper()
-		ts, err := e.w.timeseries(ctx, service.TimeseriesQuery{TenantID: "ten_a", From: from.Add(-48 * time.Hour), To: to.Add(48 * time.Hour), Step: "60m"})
+		ts, err := analytics.Timeseries(ctx, e.db, service.TimeseriesQuery{TenantID: "ten_a", From: from.Add(-48 * time.Hour), To: to.Add(48 * time.Hour), Step: "60m"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 
 	top := func(reason string) []service.TopEntry {
 		t.Helper()
-		es, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: reason})
+		es, err := analytics.Top(ctx, e.db, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: reason})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,13 +86,13 @@ func TestDenialReasonsSurviveFoldsAndRollups(t *testing.T) {
 	if es := top("rate_limited"); len(es) == 0 || es[0].Identity.ID != "198.51.100.1" || es[0].RateLimited != 40 || es[0].Allowed != 5 {
 		t.Fatalf("top by rate_limited: %+v", es)
 	}
-	if _, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: "denied; DROP TABLE counters"}); err == nil {
+	if _, err := analytics.Top(ctx, e.db, service.TopQuery{TenantID: "ten_a", From: from, To: to, Limit: 10, Reason: "denied; DROP TABLE counters"}); err == nil {
 		t.Fatal("an unknown reason was accepted")
 	}
 
 	// Roll the minute up into an hour and the hour into a day.
-	r := Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 30 * 24 * time.Hour, TopK: 3}
-	if _, err := Maintain(ctx, e.db, r, from.Add(3*24*time.Hour), nil); err != nil {
+	r := analytics.Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 30 * 24 * time.Hour, TopK: 3}
+	if _, err := analytics.Maintain(ctx, e.db, r, from.Add(3*24*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := countRows(t, e.db, `SELECT count(*) FROM counter_rollups WHERE res = 1440`); n == 0 {

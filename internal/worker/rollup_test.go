@@ -3,9 +3,7 @@ package worker
 import (
 	"context"
 	"database/sql"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,72 +11,15 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
-
-// fold keeps the K identities with the most denials exactly and moves the
-// rest into "others" per policy and tier; totals per policy and tier are
-// unchanged.
-func TestFoldKeepsTopKAndTotals(t *testing.T) {
-	c := cells{}
-	for i := range 50 {
-		id := fmt.Sprintf("192.0.2.%d", i)
-		c.add(cellKey{"p1", "anonymous", "ip", id}, cellVal{allowed: 1, denied: int64(i), first: 10, last: 10})
-		if i%2 == 0 {
-			c.add(cellKey{"p2", "anonymous", "ip", id}, cellVal{allowed: 2, first: 11, last: 11})
-		}
-	}
-	c.add(cellKey{"p1", "anonymous", bus.CounterOthers, ""}, cellVal{allowed: 7, denied: 70, first: 9, last: 12})
-	before := totalsByPolicy(c)
-	out, changed := fold(c, 3)
-	if !changed {
-		t.Fatal("fold of 50 identities to 3 reported no change")
-	}
-	if after := totalsByPolicy(out); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Fatalf("totals per policy changed: %v before, %v after", before, after)
-	}
-	if n := out.identities(); n != 3 {
-		t.Fatalf("%d identities kept, want 3", n)
-	}
-	// The most denials: 49, 48 (with its p2 cell, as 48 is even) and 47.
-	for _, want := range []struct {
-		id     string
-		p1, p2 int64
-	}{{"192.0.2.49", 49, -1}, {"192.0.2.48", 48, 0}, {"192.0.2.47", 47, -1}} {
-		if v := out[cellKey{"p1", "anonymous", "ip", want.id}]; v == nil || v.denied != want.p1 || v.allowed != 1 {
-			t.Fatalf("%s p1 = %+v, want %d denied exactly", want.id, v, want.p1)
-		}
-		v := out[cellKey{"p2", "anonymous", "ip", want.id}]
-		if want.p2 < 0 && v != nil || want.p2 >= 0 && (v == nil || v.denied != want.p2) {
-			t.Fatalf("%s p2 = %+v, want %d", want.id, v, want.p2)
-		}
-	}
-	o := out[cellKey{"p1", "anonymous", bus.CounterOthers, ""}]
-	if o == nil || o.first != 9 || o.last != 12 {
-		t.Fatalf("others cell %+v: first/last must span every folded row", o)
-	}
-	// Folding what fits changes nothing.
-	if _, changed := fold(out, 3); changed {
-		t.Fatal("a second fold to the same K changed something")
-	}
-}
-
-func totalsByPolicy(c cells) map[string][2]int64 {
-	out := map[string][2]int64{}
-	for k, v := range c {
-		t := out[k.policy+"/"+k.tier]
-		t[0] += v.allowed
-		t[1] += v.denied
-		out[k.policy+"/"+k.tier] = t
-	}
-	return out
-}
 
 // Through a real NATS stream and a real SQLite file: one tenant's minute
 // with many more identities than the open bound keeps exact totals, a
 // bounded number of rows, and its heavy callers exactly, even though they
 // came in every batch and the small ones were folded in between.
 func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
-	e := newEnv(t, Config{Analytics: Retention{TopK: 5}})
+	e := newEnv(t, Config{Analytics: analytics.Retention{TopK: 5}})
 	e.run(t)
 	const minute = 29000000
 	var allowed, denied int64
@@ -125,12 +66,12 @@ func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
 	if err := e.db.QueryRow(`SELECT count(*) FROM counters`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if rows > openCellsPerK*5+2 {
-		t.Fatalf("%d rows for one tenant's minute, want at most %d", rows, openCellsPerK*5+2)
+	if rows > analytics.OpenCellsPerK*5+2 {
+		t.Fatalf("%d rows for one tenant's minute, want at most %d", rows, analytics.OpenCellsPerK*5+2)
 	}
 	ctx := context.Background()
 	from := time.Unix(minute*60, 0)
-	top, err := e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 3})
+	top, err := analytics.Top(ctx, e.db, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +89,7 @@ func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
 	}
 
 	// Once the minute is closed, maintenance folds it to its top 5.
-	st, err := Maintain(ctx, e.db, Retention{TopK: 5}, from.Add(10*time.Minute), nil)
+	st, err := analytics.Maintain(ctx, e.db, analytics.Retention{TopK: 5}, from.Add(10*time.Minute), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,14 +106,14 @@ func TestOpenMinuteStaysBoundedAndExact(t *testing.T) {
 	if ids != 5 {
 		t.Fatalf("%d identities after folding, want 5", ids)
 	}
-	ts, err := e.w.timeseries(ctx, service.TimeseriesQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute)})
+	ts, err := analytics.Timeseries(ctx, e.db, service.TimeseriesQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := ts.Points[0]; p.Allowed != allowed || p.Denied != denied {
 		t.Fatalf("timeseries %+v, want %d/%d: the others cells count in totals", p, allowed, denied)
 	}
-	top, _ = e.w.top(ctx, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 100, IncludeAllowed: true})
+	top, _ = analytics.Top(ctx, e.db, service.TopQuery{TenantID: "ten_a", From: from, To: from.Add(time.Minute), Limit: 100, IncludeAllowed: true})
 	for _, en := range top {
 		if en.Identity.Kind == bus.CounterOthers {
 			t.Fatalf("top lists the others aggregate: %+v", en)
@@ -200,16 +141,16 @@ func takeSnapshot(t *testing.T, w *Worker, tenant string, from, to time.Time) sn
 	t.Helper()
 	ctx := context.Background()
 	var s snapshot
-	day, err := w.timeseries(ctx, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "1440m"})
+	day, err := analytics.Timeseries(ctx, w.db, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "1440m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hour, err := w.timeseries(ctx, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "60m"})
+	hour, err := analytics.Timeseries(ctx, w.db, service.TimeseriesQuery{TenantID: tenant, From: from, To: to, Step: "60m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.byDay, s.byHour = day.Points, hour.Points
-	if s.top, err = w.top(ctx, service.TopQuery{TenantID: tenant, From: from, To: to, Limit: 1000, IncludeAllowed: true}); err != nil {
+	if s.top, err = analytics.Top(ctx, w.db, service.TopQuery{TenantID: tenant, From: from, To: to, Limit: 1000, IncludeAllowed: true}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -239,7 +180,7 @@ func countRows(t *testing.T, db *sql.DB, q string) int {
 func TestRollupsKeepTotalsOverMixedGranularities(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
-	r := Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 3 * 24 * time.Hour, TopK: 2}
+	r := analytics.Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 3 * 24 * time.Hour, TopK: 2}
 	day0 := int64(29000000/1440) * 1440 // a day's first minute
 	// Three days of traffic, a few minutes every 5 hours, from 4 callers
 	// of tenant A (one heavy), and one caller of tenant B.
@@ -270,7 +211,7 @@ func TestRollupsKeepTotalsOverMixedGranularities(t *testing.T) {
 		t.Fatalf("before roll-up: %d/%d, want %d/%d", a, d, wantA, wantD)
 	}
 
-	st, err := Maintain(ctx, e.db, r, now, nil)
+	st, err := analytics.Maintain(ctx, e.db, r, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +256,7 @@ func TestRollupsKeepTotalsOverMixedGranularities(t *testing.T) {
 		t.Fatalf("tenant B: %d/%d", a, d)
 	}
 	// A second pass at the same instant changes nothing.
-	if st, err := Maintain(ctx, e.db, r, now, nil); err != nil || st.MinuteRowsUp+st.HourRowsUp != 0 {
+	if st, err := analytics.Maintain(ctx, e.db, r, now, nil); err != nil || st.MinuteRowsUp+st.HourRowsUp != 0 {
 		t.Fatalf("second pass: %+v, %v", st, err)
 	}
 	if again := takeSnapshot(t, e.w, "ten_a", from, to); fmt.Sprint(again) != fmt.Sprint(after) {
@@ -324,7 +265,7 @@ func TestRollupsKeepTotalsOverMixedGranularities(t *testing.T) {
 
 	// Four days later only the last day rows are within retention; a week
 	// later nothing is left.
-	if _, err := Maintain(ctx, e.db, r, now.Add(7*24*time.Hour), nil); err != nil {
+	if _, err := analytics.Maintain(ctx, e.db, r, now.Add(7*24*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := countRows(t, e.db, `SELECT (SELECT count(*) FROM counters) + (SELECT count(*) FROM counter_rollups)`); n != 0 {
@@ -363,7 +304,7 @@ func TestMaintenanceShrinksTheFile(t *testing.T) {
 	if n := countRows(t, e.db, `SELECT count(*) FROM buckets_live`); n != 0 {
 		t.Fatalf("%d buckets left after the sweep", n)
 	}
-	st, err := Maintain(ctx, e.db, Retention{}, time.Now(), nil)
+	st, err := analytics.Maintain(ctx, e.db, analytics.Retention{}, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,45 +335,4 @@ func statSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
-}
-
-// The retention flags take Go durations or whole days, fall back to their
-// SLUICE_* twins, and reject settings that would roll rows up too early.
-func TestRetentionFlags(t *testing.T) {
-	parse := func(env map[string]string, args ...string) (Retention, error) {
-		var r Retention
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		if err := r.RegisterFlags(fs, func(k string) string { return env[k] }); err != nil {
-			return r, err
-		}
-		if err := fs.Parse(args); err != nil {
-			return r, err
-		}
-		return r, r.Validate()
-	}
-	r, err := parse(nil)
-	if err != nil || r.MinuteRows != 72*time.Hour || r.HourRows != 35*24*time.Hour || r.DayRows != 400*24*time.Hour || r.TopK != 100 {
-		t.Fatalf("defaults: %+v, %v", r, err)
-	}
-	r, err = parse(map[string]string{"SLUICE_ANALYTICS_MINUTES": "2d", "SLUICE_ANALYTICS_TOP_K": "20", "SLUICE_ANALYTICS_DAYS": "90d"},
-		"--analytics-minutes", "36h", "--analytics-hours", "30d")
-	if err != nil || r.MinuteRows != 36*time.Hour || r.HourRows != 30*24*time.Hour || r.DayRows != 90*24*time.Hour || r.TopK != 20 {
-		t.Fatalf("flags over env: %+v, %v", r, err)
-	}
-	for _, bad := range []struct {
-		env  map[string]string
-		args []string
-	}{
-		{nil, []string{"--analytics-minutes", "10m"}},
-		{nil, []string{"--analytics-hours", "2d", "--analytics-minutes", "3d"}},
-		{nil, []string{"--analytics-days", "10d"}},
-		{nil, []string{"--analytics-minutes", "soon"}},
-		{map[string]string{"SLUICE_ANALYTICS_TOP_K": "-3"}, nil},
-		{map[string]string{"SLUICE_ANALYTICS_HOURS": "0d"}, nil},
-	} {
-		if _, err := parse(bad.env, bad.args...); err == nil {
-			t.Errorf("%v %v accepted", bad.env, bad.args)
-		}
-	}
 }

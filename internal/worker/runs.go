@@ -49,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
 )
 
 // A run's partitions are a bit set in one uint64.
@@ -239,16 +240,16 @@ func stageRows(tx *sql.Tx, run int64, rows []bucketRow, now int64) ([bus.Partiti
 	if _, err := tx.Exec(`INSERT INTO bucket_run_ids (run) VALUES (?)`, run); err != nil {
 		return counts, err
 	}
-	m := newMultiRow(tx, `INSERT INTO bucket_runs (run, part, key, tenant_id, state, full_at, seq, updated_at) VALUES`, 8, ``)
+	m := sqlitedb.NewMultiRow(tx, `INSERT INTO bucket_runs (run, part, key, tenant_id, state, full_at, seq, updated_at) VALUES`, 8, ``)
 	runV, nowV := any(run), any(now) // boxed once, not per row
 	for _, row := range rows {
-		if err := m.add(runV, row.part, row.rec.Key, row.rec.TenantID, row.bin, row.rec.FullAt, int64(row.seq), nowV); err != nil {
-			m.flush()
+		if err := m.Add(runV, row.part, row.rec.Key, row.rec.TenantID, row.bin, row.rec.FullAt, int64(row.seq), nowV); err != nil {
+			m.Flush()
 			return counts, err
 		}
 		counts[row.part]++
 	}
-	return counts, m.flush()
+	return counts, m.Flush()
 }
 
 // stage appends rows (sorted by part, key, one per key) to a new run within

@@ -36,6 +36,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // consume runs one stream's fetch/apply/ack loop until ctx ends.
@@ -493,6 +494,22 @@ func (w *Worker) mergeState(payloads []payload) []bucketRow {
 }
 
 // decodeCounters decodes one counter stream message, or logs and returns nil.
+// applyCounters decodes the payloads' counter batches (once) and adds them
+// to the analytics tables (analytics.ApplyCounters).
+func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
+	batches := make([]*bus.CounterBatch, 0, len(payloads))
+	for i := range payloads {
+		p := &payloads[i]
+		if !p.decoded {
+			p.counters, p.decoded = decodeCounters(w, p.data), true
+		}
+		if p.counters != nil {
+			batches = append(batches, p.counters)
+		}
+	}
+	return analytics.ApplyCounters(tx, batches, w.cfg.Analytics.TopK)
+}
+
 func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
 	bs := decodeBatches(w, []payload{{data: data}}, func(b *bus.CounterBatch) int { return b.V })
 	if len(bs) == 0 {

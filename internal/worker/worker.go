@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
 // Config tunes a Worker. The zero value of each field means its default.
@@ -55,7 +56,7 @@ type Config struct {
 	// SweepInterval is how often full buckets are deleted from SQLite.
 	SweepInterval time.Duration
 	// Analytics bounds the analytics kept (see rollup.go).
-	Analytics Retention
+	Analytics analytics.Retention
 	// Caps bounds what one tenant may hold; zero fields take their
 	// defaults (tenants.Caps).
 	Caps tenants.Caps
@@ -181,7 +182,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	cfg.Analytics.defaults()
+	cfg.Analytics.Defaults()
 	if err := cfg.Analytics.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -307,11 +308,10 @@ func (w *Worker) runActive(ctx context.Context) error {
 		})
 	})
 	wg.Go(func() { every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
-	m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, pruneAudit: w.store.PruneAudit, r: w.cfg.Analytics, log: w.log,
-		compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
+	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		every(ctx, w.cfg.Analytics.Interval, func() {
-			if _, err := m.run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+			if _, err := m.Run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
 		})
@@ -350,6 +350,11 @@ func requestActor(ctx context.Context, h micro.Headers) context.Context {
 		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
 	}
 	return tenants.WithActor(ctx, a)
+}
+
+// query is an analytics query over the worker's database.
+func query[Req, Res any](w *Worker, fn func(context.Context, *sql.DB, Req) (Res, error)) func(context.Context, Req) (Res, error) {
+	return func(ctx context.Context, r Req) (Res, error) { return fn(ctx, w.db, r) }
 }
 
 // serve is handle for an operation of the table (bus.Op): fn must take and
@@ -427,13 +432,13 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, w.timeseries)); err != nil {
+	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, query(w, analytics.Timeseries))); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, w.top)); err != nil {
+	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, query(w, analytics.Top))); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, w.topPolicies)); err != nil {
+	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, query(w, analytics.TopPolicies))); err != nil {
 		return err
 	}
 	return w.registerConfig(add)

@@ -1,4 +1,10 @@
-package worker
+// Package analytics is the worker's decision counters in SQLite: it applies
+// the counter batches servers publish (ApplyCounters), keeps them bounded
+// by folding and rolling them up (Maintainer), and answers the dashboard's
+// and the API's queries over them (queries.go). It writes only inside the
+// transactions and the writer the worker hands it; it never reads NATS and
+// never touches the config tables.
+package analytics
 
 // Bounded analytics. Decision counters arrive per (tenant, policy, tier,
 // identity, minute); left alone, every caller ever seen would add a row per
@@ -7,7 +13,7 @@ package worker
 // and time, never to callers:
 //
 //  1. Cardinality while a minute is open. A transaction of applyCounters
-//     that would take a tenant's minute past openCellsPerK × TopK cells
+//     that would take a tenant's minute past OpenCellsPerK × TopK cells
 //     merges its deltas with the minute's stored cells, keeps the
 //     TopK identities with the most denials (then the most decisions)
 //     exactly and folds every other identity into one "others" cell per
@@ -80,15 +86,16 @@ type Retention struct {
 // still there at the yearly review.
 const DefaultAuditRetention = 400 * 24 * time.Hour
 
-// openCellsPerK × TopK is how many cells a tenant's open minute may hold
+// OpenCellsPerK × TopK is how many cells a tenant's open minute may hold
 // before it is folded down to its TopK identities.
-const openCellsPerK = 10
+const OpenCellsPerK = 10
 
 // vacuumMinFreePages is how many free pages (4 KiB each) the maintenance
 // pass waits for before giving them back.
 const vacuumMinFreePages = 256
 
-func (r *Retention) defaults() {
+// Defaults sets every zero field to its default.
+func (r *Retention) Defaults() {
 	if r.MinuteRows <= 0 {
 		r.MinuteRows = 72 * time.Hour
 	}
@@ -112,7 +119,7 @@ func (r *Retention) defaults() {
 // Validate rejects retentions that would roll rows up before they are
 // complete or keep coarse rows shorter than fine ones.
 func (r Retention) Validate() error {
-	r.defaults()
+	r.Defaults()
 	switch {
 	case r.MinuteRows < time.Hour:
 		return fmt.Errorf("--analytics-minutes must be at least 1h, not %s", r.MinuteRows)
@@ -132,7 +139,7 @@ func (r Retention) Validate() error {
 // twins read through getenv (the flag wins). cmd/worker and cmd/server
 // (for its embedded worker) share them.
 func (r *Retention) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) error {
-	r.defaults()
+	r.Defaults()
 	var errs []error
 	dur := func(name, env string, p *time.Duration, usage string) {
 		if v := getenv(env); v != "" {
@@ -298,21 +305,15 @@ type tenantMinute struct {
 	minute int64
 }
 
-// applyCounters adds counter deltas, summed per cell first so a cell is
-// written once per transaction, and keeps each tenant's open minute within
-// openCellsPerK × TopK cells (see the top of this file).
-func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
+// ApplyCounters adds the batches' counter deltas within tx, summed per cell
+// first so a cell is written once per transaction, and keeps each tenant's
+// open minute within OpenCellsPerK × topK cells (see the top of this file).
+// It answers how many cells it wrote.
+func ApplyCounters(tx *sql.Tx, batches []*bus.CounterBatch, topK int) (int, error) {
 	groups := map[tenantMinute]cells{}
 	var order []tenantMinute
-	for i := range payloads {
-		p := &payloads[i]
-		if !p.decoded {
-			p.counters, p.decoded = decodeCounters(w, p.data), true
-		}
-		if p.counters == nil {
-			continue
-		}
-		for _, r := range p.counters.Rows {
+	for _, b := range batches {
+		for _, r := range b.Rows {
 			tm := tenantMinute{r.TenantID, r.Minute}
 			g := groups[tm]
 			if g == nil {
@@ -326,7 +327,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	if len(order) == 0 {
 		return 0, nil
 	}
-	m := newMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked) VALUES`, 11,
+	m := sqlitedb.NewMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked) VALUES`, 11,
 		`ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
 		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied,
 			rate_limited = rate_limited + excluded.rate_limited, invalid_key = invalid_key + excluded.invalid_key, blocked = blocked + excluded.blocked`)
@@ -337,7 +338,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 		if err := tx.QueryRow(`SELECT count(*) FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute).Scan(&stored); err != nil {
 			return 0, err
 		}
-		if stored+len(in) > openCellsPerK*w.cfg.Analytics.TopK {
+		if stored+len(in) > OpenCellsPerK*topK {
 			// Over the bound: merge with what is stored and fold.
 			all, err := loadMinute(tx, tm)
 			if err != nil {
@@ -346,18 +347,18 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 			for k, v := range in {
 				all.add(k, *v)
 			}
-			in, _ = fold(all, w.cfg.Analytics.TopK)
+			in, _ = fold(all, topK)
 			if _, err := tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute); err != nil {
 				return 0, err
 			}
 		}
 		for k, v := range in {
-			if err := m.add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl); err != nil {
+			if err := m.Add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl); err != nil {
 				return 0, err
 			}
 		}
 		// The next minute's row count reads what this one wrote.
-		if err := m.flush(); err != nil {
+		if err := m.Flush(); err != nil {
 			return 0, err
 		}
 		written += len(in)
@@ -395,9 +396,10 @@ type MaintenanceStats struct {
 	PageSize       int64
 }
 
-// analyticsMaintainer runs the maintenance pass; compactedTo is the first
-// minute not yet folded after closing.
-type analyticsMaintainer struct {
+// Maintainer runs the maintenance pass, the worker's every
+// Retention.Interval; compactedTo is the first minute not yet folded after
+// closing.
+type Maintainer struct {
 	db *sql.DB // reads; writes go through write and exclusive
 	// write runs one write transaction, exclusive one non-transactional
 	// write, each as the process's only SQLite writer (the worker's
@@ -417,13 +419,19 @@ type analyticsMaintainer struct {
 // pages back. The worker runs it every Retention.Interval; it is exported
 // for tools that inspect a database (cmd/sluice-bench).
 func Maintain(ctx context.Context, db *sql.DB, r Retention, now time.Time, log *slog.Logger) (MaintenanceStats, error) {
-	r.defaults()
+	r.Defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st := tenants.NewStore(db)
-	m := &analyticsMaintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, pruneAudit: st.PruneAudit, r: r, log: log, compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
-	return m.run(ctx, now)
+	return NewMaintainer(db, tenants.NewStore(db), r, now, log).Run(ctx, now)
+}
+
+// NewMaintainer returns the maintenance of db, written through st (the
+// process's only SQLite writer), starting as of now.
+func NewMaintainer(db *sql.DB, st *tenants.Store, r Retention, now time.Time, log *slog.Logger) *Maintainer {
+	r.Defaults()
+	return &Maintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, pruneAudit: st.PruneAudit, r: r, log: log,
+		compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
 }
 
 // closedAfter is how many minutes after its end a minute counts as closed:
@@ -431,7 +439,8 @@ func Maintain(ctx context.Context, db *sql.DB, r Retention, now time.Time, log *
 // one more, so a minute gets nothing new after that unless NATS was away.
 const closedAfter = 2
 
-func (m *analyticsMaintainer) run(ctx context.Context, now time.Time) (MaintenanceStats, error) {
+// Run runs one maintenance pass as of now.
+func (m *Maintainer) Run(ctx context.Context, now time.Time) (MaintenanceStats, error) {
 	var st MaintenanceStats
 	nowMin := now.Unix() / 60
 	n, err := m.foldClosed(ctx, nowMin)
@@ -497,7 +506,7 @@ func floorTo(minute, res int64) int64 {
 // foldClosed folds every closed minute since the last pass (and the hour
 // before it, for counters that came late) that holds more than TopK
 // identities.
-func (m *analyticsMaintainer) foldClosed(ctx context.Context, nowMin int64) (int, error) {
+func (m *Maintainer) foldClosed(ctx context.Context, nowMin int64) (int, error) {
 	from, to := m.compactedTo-60, nowMin-closedAfter
 	if to <= from {
 		return 0, nil
@@ -534,7 +543,7 @@ func (m *analyticsMaintainer) foldClosed(ctx context.Context, nowMin int64) (int
 	return folded, nil
 }
 
-func (m *analyticsMaintainer) foldMinute(ctx context.Context, tm tenantMinute) (changed bool, err error) {
+func (m *Maintainer) foldMinute(ctx context.Context, tm tenantMinute) (changed bool, err error) {
 	err = m.write(ctx, func(tx *sql.Tx) error {
 		c, err := loadMinute(tx, tm)
 		if err != nil {
@@ -566,7 +575,7 @@ func (m *analyticsMaintainer) foldMinute(ctx context.Context, tm tenantMinute) (
 // rollUp moves every row of resolution from (1: the counters table) whose
 // period starts before cut into rows of resolution to, one tenant's period
 // per transaction, and returns how many rows it moved.
-func (m *analyticsMaintainer) rollUp(ctx context.Context, from, to, cut int64) (int64, error) {
+func (m *Maintainer) rollUp(ctx context.Context, from, to, cut int64) (int64, error) {
 	var moved int64
 	for ctx.Err() == nil {
 		var q string
@@ -611,7 +620,7 @@ func (m *analyticsMaintainer) rollUp(ctx context.Context, from, to, cut int64) (
 // of resolution to starting at p.minute into that period's row set, folds
 // it to its TopK identities, and deletes the rows it took, in one
 // transaction.
-func (m *analyticsMaintainer) rollUpPeriod(ctx context.Context, from, to int64, p tenantMinute) (moved int64, err error) {
+func (m *Maintainer) rollUpPeriod(ctx context.Context, from, to int64, p tenantMinute) (moved int64, err error) {
 	err = m.write(ctx, func(tx *sql.Tx) error {
 		n, err := rollUpPeriodTx(tx, from, to, p, m.r.TopK)
 		moved = n

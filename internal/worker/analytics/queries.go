@@ -1,7 +1,8 @@
-package worker
+package analytics
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -43,7 +44,7 @@ func rangeMinutes(from, to time.Time) (fromMin, toMin int64) {
 	return from.Unix() / 60, (to.Unix() + 59) / 60
 }
 
-func (w *Worker) timeseries(ctx context.Context, q service.TimeseriesQuery) (service.Timeseries, error) {
+func Timeseries(ctx context.Context, db *sql.DB, q service.TimeseriesQuery) (service.Timeseries, error) {
 	if err := validRange(q.From, q.To); err != nil {
 		return service.Timeseries{}, err
 	}
@@ -83,7 +84,7 @@ func (w *Worker) timeseries(ctx context.Context, q service.TimeseriesQuery) (ser
 	args = append(args, fargs...)
 	args = append(args, q.TenantID, fromMin, toMin)
 	args = append(args, fargs...)
-	rows, err := w.db.QueryContext(ctx, query, args...)
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return service.Timeseries{}, err
 	}
@@ -108,7 +109,7 @@ func (w *Worker) timeseries(ctx context.Context, q service.TimeseriesQuery) (ser
 	return service.Timeseries{From: q.From.UTC(), To: q.To.UTC(), Step: q.Step, Points: points}, nil
 }
 
-func (w *Worker) top(ctx context.Context, q service.TopQuery) ([]service.TopEntry, error) {
+func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntry, error) {
 	if err := validRange(q.From, q.To); err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func (w *Worker) top(ctx context.Context, q service.TopQuery) ([]service.TopEntr
 		ORDER BY SUM(` + rank + `) DESC, SUM(` + rank + `) * 1.0 / (SUM(c.allowed) + SUM(c.denied)) DESC, c.identity_id
 		LIMIT ?`
 	args = append(args, q.Limit)
-	rows, err := w.db.QueryContext(ctx, query, args...)
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func (w *Worker) top(ctx context.Context, q service.TopQuery) ([]service.TopEntr
 // identity but are a policy's, so each policy's totals are exact. Rows are
 // grouped by policy name before the join, so the join sees one row per
 // policy denied in the range, not one per cell.
-func (w *Worker) topPolicies(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
+func TopPolicies(ctx context.Context, db *sql.DB, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
 	if r.V != bus.WireVersion {
 		return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
 	}
@@ -216,7 +217,7 @@ func (w *Worker) topPolicies(ctx context.Context, r bus.PolicyRankRequest) ([]se
 		return nil, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", maxTop)
 	}
 	fromMin, toMin := rangeMinutes(q.From, q.To)
-	rows, err := w.db.QueryContext(ctx, `SELECT p.id, p.name, c.allowed, c.denied, c.rate_limited, c.invalid_key, c.blocked FROM (
+	rows, err := db.QueryContext(ctx, `SELECT p.id, p.name, c.allowed, c.denied, c.rate_limited, c.invalid_key, c.blocked FROM (
 			SELECT policy, SUM(allowed) AS allowed, SUM(denied) AS denied, SUM(rate_limited) AS rate_limited,
 				SUM(invalid_key) AS invalid_key, SUM(blocked) AS blocked
 			FROM (
