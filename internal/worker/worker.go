@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
@@ -438,7 +439,12 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, query(w, analytics.Top))); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, query(w, analytics.TopPolicies))); err != nil {
+	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, func(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
+		if r.V != bus.WireVersion {
+			return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
+		}
+		return analytics.TopPolicies(ctx, w.db, r.PolicyRankQuery)
+	})); err != nil {
 		return err
 	}
 	return w.registerConfig(add)

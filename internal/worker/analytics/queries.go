@@ -199,11 +199,7 @@ func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntr
 // identity but are a policy's, so each policy's totals are exact. Rows are
 // grouped by policy name before the join, so the join sees one row per
 // policy denied in the range, not one per cell.
-func TopPolicies(ctx context.Context, db *sql.DB, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
-	if r.V != bus.WireVersion {
-		return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
-	}
-	q := r.PolicyRankQuery
+func TopPolicies(ctx context.Context, db *sql.DB, q service.PolicyRankQuery) ([]service.PolicyRank, error) {
 	if q.TenantID == "" {
 		return nil, errs.Errorf(errs.Invalid, "tenant_id: required")
 	}
@@ -243,4 +239,22 @@ func TopPolicies(ctx context.Context, db *sql.DB, r bus.PolicyRankRequest) ([]se
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// Queries is service.Analytics over db.
+type Queries struct{ DB *sql.DB }
+
+// Timeseries implements service.Analytics.
+func (a Queries) Timeseries(ctx context.Context, q service.TimeseriesQuery) (service.Timeseries, error) {
+	return Timeseries(ctx, a.DB, q)
+}
+
+// Top implements service.Analytics.
+func (a Queries) Top(ctx context.Context, q service.TopQuery) ([]service.TopEntry, error) {
+	return Top(ctx, a.DB, q)
+}
+
+// TopPolicies implements service.Analytics.
+func (a Queries) TopPolicies(ctx context.Context, q service.PolicyRankQuery) ([]service.PolicyRank, error) {
+	return TopPolicies(ctx, a.DB, q)
 }

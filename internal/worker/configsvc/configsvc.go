@@ -1,0 +1,386 @@
+// Package configsvc is the worker's implementation of the services of
+// package service over SQLite: every config read and write the front doors
+// ask for, with the audit and the change records the store keeps. The
+// worker serves it over NATS, one operation of bus's table per method;
+// tests may call it in process.
+//
+// It owns the order of config writes: one at a time, each announced
+// (Hooks.Announce) before the next commits, so servers see versions one
+// by one. It must never read or write the streams, the buckets or the
+// analytics tables, except through the hooks the worker gives it.
+package configsvc
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Hooks are what a write does beyond the config tables; each may be nil.
+type Hooks struct {
+	// Announce tells every server a committed write's changes; it runs
+	// before the next write commits.
+	Announce func(changes []tenants.Change)
+	// TenantDeleted runs after a tenant's delete committed (the worker
+	// purges its late buckets and counters).
+	TenantDeleted func(tenantID string)
+	// BucketsReset runs within a bucket reset's write, after the reset
+	// committed and before it is announced (the worker deletes the reset
+	// buckets, so that a server hydrating later does not load them).
+	BucketsReset func(ctx context.Context, changes []tenants.Change)
+}
+
+// Service is every config service over one store.
+type Service struct {
+	store *tenants.Store
+	now   func() time.Time
+	hooks Hooks
+	log   *slog.Logger
+	// writeMu keeps commit order and announcement order the same.
+	writeMu sync.Mutex
+}
+
+// New returns the services over st; now stamps the writes.
+func New(st *tenants.Store, now func() time.Time, hooks Hooks, log *slog.Logger) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: st, now: now, hooks: hooks, log: log}
+}
+
+// Services answers s as package service's services.
+func (s *Service) Services() service.Services {
+	return service.Services{
+		Tenants: tenantSvc{s}, Policies: policySvc{s}, Keys: keySvc{s}, ServiceKeys: serviceKeySvc{s},
+		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s},
+	}
+}
+
+// write runs one config write and announces its changes.
+func write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	res, changes, err := fn()
+	if err != nil {
+		return service.Written[T]{}, err
+	}
+	out := service.Written[T]{Result: res}
+	if len(changes) > 0 {
+		out.Version = changes[0].Version
+		if s.hooks.Announce != nil {
+			s.hooks.Announce(changes)
+		}
+	}
+	return out, nil
+}
+
+// AnnounceUser tells every server a user's session version, so that the
+// user's first session is accepted everywhere.
+func (s *Service) AnnounceUser(ctx context.Context, id string) error {
+	_, err := write(s, func() (service.None, []tenants.Change, error) {
+		cs, err := s.store.AnnounceUser(ctx, id)
+		return service.None{}, cs, err
+	})
+	return err
+}
+
+// nonNil answers an empty list rather than nil, so that lists encode as [].
+func nonNil[T any](l []T, err error) ([]T, error) {
+	if l == nil && err == nil {
+		l = []T{}
+	}
+	return l, err
+}
+
+type tenantSvc struct{ s *Service }
+
+func (t tenantSvc) Create(ctx context.Context, name, ownerEmail, ownerPassword string) (service.Written[service.TenantCreated], error) {
+	// The owner's password is hashed before the writer is taken.
+	nt, err := t.s.store.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
+	if err != nil {
+		return service.Written[service.TenantCreated]{}, err
+	}
+	return write(t.s, func() (service.TenantCreated, []tenants.Change, error) {
+		tn, key, cs, err := t.s.store.CommitTenant(ctx, nt, t.s.now())
+		return service.TenantCreated{Tenant: tn, ServiceKey: key}, cs, err
+	})
+}
+
+func (t tenantSvc) List(ctx context.Context) ([]tenants.TenantSummary, error) {
+	return t.s.store.ListTenants(ctx)
+}
+
+func (t tenantSvc) Get(ctx context.Context, id string) (tenants.TenantSummary, error) {
+	return t.s.store.GetTenantSummary(ctx, id)
+}
+
+func (t tenantSvc) Suspend(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
+	return write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+		return t.s.store.SuspendTenant(ctx, id, t.s.now())
+	})
+}
+
+func (t tenantSvc) Resume(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
+	return write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+		return t.s.store.ResumeTenant(ctx, id)
+	})
+}
+
+func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
+	res, err := write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+		return t.s.store.DeleteTenant(ctx, id)
+	})
+	if err == nil && t.s.hooks.TenantDeleted != nil {
+		t.s.hooks.TenantDeleted(id)
+	}
+	return res, err
+}
+
+type policySvc struct{ s *Service }
+
+func (p policySvc) Create(ctx context.Context, tenantID string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
+	return write(p.s, func() (tenants.Policy, []tenants.Change, error) {
+		return p.s.store.CreatePolicy(ctx, tenantID, pol, p.s.now())
+	})
+}
+
+func (p policySvc) Update(ctx context.Context, tenantID, id string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
+	return write(p.s, func() (tenants.Policy, []tenants.Change, error) {
+		return p.s.store.UpdatePolicy(ctx, tenantID, id, pol, p.s.now())
+	})
+}
+
+func (p policySvc) Get(ctx context.Context, tenantID, id string) (tenants.Policy, error) {
+	return p.s.store.GetPolicy(ctx, tenantID, id)
+}
+
+func (p policySvc) List(ctx context.Context, tenantID string) ([]tenants.Policy, error) {
+	return nonNil(p.s.store.ListPolicies(ctx, tenantID))
+}
+
+func (p policySvc) Names(ctx context.Context, tenantID string, ids []string) (service.PolicyNameList, error) {
+	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+		return service.PolicyNameList{}, err
+	}
+	n, err := p.s.store.CountPolicies(ctx, tenantID)
+	if err != nil {
+		return service.PolicyNameList{}, err
+	}
+	ps, err := p.s.store.PolicyNames(ctx, tenantID, ids)
+	return service.PolicyNameList{Total: n, Policies: ps}, err
+}
+
+func (p policySvc) Count(ctx context.Context, tenantID string) (int, error) {
+	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+		return 0, err
+	}
+	return p.s.store.CountPolicies(ctx, tenantID)
+}
+
+func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
+	return write(p.s, func() (service.None, []tenants.Change, error) {
+		cs, err := p.s.store.DeletePolicy(ctx, tenantID, id, p.s.now())
+		return service.None{}, cs, err
+	})
+}
+
+type keySvc struct{ s *Service }
+
+func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
+	return write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
+		key, secret, cs, err := k.s.store.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
+		return service.KeyCreated{Key: key, Secret: secret}, cs, err
+	})
+}
+
+func (k keySvc) Get(ctx context.Context, tenantID, id string) (tenants.ConsumerKey, error) {
+	return k.s.store.GetConsumerKey(ctx, tenantID, id)
+}
+
+func (k keySvc) List(ctx context.Context, tenantID string) ([]tenants.ConsumerKey, error) {
+	return nonNil(k.s.store.ListConsumerKeys(ctx, tenantID))
+}
+
+func (k keySvc) Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage, error) {
+	if err := k.s.store.RequireTenant(ctx, q.TenantID); err != nil {
+		return tenants.KeyPage{}, err
+	}
+	return k.s.store.ListConsumerKeyPage(ctx, q)
+}
+
+func (k keySvc) Names(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
+	return k.s.store.ConsumerKeyNames(ctx, tenantID, ids)
+}
+
+func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, error) {
+	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+		return tenants.KeyCounts{}, err
+	}
+	return k.s.store.CountConsumerKeys(ctx, tenantID)
+}
+
+func (k keySvc) Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
+	return write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
+		return k.s.store.UpdateConsumerKey(ctx, tenantID, id, p, k.s.now())
+	})
+}
+
+func (k keySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ConsumerKey], error) {
+	return write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
+		return k.s.store.RevokeConsumerKey(ctx, tenantID, id, k.s.now())
+	})
+}
+
+type serviceKeySvc struct{ s *Service }
+
+func (k serviceKeySvc) Create(ctx context.Context, tenantID string) (service.Written[service.ServiceKeyCreated], error) {
+	return write(k.s, func() (service.ServiceKeyCreated, []tenants.Change, error) {
+		key, secret, cs, err := k.s.store.CreateServiceKey(ctx, tenantID, k.s.now())
+		return service.ServiceKeyCreated{Key: key, Secret: secret}, cs, err
+	})
+}
+
+func (k serviceKeySvc) List(ctx context.Context, tenantID string) ([]tenants.ServiceKey, error) {
+	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	return nonNil(k.s.store.ListServiceKeys(ctx, tenantID))
+}
+
+func (k serviceKeySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ServiceKey], error) {
+	return write(k.s, func() (tenants.ServiceKey, []tenants.Change, error) {
+		return k.s.store.RevokeServiceKey(ctx, tenantID, id, k.s.now())
+	})
+}
+
+type userSvc struct{ s *Service }
+
+// SignIn checks the password here, so that no password hash ever leaves
+// the worker, and answers the user without it. An unknown email costs as
+// much as a wrong password and answers the same (errs.Unauthenticated). A
+// right password of a suspended tenant's user answers TenantSuspended; any
+// other records the sign-in's time.
+func (u userSvc) SignIn(ctx context.Context, email, password string) (service.UserRecord, error) {
+	st := u.s.store
+	usr, err := st.Authenticate(ctx, email, password)
+	if err != nil {
+		return service.UserRecord{}, err
+	}
+	rec := service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}
+	if usr.TenantID != "" {
+		t, err := st.GetTenant(ctx, usr.TenantID)
+		if err != nil {
+			return service.UserRecord{}, err
+		}
+		rec.TenantSuspended = t.Suspended()
+	}
+	if !rec.TenantSuspended {
+		if err := st.RecordSignIn(ctx, usr.ID, u.s.now()); err != nil {
+			u.s.log.Warn("last sign-in time not recorded", "user", usr.ID, "err", err)
+		}
+	}
+	return rec, nil
+}
+
+func (u userSvc) Create(ctx context.Context, r service.UserCreate) (tenants.User, error) {
+	usr, err := u.s.store.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, u.s.now())
+	if err != nil {
+		return usr, err
+	}
+	return usr, u.s.AnnounceUser(ctx, usr.ID)
+}
+
+func (u userSvc) List(ctx context.Context, tenantID string) ([]tenants.User, error) {
+	return nonNil(u.s.store.ListUsers(ctx, tenantID))
+}
+
+func (u userSvc) SetRole(ctx context.Context, tenantID, id, role string) (service.Written[tenants.User], error) {
+	return write(u.s, func() (tenants.User, []tenants.Change, error) {
+		return u.s.store.SetUserRole(ctx, tenantID, id, role, u.s.now())
+	})
+}
+
+func (u userSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[tenants.User], error) {
+	return write(u.s, func() (tenants.User, []tenants.Change, error) {
+		return u.s.store.DeleteUser(ctx, tenantID, id, u.s.now())
+	})
+}
+
+func (u userSvc) ChangePassword(ctx context.Context, id, current, next string) (service.Written[service.UserRecord], error) {
+	// Checked and hashed before the writer is taken; the write goes ahead
+	// only if the password checked is still the stored one.
+	p, err := u.s.store.PreparePasswordChange(ctx, id, current, next)
+	if err != nil {
+		return service.Written[service.UserRecord]{}, err
+	}
+	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+		usr, cs, err := u.s.store.CommitPasswordChange(ctx, p, u.s.now())
+		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
+	})
+}
+
+func (u userSvc) ChangeEmail(ctx context.Context, id, password, email string) (service.Written[service.UserRecord], error) {
+	c, err := u.s.store.PrepareEmailChange(ctx, id, password, email)
+	if err != nil {
+		return service.Written[service.UserRecord]{}, err
+	}
+	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+		usr, cs, err := u.s.store.CommitEmailChange(ctx, c, u.s.now())
+		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
+	})
+}
+
+func (u userSvc) EndSessions(ctx context.Context, id string) (service.Written[service.UserRecord], error) {
+	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+		usr, cs, err := u.s.store.EndSessions(ctx, id, u.s.now())
+		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
+	})
+}
+
+type blockSvc struct{ s *Service }
+
+func (b blockSvc) Create(ctx context.Context, blk tenants.Block) (service.Written[tenants.Block], error) {
+	return write(b.s, func() (tenants.Block, []tenants.Change, error) {
+		return b.s.store.CreateBlock(ctx, blk, b.s.now())
+	})
+}
+
+func (b blockSvc) List(ctx context.Context, tenantID string) ([]tenants.Block, error) {
+	return nonNil(b.s.store.ListBlocks(ctx, tenantID))
+}
+
+func (b blockSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
+	return write(b.s, func() (service.None, []tenants.Change, error) {
+		cs, err := b.s.store.DeleteBlock(ctx, tenantID, id, b.s.now())
+		return service.None{}, cs, err
+	})
+}
+
+type bucketSvc struct{ s *Service }
+
+func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (service.Written[service.None], error) {
+	return write(b.s, func() (service.None, []tenants.Change, error) {
+		cs, err := b.s.store.ResetBuckets(ctx, tenantID, policy, id, b.s.now())
+		if err == nil && b.s.hooks.BucketsReset != nil {
+			b.s.hooks.BucketsReset(ctx, cs)
+		}
+		return service.None{}, cs, err
+	})
+}
+
+type auditSvc struct{ s *Service }
+
+func (a auditSvc) List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
+	return a.s.store.ListAudit(ctx, q)
+}
+
+func (a auditSvc) Get(ctx context.Context, g service.AuditGet) (tenants.AuditEntry, error) {
+	return a.s.store.GetAuditEntry(ctx, g.TenantID, g.ID, g.AllTenants)
+}
