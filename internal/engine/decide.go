@@ -4,9 +4,10 @@ package engine
 // In a cluster (SetCluster), a policy's consistency chooses:
 //   - exact: the bucket's partition owner decides; this server decides only
 //     the partitions it owns and forwards the rest. While a partition has no
-//     owner (a hand-over), the check waits for one up to HandoverWait and then
-//     answers 503 unavailable, so the tenant's SDK applies its fail-open or
-//     fail-closed choice; it never admits blindly.
+//     owner (a hand-over), the check waits for one up to HandoverWait (less
+//     if its context ends first) and then answers 503 unavailable, so the
+//     tenant's SDK applies its fail-open or fail-closed choice; it never
+//     admits blindly.
 //   - local: this server decides from its own cache and tells the others what
 //     it admitted (LocalFlushInterval); they force that consumption into their
 //     own buckets, so overshoot is bounded by what the servers admit before
@@ -15,6 +16,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -53,11 +55,11 @@ type deltaAgg struct {
 	m  map[string]*delta
 }
 
-func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
+func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
 	if c == nil || pv.consistency == "local" {
 		if !e.hyd.done.Load() {
-			if err := e.touch(key); err != nil {
+			if err := e.touch(ctx, key); err != nil {
 				return false, 0, err
 			}
 		}
@@ -74,16 +76,19 @@ func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID
 		return allowed, report, nil
 	}
 	p := bus.Partition(key)
-	deadline := time.Now().Add(HandoverWait)
+	if c.Owns(p, time.Now()) {
+		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
+		return allowed, report, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, HandoverWait)
+	defer cancel()
 	for {
 		if c.Owns(p, time.Now()) {
 			allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
 			return allowed, report, nil
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			res, err := c.Forward(ctx, owner, cluster.Item{Key: string(key), Tenant: tenantID, Policy: pv.id, Tier: tier, KeyID: keyID, Cost: cost, Consume: consume, Now: now})
-			cancel()
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(key), Tenant: tenantID, Policy: pv.id, Tier: tier, KeyID: keyID, Cost: cost, Consume: consume, Now: now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -102,14 +107,25 @@ func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
-		}
 		select {
 		case <-c.Changed():
 		case <-time.After(20 * time.Millisecond):
+		case <-wctx.Done():
+		}
+		if wctx.Err() != nil {
+			if ctx.Err() != nil {
+				return false, 0, cancelled(ctx)
+			}
+			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 	}
+}
+
+// cancelled is the error of a check whose ctx ended while it waited:
+// unavailable, as any failed wait, and wrapping ctx's error so that the
+// caller can tell its own cancellation.
+func cancelled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", errs.Errorf(errs.Unavailable, "The check was cancelled before it could be decided."), context.Cause(ctx))
 }
 
 // serveForward decides checks forwarded by other servers.

@@ -285,19 +285,23 @@ func (e *Engine) finishHydration(started time.Time) {
 func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
 
 // touch makes sure key's persisted bucket, if any, is in the cache before a
-// check decides on it, while the bulk load has not reached the key.
-func (e *Engine) touch(key []byte) error {
+// check decides on it, while the bulk load has not reached the key. The
+// fetch ends after firstTouchWait or when ctx ends.
+func (e *Engine) touch(ctx context.Context, key []byte) error {
 	if up := e.hyd.upTo.Load(); up != nil && up.covers(key) {
 		return nil
 	}
 	if e.cache.Has(key) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), firstTouchWait)
+	tctx, cancel := context.WithTimeout(ctx, firstTouchWait)
 	defer cancel()
 	k := string(key)
-	page, err := e.requestBuckets(ctx, bucketsRequest{Keys: []string{k}, Limit: 1})
+	page, err := e.requestBuckets(tctx, bucketsRequest{Keys: []string{k}, Limit: 1})
 	if err != nil {
+		if ctx.Err() != nil {
+			return cancelled(ctx)
+		}
 		e.log.Warn("first-touch load failed", "err", err)
 		return errs.Errorf(errs.Unavailable, "This caller's quota is still loading after a restart; try again shortly.")
 	}

@@ -8,6 +8,7 @@ package engine
 // is not in memory is full, as a peek creates it.
 
 import (
+	"context"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -111,7 +112,7 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 		for _, l := range limits {
 			over = max(over, l.Capacity()+1)
 		}
-		_, _, err := e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
+		_, _, err := e.decide(context.Background(), k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
 		if err == nil {
 			// A check of cost 1 passes exactly when every limit has a whole
 			// unit left; only when one has not is the wait asked for.
@@ -122,7 +123,7 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 			if !cp.Allowed {
 				var again [MaxLimits]quota.Outcome
 				var allowed bool
-				if allowed, _, err = e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, again[:n]); err == nil {
+				if allowed, _, err = e.decide(context.Background(), k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, again[:n]); err == nil {
 					cp.Allowed = allowed
 					if !allowed {
 						cp.RetryAfter = quota.CombinedRetryAfter(again[:n])

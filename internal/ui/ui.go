@@ -59,7 +59,7 @@ type (
 		Query(ctx context.Context, op string, req, out any) error
 	}
 	checker interface {
-		Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
+		Check(ctx context.Context, tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
 	}
 	versionWaiter interface {
 		WaitVersion(ctx context.Context, v int64)
