@@ -76,14 +76,18 @@ func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *po
 		return allowed, report, nil
 	}
 	p := bus.Partition(key)
-	if c.Owns(p, time.Now()) {
+	if c.Owns(p, e.cfg.Now()) {
 		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
 		return allowed, report, nil
 	}
+	// The wait for an owner is bounded on the wall clock, not on
+	// e.cfg.Now: it is a real wait on the network, and a clock a test
+	// stops must not make it endless. Leases are compared with e.cfg.Now,
+	// the clock the cluster's leases are written in.
 	wctx, cancel := context.WithTimeout(ctx, HandoverWait)
 	defer cancel()
 	for {
-		if c.Owns(p, time.Now()) {
+		if c.Owns(p, e.cfg.Now()) {
 			allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
 			return allowed, report, nil
 		}
@@ -133,7 +137,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 	v := e.view.Load()
 	var outs [MaxLimits]quota.Outcome
 	for i, it := range items {
-		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), time.Now()) {
+		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), e.cfg.Now()) {
 			res[i].Status = cluster.StatusNotOwner
 			continue
 		}

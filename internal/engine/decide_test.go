@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -83,5 +85,74 @@ func TestCheckWaitingForOwnerEndsWithContext(t *testing.T) {
 	cancel()
 	if _, err := e.CheckBatch(ctx, "ten_a", []CheckRequest{exact}, t0); !errs.Is(err, errs.Unavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("batch: err = %v, want unavailable wrapping context.Canceled", err)
+	}
+}
+
+// The wait for an owner is bounded on the wall clock: with the engine's
+// clock stopped, a check nobody can decide still answers unavailable.
+func TestHandoverWaitEndsWithStoppedClock(t *testing.T) {
+	snap, _ := snapshot(t)
+	e, _ := clusterEngine(t, snap, func() time.Time { return t0 })
+	r := CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}
+	res := make(chan error, 1)
+	go func() {
+		_, err := e.Check(t.Context(), "ten_a", &r, t0)
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if !errs.Is(err, errs.Unavailable) || errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want unavailable", err)
+		}
+	case <-time.After(10 * HandoverWait):
+		t.Fatal("the check still waits for an owner with the clock stopped")
+	}
+}
+
+// Ownership is judged on the engine's clock, the clock the cluster's
+// leases are written in, not on the wall clock: a member whose clock runs
+// an hour behind decides the partitions it holds.
+func TestOwnershipOnEngineClock(t *testing.T) {
+	snap, _ := snapshot(t)
+	behind := func() time.Time { return time.Now().Add(-5 * time.Second) }
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "engine-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	e := engineOn(t, nc, snap)
+	e.cfg.Now = behind
+	c, err := cluster.New(cluster.Config{Node: "test", Holder: "engine test", Now: behind}, nc, cluster.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetCluster(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	for deadline := time.Now().Add(15 * time.Second); c.OwnedCount() < bus.Partitions; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the member owns %d partitions, want %d", c.OwnedCount(), bus.Partitions)
+		}
+		select {
+		case <-c.Changed():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r := CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}
+	if a, err := e.Check(t.Context(), "ten_a", &r, behind()); err != nil || !a.Allowed {
+		t.Fatalf("check on an owned partition: %+v, %v", a, err)
 	}
 }

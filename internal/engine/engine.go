@@ -51,7 +51,12 @@ type Config struct {
 	// Replicas is how many NATS servers keep a stream this server makes
 	// again; 0 chooses from the NATS it finds (bus.ResolveReplicas).
 	Replicas int
-	// Now is the clock; time.Now by default.
+	// Now is the clock; time.Now by default. The decision path reads
+	// it: ownership of a partition (the cluster's leases, given with
+	// SetCluster, must be written on the same clock) and what a flush
+	// persisted. Waits on the network are bounded on the wall clock
+	// instead, so that a stopped test clock cannot make them endless;
+	// durations measured for metrics and logs are wall time too.
 	Now func() time.Time
 	Log *slog.Logger
 	// Registerer receives the engine's metrics; none when nil.
