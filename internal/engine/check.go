@@ -241,7 +241,8 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	k = append(k, a.IdentityKind...)
 	k = append(k, ':')
 	k = append(k, a.IdentityID...)
-	allowed, report, err := e.decide(ctx, k, tenantID, pv, a.Tier, overrideKey, tl.limits[:n], nowNS, req.Cost, !req.Peek, outs[:n])
+	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
+		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek}, outs[:n])
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {

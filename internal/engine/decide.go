@@ -55,30 +55,48 @@ type deltaAgg struct {
 	m  map[string]*delta
 }
 
-func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
+// decision is one question to a bucket: its key, the limits it is decided
+// under, and what to take from it.
+type decision struct {
+	key      []byte // the bucket's hot-cache key (BucketKey)
+	tenantID string
+	pv       *policyView
+	// tier and keyID (the consumer key whose override applies, if any)
+	// let a partition's owner find the same limits in its own view.
+	tier, keyID string
+	limits      []quota.Limit
+	now         int64 // unix ns
+	cost        int64
+	consume     bool // false for a peek
+}
+
+// decide answers d where it runs (see the top of this file): whether d is
+// allowed, and the index of the limit its answer reports; out receives
+// each limit's outcome. out is a parameter of its own, not a field of d:
+// d's contents escape (a forward copies them), and the callers' outcome
+// arrays must stay on their stacks.
+func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
-	if c == nil || pv.consistency == "local" {
+	if c == nil || d.pv.consistency == "local" {
 		if !e.hyd.done.Load() {
-			if err := e.touch(ctx, key); err != nil {
+			if err := e.touch(ctx, d.key); err != nil {
 				return false, 0, err
 			}
 		}
 	}
 	if c == nil {
-		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-		return allowed, report, nil
+		return e.decideHere(d, out)
 	}
-	if pv.consistency == "local" {
-		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-		if allowed && consume {
-			e.addDelta(string(key), tenantID, pv.id, tier, keyID, cost)
+	if d.pv.consistency == "local" {
+		allowed, report, _ := e.decideHere(d, out)
+		if allowed && d.consume {
+			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
 		}
 		return allowed, report, nil
 	}
-	p := bus.Partition(key)
+	p := bus.Partition(d.key)
 	if c.Owns(p, e.cfg.Now()) {
-		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-		return allowed, report, nil
+		return e.decideHere(d, out)
 	}
 	// The wait for an owner is bounded on the wall clock, not on
 	// e.cfg.Now: it is a real wait on the network, and a clock a test
@@ -88,11 +106,10 @@ func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *po
 	defer cancel()
 	for {
 		if c.Owns(p, e.cfg.Now()) {
-			allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-			return allowed, report, nil
+			return e.decideHere(d, out)
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(key), Tenant: tenantID, Policy: pv.id, Tier: tier, KeyID: keyID, Cost: cost, Consume: consume, Now: now})
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Now: d.now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -106,8 +123,7 @@ func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *po
 				case cluster.StatusNoLimits:
 					// The owner has not seen this policy version yet (< 1 s);
 					// decide here rather than fail.
-					allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-					return allowed, report, nil
+					return e.decideHere(d, out)
 				}
 			}
 		}
@@ -123,6 +139,12 @@ func (e *Engine) decide(ctx context.Context, key []byte, tenantID string, pv *po
 			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 	}
+}
+
+// decideHere decides d in this server's hot cache.
+func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
+	allowed, report := e.cache.CheckBytes(d.key, d.limits, d.now, d.cost, d.consume, out)
+	return allowed, report, nil
 }
 
 // cancelled is the error of a check whose ctx ended while it waited:
