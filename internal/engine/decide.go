@@ -249,7 +249,7 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 // it; pending states of an older term are dropped, as the worker would
 // refuse them.
 func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) error {
-	req := bucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true, Lease: lease}
+	req := bus.BucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true, Lease: lease}
 	var pl pageLoader
 	var term uint64
 	for {
