@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Config tunes a Worker. The zero value of each field means its default.
@@ -300,17 +301,17 @@ func (w *Worker) runActive(ctx context.Context) error {
 	// without blocking the writer, so that the writer rarely has to do it
 	// inside a commit.
 	wg.Go(func() {
-		every(ctx, time.Second, func() {
+		tick.Every(ctx, time.Second, func() {
 			if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
 				w.log.Debug("passive checkpoint", "err", err)
 			}
 		})
 	})
-	wg.Go(func() { every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
 	m := &analyticsMaintainer{db: w.db, write: w.store.WriteTx, exclusive: w.store.Exclusive, pruneAudit: w.store.PruneAudit, r: w.cfg.Analytics, log: w.log,
 		compactedTo: w.cfg.Now().Unix()/60 - int64(w.cfg.Analytics.MinuteRows/time.Minute)}
 	wg.Go(func() {
-		every(ctx, w.cfg.Analytics.Interval, func() {
+		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
 			if _, err := m.run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
@@ -318,20 +319,6 @@ func (w *Worker) runActive(ctx context.Context) error {
 	})
 	wg.Wait()
 	return nil
-}
-
-// every runs fn every d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 // requestActor returns ctx carrying the actor the request names in

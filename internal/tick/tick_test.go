@@ -1,0 +1,52 @@
+package tick
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Every calls fn once a period, first after one period; after a slow
+// call the next follows at once and the other ticks it overlapped are
+// dropped; Every returns once ctx ends.
+func TestEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var at []time.Duration
+		start := time.Now()
+		slow := true
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Every(ctx, time.Second, func() {
+				at = append(at, time.Since(start))
+				if slow && len(at) == 2 {
+					time.Sleep(2500 * time.Millisecond) // over the ticks at 3 s and 4 s
+				}
+			})
+		}()
+		synctest.Wait()
+		if len(at) != 0 {
+			t.Fatalf("called at once: %v", at)
+		}
+		time.Sleep(6500 * time.Millisecond)
+		synctest.Wait()
+		want := []time.Duration{1 * time.Second, 2 * time.Second, 4500 * time.Millisecond, 5 * time.Second, 6 * time.Second}
+		if len(at) != len(want) {
+			t.Fatalf("called at %v, want %v", at, want)
+		}
+		for i := range want {
+			if at[i] != want[i] {
+				t.Fatalf("called at %v, want %v", at, want)
+			}
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("Every still runs after its context ended")
+		}
+	})
+}
