@@ -2,6 +2,8 @@ package tick
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,33 +15,38 @@ import (
 func TestEvery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
-		var at []time.Duration
+		var (
+			mu sync.Mutex
+			at []time.Duration
+		)
+		calls := func() []time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]time.Duration(nil), at...)
+		}
 		start := time.Now()
-		slow := true
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			Every(ctx, time.Second, func() {
+				mu.Lock()
 				at = append(at, time.Since(start))
-				if slow && len(at) == 2 {
+				n := len(at)
+				mu.Unlock()
+				if n == 2 {
 					time.Sleep(2500 * time.Millisecond) // over the ticks at 3 s and 4 s
 				}
 			})
 		}()
 		synctest.Wait()
-		if len(at) != 0 {
-			t.Fatalf("called at once: %v", at)
+		if got := calls(); len(got) != 0 {
+			t.Fatalf("called at once: %v", got)
 		}
 		time.Sleep(6500 * time.Millisecond)
 		synctest.Wait()
 		want := []time.Duration{1 * time.Second, 2 * time.Second, 4500 * time.Millisecond, 5 * time.Second, 6 * time.Second}
-		if len(at) != len(want) {
-			t.Fatalf("called at %v, want %v", at, want)
-		}
-		for i := range want {
-			if at[i] != want[i] {
-				t.Fatalf("called at %v, want %v", at, want)
-			}
+		if got := calls(); !slices.Equal(got, want) {
+			t.Fatalf("called at %v, want %v", got, want)
 		}
 		cancel()
 		synctest.Wait()
