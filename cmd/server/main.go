@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/logging"
 )
 
 func main() {
@@ -26,7 +27,7 @@ func run() error {
 	if err := cfg.ParseFlags("server", os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		return err
 	}
-	log, err := app.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat, os.Getenv)
+	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -264,7 +264,7 @@ func revokePhase(ctx context.Context, nc *nats.Conn, servers []*engine.Engine, s
 
 func allRefuse(servers []*engine.Engine, tenantID, key string) bool {
 	for _, e := range servers {
-		a, err := e.Check(tenantID, &engine.CheckRequest{APIKey: key, Method: "GET", Path: "/api/x", Peek: true}, time.Now())
+		a, err := e.Check(context.Background(), tenantID, &engine.CheckRequest{APIKey: key, Method: "GET", Path: "/api/x", Peek: true}, time.Now())
 		if err != nil || a.Reason != engine.ReasonInvalidKey {
 			return false
 		}

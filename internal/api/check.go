@@ -49,7 +49,7 @@ func (h *handler) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := h.Engine.Check(tenantID(c), &req, now)
+	a, err := h.Engine.Check(c.Request().Context(), tenantID(c), &req, now)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (h *handler) checkBatch(c echo.Context) error {
 		}
 		reqs[i] = r
 	}
-	answers, err := h.Engine.CheckBatch(tenantID(c), reqs, now)
+	answers, err := h.Engine.CheckBatch(c.Request().Context(), tenantID(c), reqs, now)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Path:   path,
 		Cost:   1,
 	}
-	a, err := h.Engine.Check(tenant, &req, now)
+	a, err := h.Engine.Check(r.Context(), tenant, &req, now)
 	if err != nil {
 		return err
 	}

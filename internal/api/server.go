@@ -33,8 +33,8 @@ const MaxBody = 1 << 20
 
 // Engine is what the API needs from the data plane.
 type Engine interface {
-	Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
-	CheckBatch(tenantID string, reqs []engine.CheckRequest, now time.Time) ([]engine.Answer, error)
+	Check(ctx context.Context, tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
+	CheckBatch(ctx context.Context, tenantID string, reqs []engine.CheckRequest, now time.Time) ([]engine.Answer, error)
 	TenantForServiceKey(key string) (string, bool)
 	TenantSuspended(tenantID string) bool
 	OperatorTokenHash() string

@@ -122,7 +122,7 @@ func TestDeniedChecksWriteNoState(t *testing.T) {
 	now := time.Now()
 	allowed := 0
 	for i := 0; i < 10; i++ {
-		a, err := e.Check(tenant, &engine.CheckRequest{IP: "192.0.2.1", Path: "/api/x"}, now)
+		a, err := e.Check(t.Context(), tenant, &engine.CheckRequest{IP: "192.0.2.1", Path: "/api/x"}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestDeniedChecksWriteNoState(t *testing.T) {
 	published, rows := e.Stats().StatesPublished, m.worker.Stats().StateRows
 
 	for i := 0; i < 500; i++ {
-		a, err := e.Check(tenant, &engine.CheckRequest{IP: "192.0.2.1", Path: "/api/x"}, now)
+		a, err := e.Check(t.Context(), tenant, &engine.CheckRequest{IP: "192.0.2.1", Path: "/api/x"}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestStateWritesPerAllowedCheck(t *testing.T) {
 	start := time.Now()
 	for r := 0; r < rounds; r++ {
 		for _, ip := range ips {
-			a, err := e.Check(tenant, &engine.CheckRequest{IP: ip, Path: "/api/x"}, time.Now())
+			a, err := e.Check(t.Context(), tenant, &engine.CheckRequest{IP: ip, Path: "/api/x"}, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

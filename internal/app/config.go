@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/logging"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
@@ -92,7 +93,7 @@ func DefaultConfig() Config {
 		FlushInterval:   200 * time.Millisecond,
 		ShutdownTimeout: 15 * time.Second,
 		LogLevel:        "info",
-		LogFormat:       LogFormatAuto,
+		LogFormat:       logging.FormatAuto,
 	}
 }
 
@@ -146,11 +147,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	fs.IntVar(&c.NatsReplicas, "nats-replicas", replicas, ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
+	fs.IntVar(&c.NatsReplicas, "nats-replicas", replicas, bus.ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
-	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", c.LogFormat), LogFormatUsage+" (SLUICE_LOG_FORMAT)")
+	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", c.LogFormat), logging.FormatUsage+" (SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
@@ -163,7 +164,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err := worker.RegisterCapFlags(fs, &c.Caps, getenv); err != nil {
 		return err
 	}
-	streams := StreamLimitFlags(fs, getenv)
+	streams := worker.StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -208,7 +209,7 @@ func (c *Config) Validate() error {
 	if err := c.validateClusterListen(); err != nil {
 		return err
 	}
-	if err := ValidateLogFormat(c.LogFormat); err != nil {
+	if err := logging.ValidateFormat(c.LogFormat); err != nil {
 		return err
 	}
 	if c.FlushInterval < 10*time.Millisecond || c.FlushInterval > time.Minute {
@@ -240,7 +241,7 @@ func (c *Config) Validate() error {
 	if err := c.Caps.Validate(); err != nil {
 		return err
 	}
-	if err := ValidateReplicas(c.NatsReplicas); err != nil {
+	if err := bus.ValidateReplicas(c.NatsReplicas); err != nil {
 		return err
 	}
 	for _, r := range c.Node {
@@ -340,17 +341,6 @@ func (c *Config) clusterDirect() (*cluster.DirectConfig, error) {
 		d.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 	}
 	return d, nil
-}
-
-// ReplicasUsage is the help text of --nats-replicas, on server and worker.
-const ReplicasUsage = "NATS servers that keep each stream and KV bucket Sluice makes: 1 to 5; 0 = 1 on a single NATS, the cluster's size up to 3 on a NATS cluster"
-
-// ValidateReplicas checks a --nats-replicas value.
-func ValidateReplicas(n int) error {
-	if n < 0 || n > 5 {
-		return fmt.Errorf("--nats-replicas must be between 0 (automatic) and 5, not %d", n)
-	}
-	return nil
 }
 
 // envInt reads an integer environment variable, def when unset.

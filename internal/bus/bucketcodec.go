@@ -147,36 +147,36 @@ func walkState(b []byte, limit func(LimitWire) error, state func(StateWire)) err
 	if len(b) == 0 || b[0] != stateFormatV1 {
 		return errors.New("bucket state: unknown format")
 	}
-	r := reader{b: b[1:]}
-	n := r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		l := LimitWire{Name: r.str(), Algorithm: r.str(), Limit: r.varint(), PeriodNS: r.varint(), Burst: r.varint()}
-		if r.err == nil {
+	r := newReader(b[1:])
+	n := r.Uvarint()
+	for i := uint64(0); i < n && !r.Bad; i++ {
+		l := LimitWire{Name: r.str(), Algorithm: r.str(), Limit: r.Varint(), PeriodNS: r.Varint(), Burst: r.Varint()}
+		if !r.Bad {
 			if err := limit(l); err != nil {
 				return err
 			}
 		}
 	}
-	n = r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		s := StateWire{Tokens: r.f64(), Prev: r.f64(), At: r.varint()}
-		if k := r.uvarint(); k > 0 && r.err == nil {
-			if k > uint64(len(r.b)) {
+	n = r.Uvarint()
+	for i := uint64(0); i < n && !r.Bad; i++ {
+		s := StateWire{Tokens: r.f64(), Prev: r.f64(), At: r.Varint()}
+		if k := r.Uvarint(); k > 0 && !r.Bad {
+			if k > uint64(len(r.B)) {
 				return errShortState
 			}
 			s.Log = make([]int64, k)
 			for j := range s.Log {
-				s.Log[j] = r.varint()
+				s.Log[j] = r.Varint()
 			}
 		}
-		if r.err == nil {
+		if !r.Bad {
 			state(s)
 		}
 	}
-	if r.err != nil {
-		return r.err
+	if r.Bad {
+		return r.err()
 	}
-	if len(r.b) != 0 {
+	if len(r.B) != 0 {
 		return errors.New("bucket state: trailing bytes")
 	}
 	return nil
@@ -202,11 +202,11 @@ type PackedRecord struct {
 // WalkPacked calls fn for each record of a packed page, stopping at the
 // first error.
 func WalkPacked(page []byte, fn func(PackedRecord) error) error {
-	r := reader{b: page}
-	for len(r.b) > 0 {
-		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.varint(), State: r.bytes()}
-		if r.err != nil {
-			return fmt.Errorf("packed bucket page: %w", r.err)
+	r := newReader(page)
+	for len(r.B) > 0 {
+		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.Varint(), State: r.bytes()}
+		if r.Bad {
+			return fmt.Errorf("packed bucket page: %w", r.err())
 		}
 		if err := fn(rec); err != nil {
 			return err
@@ -220,60 +220,30 @@ func appendStr(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-type reader struct {
-	b   []byte
-	err error
-}
+// reader reads the binary state forms; err is errShortState once a read
+// failed.
+type reader struct{ VarintReader }
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errShortState
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func newReader(b []byte) reader { return reader{VarintReader{B: b}} }
 
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
+func (r *reader) err() error {
+	if r.Bad {
+		return errShortState
 	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errShortState
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	return nil
 }
 
 func (r *reader) f64() float64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.err = errShortState
+	if r.Bad || len(r.B) < 8 {
+		r.Bad = true
 		return 0
 	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
+	v := math.Float64frombits(binary.LittleEndian.Uint64(r.B))
+	r.B = r.B[8:]
 	return v
 }
 
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.err = errShortState
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
+func (r *reader) bytes() []byte { return r.Bytes(math.MaxUint64) }
 
 func (r *reader) str() string { return string(r.bytes()) }
 
@@ -315,22 +285,22 @@ func WalkPackedStateBatch(data []byte, fn func(rec PackedRecord, term uint64) er
 		return "", errors.New("packed state batch: wrong leading byte")
 	}
 	fenced := data[0] == fencedBatchMagic
-	r := reader{b: data[1:]}
-	if v := r.uvarint(); r.err == nil && v != WireVersion {
+	r := newReader(data[1:])
+	if v := r.Uvarint(); !r.Bad && v != WireVersion {
 		return "", fmt.Errorf("packed state batch: wire version %d", v)
 	}
 	node = string(r.bytes())
-	if r.err != nil {
-		return "", fmt.Errorf("packed state batch: %w", r.err)
+	if r.Bad {
+		return "", fmt.Errorf("packed state batch: %w", r.err())
 	}
-	for len(r.b) > 0 {
-		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.varint(), State: r.bytes()}
+	for len(r.B) > 0 {
+		rec := PackedRecord{Key: r.bytes(), TenantID: r.bytes(), FullAt: r.Varint(), State: r.bytes()}
 		var term uint64
 		if fenced {
-			term = r.uvarint()
+			term = r.Uvarint()
 		}
-		if r.err != nil {
-			return node, fmt.Errorf("packed state batch: %w", r.err)
+		if r.Bad {
+			return node, fmt.Errorf("packed state batch: %w", r.err())
 		}
 		if len(rec.State) == 0 || rec.State[0] != stateFormatV1 {
 			return node, fmt.Errorf("packed state batch: bucket %q: unknown state format", rec.Key)

@@ -19,6 +19,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// ReplicasUsage is the help text of --nats-replicas, on server and worker.
+const ReplicasUsage = "NATS servers that keep each stream and KV bucket Sluice makes: 1 to 5; 0 = 1 on a single NATS, the cluster's size up to 3 on a NATS cluster"
+
+// ValidateReplicas checks a --nats-replicas value.
+func ValidateReplicas(n int) error {
+	if n < 0 || n > 5 {
+		return fmt.Errorf("--nats-replicas must be between 0 (automatic) and 5, not %d", n)
+	}
+	return nil
+}
+
 // MaxAutoReplicas is the most replicas the automatic choice asks for: three
 // survive the loss of one NATS node with a quorum left.
 const MaxAutoReplicas = 3

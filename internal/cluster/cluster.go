@@ -69,6 +69,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // KV buckets of the cluster (named in bus, whose roles grant them).
@@ -878,16 +879,9 @@ const acquireWave = 8
 // slow link the member reads (a listing is several round trips) never
 // delay a lease renewal.
 func (c *Cluster) memberLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.RenewInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, c.cfg.RenewInterval, func() {
 		if c.conflict.Load() || c.synced.Load() == 0 {
-			continue
+			return
 		}
 		now := c.cfg.Now()
 		mctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
@@ -896,7 +890,7 @@ func (c *Cluster) memberLoop(ctx context.Context) {
 			c.live.Store(int64(c.liveMembers(mctx, now)))
 		}
 		cancel()
-	}
+	})
 }
 
 // renewTimeout is how long one round of lease requests may wait for NATS:

@@ -99,8 +99,15 @@ type forwarder struct {
 
 func newForwarder(c *Cluster) *forwarder { return &forwarder{c: c, qs: map[string]*ownerQueue{}} }
 
-// Forward sends one item to owner and waits for its result.
+// Forward sends one item to owner and waits for its result, or until ctx
+// ends. An item whose ctx has ended is not sent. A caller that carries its
+// batch itself (the first forward to an idle owner) returns when that
+// batch's round trip ends (bounded by the transport's timeouts): the
+// batch may hold other callers' items.
 func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
 	f := c.fwd
 	f.mu.Lock()
 	q := f.qs[owner]

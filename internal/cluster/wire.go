@@ -17,6 +17,8 @@ package cluster
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/sluicehq/sluice/internal/bus"
 )
 
 const (
@@ -94,89 +96,51 @@ func appendResponse(b []byte, id uint64, res []Result) []byte {
 
 // decoder reads a frame body; the first error sticks and later reads
 // return zero values.
-type decoder struct {
-	b   []byte
-	bad bool
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.bad {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.bad {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+type decoder struct{ bus.VarintReader }
 
 func (d *decoder) bool() bool {
-	if d.bad || len(d.b) == 0 {
-		d.bad = true
+	if d.Bad || len(d.B) == 0 {
+		d.Bad = true
 		return false
 	}
-	v := d.b[0]
-	d.b = d.b[1:]
+	v := d.B[0]
+	d.B = d.B[1:]
 	if v > 1 {
-		d.bad = true
+		d.Bad = true
 	}
 	return v == 1
 }
 
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.bad || n > maxString || n > uint64(len(d.b)) {
-		d.bad = true
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
+func (d *decoder) string() string { return string(d.Bytes(maxString)) }
 
 // count reads an element count, refusing one above limit or above what
 // the rest of the body could hold at minSize bytes an element.
 func (d *decoder) count(limit, minSize int) int {
-	n := d.uvarint()
-	if d.bad || n > uint64(limit) || n*uint64(minSize) > uint64(len(d.b)) {
-		d.bad = true
+	n := d.Uvarint()
+	if d.Bad || n > uint64(limit) || n*uint64(minSize) > uint64(len(d.B)) {
+		d.Bad = true
 		return 0
 	}
 	return int(n)
 }
 
 func (d *decoder) header(typ byte) uint64 {
-	if len(d.b) == 0 || d.b[0] != typ {
-		d.bad = true
+	if len(d.B) == 0 || d.B[0] != typ {
+		d.Bad = true
 		return 0
 	}
-	d.b = d.b[1:]
-	return d.uvarint()
+	d.B = d.B[1:]
+	return d.Uvarint()
 }
 
 // decodeRequest reads a request body (without its length prefix). The
 // items own their strings: body may be reused at once.
 func decodeRequest(body []byte) (uint64, []Item, error) {
-	d := decoder{b: body}
+	d := decoder{bus.VarintReader{B: body}}
 	id := d.header(frameRequest)
 	// An item takes at least 5 one-byte lengths, a cost, a flag and a time.
 	n := d.count(maxBatch, 8)
-	if d.bad {
+	if d.Bad {
 		return 0, nil, errMalformed
 	}
 	items := make([]Item, n)
@@ -187,11 +151,11 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.Policy = d.string()
 		it.Tier = d.string()
 		it.KeyID = d.string()
-		it.Cost = d.varint()
+		it.Cost = d.Varint()
 		it.Consume = d.bool()
-		it.Now = d.varint()
+		it.Now = d.Varint()
 	}
-	if d.bad || len(d.b) != 0 {
+	if d.Bad || len(d.B) != 0 {
 		return 0, nil, errMalformed
 	}
 	return id, items, nil
@@ -199,38 +163,38 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 
 // decodeResponse reads a response body (without its length prefix).
 func decodeResponse(body []byte) (uint64, []Result, error) {
-	d := decoder{b: body}
+	d := decoder{bus.VarintReader{B: body}}
 	id := d.header(frameResponse)
 	n := d.count(maxBatch, 4)
-	if d.bad {
+	if d.Bad {
 		return 0, nil, errMalformed
 	}
 	res := make([]Result, n)
 	for i := range res {
 		r := &res[i]
-		st := d.uvarint()
+		st := d.Uvarint()
 		if st > 255 {
-			d.bad = true
+			d.Bad = true
 		}
 		r.Status = int(st)
 		r.Allowed = d.bool()
-		r.Report = int(d.varint())
+		r.Report = int(d.Varint())
 		if k := d.count(maxOutcomes, 5); k > 0 {
 			r.Outcomes = make([]Outcome, k)
 			for j := range r.Outcomes {
 				o := &r.Outcomes[j]
 				o.Allowed = d.bool()
-				o.Limit = d.varint()
-				o.Remaining = d.varint()
-				o.Reset = d.varint()
-				o.RetryAfter = d.varint()
+				o.Limit = d.Varint()
+				o.Remaining = d.Varint()
+				o.Reset = d.Varint()
+				o.RetryAfter = d.Varint()
 			}
 		}
-		if d.bad {
+		if d.Bad {
 			return 0, nil, errMalformed
 		}
 	}
-	if d.bad || len(d.b) != 0 {
+	if d.Bad || len(d.B) != 0 {
 		return 0, nil, errMalformed
 	}
 	return id, res, nil

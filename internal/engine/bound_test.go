@@ -32,7 +32,7 @@ func TestFlushRefusedByAFullStreamKeepsState(t *testing.T) {
 			}
 		}
 	}
-	if a, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
+	if a, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
 		t.Fatalf("check: %+v %v", a, err)
 	}
 	e.flushStates(ctx)

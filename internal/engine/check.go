@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -93,15 +94,22 @@ func (r *CheckRequest) validate(field string) error {
 	return nil
 }
 
-// Check decides one request for a tenant at now. It never blocks on I/O:
-// everything it reads is in memory. Errors are input errors only.
-func (e *Engine) Check(tenantID string, req *CheckRequest, now time.Time) (Answer, error) {
-	return e.check(tenantID, req, now, "")
+// Check decides one request for a tenant at now. On a single server it
+// reads memory only. It waits on I/O in two cases, each bounded and each
+// ending early when ctx ends: a bucket not loaded yet while the server
+// hydrates is fetched from the worker first (up to 2 s, hydrate.go), and
+// in a cluster an exact policy's check goes to its partition's owner,
+// waiting for one through a hand-over (up to HandoverWait, decide.go).
+// Errors are input errors, and errs.Unavailable when such a wait fails or
+// ctx ends (the error then also wraps ctx's error).
+func (e *Engine) Check(ctx context.Context, tenantID string, req *CheckRequest, now time.Time) (Answer, error) {
+	return e.check(ctx, tenantID, req, now, "")
 }
 
 // CheckBatch decides several requests in order; an input error in any of
-// them fails the whole batch before anything is decided.
-func (e *Engine) CheckBatch(tenantID string, reqs []CheckRequest, now time.Time) ([]Answer, error) {
+// them fails the whole batch before anything is decided. It waits as Check
+// does, for each request in turn.
+func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRequest, now time.Time) ([]Answer, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(batchField(i)); err != nil {
 			return nil, err
@@ -114,7 +122,7 @@ func (e *Engine) CheckBatch(tenantID string, reqs []CheckRequest, now time.Time)
 	}
 	out := make([]Answer, len(reqs))
 	for i := range reqs {
-		a, err := e.check(tenantID, &reqs[i], now, batchField(i))
+		a, err := e.check(ctx, tenantID, &reqs[i], now, batchField(i))
 		if err != nil {
 			return nil, err
 		}
@@ -127,7 +135,9 @@ func batchField(i int) string {
 	return "checks[" + itoa(i) + "]."
 }
 
-func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field string) (Answer, error) {
+func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, now time.Time, field string) (Answer, error) {
+	// start times the decision for sluice_decision_seconds: a duration on
+	// the monotonic clock, not a time the decision depends on.
 	start := time.Now()
 	if err := req.validate(field); err != nil {
 		return Answer{}, err
@@ -231,7 +241,8 @@ func (e *Engine) check(tenantID string, req *CheckRequest, now time.Time, field 
 	k = append(k, a.IdentityKind...)
 	k = append(k, ':')
 	k = append(k, a.IdentityID...)
-	allowed, report, err := e.decide(k, tenantID, pv, a.Tier, overrideKey, tl.limits[:n], nowNS, req.Cost, !req.Peek, outs[:n])
+	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
+		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek}, outs[:n])
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {

@@ -4,9 +4,10 @@ package engine
 // In a cluster (SetCluster), a policy's consistency chooses:
 //   - exact: the bucket's partition owner decides; this server decides only
 //     the partitions it owns and forwards the rest. While a partition has no
-//     owner (a hand-over), the check waits for one up to HandoverWait and then
-//     answers 503 unavailable, so the tenant's SDK applies its fail-open or
-//     fail-closed choice; it never admits blindly.
+//     owner (a hand-over), the check waits for one up to HandoverWait (less
+//     if its context ends first) and then answers 503 unavailable, so the
+//     tenant's SDK applies its fail-open or fail-closed choice; it never
+//     admits blindly.
 //   - local: this server decides from its own cache and tells the others what
 //     it admitted (LocalFlushInterval); they force that consumption into their
 //     own buckets, so overshoot is bounded by what the servers admit before
@@ -15,6 +16,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -53,37 +55,61 @@ type deltaAgg struct {
 	m  map[string]*delta
 }
 
-func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int, error) {
+// decision is one question to a bucket: its key, the limits it is decided
+// under, and what to take from it.
+type decision struct {
+	key      []byte // the bucket's hot-cache key (BucketKey)
+	tenantID string
+	pv       *policyView
+	// tier and keyID (the consumer key whose override applies, if any)
+	// let a partition's owner find the same limits in its own view.
+	tier, keyID string
+	limits      []quota.Limit
+	now         int64 // unix ns
+	cost        int64
+	consume     bool // false for a peek
+}
+
+// decide answers d where it runs (see the top of this file): whether d is
+// allowed, and the index of the limit its answer reports; out receives
+// each limit's outcome. out is a parameter of its own, not a field of d:
+// d's contents escape (a forward copies them), and the callers' outcome
+// arrays must stay on their stacks.
+func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
-	if c == nil || pv.consistency == "local" {
+	if c == nil || d.pv.consistency == "local" {
 		if !e.hyd.done.Load() {
-			if err := e.touch(key); err != nil {
+			if err := e.touch(ctx, d.key); err != nil {
 				return false, 0, err
 			}
 		}
 	}
 	if c == nil {
-		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-		return allowed, report, nil
+		return e.decideHere(d, out)
 	}
-	if pv.consistency == "local" {
-		allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-		if allowed && consume {
-			e.addDelta(string(key), tenantID, pv.id, tier, keyID, cost)
+	if d.pv.consistency == "local" {
+		allowed, report, _ := e.decideHere(d, out)
+		if allowed && d.consume {
+			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
 		}
 		return allowed, report, nil
 	}
-	p := bus.Partition(key)
-	deadline := time.Now().Add(HandoverWait)
+	p := bus.Partition(d.key)
+	if c.Owns(p, e.cfg.Now()) {
+		return e.decideHere(d, out)
+	}
+	// The wait for an owner is bounded on the wall clock, not on
+	// e.cfg.Now: it is a real wait on the network, and a clock a test
+	// stops must not make it endless. Leases are compared with e.cfg.Now,
+	// the clock the cluster's leases are written in.
+	wctx, cancel := context.WithTimeout(ctx, HandoverWait)
+	defer cancel()
 	for {
-		if c.Owns(p, time.Now()) {
-			allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-			return allowed, report, nil
+		if c.Owns(p, e.cfg.Now()) {
+			return e.decideHere(d, out)
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			res, err := c.Forward(ctx, owner, cluster.Item{Key: string(key), Tenant: tenantID, Policy: pv.id, Tier: tier, KeyID: keyID, Cost: cost, Consume: consume, Now: now})
-			cancel()
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Now: d.now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -97,19 +123,35 @@ func (e *Engine) decide(key []byte, tenantID string, pv *policyView, tier, keyID
 				case cluster.StatusNoLimits:
 					// The owner has not seen this policy version yet (< 1 s);
 					// decide here rather than fail.
-					allowed, report := e.cache.CheckBytes(key, limits, now, cost, consume, out)
-					return allowed, report, nil
+					return e.decideHere(d, out)
 				}
 			}
-		}
-		if time.Now().After(deadline) {
-			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 		select {
 		case <-c.Changed():
 		case <-time.After(20 * time.Millisecond):
+		case <-wctx.Done():
+		}
+		if wctx.Err() != nil {
+			if ctx.Err() != nil {
+				return false, 0, cancelled(ctx)
+			}
+			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 	}
+}
+
+// decideHere decides d in this server's hot cache.
+func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
+	allowed, report := e.cache.CheckBytes(d.key, d.limits, d.now, d.cost, d.consume, out)
+	return allowed, report, nil
+}
+
+// cancelled is the error of a check whose ctx ended while it waited:
+// unavailable, as any failed wait, and wrapping ctx's error so that the
+// caller can tell its own cancellation.
+func cancelled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", errs.Errorf(errs.Unavailable, "The check was cancelled before it could be decided."), context.Cause(ctx))
 }
 
 // serveForward decides checks forwarded by other servers.
@@ -117,7 +159,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 	v := e.view.Load()
 	var outs [MaxLimits]quota.Outcome
 	for i, it := range items {
-		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), time.Now()) {
+		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), e.cfg.Now()) {
 			res[i].Status = cluster.StatusNotOwner
 			continue
 		}
@@ -207,7 +249,7 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 // it; pending states of an older term are dropped, as the worker would
 // refuse them.
 func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) error {
-	req := bucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true, Lease: lease}
+	req := bus.BucketsRequest{Limit: hydratePage, Partition: &p, Acquire: true, Lease: lease}
 	var pl pageLoader
 	var term uint64
 	for {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Config tunes an Engine. Zero fields take their defaults.
@@ -51,7 +52,12 @@ type Config struct {
 	// Replicas is how many NATS servers keep a stream this server makes
 	// again; 0 chooses from the NATS it finds (bus.ResolveReplicas).
 	Replicas int
-	// Now is the clock; time.Now by default.
+	// Now is the clock; time.Now by default. The decision path reads
+	// it: ownership of a partition (the cluster's leases, given with
+	// SetCluster, must be written on the same clock) and what a flush
+	// persisted. Waits on the network are bounded on the wall clock
+	// instead, so that a stopped test clock cannot make them endless;
+	// durations measured for metrics and logs are wall time too.
 	Now func() time.Time
 	Log *slog.Logger
 	// Registerer receives the engine's metrics; none when nil.
@@ -259,31 +265,18 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.hydrated.Store(true)
 	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
 	e.done.Go(func() { e.loadRest(loopCtx, after, started) })
-	e.done.Go(func() { e.loop(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
-	e.done.Go(func() { e.loop(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
 	e.done.Go(func() {
-		e.loop(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
+		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
 	e.done.Go(func() { e.resyncLoop(loopCtx) })
-	e.done.Go(func() { e.loop(loopCtx, time.Second, e.tickMinute) })
-	e.done.Go(func() { e.loop(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
 	if e.cluster != nil {
-		e.done.Go(func() { e.loop(loopCtx, LocalFlushInterval, e.flushDeltas) })
+		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.flushDeltas) })
 	}
 	return nil
-}
-
-func (e *Engine) loop(ctx context.Context, every time.Duration, fn func()) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 // resync replaces the view with a fresh snapshot.

@@ -85,7 +85,7 @@ func TestCheckDecisions(t *testing.T) {
 	e := newTestEngine(t, snap)
 	check := func(r CheckRequest, at time.Time) Answer {
 		t.Helper()
-		a, err := e.Check("ten_a", &r, at)
+		a, err := e.Check(t.Context(), "ten_a", &r, at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestCheckDecisions(t *testing.T) {
 		t.Fatalf("expired key: %+v", a)
 	}
 	// Another tenant's engine view does not know the key at all.
-	if a, _ := e.Check("ten_b", &CheckRequest{APIKey: plain, Path: "/x"}, t0); a.Reason != ReasonInvalidKey || a.IdentityID == "ckey_pro" {
+	if a, _ := e.Check(t.Context(), "ten_b", &CheckRequest{APIKey: plain, Path: "/x"}, t0); a.Reason != ReasonInvalidKey || a.IdentityID == "ckey_pro" {
 		t.Fatalf("key in another tenant: %+v", a)
 	}
 
@@ -151,7 +151,7 @@ func TestCheckRejectsBadInput(t *testing.T) {
 		{IP: "192.0.2.1", Path: "/x", Cost: -1},
 		{IP: "192.0.2.1", Path: "/x", Method: "GE T"},
 	} {
-		if _, err := e.Check("ten_a", &r, t0); err == nil {
+		if _, err := e.Check(t.Context(), "ten_a", &r, t0); err == nil {
 			t.Errorf("%+v: accepted", r)
 		}
 	}
@@ -174,7 +174,7 @@ func BenchmarkEngineCheck(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				r := CheckRequest{IP: ips[i%n], Path: "/bench/items?page=2", Method: "GET"}
-				if _, err := e.Check("ten_a", &r, now); err != nil {
+				if _, err := e.Check(context.Background(), "ten_a", &r, now); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -196,7 +196,7 @@ func TestFlushMakesLostStreamsAgain(t *testing.T) {
 			t.Fatalf("stream %s before the test: %v", name, err)
 		}
 	}
-	if a, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
+	if a, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
 		t.Fatalf("check: %+v %v", a, err)
 	}
 	e.flushStates(ctx) // finds no stream, makes the streams
@@ -239,7 +239,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	decisions := 0
 	check := func(n int) {
 		for range n {
-			if _, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil {
+			if _, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			decisions++
@@ -295,7 +295,7 @@ func TestInvalidKeysCountAsOneIdentity(t *testing.T) {
 	e := newTestEngine(t, snap)
 	for i := range 200 {
 		k := fmt.Sprintf("ck_%040d", i)
-		a, err := e.Check("ten_a", &CheckRequest{APIKey: k, Path: "/api/example?mode=heavy"}, t0)
+		a, err := e.Check(t.Context(), "ten_a", &CheckRequest{APIKey: k, Path: "/api/example?mode=heavy"}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,7 @@ func TestUnlistedTiers(t *testing.T) {
 	e := newTestEngine(t, snap)
 	check := func(r CheckRequest) Answer {
 		t.Helper()
-		a, err := e.Check("ten_a", &r, t0)
+		a, err := e.Check(t.Context(), "ten_a", &r, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,7 +384,7 @@ func BenchmarkCheckLongInputs(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r := c.r
-				if _, err := e.Check("ten_a", &r, t0); err != nil {
+				if _, err := e.Check(context.Background(), "ten_a", &r, t0); err != nil {
 					b.Fatal(err)
 				}
 			}

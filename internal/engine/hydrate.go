@@ -73,18 +73,6 @@ type hydration struct {
 	beforePage func(after string)
 }
 
-// bucketsRequest is the worker's BucketsRequest as the engine sends it.
-type bucketsRequest struct {
-	After     string      `json:"after,omitempty"`
-	Limit     int         `json:"limit"`
-	Partition *int        `json:"partition,omitempty"`
-	Keys      []string    `json:"keys,omitempty"`
-	Packed    bool        `json:"packed"`
-	Order     string      `json:"order,omitempty"`
-	Acquire   bool        `json:"acquire,omitempty"`
-	Lease     bus.LeaseID `json:"lease,omitzero"`
-}
-
 // bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
 // from this version's worker, Buckets from an older one.
 type bucketsPage struct {
@@ -117,7 +105,7 @@ func (c *loadCursor) covers(key []byte) bool {
 	return string(key) <= c.key
 }
 
-func (e *Engine) requestBuckets(ctx context.Context, req bucketsRequest) (bucketsPage, error) {
+func (e *Engine) requestBuckets(ctx context.Context, req bus.BucketsRequest) (bucketsPage, error) {
 	var page bucketsPage
 	req.Packed = true
 	if req.Partition == nil && len(req.Keys) == 0 {
@@ -182,7 +170,7 @@ func (e *Engine) hydrate(ctx context.Context) (string, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	page, err := e.requestBuckets(rctx, bucketsRequest{Limit: hydratePage})
+	page, err := e.requestBuckets(rctx, bus.BucketsRequest{Limit: hydratePage})
 	if err != nil {
 		return "", fmt.Errorf("load buckets: %w", err)
 	}
@@ -227,7 +215,7 @@ func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) 
 			// request waits in the reconnect buffer, so give up early
 			// and ask again.
 			rctx, cancel := context.WithTimeout(ctx, pageTimeout)
-			page, err := e.requestBuckets(rctx, bucketsRequest{After: after, Limit: hydratePage})
+			page, err := e.requestBuckets(rctx, bus.BucketsRequest{After: after, Limit: hydratePage})
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -285,19 +273,23 @@ func (e *Engine) finishHydration(started time.Time) {
 func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
 
 // touch makes sure key's persisted bucket, if any, is in the cache before a
-// check decides on it, while the bulk load has not reached the key.
-func (e *Engine) touch(key []byte) error {
+// check decides on it, while the bulk load has not reached the key. The
+// fetch ends after firstTouchWait or when ctx ends.
+func (e *Engine) touch(ctx context.Context, key []byte) error {
 	if up := e.hyd.upTo.Load(); up != nil && up.covers(key) {
 		return nil
 	}
 	if e.cache.Has(key) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), firstTouchWait)
+	tctx, cancel := context.WithTimeout(ctx, firstTouchWait)
 	defer cancel()
 	k := string(key)
-	page, err := e.requestBuckets(ctx, bucketsRequest{Keys: []string{k}, Limit: 1})
+	page, err := e.requestBuckets(tctx, bus.BucketsRequest{Keys: []string{k}, Limit: 1})
 	if err != nil {
+		if ctx.Err() != nil {
+			return cancelled(ctx)
+		}
 		e.log.Warn("first-touch load failed", "err", err)
 		return errs.Errorf(errs.Unavailable, "This caller's quota is still loading after a restart; try again shortly.")
 	}

@@ -146,7 +146,7 @@ func (env *hydrateEnv) startEngine(t *testing.T, hook func(after string)) *Engin
 
 func (env *hydrateEnv) remaining(t *testing.T, e *Engine, key string) int64 {
 	t.Helper()
-	a, err := e.Check(env.tenantID, &CheckRequest{IP: env.ips[key], Path: "/api/x"}, time.Now())
+	a, err := e.Check(t.Context(), env.tenantID, &CheckRequest{IP: env.ips[key], Path: "/api/x"}, time.Now())
 	if err != nil {
 		t.Fatalf("check %s: %v", key, err)
 	}

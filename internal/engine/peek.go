@@ -8,6 +8,7 @@ package engine
 // is not in memory is full, as a peek creates it.
 
 import (
+	"context"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -111,7 +112,8 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 		for _, l := range limits {
 			over = max(over, l.Capacity()+1)
 		}
-		_, _, err := e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, over, false, outs[:n])
+		d := decision{key: k, tenantID: tenantID, pv: pv, tier: cp.Tier, keyID: overrideKey, limits: limits, now: nowNS, cost: over}
+		_, _, err := e.decide(context.Background(), &d, outs[:n])
 		if err == nil {
 			// A check of cost 1 passes exactly when every limit has a whole
 			// unit left; only when one has not is the wait asked for.
@@ -122,7 +124,8 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 			if !cp.Allowed {
 				var again [MaxLimits]quota.Outcome
 				var allowed bool
-				if allowed, _, err = e.decide(k, tenantID, pv, cp.Tier, overrideKey, limits, nowNS, 1, false, again[:n]); err == nil {
+				d.cost = 1
+				if allowed, _, err = e.decide(context.Background(), &d, again[:n]); err == nil {
 					cp.Allowed = allowed
 					if !allowed {
 						cp.RetryAfter = quota.CombinedRetryAfter(again[:n])

@@ -19,7 +19,7 @@ func TestPeekCallerTakesNothing(t *testing.T) {
 	}
 	e := newTestEngine(t, snap)
 	for range 4 {
-		if _, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, t0); err != nil {
+		if _, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,7 +48,7 @@ func TestPeekCallerTakesNothing(t *testing.T) {
 	}
 	// The caller still has exactly 6 checks left.
 	for i := range 7 {
-		a, err := e.Check("ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, t0)
+		a, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestPeekCallerTakesNothing(t *testing.T) {
 
 	// A key: its own tier's two limits; a blocked IPv6 caller shows its
 	// block under its /64.
-	if _, err := e.Check("ten_a", &CheckRequest{APIKey: plain, Path: "/api/example?mode=heavy"}, t0); err != nil {
+	if _, err := e.Check(t.Context(), "ten_a", &CheckRequest{APIKey: plain, Path: "/api/example?mode=heavy"}, t0); err != nil {
 		t.Fatal(err)
 	}
 	st, err := e.PeekCaller("ten_a", "key", "ckey_pro", t0)

@@ -59,7 +59,7 @@ func (f *fakeEngine) setVersion(id string, v int64) {
 	f.versions[id] = v
 }
 
-func (*fakeEngine) Check(string, *engine.CheckRequest, time.Time) (engine.Answer, error) {
+func (*fakeEngine) Check(context.Context, string, *engine.CheckRequest, time.Time) (engine.Answer, error) {
 	return engine.Answer{Allowed: true, Reason: engine.ReasonOK}, nil
 }
 

@@ -203,7 +203,7 @@ func (h *policyHandler) test(c echo.Context) error {
 	if t.Error != "" {
 		return h.renderList(c, http.StatusBadRequest, t)
 	}
-	a, err := h.engine.Check(mustSession(c).TenantID, &req, h.now())
+	a, err := h.engine.Check(c.Request().Context(), mustSession(c).TenantID, &req, h.now())
 	if err != nil {
 		if errs.Is(err, errs.Invalid) {
 			t.Error = testError(err)

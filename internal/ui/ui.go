@@ -48,7 +48,7 @@ type Engine interface {
 // The small interfaces handlers declare.
 type (
 	checker interface {
-		Check(tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
+		Check(ctx context.Context, tenantID string, req *engine.CheckRequest, now time.Time) (engine.Answer, error)
 	}
 	versionWaiter interface {
 		WaitVersion(ctx context.Context, v int64)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Lag: how far the worker is behind the servers. Both streams are work
@@ -69,8 +70,6 @@ func (w *Worker) StreamLag(ctx context.Context, stream string) (Lag, error) {
 // of bucket rows committed, INFO once caught up, WARN when a stream is at
 // its bound.
 func (w *Worker) watchLag(ctx context.Context) {
-	t := time.NewTicker(w.cfg.LagInterval)
-	defer t.Stop()
 	type streamState struct {
 		behind   bool
 		full     bool
@@ -85,12 +84,7 @@ func (w *Worker) watchLag(ctx context.Context) {
 		}
 		return w.counterRows.Load()
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, w.cfg.LagInterval, func() {
 		for _, stream := range []string{bus.StateStream, bus.CounterStream} {
 			st := states[stream]
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -139,5 +133,5 @@ func (w *Worker) watchLag(ctx context.Context) {
 				w.log.Info("worker caught up", "stream", stream, "rows_total", rows(stream))
 			}
 		}
-	}
+	})
 }

@@ -50,6 +50,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // A run's partitions are a bit set in one uint64.
@@ -521,14 +522,7 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 		mergedLog int
 		busy      bool
 	)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, 100*time.Millisecond, func() {
 		for ctx.Err() == nil {
 			if p := r.uncounted(); p >= 0 {
 				if err := r.countTable(ctx, w.db, p); err != nil {
@@ -572,5 +566,5 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 				w.log.Info("merging staged bucket states", "rows_merged", mergedLog, "rows_staged", r.stagedRows(), "runs", r.count(), "reason", why)
 			}
 		}
-	}
+	})
 }

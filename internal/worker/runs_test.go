@@ -52,7 +52,7 @@ func readAll(t *testing.T, w *Worker, limit int, order string, partition *int) m
 		if pages > 10000 {
 			t.Fatal("paging does not end")
 		}
-		page, err := w.bucketsPage(context.Background(), BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
+		page, err := w.bucketsPage(context.Background(), bus.BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@ package worker
 // Fencing tokens for cluster partitions (migration 0014).
 //
 // A server that takes a partition over loads it from the worker with
-// BucketsRequest.Acquire set. The worker first commits every state already
+// bus.BucketsRequest.Acquire set. The worker first commits every state already
 // in the stream (as for any first page), then raises the partition's term
 // by one in its own write transaction, and answers the new term with the
 // partition's buckets. The server stamps every state it decides for the

@@ -127,7 +127,7 @@ func TestNoStaleStateWins(t *testing.T) {
 		leaseRev++
 		lease := bus.LeaseID{Incarnation: 1, Revision: leaseRev}
 		lastLease[p] = lease
-		req := BucketsRequest{Partition: &p, Acquire: true, Lease: lease, Limit: 1 + r.IntN(5), Packed: r.IntN(2) == 0}
+		req := bus.BucketsRequest{Partition: &p, Acquire: true, Lease: lease, Limit: 1 + r.IntN(5), Packed: r.IntN(2) == 0}
 		for k := range sv.used {
 			if bus.Partition([]byte(k)) == p {
 				delete(sv.used, k)
@@ -231,7 +231,7 @@ func TestNoStaleStateWins(t *testing.T) {
 			p := parts[r.IntN(len(parts))]
 			old := lastLease[p]
 			old.Revision -= uint64(r.IntN(int(old.Revision)))
-			_, err := w.bucketsPage(ctx, BucketsRequest{Partition: &p, Acquire: true, Lease: old, Limit: 10})
+			_, err := w.bucketsPage(ctx, bus.BucketsRequest{Partition: &p, Acquire: true, Lease: old, Limit: 10})
 			if errs.Code(err) != errs.Conflict {
 				t.Fatalf("%s: a late acquisition of partition %d answered %v, want a conflict", name, p, err)
 			}

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
@@ -302,16 +303,16 @@ func (w *Worker) runActive(ctx context.Context) error {
 	// without blocking the writer, so that the writer rarely has to do it
 	// inside a commit.
 	wg.Go(func() {
-		every(ctx, time.Second, func() {
+		tick.Every(ctx, time.Second, func() {
 			if _, err := w.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
 				w.log.Debug("passive checkpoint", "err", err)
 			}
 		})
 	})
-	wg.Go(func() { every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
-		every(ctx, w.cfg.Analytics.Interval, func() {
+		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
 			if _, err := m.Run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
@@ -319,20 +320,6 @@ func (w *Worker) runActive(ctx context.Context) error {
 	})
 	wg.Wait()
 	return nil
-}
-
-// every runs fn every d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 // requestActor returns ctx carrying the actor the request names in
@@ -450,29 +437,6 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	return w.registerConfig(add)
 }
 
-// BucketsRequest asks for one page of persisted buckets after a key.
-type BucketsRequest struct {
-	After string `json:"after"`
-	Limit int    `json:"limit"`
-	// Partition, when set, limits the page to one cluster partition.
-	Partition *int `json:"partition,omitempty"`
-	// Keys, when set, asks for these buckets only (a server loading the
-	// buckets that checks touch before its hydration reaches them); After
-	// and Partition are ignored. At most maxPageKeys.
-	Keys []string `json:"keys,omitempty"`
-	// Packed asks for the page in Packed instead of Buckets.
-	Packed bool `json:"packed,omitempty"`
-	// Order is bus.OrderPartitionKey from servers that page in the table's
-	// order; older servers leave it empty and are answered in key order,
-	// which costs the worker a sort of the table per page (logged).
-	Order string `json:"order,omitempty"`
-	// Acquire, on the first page of a Partition, raises the partition's
-	// term (terms.go) once the backlog is committed, before the page is
-	// read, for the lease write Lease; the page answers the new term.
-	Acquire bool        `json:"acquire,omitempty"`
-	Lease   bus.LeaseID `json:"lease,omitzero"`
-}
-
 const (
 	// maxPage is the most buckets one page holds; a page also ends at half
 	// of NATS's max_payload.
@@ -522,7 +486,7 @@ func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
 // Each page reads buckets and the staged runs together (readMerged). A
 // page in (partition, key) order reads one partition at a time, going on
 // to the next while the page has room.
-func (w *Worker) bucketsPage(ctx context.Context, req BucketsRequest) (BucketsPage, error) {
+func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (BucketsPage, error) {
 	if len(req.Keys) > 0 {
 		return w.bucketsByKey(ctx, req.Keys, req.Packed)
 	}

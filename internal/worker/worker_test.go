@@ -227,7 +227,7 @@ func TestBucketsPageWaitsForBacklog(t *testing.T) {
 	eventually(t, 10*time.Second, "hydration page", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return bus.Request(ctx, e.nc, bus.BucketsSubject, BucketsRequest{}, &page) == nil
+		return bus.Request(ctx, e.nc, bus.BucketsSubject, bus.BucketsRequest{}, &page) == nil
 	})
 	if len(page.Buckets) != 2 || page.Buckets[0].Key != "ten_a/p/ip:192.0.2.1" || page.Buckets[1].States[0].Tokens != 1 {
 		t.Fatalf("page: %+v", page)
@@ -247,7 +247,7 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.2", 7, future))
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.3", 10, 1)) // full again
 	e.run(t)
-	ask := func(req BucketsRequest) BucketsPage {
+	ask := func(req bus.BucketsRequest) BucketsPage {
 		t.Helper()
 		var page BucketsPage
 		eventually(t, 10*time.Second, "buckets page", func() bool {
@@ -276,7 +276,7 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 		return got
 	}
 	want := map[string]float64{"ten_a/p/ip:192.0.2.1": 4, "ten_a/p/ip:192.0.2.2": 7}
-	for _, req := range []BucketsRequest{
+	for _, req := range []bus.BucketsRequest{
 		{}, {Packed: true},
 		{Keys: []string{"ten_a/p/ip:192.0.2.1", "ten_a/p/ip:192.0.2.2", "ten_a/p/ip:192.0.2.3", "ten_a/p/ip:192.0.2.4"}},
 		{Keys: []string{"ten_a/p/ip:192.0.2.2", "ten_a/p/ip:192.0.2.1"}, Packed: true},
@@ -290,13 +290,13 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 		}
 	}
 	// A packed page travels raw, outside the JSON envelope.
-	req, _ := json.Marshal(BucketsRequest{Packed: true})
+	req, _ := json.Marshal(bus.BucketsRequest{Packed: true})
 	msg, err := e.nc.Request(bus.BucketsSubject, req, 5*time.Second)
 	if err != nil || msg.Header.Get(bus.RawReplyHeader) == "" || msg.Data[0] == '{' {
 		t.Fatalf("packed page: header %v, %d bytes, err %v", msg.Header, len(msg.Data), err)
 	}
 	var page BucketsPage
-	err = bus.Request(context.Background(), e.nc, bus.BucketsSubject, BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
+	err = bus.Request(context.Background(), e.nc, bus.BucketsSubject, bus.BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
 	if errs.Code(err) != errs.Invalid {
 		t.Fatalf("too many keys: %v", err)
 	}
@@ -340,7 +340,7 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	})
 
 	got, pages := 0, 0
-	req := BucketsRequest{}
+	req := bus.BucketsRequest{}
 	for {
 		var page BucketsPage
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -1,4 +1,4 @@
-package app
+package logging
 
 // TextHandler writes one line per record for a person at a terminal:
 //

@@ -1,4 +1,4 @@
-package app
+package logging
 
 import (
 	"bytes"
@@ -119,9 +119,9 @@ func TestTextHandlerOneWritePerRecord(t *testing.T) {
 	}
 }
 
-// TestNewLoggerFormat: a writer that is not a terminal gets JSON unless
+// TestNewFormat: a writer that is not a terminal gets JSON unless
 // text is asked for, and text there is never coloured.
-func TestNewLoggerFormat(t *testing.T) {
+func TestNewFormat(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "log")
 	if err != nil {
 		t.Fatal(err)
@@ -129,16 +129,16 @@ func TestNewLoggerFormat(t *testing.T) {
 	defer f.Close()
 	env := func(k string) string { return map[string]string{"TERM": "xterm-256color"}[k] }
 	for _, c := range []struct{ format, want string }{
-		{LogFormatAuto, "json"}, {LogFormatJSON, "json"}, {LogFormatText, "text"},
+		{FormatAuto, "json"}, {FormatJSON, "json"}, {FormatText, "text"},
 	} {
 		var buf bytes.Buffer
-		l, err := NewLogger(&buf, "info", c.format, env)
+		l, err := New(&buf, "info", c.format, env)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Info("hello", "k", "v")
 		// A file is not a terminal either.
-		lf, err := NewLogger(f, "info", c.format, env)
+		lf, err := New(f, "info", c.format, env)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,10 +158,10 @@ func TestNewLoggerFormat(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewLogger(io.Discard, "info", "pretty", env); err == nil || !strings.Contains(err.Error(), "--log-format") {
+	if _, err := New(io.Discard, "info", "pretty", env); err == nil || !strings.Contains(err.Error(), "--log-format") {
 		t.Errorf("format pretty: %v", err)
 	}
-	if _, err := NewLogger(io.Discard, "loud", "json", env); err == nil {
+	if _, err := New(io.Discard, "loud", "json", env); err == nil {
 		t.Error("level loud accepted")
 	}
 }
@@ -169,25 +169,4 @@ func TestNewLoggerFormat(t *testing.T) {
 func isJSON(l *slog.Logger) bool {
 	_, ok := l.Handler().(*slog.JSONHandler)
 	return ok
-}
-
-func TestLogFormatFlag(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		env  map[string]string
-		want string
-		err  bool
-	}{
-		{nil, nil, "auto", false},
-		{nil, map[string]string{"SLUICE_LOG_FORMAT": "json"}, "json", false},
-		{[]string{"--log-format", "text"}, map[string]string{"SLUICE_LOG_FORMAT": "json"}, "text", false},
-		{[]string{"--log-format", "pretty"}, nil, "", true},
-	} {
-		cfg := DefaultConfig()
-		cfg.Data = t.TempDir()
-		err := cfg.ParseFlags("server", c.args, func(k string) string { return c.env[k] }, io.Discard)
-		if (err != nil) != c.err || (err == nil && cfg.LogFormat != c.want) {
-			t.Errorf("%v %v: format %q, err %v; want %q (error %v)", c.args, c.env, cfg.LogFormat, err, c.want, c.err)
-		}
-	}
 }
