@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -255,5 +256,23 @@ func TestServerRoleCannotTouchReplication(t *testing.T) {
 	}
 	if n := s.CachedInfo().State.Msgs; n != 1 {
 		t.Fatalf("the log holds %d records, want 1", n)
+	}
+}
+
+// Port 0 asks for a free port, as it does everywhere else: two embedded
+// servers listening on 127.0.0.1:0 at once both start, on different ports
+// (NATS itself reads port 0 as its default, 4222).
+func TestEmbeddedPortZeroIsFree(t *testing.T) {
+	var urls []string
+	for i := range 2 {
+		ns, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: fmt.Sprintf("port-zero-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		urls = append(urls, ns.ClientURL())
+	}
+	if urls[0] == urls[1] || strings.HasSuffix(urls[0], ":4222") {
+		t.Fatalf("client URLs %v, want two free ports", urls)
 	}
 }

@@ -71,6 +71,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
 		}
+		if p == 0 {
+			// Port 0 is NATS's default port (4222), not a free one: two
+			// processes asking for :0 would both try 4222, and the second
+			// would never be ready.
+			p = server.RANDOM_PORT
+		}
 		opts.Host, opts.Port = host, p
 		if !LoopbackListen(cfg.Listen) && cfg.TLSCert == "" {
 			return nil, fmt.Errorf("nats listen %s: not a loopback address, so a TLS certificate and key are required", cfg.Listen)
