@@ -12,24 +12,13 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker/configsvc"
 )
 
-// write runs one config write and announces its changes. writeMu keeps
-// commit order and announcement order the same, so servers see versions
-// one by one.
-func write[T any](w *Worker, ctx context.Context, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
-	w.writeMu.Lock()
-	defer w.writeMu.Unlock()
-	res, changes, err := fn()
-	if err != nil {
-		return service.Written[T]{}, err
-	}
-	out := service.Written[T]{Result: res}
-	if len(changes) > 0 {
-		out.Version = changes[0].Version
-		w.announce(changes)
-	}
-	return out, nil
+// write runs one config write in its turn and announces its changes
+// (configsvc.Write).
+func write[T any](w *Worker, _ context.Context, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
+	return configsvc.Write(w.config, fn)
 }
 
 func (w *Worker) announce(changes []tenants.Change) {
@@ -52,7 +41,7 @@ type none = bus.None
 
 func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) error) error {
 	st := w.store
-	now := func() time.Time { return w.cfg.Now() }
+	svc := w.config.Services()
 	ops := map[string]micro.Handler{
 		bus.OpSnapshot.Name: serve(w, bus.OpSnapshot, func(ctx context.Context, _ none) (tenants.Snapshot, error) {
 			return st.Snapshot(ctx)
@@ -61,223 +50,142 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			v, err := st.ConfigVersion(ctx)
 			return bus.Version{Version: v, StateFormats: []string{bus.PackedStateFormat, bus.FencedStateFormat}}, err
 		}),
-		bus.OpTenantCreate.Name: serve(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (service.Written[service.TenantCreated], error) {
-			// The owner's password is hashed before the writer is taken.
-			nt, err := st.PrepareTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword)
-			if err != nil {
-				return service.Written[service.TenantCreated]{}, err
-			}
-			return write(w, ctx, func() (service.TenantCreated, []tenants.Change, error) {
-				t, key, cs, err := st.CommitTenant(ctx, nt, now())
-				return service.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
-			})
-		}),
-		bus.OpTenantList.Name: serve(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
-			return st.ListTenants(ctx)
-		}),
-		bus.OpTenantGet.Name: serve(w, bus.OpTenantGet, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
-			return st.GetTenantSummary(ctx, r.TenantID)
-		}),
-		bus.OpTenantSuspend.Name: serve(w, bus.OpTenantSuspend, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
-			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
-				return st.SuspendTenant(ctx, r.TenantID, now())
-			})
-		}),
-		bus.OpTenantResume.Name: serve(w, bus.OpTenantResume, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
-			return write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
-				return st.ResumeTenant(ctx, r.TenantID)
-			})
-		}),
-		bus.OpTenantDelete.Name: serve(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
-			res, err := write(w, ctx, func() (tenants.Tenant, []tenants.Change, error) {
-				return st.DeleteTenant(ctx, r.TenantID)
-			})
-			if err == nil {
-				w.purgeLater(r.TenantID)
-			}
-			return res, err
-		}),
-		bus.OpPolicyCreate.Name: serve(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
-			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
-				return st.CreatePolicy(ctx, r.TenantID, r.Policy, now())
-			})
-		}),
-		bus.OpPolicyUpdate.Name: serve(w, bus.OpPolicyUpdate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
-			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
-				return st.UpdatePolicy(ctx, r.TenantID, r.ID, r.Policy, now())
-			})
-		}),
-		bus.OpPolicyGet.Name: serve(w, bus.OpPolicyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Policy, error) {
-			return st.GetPolicy(ctx, r.TenantID, r.ID)
-		}),
-		bus.OpPolicyList.Name: serve(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
-			return nonNil(st.ListPolicies(ctx, r.TenantID))
-		}),
-		bus.OpPolicyNames.Name: serve(w, bus.OpPolicyNames, func(ctx context.Context, r bus.PolicyNames) (service.PolicyNameList, error) {
-			if r.V != bus.WireVersion {
-				return service.PolicyNameList{}, errs.Errorf(errs.Invalid, "policy names query: wire version %d", r.V)
-			}
-			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
-				return service.PolicyNameList{}, err
-			}
-			n, err := st.CountPolicies(ctx, r.TenantID)
-			if err != nil || r.CountOnly {
-				return service.PolicyNameList{Total: n, Policies: []tenants.PolicyName{}}, err
-			}
-			ps, err := st.PolicyNames(ctx, r.TenantID, r.IDs)
-			return service.PolicyNameList{Total: n, Policies: ps}, err
-		}),
-		bus.OpPolicyDelete.Name: serve(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
-			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.DeletePolicy(ctx, r.TenantID, r.ID, now())
-				return none{}, cs, err
-			})
-		}),
-		bus.OpKeyCreate.Name: serve(w, bus.OpKeyCreate, func(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
-			return write(w, ctx, func() (service.KeyCreated, []tenants.Change, error) {
-				k, secret, cs, err := st.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, now())
-				return service.KeyCreated{Key: k, Secret: secret}, cs, err
-			})
-		}),
-		bus.OpKeyGet.Name: serve(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
-			return st.GetConsumerKey(ctx, r.TenantID, r.ID)
-		}),
-		bus.OpKeyPage.Name: serve(w, bus.OpKeyPage, func(ctx context.Context, r bus.KeyPageQuery) (tenants.KeyPage, error) {
-			if r.V != bus.WireVersion {
-				return tenants.KeyPage{}, errs.Errorf(errs.Invalid, "key page query: wire version %d", r.V)
-			}
-			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
-				return tenants.KeyPage{}, err
-			}
-			return st.ListConsumerKeyPage(ctx, r.KeyQuery)
-		}),
-		bus.OpKeyNames.Name: serve(w, bus.OpKeyNames, func(ctx context.Context, r bus.KeyNames) (map[string]string, error) {
-			if r.V != bus.WireVersion {
-				return nil, errs.Errorf(errs.Invalid, "key names query: wire version %d", r.V)
-			}
-			return st.ConsumerKeyNames(ctx, r.TenantID, r.IDs)
-		}),
-		bus.OpKeyCount.Name: serve(w, bus.OpKeyCount, func(ctx context.Context, r bus.TenantScoped) (tenants.KeyCounts, error) {
-			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
-				return tenants.KeyCounts{}, err
-			}
-			return st.CountConsumerKeys(ctx, r.TenantID)
-		}),
-		bus.OpKeyList.Name: serve(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
-			return nonNil(st.ListConsumerKeys(ctx, r.TenantID))
-		}),
-		bus.OpKeyUpdate.Name: serve(w, bus.OpKeyUpdate, func(ctx context.Context, r bus.KeyUpdate) (service.Written[tenants.ConsumerKey], error) {
-			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
-				return st.UpdateConsumerKey(ctx, r.TenantID, r.ID, r.Patch, now())
-			})
-		}),
-		bus.OpKeyRevoke.Name: serve(w, bus.OpKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ConsumerKey], error) {
-			return write(w, ctx, func() (tenants.ConsumerKey, []tenants.Change, error) {
-				return st.RevokeConsumerKey(ctx, r.TenantID, r.ID, now())
-			})
-		}),
-		bus.OpBlockCreate.Name: serve(w, bus.OpBlockCreate, func(ctx context.Context, b tenants.Block) (service.Written[tenants.Block], error) {
-			return write(w, ctx, func() (tenants.Block, []tenants.Change, error) {
-				return st.CreateBlock(ctx, b, now())
-			})
-		}),
-		bus.OpBlockList.Name: serve(w, bus.OpBlockList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Block, error) {
-			return nonNil(st.ListBlocks(ctx, r.TenantID))
-		}),
-		bus.OpBlockDelete.Name: serve(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
-			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.DeleteBlock(ctx, r.TenantID, r.ID, now())
-				return none{}, cs, err
-			})
-		}),
-		bus.OpBucketReset.Name: serve(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (service.Written[none], error) {
-			return write(w, ctx, func() (none, []tenants.Change, error) {
-				cs, err := st.ResetBuckets(ctx, r.TenantID, r.Policy, r.Identity, now())
-				if err == nil {
-					w.deleteResetBuckets(ctx, cs)
-				}
-				return none{}, cs, err
-			})
-		}),
-		bus.OpUserCreate.Name: serve(w, bus.OpUserCreate, func(ctx context.Context, r service.UserCreate) (tenants.User, error) {
-			u, err := st.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, now())
-			if err != nil {
-				return u, err
-			}
-			return u, w.announceUser(ctx, u.ID)
-		}),
-		bus.OpUserSignIn.Name: serve(w, bus.OpUserSignIn, func(ctx context.Context, r bus.SignIn) (service.UserRecord, error) {
-			return w.signIn(ctx, r)
-		}),
-		bus.OpUserList.Name: serve(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
-			return nonNil(st.ListUsers(ctx, r.TenantID))
-		}),
-		bus.OpUserRole.Name: serve(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (service.Written[tenants.User], error) {
-			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
-				return st.SetUserRole(ctx, r.TenantID, r.ID, r.Role, now())
-			})
-		}),
-		bus.OpUserDelete.Name: serve(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.User], error) {
-			return write(w, ctx, func() (tenants.User, []tenants.Change, error) {
-				return st.DeleteUser(ctx, r.TenantID, r.ID, now())
-			})
-		}),
-		bus.OpUserPassword.Name: serve(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (service.Written[service.UserRecord], error) {
-			// Checked and hashed before the writer is taken; the write
-			// goes ahead only if the password checked is still the stored one.
-			p, err := st.PreparePasswordChange(ctx, r.ID, r.Current, r.New)
-			if err != nil {
-				return service.Written[service.UserRecord]{}, err
-			}
-			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.CommitPasswordChange(ctx, p, now())
-				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
-			})
-		}),
-		bus.OpUserEmail.Name: serve(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (service.Written[service.UserRecord], error) {
-			c, err := st.PrepareEmailChange(ctx, r.ID, r.Password, r.Email)
-			if err != nil {
-				return service.Written[service.UserRecord]{}, err
-			}
-			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.CommitEmailChange(ctx, c, now())
-				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
-			})
-		}),
-		bus.OpUserEndSessions.Name: serve(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.UserRecord], error) {
-			return write(w, ctx, func() (service.UserRecord, []tenants.Change, error) {
-				u, cs, err := st.EndSessions(ctx, r.ID, now())
-				return service.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
-			})
-		}),
-		bus.OpServiceKeyCreate.Name: serve(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.ServiceKeyCreated], error) {
-			return write(w, ctx, func() (service.ServiceKeyCreated, []tenants.Change, error) {
-				k, secret, cs, err := st.CreateServiceKey(ctx, r.TenantID, now())
-				return service.ServiceKeyCreated{Key: k, Secret: secret}, cs, err
-			})
-		}),
-		bus.OpServiceKeyList.Name: serve(w, bus.OpServiceKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ServiceKey, error) {
-			if err := st.RequireTenant(ctx, r.TenantID); err != nil {
-				return nil, err
-			}
-			return nonNil(st.ListServiceKeys(ctx, r.TenantID))
-		}),
-		bus.OpServiceKeyRevoke.Name: serve(w, bus.OpServiceKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ServiceKey], error) {
-			return write(w, ctx, func() (tenants.ServiceKey, []tenants.Change, error) {
-				return st.RevokeServiceKey(ctx, r.TenantID, r.ID, now())
-			})
-		}),
-		bus.OpAuditList.Name: serve(w, bus.OpAuditList, func(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
-			return st.ListAudit(ctx, q)
-		}),
-		bus.OpAuditGet.Name: serve(w, bus.OpAuditGet, func(ctx context.Context, r service.AuditGet) (tenants.AuditEntry, error) {
-			return st.GetAuditEntry(ctx, r.TenantID, r.ID, r.AllTenants)
-		}),
 		bus.OpServiceKeyUsed.Name: serve(w, bus.OpServiceKeyUsed, func(ctx context.Context, r bus.ServiceKeyUsed) (none, error) {
 			if r.V != bus.WireVersion {
 				return none{}, errs.Errorf(errs.Invalid, "service key use report: wire version %d", r.V)
 			}
 			return none{}, st.RecordServiceKeyUse(ctx, r.Used)
+		}),
+
+		bus.OpTenantCreate.Name: serve(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (service.Written[service.TenantCreated], error) {
+			return svc.Tenants.Create(ctx, r.Name, r.OwnerEmail, r.OwnerPassword)
+		}),
+		bus.OpTenantList.Name: serve(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
+			return svc.Tenants.List(ctx)
+		}),
+		bus.OpTenantGet.Name: serve(w, bus.OpTenantGet, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
+			return svc.Tenants.Get(ctx, r.TenantID)
+		}),
+		bus.OpTenantSuspend.Name: serve(w, bus.OpTenantSuspend, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
+			return svc.Tenants.Suspend(ctx, r.TenantID)
+		}),
+		bus.OpTenantResume.Name: serve(w, bus.OpTenantResume, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
+			return svc.Tenants.Resume(ctx, r.TenantID)
+		}),
+		bus.OpTenantDelete.Name: serve(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
+			return svc.Tenants.Delete(ctx, r.TenantID)
+		}),
+
+		bus.OpPolicyCreate.Name: serve(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
+			return svc.Policies.Create(ctx, r.TenantID, r.Policy)
+		}),
+		bus.OpPolicyUpdate.Name: serve(w, bus.OpPolicyUpdate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
+			return svc.Policies.Update(ctx, r.TenantID, r.ID, r.Policy)
+		}),
+		bus.OpPolicyGet.Name: serve(w, bus.OpPolicyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Policy, error) {
+			return svc.Policies.Get(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpPolicyList.Name: serve(w, bus.OpPolicyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Policy, error) {
+			return svc.Policies.List(ctx, r.TenantID)
+		}),
+		bus.OpPolicyNames.Name: serve(w, bus.OpPolicyNames, func(ctx context.Context, r bus.PolicyNames) (service.PolicyNameList, error) {
+			if r.V != bus.WireVersion {
+				return service.PolicyNameList{}, errs.Errorf(errs.Invalid, "policy names query: wire version %d", r.V)
+			}
+			if r.CountOnly {
+				n, err := svc.Policies.Count(ctx, r.TenantID)
+				return service.PolicyNameList{Total: n, Policies: []tenants.PolicyName{}}, err
+			}
+			return svc.Policies.Names(ctx, r.TenantID, r.IDs)
+		}),
+		bus.OpPolicyDelete.Name: serve(w, bus.OpPolicyDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
+			return svc.Policies.Delete(ctx, r.TenantID, r.ID)
+		}),
+
+		bus.OpKeyCreate.Name: serve(w, bus.OpKeyCreate, func(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
+			return svc.Keys.Create(ctx, r)
+		}),
+		bus.OpKeyGet.Name: serve(w, bus.OpKeyGet, func(ctx context.Context, r bus.TenantScoped) (tenants.ConsumerKey, error) {
+			return svc.Keys.Get(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpKeyPage.Name: serve(w, bus.OpKeyPage, func(ctx context.Context, r bus.KeyPageQuery) (tenants.KeyPage, error) {
+			if r.V != bus.WireVersion {
+				return tenants.KeyPage{}, errs.Errorf(errs.Invalid, "key page query: wire version %d", r.V)
+			}
+			return svc.Keys.Page(ctx, r.KeyQuery)
+		}),
+		bus.OpKeyNames.Name: serve(w, bus.OpKeyNames, func(ctx context.Context, r bus.KeyNames) (map[string]string, error) {
+			if r.V != bus.WireVersion {
+				return nil, errs.Errorf(errs.Invalid, "key names query: wire version %d", r.V)
+			}
+			return svc.Keys.Names(ctx, r.TenantID, r.IDs)
+		}),
+		bus.OpKeyCount.Name: serve(w, bus.OpKeyCount, func(ctx context.Context, r bus.TenantScoped) (tenants.KeyCounts, error) {
+			return svc.Keys.Count(ctx, r.TenantID)
+		}),
+		bus.OpKeyList.Name: serve(w, bus.OpKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ConsumerKey, error) {
+			return svc.Keys.List(ctx, r.TenantID)
+		}),
+		bus.OpKeyUpdate.Name: serve(w, bus.OpKeyUpdate, func(ctx context.Context, r bus.KeyUpdate) (service.Written[tenants.ConsumerKey], error) {
+			return svc.Keys.Update(ctx, r.TenantID, r.ID, r.Patch)
+		}),
+		bus.OpKeyRevoke.Name: serve(w, bus.OpKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ConsumerKey], error) {
+			return svc.Keys.Revoke(ctx, r.TenantID, r.ID)
+		}),
+
+		bus.OpBlockCreate.Name: serve(w, bus.OpBlockCreate, func(ctx context.Context, b tenants.Block) (service.Written[tenants.Block], error) {
+			return svc.Blocks.Create(ctx, b)
+		}),
+		bus.OpBlockList.Name: serve(w, bus.OpBlockList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Block, error) {
+			return svc.Blocks.List(ctx, r.TenantID)
+		}),
+		bus.OpBlockDelete.Name: serve(w, bus.OpBlockDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
+			return svc.Blocks.Delete(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpBucketReset.Name: serve(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (service.Written[none], error) {
+			return svc.Buckets.Reset(ctx, r.TenantID, r.Policy, r.Identity)
+		}),
+
+		bus.OpUserCreate.Name: serve(w, bus.OpUserCreate, func(ctx context.Context, r service.UserCreate) (tenants.User, error) {
+			return svc.Users.Create(ctx, r)
+		}),
+		bus.OpUserSignIn.Name: serve(w, bus.OpUserSignIn, func(ctx context.Context, r bus.SignIn) (service.UserRecord, error) {
+			return svc.Users.SignIn(ctx, r.Email, r.Password)
+		}),
+		bus.OpUserList.Name: serve(w, bus.OpUserList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.User, error) {
+			return svc.Users.List(ctx, r.TenantID)
+		}),
+		bus.OpUserRole.Name: serve(w, bus.OpUserRole, func(ctx context.Context, r bus.UserRole) (service.Written[tenants.User], error) {
+			return svc.Users.SetRole(ctx, r.TenantID, r.ID, r.Role)
+		}),
+		bus.OpUserDelete.Name: serve(w, bus.OpUserDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.User], error) {
+			return svc.Users.Delete(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpUserPassword.Name: serve(w, bus.OpUserPassword, func(ctx context.Context, r bus.UserPassword) (service.Written[service.UserRecord], error) {
+			return svc.Users.ChangePassword(ctx, r.ID, r.Current, r.New)
+		}),
+		bus.OpUserEmail.Name: serve(w, bus.OpUserEmail, func(ctx context.Context, r bus.UserEmail) (service.Written[service.UserRecord], error) {
+			return svc.Users.ChangeEmail(ctx, r.ID, r.Password, r.Email)
+		}),
+		bus.OpUserEndSessions.Name: serve(w, bus.OpUserEndSessions, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.UserRecord], error) {
+			return svc.Users.EndSessions(ctx, r.ID)
+		}),
+
+		bus.OpServiceKeyCreate.Name: serve(w, bus.OpServiceKeyCreate, func(ctx context.Context, r bus.TenantScoped) (service.Written[service.ServiceKeyCreated], error) {
+			return svc.ServiceKeys.Create(ctx, r.TenantID)
+		}),
+		bus.OpServiceKeyList.Name: serve(w, bus.OpServiceKeyList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.ServiceKey, error) {
+			return svc.ServiceKeys.List(ctx, r.TenantID)
+		}),
+		bus.OpServiceKeyRevoke.Name: serve(w, bus.OpServiceKeyRevoke, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.ServiceKey], error) {
+			return svc.ServiceKeys.Revoke(ctx, r.TenantID, r.ID)
+		}),
+
+		bus.OpAuditList.Name: serve(w, bus.OpAuditList, func(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
+			return svc.Audit.List(ctx, q)
+		}),
+		bus.OpAuditGet.Name: serve(w, bus.OpAuditGet, func(ctx context.Context, r service.AuditGet) (tenants.AuditEntry, error) {
+			return svc.Audit.Get(ctx, r)
 		}),
 	}
 	for op, h := range ops {
@@ -286,42 +194,6 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}
 	}
 	return nil
-}
-
-// signIn checks a dashboard user's email and password here, so that no
-// password hash ever leaves the worker, and answers the user without it.
-// An unknown email costs as much as a wrong password and answers the same
-// (errs.Unauthenticated). A right password of a suspended tenant's user
-// answers TenantSuspended; any other records the sign-in's time.
-func (w *Worker) signIn(ctx context.Context, r bus.SignIn) (service.UserRecord, error) {
-	u, err := w.store.Authenticate(ctx, r.Email, r.Password)
-	if err != nil {
-		return service.UserRecord{}, err
-	}
-	rec := service.UserRecord{User: u, SessionVersion: u.SessionVersion}
-	if u.TenantID != "" {
-		t, err := w.store.GetTenant(ctx, u.TenantID)
-		if err != nil {
-			return service.UserRecord{}, err
-		}
-		rec.TenantSuspended = t.Suspended()
-	}
-	if !rec.TenantSuspended {
-		if err := w.store.RecordSignIn(ctx, u.ID, w.cfg.Now()); err != nil {
-			w.log.Warn("last sign-in time not recorded", "user", u.ID, "err", err)
-		}
-	}
-	return rec, nil
-}
-
-// announceUser tells every server a new user's session version, so the
-// user's first session is accepted everywhere.
-func (w *Worker) announceUser(ctx context.Context, id string) error {
-	_, err := write(w, ctx, func() (none, []tenants.Change, error) {
-		cs, err := w.store.AnnounceUser(ctx, id)
-		return none{}, cs, err
-	})
-	return err
 }
 
 // purgeDelays are when, after a tenant is deleted, its buckets and
@@ -394,13 +266,6 @@ func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
 			w.log.Error("delete reset bucket", "key", key, "err", err)
 		}
 	}
-}
-
-func nonNil[T any](s []T, err error) ([]T, error) {
-	if s == nil && err == nil {
-		s = []T{}
-	}
-	return s, err
 }
 
 func safeName(op string) string {

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
+	"github.com/sluicehq/sluice/internal/worker/configsvc"
 )
 
 // Config tunes a Worker. The zero value of each field means its default.
@@ -98,7 +99,8 @@ type Worker struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics workerMetrics
-	writeMu sync.Mutex // serialises config writes so versions are announced in order
+	// config serves the config operations and orders every config write.
+	config *configsvc.Service
 
 	// Every SQLite write of the worker (stream batches, config writes, the
 	// sweep, pruning) is one transaction through store.WriteTx or the
@@ -199,6 +201,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
+	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
+		Announce: w.announce, TenantDeleted: w.purgeLater, BucketsReset: w.deleteResetBuckets,
+	}, w.log)
 	w.store.SetCaps(cfg.Caps)
 	w.metrics = workerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_rows_written_total", Help: "SQLite rows written from each stream."}, []string{"stream"}),

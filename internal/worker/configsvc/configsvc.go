@@ -63,8 +63,10 @@ func (s *Service) Services() service.Services {
 	}
 }
 
-// write runs one config write and announces its changes.
-func write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
+// Write runs one config write and announces its changes: the worker's own
+// writes (the operator bootstrap) go through it too, so that every write
+// takes its turn.
+func Write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	res, changes, err := fn()
@@ -84,7 +86,7 @@ func write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.W
 // AnnounceUser tells every server a user's session version, so that the
 // user's first session is accepted everywhere.
 func (s *Service) AnnounceUser(ctx context.Context, id string) error {
-	_, err := write(s, func() (service.None, []tenants.Change, error) {
+	_, err := Write(s, func() (service.None, []tenants.Change, error) {
 		cs, err := s.store.AnnounceUser(ctx, id)
 		return service.None{}, cs, err
 	})
@@ -107,7 +109,7 @@ func (t tenantSvc) Create(ctx context.Context, name, ownerEmail, ownerPassword s
 	if err != nil {
 		return service.Written[service.TenantCreated]{}, err
 	}
-	return write(t.s, func() (service.TenantCreated, []tenants.Change, error) {
+	return Write(t.s, func() (service.TenantCreated, []tenants.Change, error) {
 		tn, key, cs, err := t.s.store.CommitTenant(ctx, nt, t.s.now())
 		return service.TenantCreated{Tenant: tn, ServiceKey: key}, cs, err
 	})
@@ -122,19 +124,19 @@ func (t tenantSvc) Get(ctx context.Context, id string) (tenants.TenantSummary, e
 }
 
 func (t tenantSvc) Suspend(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
-	return write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
 		return t.s.store.SuspendTenant(ctx, id, t.s.now())
 	})
 }
 
 func (t tenantSvc) Resume(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
-	return write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
 		return t.s.store.ResumeTenant(ctx, id)
 	})
 }
 
 func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
-	res, err := write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+	res, err := Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
 		return t.s.store.DeleteTenant(ctx, id)
 	})
 	if err == nil && t.s.hooks.TenantDeleted != nil {
@@ -146,13 +148,13 @@ func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenan
 type policySvc struct{ s *Service }
 
 func (p policySvc) Create(ctx context.Context, tenantID string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
-	return write(p.s, func() (tenants.Policy, []tenants.Change, error) {
+	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
 		return p.s.store.CreatePolicy(ctx, tenantID, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Update(ctx context.Context, tenantID, id string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
-	return write(p.s, func() (tenants.Policy, []tenants.Change, error) {
+	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
 		return p.s.store.UpdatePolicy(ctx, tenantID, id, pol, p.s.now())
 	})
 }
@@ -185,7 +187,7 @@ func (p policySvc) Count(ctx context.Context, tenantID string) (int, error) {
 }
 
 func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
-	return write(p.s, func() (service.None, []tenants.Change, error) {
+	return Write(p.s, func() (service.None, []tenants.Change, error) {
 		cs, err := p.s.store.DeletePolicy(ctx, tenantID, id, p.s.now())
 		return service.None{}, cs, err
 	})
@@ -194,7 +196,7 @@ func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Wri
 type keySvc struct{ s *Service }
 
 func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
-	return write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
+	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
 		key, secret, cs, err := k.s.store.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
 		return service.KeyCreated{Key: key, Secret: secret}, cs, err
 	})
@@ -227,13 +229,13 @@ func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, 
 }
 
 func (k keySvc) Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
-	return write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
+	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
 		return k.s.store.UpdateConsumerKey(ctx, tenantID, id, p, k.s.now())
 	})
 }
 
 func (k keySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ConsumerKey], error) {
-	return write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
+	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
 		return k.s.store.RevokeConsumerKey(ctx, tenantID, id, k.s.now())
 	})
 }
@@ -241,7 +243,7 @@ func (k keySvc) Revoke(ctx context.Context, tenantID, id string) (service.Writte
 type serviceKeySvc struct{ s *Service }
 
 func (k serviceKeySvc) Create(ctx context.Context, tenantID string) (service.Written[service.ServiceKeyCreated], error) {
-	return write(k.s, func() (service.ServiceKeyCreated, []tenants.Change, error) {
+	return Write(k.s, func() (service.ServiceKeyCreated, []tenants.Change, error) {
 		key, secret, cs, err := k.s.store.CreateServiceKey(ctx, tenantID, k.s.now())
 		return service.ServiceKeyCreated{Key: key, Secret: secret}, cs, err
 	})
@@ -255,7 +257,7 @@ func (k serviceKeySvc) List(ctx context.Context, tenantID string) ([]tenants.Ser
 }
 
 func (k serviceKeySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ServiceKey], error) {
-	return write(k.s, func() (tenants.ServiceKey, []tenants.Change, error) {
+	return Write(k.s, func() (tenants.ServiceKey, []tenants.Change, error) {
 		return k.s.store.RevokeServiceKey(ctx, tenantID, id, k.s.now())
 	})
 }
@@ -302,13 +304,13 @@ func (u userSvc) List(ctx context.Context, tenantID string) ([]tenants.User, err
 }
 
 func (u userSvc) SetRole(ctx context.Context, tenantID, id, role string) (service.Written[tenants.User], error) {
-	return write(u.s, func() (tenants.User, []tenants.Change, error) {
+	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
 		return u.s.store.SetUserRole(ctx, tenantID, id, role, u.s.now())
 	})
 }
 
 func (u userSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[tenants.User], error) {
-	return write(u.s, func() (tenants.User, []tenants.Change, error) {
+	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
 		return u.s.store.DeleteUser(ctx, tenantID, id, u.s.now())
 	})
 }
@@ -320,7 +322,7 @@ func (u userSvc) ChangePassword(ctx context.Context, id, current, next string) (
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
-	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
 		usr, cs, err := u.s.store.CommitPasswordChange(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
@@ -331,14 +333,14 @@ func (u userSvc) ChangeEmail(ctx context.Context, id, password, email string) (s
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
-	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
 		usr, cs, err := u.s.store.CommitEmailChange(ctx, c, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
 
 func (u userSvc) EndSessions(ctx context.Context, id string) (service.Written[service.UserRecord], error) {
-	return write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
 		usr, cs, err := u.s.store.EndSessions(ctx, id, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
@@ -347,7 +349,7 @@ func (u userSvc) EndSessions(ctx context.Context, id string) (service.Written[se
 type blockSvc struct{ s *Service }
 
 func (b blockSvc) Create(ctx context.Context, blk tenants.Block) (service.Written[tenants.Block], error) {
-	return write(b.s, func() (tenants.Block, []tenants.Change, error) {
+	return Write(b.s, func() (tenants.Block, []tenants.Change, error) {
 		return b.s.store.CreateBlock(ctx, blk, b.s.now())
 	})
 }
@@ -357,7 +359,7 @@ func (b blockSvc) List(ctx context.Context, tenantID string) ([]tenants.Block, e
 }
 
 func (b blockSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
-	return write(b.s, func() (service.None, []tenants.Change, error) {
+	return Write(b.s, func() (service.None, []tenants.Change, error) {
 		cs, err := b.s.store.DeleteBlock(ctx, tenantID, id, b.s.now())
 		return service.None{}, cs, err
 	})
@@ -366,7 +368,7 @@ func (b blockSvc) Delete(ctx context.Context, tenantID, id string) (service.Writ
 type bucketSvc struct{ s *Service }
 
 func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (service.Written[service.None], error) {
-	return write(b.s, func() (service.None, []tenants.Change, error) {
+	return Write(b.s, func() (service.None, []tenants.Change, error) {
 		cs, err := b.s.store.ResetBuckets(ctx, tenantID, policy, id, b.s.now())
 		if err == nil && b.s.hooks.BucketsReset != nil {
 			b.s.hooks.BucketsReset(ctx, cs)
