@@ -59,13 +59,14 @@ func WorkerRole() Role {
 // until it is added here (and to docs/NATS.md).
 var ServerConfigOps = []string{
 	OpSnapshot, OpVersion,
-	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete,
+	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete, OpTenantOpen,
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,
+	OpSetupOffer, OpSetupClaim,
 }
 
 // ServerRole is cmd/server's permissions when another process runs the

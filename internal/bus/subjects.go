@@ -74,6 +74,7 @@ const (
 	OpTenantSuspend = "tenant.suspend"
 	OpTenantResume  = "tenant.resume"
 	OpTenantDelete  = "tenant.delete"
+	OpTenantOpen    = "tenant.open" // the operator opens its dashboard (audited)
 	OpPolicyCreate  = "policy.create"
 	OpPolicyGet     = "policy.get"
 	OpPolicyList    = "policy.list"
@@ -106,6 +107,13 @@ const (
 	OpUserPassword     = "user.password"
 	OpUserEmail        = "user.email"
 	OpUserEndSessions  = "user.end_sessions"
+
+	// The first-run setup link (SetupOffer, SetupClaim): not under
+	// "operator.", which servers may not ask, because a server's dashboard
+	// serves the link; the worker answers only while no operator login
+	// exists.
+	OpSetupOffer = "setup.offer"
+	OpSetupClaim = "setup.claim"
 
 	// The audit log (reads; entries are written by the writes above).
 	OpAuditList = "audit.list"

@@ -66,6 +66,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			if err != nil {
 				return bus.Written[bus.TenantCreated]{}, err
 			}
+			nt.Demo = r.Demo
 			return write(w, ctx, func() (bus.TenantCreated, []tenants.Change, error) {
 				t, key, cs, err := st.CommitTenant(ctx, nt, now())
 				return bus.TenantCreated{Tenant: t, ServiceKey: key}, cs, err
@@ -95,6 +96,9 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				w.purgeLater(r.TenantID)
 			}
 			return res, err
+		}),
+		bus.OpTenantOpen: handle(w, bus.OpTenantOpen, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
+			return st.RecordTenantOpened(ctx, r.TenantID, now())
 		}),
 		bus.OpPolicyCreate: handle(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (bus.Written[tenants.Policy], error) {
 			return write(w, ctx, func() (tenants.Policy, []tenants.Change, error) {
@@ -277,6 +281,34 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 				return none{}, errs.Errorf(errs.Invalid, "service key use report: wire version %d", r.V)
 			}
 			return none{}, st.RecordServiceKeyUse(ctx, r.Used)
+		}),
+		bus.OpSetupOffer: handle(w, bus.OpSetupOffer, func(ctx context.Context, r bus.SetupOffer) (bus.SetupOffered, error) {
+			if r.V != bus.WireVersion {
+				return bus.SetupOffered{}, errs.Errorf(errs.Invalid, "setup offer: wire version %d", r.V)
+			}
+			// Under the writer, so an offer and a claim never interleave.
+			w.writeMu.Lock()
+			defer w.writeMu.Unlock()
+			open, err := st.OfferSetup(ctx, r.TokenHash)
+			return bus.SetupOffered{Open: open}, err
+		}),
+		bus.OpSetupClaim: handle(w, bus.OpSetupClaim, func(ctx context.Context, r bus.SetupClaim) (bus.Written[bus.UserRecord], error) {
+			if r.V != bus.WireVersion {
+				return bus.Written[bus.UserRecord]{}, errs.Errorf(errs.Invalid, "setup claim: wire version %d", r.V)
+			}
+			if r.CheckOnly {
+				return bus.Written[bus.UserRecord]{}, st.CheckSetup(ctx, r.Token)
+			}
+			// Checked and hashed before the writer is taken; the commit
+			// checks the token again.
+			p, err := st.PrepareSetupClaim(ctx, r.Token, r.Email, r.Password)
+			if err != nil {
+				return bus.Written[bus.UserRecord]{}, err
+			}
+			return write(w, ctx, func() (bus.UserRecord, []tenants.Change, error) {
+				u, cs, err := st.CommitSetupClaim(ctx, p, now())
+				return bus.UserRecord{User: u, SessionVersion: u.SessionVersion}, cs, err
+			})
 		}),
 	}
 	for op, h := range ops {
