@@ -235,6 +235,25 @@ func (b *browser) screenshot(name string) {
 	b.do("restore viewport", chromedp.EmulateViewport(1280, 900))
 }
 
+// saveShot writes the page, 1280 px wide, to path (the README's
+// screenshot, with SLUICE_UPDATE_SCREENSHOTS=1).
+func (b *browser) saveShot(path string) {
+	b.t.Helper()
+	ctx, cancel := b.timeout()
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		b.fail("screenshot "+path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("wrote %s", path)
+}
+
 func (b *browser) signIn(email, password string) {
 	b.t.Helper()
 	b.open("/ui/login", `[data-testid="login-form"]`)

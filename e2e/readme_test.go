@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The README's curl walk-through runs verbatim against a real server.
@@ -72,4 +75,39 @@ func TestCIRunsReadmeTestCommand(t *testing.T) {
 	if last := ciLines[len(ciLines)-1]; last != testCmd {
 		t.Fatalf(".ci/run ends with %q, README's test command is %q", last, testCmd)
 	}
+}
+
+// The quick start shows what a first start prints, as a real first start
+// prints it: the banner, then the setup link; it names --demo, shows the
+// committed screenshot and the test runner's summary line.
+func TestReadmeFirstScreen(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, quick, _ := strings.Cut(string(readme), "## Quick start\n")
+	quick, _, _ = strings.Cut(quick, "\n## ")
+	for _, want := range []string{
+		"\n  API        http://127.0.0.1:8080/v1\n  Dashboard  http://127.0.0.1:8080/ui\n  Data       ",
+		"\n  No operator login yet. Choose one at this one-time link:\n  http://127.0.0.1:8080/ui/setup?token=st_",
+		"go run ./cmd/server --demo",
+		"](docs/img/dashboard.png)",
+	} {
+		if !strings.Contains(quick, want) {
+			t.Errorf("the quick start lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`\nDONE \d+ tests(, \d+ skipped)? in \d+\.\d+s\n`).MatchString(quick) {
+		t.Errorf("the quick start lacks the runner's summary line (DONE <n> tests in <seconds>s)")
+	}
+	png, err := os.ReadFile("../docs/img/dashboard.png")
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("docs/img/dashboard.png is no PNG: %v", err)
+	}
+
+	// A real first start prints the banner and the link as shown.
+	s := startServer(t, serverOpts{})
+	link := regexp.MustCompile(`\n  Data       [^\n]+\n\n  No operator login yet\. Choose one at this one-time link:\n  http://127\.0\.0\.1:\d+/ui/setup\?token=st_\w+\n`)
+	waitFor(t, 20*time.Second, "the banner with the setup link", func() bool { return link.MatchString(s.logs.String()) })
 }

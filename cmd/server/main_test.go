@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,11 @@ func (b *syncBuffer) String() string {
 // runServer starts the server with stderr (and stdout) on a terminal or on
 // a pipe, waits for its banner, stops it and returns what it wrote.
 func runServer(t *testing.T, onTerminal bool, env []string, args ...string) string {
+	return runServerUntil(t, "  Data ", onTerminal, env, args...)
+}
+
+// runServerUntil is runServer waiting for until instead of the banner.
+func runServerUntil(t *testing.T, until string, onTerminal bool, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--cluster-listen", "off"}, args...)...)
 	for _, kv := range os.Environ() {
@@ -104,13 +110,13 @@ func runServer(t *testing.T, onTerminal bool, env []string, args ...string) stri
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(20 * time.Second)
-	for !strings.Contains(out.String(), "  Data ") {
+	for !strings.Contains(out.String(), until) {
 		select {
 		case err := <-exited:
 			t.Fatalf("server exited before its banner: %v\n%s", err, out)
 		case <-deadline:
 			_ = cmd.Process.Kill()
-			t.Fatalf("no banner within 20 s:\n%s", out)
+			t.Fatalf("no %q within 20 s:\n%s", until, out)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -185,5 +191,27 @@ func TestLogFormatFollowsTheTerminal(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A first start with no operator login prints a one-time setup link under
+// the banner, on standard output only: no log line carries its token. With
+// SLUICE_OPERATOR_EMAIL and _PASSWORD set there is no link.
+func TestFirstStartPrintsSetupLink(t *testing.T) {
+	out := runServerUntil(t, "/ui/setup?token=", false, nil)
+	m := regexp.MustCompile(`\n  (http://127\.0\.0\.1:\d+/ui/setup\?token=(st_\w+))\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no setup link under the banner:\n%s", out)
+	}
+	if n := strings.Count(out, m[2]); n != 1 {
+		t.Fatalf("the setup token appears %d times, want once (the banner):\n%s", n, out)
+	}
+	if !strings.Contains(out, "\n  Dashboard  http://127.0.0.1:") || strings.Index(out, "  Dashboard ") > strings.Index(out, m[1]) {
+		t.Fatalf("the link is not under the banner:\n%s", out)
+	}
+
+	out = runServer(t, false, []string{"SLUICE_OPERATOR_EMAIL=env@operator.test", "SLUICE_OPERATOR_PASSWORD=env operator passphrase"})
+	if strings.Contains(out, "/ui/setup") {
+		t.Fatalf("a setup link although SLUICE_OPERATOR_EMAIL is set:\n%s", out)
 	}
 }

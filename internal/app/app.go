@@ -180,7 +180,8 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.cluster = cl
 	}
-	svc := bus.NewServices(bus.NewClient(nc, 5*time.Second))
+	client := bus.NewClient(nc, 5*time.Second)
+	svc := bus.NewServices(client)
 
 	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log})
 	revoked := newLazyRevoker()
@@ -217,12 +218,20 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.Log.Info("sluice server listening", "addr", ln.Addr().String(), "node", cfg.Node, "worker", cfg.Worker, "nats", natsDesc(cfg), "nats_auth", serverAuth.Identity(), "cluster", cfg.clusterOn())
-	if m.Out != nil {
-		writeBanner(m.Out, cfg, ln.Addr())
-	}
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.bgCancel = cancel
+	banner := make(chan struct{})
+	m.bg.Go(func() {
+		defer close(banner)
+		m.announce(bgCtx, client, baseURL(cfg, ln.Addr()))
+	})
+	if cfg.Demo {
+		m.bg.Go(func() {
+			<-banner
+			m.seedDemo(bgCtx, client, eng, baseURL(cfg, ln.Addr()))
+		})
+	}
 	m.bg.Go(func() {
 		m.bg.Go(func() {
 			revoked.open(bgCtx, nc, m.Log, m.revocationsUnavailableAfter(), m.revocationHold, cfg.NatsReplicas)
@@ -260,9 +269,8 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// writeBanner tells a person where things are, in three lines: the API,
-// the dashboard, and the data directory with what runs in this process.
-func writeBanner(w io.Writer, cfg Config, addr net.Addr) {
+// baseURL is the address people open: the public URL, or the listener's.
+func baseURL(cfg Config, addr net.Addr) string {
 	base := cfg.PublicURL
 	if base == "" {
 		host, port, _ := net.SplitHostPort(addr.String())
@@ -271,7 +279,12 @@ func writeBanner(w io.Writer, cfg Config, addr net.Addr) {
 		}
 		base = "http://" + net.JoinHostPort(host, port)
 	}
-	base = strings.TrimSuffix(base, "/")
+	return strings.TrimSuffix(base, "/")
+}
+
+// writeBanner tells a person where things are, in three lines: the API,
+// the dashboard, and the data directory with what runs in this process.
+func writeBanner(w io.Writer, cfg Config, base string) {
 	data := cfg.Data
 	if abs, err := filepath.Abs(data); err == nil {
 		data = abs

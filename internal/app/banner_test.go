@@ -35,7 +35,7 @@ func TestBanner(t *testing.T) {
 			cfg.Data = data
 			c.edit(&cfg)
 			var b strings.Builder
-			writeBanner(&b, cfg, c.addr)
+			writeBanner(&b, cfg, baseURL(cfg, c.addr))
 			if !strings.Contains(b.String(), c.want) {
 				t.Errorf("banner\n%q\nlacks\n%q", b.String(), c.want)
 			}
@@ -47,7 +47,7 @@ func TestBanner(t *testing.T) {
 	// A relative --data is shown absolute.
 	cfg := DefaultConfig()
 	var b strings.Builder
-	writeBanner(&b, cfg, addr)
+	writeBanner(&b, cfg, baseURL(cfg, addr))
 	abs, _ := filepath.Abs("data")
 	if !strings.Contains(b.String(), "  Data       "+abs+" (") {
 		t.Errorf("relative data: %q", b.String())

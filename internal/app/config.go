@@ -55,6 +55,9 @@ type Config struct {
 	MetricsAddr      string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL        string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
 	CheckConfig      bool          // --check-config: validate the configuration and exit
+	// Demo (--demo, never on by default and with no SLUICE_* twin) makes
+	// the demo tenant with generated traffic at start (internal/demo).
+	Demo bool
 	// TrustedProxies (--trusted-proxies, SLUICE_TRUSTED_PROXIES) are the
 	// reverse proxies whose X-Forwarded-For /v1/forward-auth and the
 	// dashboard's sign-in limiter believe.
@@ -158,6 +161,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	proxies := env("SLUICE_TRUSTED_PROXIES", "")
 	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For /v1/forward-auth and the dashboard's sign-in limiter believe; empty = the peer is the client (SLUICE_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate flags and environment, print the result and exit")
+	fs.BoolVar(&c.Demo, "demo", false, "make a demo tenant with policies, keys and fifteen minutes of generated traffic, replacing an earlier one, and print its sign-in")
 	if err := c.Analytics.RegisterFlags(fs, getenv); err != nil {
 		return err
 	}

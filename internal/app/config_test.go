@@ -239,3 +239,26 @@ func TestNATSURLCredentialRedacted(t *testing.T) {
 		t.Errorf("start log's NATS: %q", d)
 	}
 }
+
+// --demo is off unless given, and has no SLUICE_* twin that could leave it
+// on by accident.
+func TestDemoFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{nil, map[string]string{"SLUICE_DEMO": "true"}, false},
+		{[]string{"--demo"}, nil, true},
+		{[]string{"--demo=false"}, nil, false},
+	} {
+		c := DefaultConfig()
+		if err := c.ParseFlags("server", append([]string{"--data", t.TempDir()}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if c.Demo != tc.want {
+			t.Errorf("%v %v: Demo %v, want %v", tc.args, tc.env, c.Demo, tc.want)
+		}
+	}
+}

@@ -20,6 +20,8 @@ type TenantCreate struct {
 	Name          string `json:"name"`
 	OwnerEmail    string `json:"owner_email"`
 	OwnerPassword string `json:"owner_password"`
+	// Demo marks the tenant as cmd/server --demo's (tenants.Tenant.Demo).
+	Demo bool `json:"demo,omitempty"`
 }
 
 // TenantScoped names a tenant's object (ID may be empty for lists).
@@ -150,4 +152,31 @@ func LoadSnapshot(ctx context.Context, nc *nats.Conn) (tenants.Snapshot, error) 
 type PolicyRankRequest struct {
 	V int `json:"v"`
 	service.PolicyRankQuery
+}
+
+// SetupOffer asks OpSetupOffer to make TokenHash (tenants.HashToken of a
+// random token the server printed) the first-run setup link's, which the
+// worker does only while no operator login exists. A newer offer replaces
+// an older one.
+type SetupOffer struct {
+	V         int    `json:"v"`
+	TokenHash string `json:"token_hash"`
+}
+
+// SetupOffered answers SetupOffer: Open says the offer was stored (no
+// operator login exists), so the server prints its link.
+type SetupOffered struct {
+	Open bool `json:"open"`
+}
+
+// SetupClaim asks OpSetupClaim to create the operator login with Email and
+// Password if Token is the current setup token, deleting it. With
+// CheckOnly it only answers whether the link is live (nothing else is
+// read). A dead link answers errs.Unauthenticated.
+type SetupClaim struct {
+	V         int    `json:"v"`
+	Token     string `json:"token"`
+	Email     string `json:"email,omitempty"`
+	Password  string `json:"password,omitempty"`
+	CheckOnly bool   `json:"check_only,omitempty"`
 }

@@ -59,6 +59,8 @@ var (
 	OpTenantSuspend = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.suspend")
 	OpTenantResume  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.resume")
 	OpTenantDelete  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.delete")
+	// OpTenantOpen records the operator opening a tenant's dashboard.
+	OpTenantOpen = configOp[TenantScoped, tenants.TenantSummary]("tenant.open")
 
 	OpPolicyCreate = configOp[PolicyWrite, service.Written[tenants.Policy]]("policy.create")
 	OpPolicyGet    = configOp[TenantScoped, tenants.Policy]("policy.get")
@@ -100,6 +102,13 @@ var (
 	// OpServiceKeyUsed is a server's batched last-use report.
 	OpServiceKeyUsed = configOp[ServiceKeyUsed, None]("service_key.used")
 
+	// The first-run setup link (SetupOffer, SetupClaim): not under
+	// "operator.", which servers may not ask, because a server's dashboard
+	// serves the link; the worker answers only while no operator login
+	// exists.
+	OpSetupOffer = configOp[SetupOffer, SetupOffered]("setup.offer")
+	OpSetupClaim = configOp[SetupClaim, service.Written[service.UserRecord]]("setup.claim")
+
 	// The audit log (reads; entries are written by the writes above).
 	OpAuditList = configOp[tenants.AuditQuery, tenants.AuditPage]("audit.list")
 	OpAuditGet  = configOp[service.AuditGet, tenants.AuditEntry]("audit.get")
@@ -116,13 +125,14 @@ var (
 // ConfigOps is every config operation the worker serves.
 var ConfigOps = []AnyOp{
 	OpSnapshot, OpVersion,
-	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete,
+	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete, OpTenantOpen,
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpAuditList, OpAuditGet,
+	OpSetupOffer, OpSetupClaim,
 }
 
 // AnalyticsOps is every analytics query the worker serves.

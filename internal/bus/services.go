@@ -22,6 +22,7 @@ func NewServices(c *Client) service.Services {
 		Buckets:     bucketsClient{c},
 		Audit:       auditClient{c},
 		Analytics:   analyticsClient{c},
+		Setup:       setupClient{c},
 	}
 }
 
@@ -49,6 +50,10 @@ func (t tenantsClient) Resume(ctx context.Context, id string) (service.Written[t
 
 func (t tenantsClient) Delete(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Call(ctx, t.c, OpTenantDelete, TenantScoped{TenantID: id})
+}
+
+func (t tenantsClient) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
+	return Call(ctx, t.c, OpTenantOpen, TenantScoped{TenantID: id})
 }
 
 type policiesClient struct{ c *Client }
@@ -206,4 +211,20 @@ func (a analyticsClient) Top(ctx context.Context, q service.TopQuery) ([]service
 
 func (a analyticsClient) TopPolicies(ctx context.Context, q service.PolicyRankQuery) ([]service.PolicyRank, error) {
 	return Call(ctx, a.c, QueryTopPolicies, PolicyRankRequest{V: WireVersion, PolicyRankQuery: q})
+}
+
+type setupClient struct{ c *Client }
+
+func (s setupClient) Offer(ctx context.Context, tokenHash string) (bool, error) {
+	res, err := Call(ctx, s.c, OpSetupOffer, SetupOffer{V: WireVersion, TokenHash: tokenHash})
+	return res.Open, err
+}
+
+func (s setupClient) Check(ctx context.Context, token string) error {
+	_, err := Call(ctx, s.c, OpSetupClaim, SetupClaim{V: WireVersion, Token: token, CheckOnly: true})
+	return err
+}
+
+func (s setupClient) Claim(ctx context.Context, token, email, password string) (service.Written[service.UserRecord], error) {
+	return Call(ctx, s.c, OpSetupClaim, SetupClaim{V: WireVersion, Token: token, Email: email, Password: password})
 }

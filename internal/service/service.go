@@ -30,6 +30,7 @@ type Services struct {
 	Buckets     Buckets
 	Audit       Audit
 	Analytics   Analytics
+	Setup       Setup
 }
 
 // Written is a write's result and the config version that committed it.
@@ -52,6 +53,9 @@ type Tenants interface {
 	Suspend(ctx context.Context, id string) (Written[tenants.Tenant], error)
 	Resume(ctx context.Context, id string) (Written[tenants.Tenant], error)
 	Delete(ctx context.Context, id string) (Written[tenants.Tenant], error)
+	// Open records in the tenant's audit log that the operator opened its
+	// dashboard, and answers the tenant.
+	Open(ctx context.Context, id string) (tenants.TenantSummary, error)
 }
 
 // Policies are a tenant's limit policies.
@@ -131,6 +135,22 @@ type Buckets interface {
 type Audit interface {
 	List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error)
 	Get(ctx context.Context, g AuditGet) (tenants.AuditEntry, error)
+}
+
+// Setup is the first-run setup link, which creates the operator's login
+// once while none exists. Its token is printed by a server and only its
+// hash is stored.
+type Setup interface {
+	// Offer makes tokenHash the link's (a newer offer replaces an older
+	// one) and answers whether it was stored: false once an operator login
+	// exists.
+	Offer(ctx context.Context, tokenHash string) (bool, error)
+	// Check answers whether token is the live link's (errs.Unauthenticated
+	// when it is not).
+	Check(ctx context.Context, token string) error
+	// Claim creates the operator login with email and password if token
+	// is the live link's, and kills the link.
+	Claim(ctx context.Context, token, email, password string) (Written[UserRecord], error)
 }
 
 // Analytics are the decision counters rolled up by the worker.

@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	tenantColumns     = `id, name, created_at, suspended_at`
+	tenantColumns     = `id, name, created_at, suspended_at, demo`
 	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
 	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
 )
@@ -20,7 +20,7 @@ func scanTenant(sc scanner) (Tenant, error) {
 	var t Tenant
 	var created int64
 	var suspended sql.NullInt64
-	if err := sc.Scan(&t.ID, &t.Name, &created, &suspended); err != nil {
+	if err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo); err != nil {
 		return Tenant{}, err
 	}
 	t.CreatedAt = fromMS(created)
@@ -63,6 +63,8 @@ func scanUser(sc scanner) (User, error) {
 type NewTenant struct {
 	name  string
 	owner User // without ID, tenant or times
+	// Demo marks the tenant as made by --demo (Tenant.Demo).
+	Demo bool
 }
 
 // PrepareTenant checks a new tenant's fields, refuses a taken name or
@@ -129,7 +131,7 @@ func (s *Store) CommitTenant(ctx context.Context, nt NewTenant, now time.Time) (
 	if err != nil {
 		return Tenant{}, "", nil, err
 	}
-	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now}
+	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now, Demo: nt.Demo}
 	owner := nt.owner
 	owner.ID, owner.TenantID, owner.CreatedAt = NewID(IDUser), t.ID, now
 	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
@@ -142,8 +144,8 @@ func (s *Store) CommitTenant(ctx context.Context, nt NewTenant, now time.Time) (
 		if taken {
 			return nil, errs.Errorf(errs.Conflict, "a tenant named %q already exists", name)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)`,
-			t.ID, t.Name, toMS(t.CreatedAt)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at, demo) VALUES (?, ?, ?, ?)`,
+			t.ID, t.Name, toMS(t.CreatedAt), t.Demo); err != nil {
 			return nil, fmt.Errorf("create tenant: %w", err)
 		}
 		if err := insertUser(ctx, tx, owner); err != nil {
@@ -175,7 +177,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
 }
 
 const tenantSummarySelect = `
-		SELECT t.id, t.name, t.created_at, t.suspended_at,
+		SELECT t.id, t.name, t.created_at, t.suspended_at, t.demo,
 			(SELECT COUNT(*) FROM policies p WHERE p.tenant_id = t.id),
 			(SELECT COUNT(*) FROM consumer_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
 			(SELECT COUNT(*) FROM service_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
@@ -186,7 +188,7 @@ func scanTenantSummary(sc scanner) (TenantSummary, error) {
 	var t TenantSummary
 	var created int64
 	var suspended sql.NullInt64
-	err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
+	err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
 	t.CreatedAt = fromMS(created)
 	t.SuspendedAt = fromOptMS(suspended)
 	return t, err

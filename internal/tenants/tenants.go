@@ -60,6 +60,9 @@ type Tenant struct {
 	// is active. A suspended tenant's service keys are refused with 403
 	// and its users cannot sign in; nothing of it is deleted.
 	SuspendedAt *time.Time `json:"suspended_at"`
+	// Demo marks the tenant `cmd/server --demo` made, with generated
+	// policies, keys and traffic; a later --demo replaces it.
+	Demo bool `json:"demo,omitempty"`
 }
 
 // Suspended reports whether the operator suspended the tenant.

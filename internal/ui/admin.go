@@ -20,6 +20,7 @@ type adminHandler struct {
 	config    service.Services
 	analytics service.Analytics
 	wait      versionWaiter
+	auth      *authHandler // issues the session of an opened tenant
 	now       func() time.Time
 }
 
@@ -66,7 +67,7 @@ func (h *adminHandler) renderTenants(c echo.Context, status int, form views.Tena
 	v := views.TenantsView{Form: form, Created: created}
 	from, to := window(24*time.Hour, time.Minute, h.now())
 	for i, t := range ts {
-		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Suspended: t.Suspended(), Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
+		row := views.TenantRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, Suspended: t.Suspended(), Demo: t.Demo, Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users}
 		if i < maxUsageTenants {
 			pts, err := timeseries(ctx, h.analytics, service.TimeseriesQuery{TenantID: t.ID, From: from, To: to, Step: stepParam(to.Sub(from))})
 			if err != nil {

@@ -39,6 +39,12 @@ func bootSite(t *testing.T) *site { return bootSiteWith(t, nil) }
 // bootSiteWith is bootSite with edit (when not nil) applied to the config.
 func bootSiteWith(t *testing.T, edit func(*app.Config)) *site {
 	t.Helper()
+	return bootSiteOut(t, edit, io.Discard)
+}
+
+// bootSiteOut is bootSiteWith printing the banner to out.
+func bootSiteOut(t *testing.T, edit func(*app.Config), out io.Writer) *site {
+	t.Helper()
 	cfg := app.DefaultConfig()
 	cfg.Addr, cfg.Data, cfg.Node = "127.0.0.1:0", t.TempDir(), "uitest"
 	cfg.OperatorToken, cfg.OperatorEmail, cfg.OperatorPassword = opToken, opEmail, opPassword
@@ -46,7 +52,7 @@ func bootSiteWith(t *testing.T, edit func(*app.Config)) *site {
 		edit(&cfg)
 	}
 	m := app.NewMain(cfg, slog.New(slog.DiscardHandler))
-	m.Out = io.Discard
+	m.Out = out
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

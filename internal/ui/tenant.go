@@ -35,7 +35,7 @@ func (h *adminHandler) renderTenant(c echo.Context, status int, confirmError str
 		return err
 	}
 	v := views.TenantView{
-		ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, SuspendedAt: t.SuspendedAt,
+		ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt, SuspendedAt: t.SuspendedAt, Demo: t.Demo,
 		Policies: t.Policies, Keys: t.ConsumerKeys, ServiceKeys: t.ServiceKeys, Users: t.Users,
 		ConfirmError: confirmError,
 	}
@@ -97,4 +97,44 @@ func (h *adminHandler) deleteTenant(c echo.Context) error {
 	}
 	applied(ctx, h.wait, w.Version)
 	return seeOther(c, "/ui/admin/tenants", "tenant-deleted")
+}
+
+// openTenant takes the operator into a tenant's dashboard: the same login
+// with a new session that carries the tenant, so the tenant's pages act on
+// it, and every change made there is audited under the operator's login.
+// The worker records the opening in the tenant's audit log. The session
+// it replaces is signed out.
+func (h *adminHandler) openTenant(c echo.Context) error {
+	s := mustSession(c)
+	t, err := h.config.Tenants.Open(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if err := h.switchSession(c, s, t.ID, t.Name); err != nil {
+		return err
+	}
+	h.auth.log.Info("operator opened a tenant's dashboard", "user", s.UserID, "tenant", t.ID)
+	return seeOther(c, "/ui/", "tenant-opened")
+}
+
+// leaveTenant takes the operator back to the operator's pages.
+func (h *adminHandler) leaveTenant(c echo.Context) error {
+	s := mustSession(c)
+	if err := h.switchSession(c, s, "", ""); err != nil {
+		return err
+	}
+	return seeOther(c, "/ui/admin/tenants", "")
+}
+
+func (h *adminHandler) switchSession(c echo.Context, s session, tenantID, tenantName string) error {
+	next := session{UserID: s.UserID, TenantID: tenantID, TenantName: tenantName, Role: s.Role, Email: s.Email, Version: s.Version}
+	if err := h.auth.startSession(c, next); err != nil {
+		return err
+	}
+	if r := h.auth.revoker; r != nil {
+		if err := r.Revoke(c.Request().Context(), s.SID, s.Expires); err != nil {
+			h.auth.log.Warn("the session an operator left could not be signed out; it lasts until it expires", "user", s.UserID, "err", err)
+		}
+	}
+	return nil
 }

@@ -157,7 +157,7 @@ func Register(e *echo.Echo, d Deps) error {
 	svcKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess}
 	admKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess, operator: true}
 	acct := &accountHandler{config: d.Services, wait: d.Engine, auth: auth, emailLimit: newUserLimiter(defaultEmailChangeLimit, defaultMaxEntries)}
-	adm := &adminHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
+	adm := &adminHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, auth: auth, now: d.Now}
 	audit := &auditHandler{config: d.Services}
 	admAudit := &auditHandler{config: d.Services, operator: true}
 
@@ -185,6 +185,8 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/login", auth.form, pub...)
 	e.POST("/ui/login", auth.login, pub...)
 	e.POST("/ui/logout", auth.logout, signedIn...)
+	e.GET("/ui/setup", auth.setupForm, pub...)
+	e.POST("/ui/setup", auth.setup, pub...)
 
 	e.GET("/ui/", over.show, signedIn...)
 	e.GET("/ui/policies", pol.list, tenant...)
@@ -236,6 +238,8 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/admin/tenants/:id/suspend", adm.suspendTenant, operator...)
 	e.POST("/ui/admin/tenants/:id/resume", adm.resumeTenant, operator...)
 	e.POST("/ui/admin/tenants/:id/delete", adm.deleteTenant, operator...)
+	e.POST("/ui/admin/tenants/:id/open", adm.openTenant, operator...)
+	e.POST("/ui/admin/leave", adm.leaveTenant, operator...)
 	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)
@@ -278,6 +282,7 @@ func page(c echo.Context, title, nav string) views.Page {
 			TenantName: s.TenantName,
 			Operator:   s.Role == tenants.RoleOperator,
 			Owner:      s.Role == tenants.RoleOwner,
+			InTenant:   s.Role == tenants.RoleOperator && s.TenantID != "",
 		}
 		p.CSRF = formTokenOf(c)
 	}
@@ -343,6 +348,8 @@ var flashes = map[string]string{
 	"tenant-suspended":    "Tenant suspended. Every server refuses its service keys with 403 within a second, and its users are signed out.",
 	"tenant-resumed":      "Tenant resumed. Its service keys work again; its users sign in again.",
 	"tenant-deleted":      "Tenant deleted, with its policies, keys, users, buckets and analytics.",
+	"tenant-opened":       "You are in this tenant's dashboard as the operator; what you change here is in its audit log under your login.",
+	"operator-created":    "The operator login is created and the setup link no longer works. Create a tenant below, then open its dashboard from its page.",
 }
 
 // renderError answers a failed /ui request with an HTML page.

@@ -58,7 +58,26 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 
 		bus.OpTenantCreate.Name: serve(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (service.Written[service.TenantCreated], error) {
-			return svc.Tenants.Create(ctx, r.Name, r.OwnerEmail, r.OwnerPassword)
+			return w.config.CreateTenant(ctx, r.Name, r.OwnerEmail, r.OwnerPassword, r.Demo)
+		}),
+		bus.OpTenantOpen.Name: serve(w, bus.OpTenantOpen, func(ctx context.Context, r bus.TenantScoped) (tenants.TenantSummary, error) {
+			return svc.Tenants.Open(ctx, r.TenantID)
+		}),
+		bus.OpSetupOffer.Name: serve(w, bus.OpSetupOffer, func(ctx context.Context, r bus.SetupOffer) (bus.SetupOffered, error) {
+			if r.V != bus.WireVersion {
+				return bus.SetupOffered{}, errs.Errorf(errs.Invalid, "setup offer: wire version %d", r.V)
+			}
+			open, err := svc.Setup.Offer(ctx, r.TokenHash)
+			return bus.SetupOffered{Open: open}, err
+		}),
+		bus.OpSetupClaim.Name: serve(w, bus.OpSetupClaim, func(ctx context.Context, r bus.SetupClaim) (service.Written[service.UserRecord], error) {
+			if r.V != bus.WireVersion {
+				return service.Written[service.UserRecord]{}, errs.Errorf(errs.Invalid, "setup claim: wire version %d", r.V)
+			}
+			if r.CheckOnly {
+				return service.Written[service.UserRecord]{}, svc.Setup.Check(ctx, r.Token)
+			}
+			return svc.Setup.Claim(ctx, r.Token, r.Email, r.Password)
 		}),
 		bus.OpTenantList.Name: serve(w, bus.OpTenantList, func(ctx context.Context, _ none) ([]tenants.TenantSummary, error) {
 			return svc.Tenants.List(ctx)

@@ -55,6 +55,7 @@ func (m *Memory) Services() service.Services {
 	return service.Services{
 		Tenants: memTenants{m}, Policies: memPolicies{m}, Keys: memKeys{m}, ServiceKeys: memServiceKeys{m},
 		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
+		Setup: memSetup{},
 	}
 }
 
@@ -218,6 +219,10 @@ func (s memTenants) Delete(_ context.Context, id string) (service.Written[tenant
 	}
 	delete(m.tenants, id)
 	return written(m, *t), nil
+}
+
+func (s memTenants) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
+	return s.Get(ctx, id)
 }
 
 type memPolicies struct{ m *Memory }
@@ -640,4 +645,17 @@ func (memAnalytics) Top(context.Context, service.TopQuery) ([]service.TopEntry, 
 
 func (memAnalytics) TopPolicies(context.Context, service.PolicyRankQuery) ([]service.PolicyRank, error) {
 	return []service.PolicyRank{}, nil
+}
+
+// memSetup has no setup link: an operator exists.
+type memSetup struct{}
+
+func (memSetup) Offer(context.Context, string) (bool, error) { return false, nil }
+
+func (memSetup) Check(context.Context, string) error {
+	return errs.Errorf(errs.Unauthenticated, "this setup link is no longer valid")
+}
+
+func (memSetup) Claim(context.Context, string, string, string) (service.Written[service.UserRecord], error) {
+	return service.Written[service.UserRecord]{}, errs.Errorf(errs.Unauthenticated, "this setup link is no longer valid")
 }

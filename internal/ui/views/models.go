@@ -67,6 +67,9 @@ type UserInfo struct {
 	TenantName string
 	Operator   bool
 	Owner      bool
+	// InTenant says the operator opened a tenant's dashboard: its pages
+	// and navigation are the tenant's, with a way back.
+	InTenant bool
 }
 
 // Assets are the cache-busted URLs of the static files.
@@ -499,6 +502,7 @@ type TenantRow struct {
 	ID, Name                           string
 	CreatedAt                          time.Time
 	Suspended                          bool
+	Demo                               bool
 	Policies, Keys, ServiceKeys, Users int
 	Allowed, Denied                    int64
 }
@@ -509,6 +513,7 @@ type TenantView struct {
 	ID, Name    string
 	CreatedAt   time.Time
 	SuspendedAt *time.Time
+	Demo        bool
 	// Owners are the owners' emails; Users counts every login of the tenant.
 	Owners                             []string
 	Policies, Keys, ServiceKeys, Users int

@@ -59,7 +59,7 @@ func New(st *tenants.Store, now func() time.Time, hooks Hooks, log *slog.Logger)
 func (s *Service) Services() service.Services {
 	return service.Services{
 		Tenants: tenantSvc{s}, Policies: policySvc{s}, Keys: keySvc{s}, ServiceKeys: serviceKeySvc{s},
-		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s},
+		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s}, Setup: setupSvc{s},
 	}
 }
 
@@ -104,15 +104,26 @@ func nonNil[T any](l []T, err error) ([]T, error) {
 type tenantSvc struct{ s *Service }
 
 func (t tenantSvc) Create(ctx context.Context, name, ownerEmail, ownerPassword string) (service.Written[service.TenantCreated], error) {
+	return t.s.CreateTenant(ctx, name, ownerEmail, ownerPassword, false)
+}
+
+// CreateTenant is Tenants.Create, and with demo the demo tenant of
+// cmd/server --demo (tenants.Tenant.Demo), which no front door makes.
+func (s *Service) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, demo bool) (service.Written[service.TenantCreated], error) {
 	// The owner's password is hashed before the writer is taken.
-	nt, err := t.s.store.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
+	nt, err := s.store.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
 	if err != nil {
 		return service.Written[service.TenantCreated]{}, err
 	}
-	return Write(t.s, func() (service.TenantCreated, []tenants.Change, error) {
-		tn, key, cs, err := t.s.store.CommitTenant(ctx, nt, t.s.now())
+	nt.Demo = demo
+	return Write(s, func() (service.TenantCreated, []tenants.Change, error) {
+		tn, key, cs, err := s.store.CommitTenant(ctx, nt, s.now())
 		return service.TenantCreated{Tenant: tn, ServiceKey: key}, cs, err
 	})
+}
+
+func (t tenantSvc) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
+	return t.s.store.RecordTenantOpened(ctx, id, t.s.now())
 }
 
 func (t tenantSvc) List(ctx context.Context) ([]tenants.TenantSummary, error) {
@@ -385,4 +396,30 @@ func (a auditSvc) List(ctx context.Context, q tenants.AuditQuery) (tenants.Audit
 
 func (a auditSvc) Get(ctx context.Context, g service.AuditGet) (tenants.AuditEntry, error) {
 	return a.s.store.GetAuditEntry(ctx, g.TenantID, g.ID, g.AllTenants)
+}
+
+type setupSvc struct{ s *Service }
+
+func (u setupSvc) Offer(ctx context.Context, tokenHash string) (bool, error) {
+	// Under the writer, so that an offer and a claim never interleave.
+	u.s.writeMu.Lock()
+	defer u.s.writeMu.Unlock()
+	return u.s.store.OfferSetup(ctx, tokenHash)
+}
+
+func (u setupSvc) Check(ctx context.Context, token string) error {
+	return u.s.store.CheckSetup(ctx, token)
+}
+
+func (u setupSvc) Claim(ctx context.Context, token, email, password string) (service.Written[service.UserRecord], error) {
+	// Checked and hashed before the writer is taken; the commit checks the
+	// token again.
+	p, err := u.s.store.PrepareSetupClaim(ctx, token, email, password)
+	if err != nil {
+		return service.Written[service.UserRecord]{}, err
+	}
+	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
+		usr, cs, err := u.s.store.CommitSetupClaim(ctx, p, u.s.now())
+		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
+	})
 }
