@@ -122,15 +122,16 @@ var (
 	QueryTopPolicies = analyticsOp[PolicyRankRequest, []service.PolicyRank]("top_policies")
 )
 
-// ConfigOps is every config operation the worker serves.
+// ConfigOps is every config operation the worker serves, in the order
+// docs/NATS.md and deploy/nats.conf list a server's permissions.
 var ConfigOps = []AnyOp{
 	OpSnapshot, OpVersion,
 	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete, OpTenantOpen,
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
-	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
+	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,
 	OpSetupOffer, OpSetupClaim,
 }
