@@ -507,7 +507,15 @@ func (fc *faultCluster) durability(h *history, tn tenant, path string, callers [
 		}
 		return time.Since(since) >= 5*time.Second
 	})
+	// NATS itself may still move stream leaders 10-15 s after a heal (the
+	// node that was cut off comes back with higher Raft terms), and checks
+	// wait 2 s for an owner meanwhile: peek again until every peek of the
+	// round is answered, as after the restart below.
 	before := fc.peekRound(h, tn, path, callers, fc.servers[:1])
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && anyFailed(before); {
+		time.Sleep(500 * time.Millisecond)
+		before = fc.peekRound(h, tn, path, callers, fc.servers[:1])
+	}
 	fc.restartAll()
 	// Just after a restart a partition can still be between owners (the
 	// check waits 2 s, then answers 503): peek again, for up to 15 s, until
