@@ -266,14 +266,20 @@ func (fc *faultCluster) mostPartitions() (*faultServer, int) {
 // server enforces it. It returns the tenant, the policy's path and the
 // callers (fresh IPs).
 func (fc *faultCluster) setup(name string) (tenant, string, []string) {
+	return fc.setupWith(name, "exact")
+}
+
+// setupWith is setup with a policy of the given consistency ("exact" or
+// "local"), named and matched by it: the path is "/" + consistency.
+func (fc *faultCluster) setupWith(name, consistency string) (tenant, string, []string) {
 	t := fc.t
 	t.Helper()
 	s1 := fc.servers[0].server
 	tn := createTenant(t, s1, name)
-	createPolicy(t, s1, tn, limitPolicy("exact", "exact", faultLimit))
+	createPolicy(t, s1, tn, limitPolicy(consistency, consistency, faultLimit))
 	waitFor(t, 10*time.Second, "the policy on every server", func() bool {
 		for _, s := range fc.servers {
-			if c, err := tryCheck(s.server, tn, map[string]any{"ip": "192.0.2.250", "path": "/exact", "peek": true}); err != nil || c.Policy != "exact" {
+			if c, err := tryCheck(s.server, tn, map[string]any{"ip": "192.0.2.250", "path": "/" + consistency, "peek": true}); err != nil || c.Policy != consistency {
 				return false
 			}
 		}
@@ -283,7 +289,7 @@ func (fc *faultCluster) setup(name string) (tenant, string, []string) {
 	for i := range faultCallers {
 		callers = append(callers, fmt.Sprintf("198.18.0.%d", i+1))
 	}
-	return tn, "/exact", callers
+	return tn, "/" + consistency, callers
 }
 
 // drain sends perCaller checks for every caller at full speed, round-robin
@@ -636,6 +642,12 @@ func (rl *readyLog) counts(from, to time.Time) (ready, not int) {
 // closest to their bound; and it fails the test on every violation found.
 func report(t *testing.T, fault, heal time.Time, answers []answer, violations []violation) {
 	t.Helper()
+	reportModel(t, faultModel(), fault, heal, answers, violations)
+}
+
+// reportModel is report with the admitted bound of m.
+func reportModel(t *testing.T, m bucketModel, fault, heal time.Time, answers []answer, violations []violation) {
+	t.Helper()
 	rel := func(x time.Time) string { return fmt.Sprintf("%+.1fs", x.Sub(fault).Seconds()) }
 	var total, failed int
 	perServer := map[string][2]int{}
@@ -682,9 +694,8 @@ func report(t *testing.T, fault, heal time.Time, answers []answer, violations []
 		}
 		fmt.Fprintf(&b, "%s: every check answered again %.1fs after the heal\n", s, rec.Seconds())
 	}
-	m := faultModel()
 	_, stats := checkAdmitted(answers, m)
-	fmt.Fprintf(&b, "admitted vs bound (limit %d + refill + loss bound %d), worst callers:\n", m.Limit, m.Bound)
+	fmt.Fprintf(&b, "admitted vs bound (limit %d + refill + bound %d), worst callers:\n", m.Limit, m.Bound)
 	for i, st := range stats {
 		if i == 3 {
 			break

@@ -278,3 +278,53 @@ func checkRecovery(t *testing.T, answers []answer, fc *faultCluster, healAt time
 		}
 	}
 }
+
+// A server cut off for 12 s, as in TestPartitionServerCutOff, but the
+// policy is "local": every server decides from its own cache and shares
+// its consumption with the others over core NATS every 50 ms. The cut
+// server keeps answering (no owner is needed); what it admits meanwhile
+// is unheard by the others, and what they admit is unheard by it, so a
+// caller may get up to one more bucket: the documented local-mode bound,
+// limit × servers plus refill (docs/GUARANTEES.md), must hold.
+func TestPartitionLocalMode(t *testing.T) {
+	fc := startLabCluster(t)
+	tn, path, callers := fc.setupWith("localmode", "local")
+	h := &history{}
+	fc.drain(h, tn, path, callers, faultDrain)
+	ld := fc.startLoad(h, tn, path, callers)
+	time.Sleep(4 * time.Second)
+	victim := fc.servers[0]
+	cutAt := time.Now()
+	fc.lab.cut(victim.host, netBus)
+	time.Sleep(12 * time.Second)
+	healAt := time.Now()
+	fc.lab.heal(victim.host, netBus)
+	settle(h, healAt, 8*time.Second, 25*time.Second)
+	ld.end()
+	answers := h.all()
+
+	var total, failed int
+	for _, a := range answers {
+		if a.Server == victim.name && !a.Peek && !a.Start.Before(cutAt) && a.Start.Before(healAt) {
+			total++
+			if !a.ok() {
+				failed++
+			}
+		}
+	}
+	t.Logf("%s during its cut: %d of %d checks not answered 200", victim.name, failed, total)
+	if total == 0 || failed*20 > total {
+		failf(t, "%s answered %d of %d checks with an error during its cut, want under 5 %%: a local policy needs no owner", victim.name, failed, total)
+	}
+	// The bound: every server's whole bucket, plus refill.
+	m := faultModel()
+	m.Bound = int64(faultLimit * (len(fc.servers) - 1))
+	vs, stats := checkAdmitted(answers, m)
+	worst := 0
+	for _, st := range stats {
+		worst = max(worst, int(st.Admitted))
+	}
+	t.Logf("local mode, one server cut off 12 s: worst caller admitted %d (limit %d, documented bound %d + refill)", worst, faultLimit, faultLimit*len(fc.servers))
+	reportModel(t, m, cutAt, healAt, answers, vs)
+	keepHistory(t, h.all())
+}
