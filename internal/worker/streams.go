@@ -331,10 +331,10 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		} else {
 			rows, err = apply(tx, fresh)
 		}
-		if err == nil {
+		if err == nil && w.repl != nil {
 			// The replication record carries the count, so that a standby
-			// counts these rows when it writes them (repl.go).
-			w.repl.txRows = txRows{stream: stream, rows: rows}
+			// counts these rows when it writes them.
+			w.repl.NoteRows(stream, rows)
 		}
 		return err
 	})
@@ -682,6 +682,20 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+// countReplayedRows adds the stream rows a record replayed on a standby
+// wrote to the same totals the active keeps.
+func (w *Worker) countReplayedRows(stream string, rows int) {
+	switch stream {
+	case bus.StateStream:
+		w.stateRows.Add(uint64(rows))
+	case bus.CounterStream:
+		w.counterRows.Add(uint64(rows))
+	default:
+		return
+	}
+	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
 }
 
 func (w *Worker) replicas() int { return bus.ResolveReplicas(w.nc, w.cfg.Replicas) }

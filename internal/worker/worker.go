@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
 	"github.com/sluicehq/sluice/internal/worker/configsvc"
+	"github.com/sluicehq/sluice/internal/worker/repl"
 )
 
 // Config tunes a Worker. The zero value of each field means its default.
@@ -77,7 +78,7 @@ type Config struct {
 	// start the worker raises any that has fewer.
 	Replicas int
 	// Recorder, when set, makes the worker take part in the election of
-	// the active worker and keep the replication log (repl.go); the
+	// the active worker and keep the replication log (package repl); the
 	// database must have been opened with sqlitedb.OpenRecorded over it.
 	// Without it the worker is the only one and always active.
 	Recorder *sqlitedb.Recorder
@@ -135,9 +136,9 @@ type Worker struct {
 	// size the next one's buffer (pageBuilder.add).
 	pagePacked atomic.Int64
 
-	repl    replState // the election and the replication log (repl.go)
-	serving func()    // called once the request subjects are served
-	snaps   snapshots // copies kept for standbys
+	// repl runs the election and the replication log; nil without a
+	// Recorder.
+	repl *repl.Replicator
 
 	purges chan string // deleted tenants whose late data to purge (purgeDeleted)
 }
@@ -213,10 +214,14 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 			Help: "Stream batches whose transaction failed and that stay in the stream, by reason (disk_full, error)."}, []string{"stream", "reason"}),
 	}
 	w.metrics.lag = newLagMetrics()
-	w.repl = newReplState()
 	w.runs = newStagedRuns()
 	w.terms = newPartitionTerms()
 	w.unstick = bus.NewUnstick(nc, cfg.LeaseTTL/2, w.log)
+	if cfg.Recorder != nil {
+		w.repl = repl.New(repl.Config{DB: db, Writer: w.store, Recorder: cfg.Recorder, NC: nc, JS: js,
+			LeaseTTL: cfg.LeaseTTL, Name: cfg.Name, Replicas: cfg.Replicas, Streams: cfg.Streams,
+			Log: w.log, Unstick: w.unstick, Replayed: w.countReplayedRows})
+	}
 	if cfg.Registerer != nil {
 		if err := w.unstick.Register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
@@ -224,8 +229,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.terms.fenced}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
-		if cfg.Recorder != nil {
-			cs = append(cs, w.repl.collectors()...)
+		if w.repl != nil {
+			cs = append(cs, w.repl.Collectors()...)
 		}
 		for _, c := range cs {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -257,14 +262,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer anchor.Close()
-	if w.cfg.Recorder != nil {
-		return w.runElected(ctx)
+	if w.repl != nil {
+		return w.repl.Run(ctx, w.runActive)
 	}
-	return w.runActive(ctx)
+	return w.runActive(ctx, nil)
 }
 
-// runActive is the active worker's work, until ctx ends.
-func (w *Worker) runActive(ctx context.Context) error {
+// runActive is the active worker's work, until ctx ends. serving, when not
+// nil, is called once the request subjects are served.
+func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -290,8 +296,8 @@ func (w *Worker) runActive(ctx context.Context) error {
 	if err := w.registerEndpoints(svc); err != nil {
 		return err
 	}
-	if w.serving != nil {
-		w.serving()
+	if serving != nil {
+		serving()
 	}
 	maxBytes, maxAge := w.cfg.Streams.Resolved()
 	w.log.Info("worker started", "stream_max_bytes", maxBytes, "stream_max_age", maxAge.String())
