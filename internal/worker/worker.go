@@ -1,9 +1,17 @@
-// Package worker is Sluice's only SQLite writer. It consumes the bucket
+// Package worker is Sluice's only SQLite writer. It owns the worker's
+// lifecycle and the application of the streams: it consumes the bucket
 // state and decision counter streams (see streams.go for the flush
-// protocol), serves config reads and writes, hydration pages and analytics
-// over NATS request/reply, announces every committed config change, and
-// sweeps buckets that are full again. cmd/worker runs it as its own process;
+// protocol), fences stale states by partition term (terms.go), merges
+// staged runs (runs.go), sweeps buckets that are full again, and answers
+// hydration pages and syncs. It serves the operation table (bus.Op) over
+// NATS request/reply by decoding each request's wire form and calling
+// configsvc (config) or analytics (queries); repl decides whether this
+// worker is the active one. cmd/worker runs it as its own process;
 // cmd/server runs the same code in-process by default.
+//
+// It must never write SQLite outside the store's one writer, act while repl
+// says it is not active, or answer a request whose wire version it does
+// not know; config rules belong in configsvc and tenants, not here.
 package worker
 
 import (
