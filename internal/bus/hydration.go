@@ -1,5 +1,11 @@
 package bus
 
+import (
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
+
 // BucketsRequest asks the worker (on BucketsSubject) for one page of
 // persisted buckets after a key: a server hydrating its hot cache, loading
 // a partition it takes over, or loading the buckets its checks touch
@@ -30,4 +36,39 @@ type BucketsRequest struct {
 	// page answers the new term.
 	Acquire bool    `json:"acquire,omitempty"`
 	Lease   LeaseID `json:"lease,omitzero"`
+}
+
+// BucketsPage is one page of persisted buckets, the worker's answer to a
+// BucketsRequest; Next is empty on the last.
+// A packed page has its buckets in Packed (WalkPacked), not Buckets.
+type BucketsPage struct {
+	Buckets []BucketRecord `json:"buckets"`
+	Packed  []byte         `json:"packed,omitempty"`
+	Next    string         `json:"next,omitempty"`
+	// Order is the page's order (OrderPartitionKey, or empty for key
+	// order).
+	Order string `json:"order,omitempty"`
+	// Term is the partition's new term, on a page that acquired it.
+	Term uint64 `json:"term,omitempty"`
+}
+
+// RawReply sends a packed page raw, its Next in a header (RawReply).
+func (p BucketsPage) RawReply() ([]byte, nats.Header, bool) {
+	if len(p.Packed) == 0 {
+		return nil, nil, false
+	}
+	h := nats.Header{PageNextHeader: []string{p.Next}}
+	if p.Order != "" {
+		h.Set(PageOrderHeader, p.Order)
+	}
+	if p.Term != 0 {
+		h.Set(PageTermHeader, strconv.FormatUint(p.Term, 10))
+	}
+	return p.Packed, h, true
+}
+
+// SetRaw takes a packed page sent raw (RawReceiver).
+func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
+	p.Packed, p.Next, p.Order = data, h.Get(PageNextHeader), h.Get(PageOrderHeader)
+	return ParsePageTerm(h, &p.Term)
 }

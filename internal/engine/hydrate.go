@@ -38,8 +38,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -73,22 +71,6 @@ type hydration struct {
 	beforePage func(after string)
 }
 
-// bucketsPage is the worker's BucketsPage: a packed page (bus.WalkPacked)
-// from this version's worker, Buckets from an older one.
-type bucketsPage struct {
-	Buckets []bus.BucketRecord `json:"buckets"`
-	Packed  []byte             `json:"packed"`
-	Next    string             `json:"next"`
-	Order   string             `json:"order"`
-	Term    uint64             `json:"term"`
-}
-
-// SetRaw takes a packed page sent raw (bus.RawReceiver).
-func (p *bucketsPage) SetRaw(data []byte, h nats.Header) error {
-	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
-	return bus.ParsePageTerm(h, &p.Term)
-}
-
 // loadCursor is how far the bulk load has settled keys: every key up to
 // and including key in the page order (bus.CompareBucketKeys when byPart,
 // plain key order from an older worker).
@@ -105,8 +87,8 @@ func (c *loadCursor) covers(key []byte) bool {
 	return string(key) <= c.key
 }
 
-func (e *Engine) requestBuckets(ctx context.Context, req bus.BucketsRequest) (bucketsPage, error) {
-	var page bucketsPage
+func (e *Engine) requestBuckets(ctx context.Context, req bus.BucketsRequest) (bus.BucketsPage, error) {
+	var page bus.BucketsPage
 	req.Packed = true
 	if req.Partition == nil && len(req.Keys) == 0 {
 		req.Order = bus.OrderPartitionKey
@@ -123,7 +105,7 @@ type pageLoader struct {
 }
 
 // each calls load for every bucket of page and returns the last key.
-func (pl *pageLoader) each(e *Engine, page *bucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
+func (pl *pageLoader) each(e *Engine, page *bus.BucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
 	last := ""
 	for i := range page.Buckets {
 		rec := &page.Buckets[i]
@@ -180,7 +162,7 @@ func (e *Engine) hydrate(ctx context.Context) (string, error) {
 }
 
 // insertPage loads a page of the bulk load and moves upTo past it.
-func (e *Engine) insertPage(pl *pageLoader, page *bucketsPage) {
+func (e *Engine) insertPage(pl *pageLoader, page *bus.BucketsPage) {
 	n := int64(0)
 	last := pl.each(e, page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
 		if e.insert(key, limits, states, fullAt) {
@@ -204,7 +186,7 @@ func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) 
 		e.finishHydration(started)
 		return
 	}
-	pages := make(chan bucketsPage, 1)
+	pages := make(chan bus.BucketsPage, 1)
 	go func() {
 		defer close(pages)
 		for failures := 0; after != ""; {

@@ -464,40 +464,6 @@ const (
 	maxPageKeys = 1000
 )
 
-// BucketsPage is one page of persisted buckets; Next is empty on the last.
-// A packed page has its buckets in Packed (bus.WalkPacked), not Buckets.
-type BucketsPage struct {
-	Buckets []bus.BucketRecord `json:"buckets"`
-	Packed  []byte             `json:"packed,omitempty"`
-	Next    string             `json:"next,omitempty"`
-	// Order is the page's order (bus.OrderPartitionKey, or empty for key
-	// order).
-	Order string `json:"order,omitempty"`
-	// Term is the partition's new term, on a page that acquired it.
-	Term uint64 `json:"term,omitempty"`
-}
-
-// RawReply sends a packed page raw, its Next in a header (bus.RawReply).
-func (p BucketsPage) RawReply() ([]byte, nats.Header, bool) {
-	if len(p.Packed) == 0 {
-		return nil, nil, false
-	}
-	h := nats.Header{bus.PageNextHeader: []string{p.Next}}
-	if p.Order != "" {
-		h.Set(bus.PageOrderHeader, p.Order)
-	}
-	if p.Term != 0 {
-		h.Set(bus.PageTermHeader, strconv.FormatUint(p.Term, 10))
-	}
-	return p.Packed, h, true
-}
-
-// SetRaw takes a packed page sent raw (bus.RawReceiver).
-func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
-	p.Packed, p.Next, p.Order = data, h.Get(bus.PageNextHeader), h.Get(bus.PageOrderHeader)
-	return bus.ParsePageTerm(h, &p.Term)
-}
-
 // bucketsPage answers hydration. The first page waits until every state
 // batch already in the stream is committed, so a restarted server never
 // hydrates from state older than what it published before it died.
@@ -505,19 +471,19 @@ func (p *BucketsPage) SetRaw(data []byte, h nats.Header) error {
 // Each page reads buckets and the staged runs together (readMerged). A
 // page in (partition, key) order reads one partition at a time, going on
 // to the next while the page has room.
-func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (BucketsPage, error) {
+func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (bus.BucketsPage, error) {
 	if len(req.Keys) > 0 {
 		return w.bucketsByKey(ctx, req.Keys, req.Packed)
 	}
 	var term uint64
 	if req.After == "" {
 		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
-			return BucketsPage{}, err
+			return bus.BucketsPage{}, err
 		}
 		if req.Acquire && req.Partition != nil {
 			var err error
 			if term, err = w.raiseTerm(ctx, *req.Partition, req.Lease); err != nil {
-				return BucketsPage{}, err
+				return bus.BucketsPage{}, err
 			}
 		}
 	}
@@ -541,7 +507,7 @@ func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (Bucke
 		// order as bus.CompareBucketKeys within a partition).
 		more, err := w.readMerged(ctx, pb, req.Limit, `part = ? AND key > ?`, *req.Partition, req.After)
 		if err != nil {
-			return BucketsPage{}, err
+			return bus.BucketsPage{}, err
 		}
 		if more {
 			pb.page.Next = pb.last
@@ -556,7 +522,7 @@ func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (Bucke
 		for ; part < bus.Partitions; part, after = part+1, "" {
 			more, err := w.readMerged(ctx, pb, req.Limit-pb.read, `part = ? AND key > ?`, part, after)
 			if err != nil {
-				return BucketsPage{}, err
+				return bus.BucketsPage{}, err
 			}
 			if more || pb.read >= req.Limit {
 				pb.page.Next = pb.last
@@ -569,7 +535,7 @@ func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (Bucke
 		w.warnKeyOrder()
 		more, err := w.readMerged(ctx, pb, req.Limit, `key > ?`, req.After)
 		if err != nil {
-			return BucketsPage{}, err
+			return bus.BucketsPage{}, err
 		}
 		if more {
 			pb.page.Next = pb.last
@@ -592,9 +558,9 @@ func (w *Worker) warnKeyOrder() {
 
 // bucketsByKey answers the live persisted buckets among keys: each key's
 // newest state in buckets or in a staged run.
-func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (BucketsPage, error) {
+func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (bus.BucketsPage, error) {
 	if len(keys) > maxPageKeys {
-		return BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
+		return bus.BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
 	}
 	args := make([]any, 0, 2*len(keys))
 	for _, k := range keys {
@@ -606,7 +572,7 @@ func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (
 	SELECT r.key, r.tenant_id, r.state, r.full_at, r.seq FROM k JOIN bucket_runs r ON r.run IN (SELECT run FROM bucket_run_ids) AND r.part = k.part AND r.key = k.key`
 	found, err := queryStored(ctx, w.db, q, args...)
 	if err != nil {
-		return BucketsPage{}, err
+		return bus.BucketsPage{}, err
 	}
 	slices.SortFunc(found, func(a, b storedBucket) int { return strings.Compare(a.key, b.key) })
 	// The buffer fits what was found: these are the first touches of a
@@ -820,7 +786,7 @@ func (rs *readScratch) put() {
 // trip per page and the worker from holding large replies for it.
 type pageBuilder struct {
 	w      *Worker
-	page   BucketsPage
+	page   bus.BucketsPage
 	packed bool
 	now    int64
 	budget int

@@ -223,7 +223,7 @@ func TestBucketsPageWaitsForBacklog(t *testing.T) {
 	}
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.3", 10, 1)) // full again
 	e.run(t)
-	var page BucketsPage
+	var page bus.BucketsPage
 	eventually(t, 10*time.Second, "hydration page", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -247,9 +247,9 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.2", 7, future))
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", stateBatch("ten_a/p/ip:192.0.2.3", 10, 1)) // full again
 	e.run(t)
-	ask := func(req bus.BucketsRequest) BucketsPage {
+	ask := func(req bus.BucketsRequest) bus.BucketsPage {
 		t.Helper()
-		var page BucketsPage
+		var page bus.BucketsPage
 		eventually(t, 10*time.Second, "buckets page", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -257,7 +257,7 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 		})
 		return page
 	}
-	tokens := func(page BucketsPage) map[string]float64 {
+	tokens := func(page bus.BucketsPage) map[string]float64 {
 		t.Helper()
 		got := map[string]float64{}
 		for _, b := range page.Buckets {
@@ -295,7 +295,7 @@ func TestBucketsPageReadsEveryForm(t *testing.T) {
 	if err != nil || msg.Header.Get(bus.RawReplyHeader) == "" || msg.Data[0] == '{' {
 		t.Fatalf("packed page: header %v, %d bytes, err %v", msg.Header, len(msg.Data), err)
 	}
-	var page BucketsPage
+	var page bus.BucketsPage
 	err = bus.Request(context.Background(), e.nc, bus.BucketsSubject, bus.BucketsRequest{Keys: make([]string, maxPageKeys+1)}, &page)
 	if errs.Code(err) != errs.Invalid {
 		t.Fatalf("too many keys: %v", err)
@@ -342,7 +342,7 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	got, pages := 0, 0
 	req := bus.BucketsRequest{}
 	for {
-		var page BucketsPage
+		var page bus.BucketsPage
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := bus.Request(rctx, e.nc, bus.BucketsSubject, req, &page)
 		cancel()
