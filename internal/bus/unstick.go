@@ -11,7 +11,11 @@ package bus
 // keep failing (Failed) while the connection is up moves itself to another
 // server of the pool (nats.Conn.ForceReconnect, which tries the next one):
 // on a majority node its requests commit again as soon as the majority has
-// a leader.
+// a leader. That can take the majority a few seconds (JetStream's election
+// timeout is 4-9 s), so each further move without a success in between
+// waits twice as long as the one before (up to 8 × After): a process that
+// reached the majority while it elects stays there, instead of moving on
+// every After and perhaps back to the node that lost its cluster.
 
 import (
 	"log/slog"
@@ -38,6 +42,7 @@ type Unstick struct {
 	okAt    time.Time // the last success, or when failures began to count
 	failing bool
 	forced  time.Time // the last forced reconnect
+	moves   int       // forced reconnects since the last success
 
 	forcedTotal prometheus.Counter
 }
@@ -65,13 +70,15 @@ func (u *Unstick) Register(r prometheus.Registerer) error { return r.Register(u.
 // OK records a JetStream request that succeeded.
 func (u *Unstick) OK() {
 	u.mu.Lock()
-	u.failing = false
+	u.failing, u.moves = false, 0
 	u.mu.Unlock()
 }
 
 // Failed records a JetStream request that failed, and moves the
 // connection to another server when requests have failed for After while
-// it was connected, at most once every After.
+// it was connected; after a move, requests must fail on the new server for
+// twice as long as before the last move (at most 8 × After) before the
+// next.
 func (u *Unstick) Failed() {
 	now := u.now()
 	u.mu.Lock()
@@ -79,9 +86,12 @@ func (u *Unstick) Failed() {
 		u.failing, u.okAt = true, now
 	}
 	since := now.Sub(u.okAt)
-	due := since >= u.after && now.Sub(u.forced) >= u.after && u.connected() && u.servers() > 1
+	wait := u.after << min(u.moves, 3)
+	due := since >= wait && now.Sub(u.forced) >= wait && u.connected() && u.servers() > 1
 	if due {
-		u.forced = now
+		// The next server is judged on its own failures.
+		u.forced, u.okAt = now, now
+		u.moves++
 	}
 	u.mu.Unlock()
 	if !due {
