@@ -88,6 +88,11 @@ func TestLeasesHoldOverALossyLink(t *testing.T) {
 	t.Logf("all partitions owned %s after start", time.Since(start).Round(time.Millisecond))
 	var lowest = bus.Partitions
 	var unhealthy time.Duration
+	handovers := func() (taken, lost float64) {
+		h := a.metrics.handovers
+		return testutil.ToFloat64(h.WithLabelValues("acquired")) + testutil.ToFloat64(h.WithLabelValues("resumed")), testutil.ToFloat64(h.WithLabelValues("lost"))
+	}
+	taken0, lost0 := handovers()
 	last := time.Now()
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		now := time.Now()
@@ -98,8 +103,11 @@ func TestLeasesHoldOverALossyLink(t *testing.T) {
 		last = now
 	}
 	t.Logf("lowest owned %d of %d; unhealthy for %s of 6 s; unanswered renewals %v", lowest, bus.Partitions, unhealthy, testutil.ToFloat64(a.metrics.renewFailures))
-	if lowest != bus.Partitions {
-		t.Fatalf("owned only %d of %d partitions at one point: the lossy link made a lease lapse", lowest, bus.Partitions)
+	// A lease that lapsed is lost and taken again. A renewal round that
+	// comes late under the suite's load only makes the server stop deciding
+	// for a moment (lowest owned, unhealthy): that is bounded below.
+	if taken, lost := handovers(); taken != taken0 || lost != lost0 {
+		t.Fatalf("%v partitions lost and %v taken again in 6 s: the lossy link made leases lapse", lost-lost0, taken-taken0)
 	}
 	// Under the whole suite's load (the race detector on two cores) a
 	// renewal round can come a little late: 0.24 s and 0.53 s of

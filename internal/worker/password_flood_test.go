@@ -185,8 +185,11 @@ func TestPasswordFloodKeepsRevocationsFast(t *testing.T) {
 	if ok.Load() == 0 || busy.Load() == 0 {
 		t.Errorf("the flood did not run into the bound: %d answered, %d busy", ok.Load(), busy.Load())
 	}
-	if worst > time.Second {
-		t.Errorf("a revocation took %s during the flood, want within 1 s", worst)
+	// 124-196 ms alone; up to 1.44 s in CI runs, with the race detector
+	// and other packages' tests on the same two cores. Without the cap or
+	// with hashing under the writer it was 4.8 s and 12.4 s.
+	if worst > 2*time.Second {
+		t.Errorf("a revocation took %s during the flood, want within 2 s", worst)
 	}
 	// Password work holds 19 MiB per slot; everything else the process
 	// holds (NATS, SQLite, a thousand requests) stays well under this.
