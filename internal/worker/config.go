@@ -12,14 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
-	"github.com/sluicehq/sluice/internal/worker/configsvc"
 )
-
-// write runs one config write in its turn and announces its changes
-// (configsvc.Write).
-func write[T any](w *Worker, _ context.Context, fn func() (T, []tenants.Change, error)) (service.Written[T], error) {
-	return configsvc.Write(w.config, fn)
-}
 
 func (w *Worker) announce(changes []tenants.Change) {
 	data, err := json.Marshal(bus.ChangeMsg{V: bus.WireVersion, Changes: changes})

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/sluicehq/sluice/internal/tenants"
+	"github.com/sluicehq/sluice/internal/worker/configsvc"
 )
 
 // Operator is the operator's bootstrap: the worker applies it to its own
@@ -50,7 +51,7 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 		token = ""
 	}
 	if token != "" {
-		res, err := write(w, ctx, func() (bool, []tenants.Change, error) {
+		res, err := configsvc.Write(w.config, func() (bool, []tenants.Change, error) {
 			set, c, err := w.store.SetOperatorTokenHash(ctx, tenants.HashToken(token), generated, w.cfg.Now())
 			if err != nil || !set {
 				return set, nil, err
@@ -69,7 +70,7 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 		// sessions it had on every server. EnsureOperator may hash while
 		// the writer is held; this runs before any request is served, so
 		// no config write waits on it.
-		if _, err := write(w, ctx, func() (tenants.User, []tenants.Change, error) {
+		if _, err := configsvc.Write(w.config, func() (tenants.User, []tenants.Change, error) {
 			return w.store.EnsureOperator(ctx, op.Email, op.Password, w.cfg.Now())
 		}); err != nil {
 			w.log.Error("operator login bootstrap failed", "err", err)

@@ -359,11 +359,6 @@ func requestActor(ctx context.Context, h micro.Headers) context.Context {
 	return tenants.WithActor(ctx, a)
 }
 
-// query is an analytics query over the worker's database.
-func query[Req, Res any](w *Worker, fn func(context.Context, *sql.DB, Req) (Res, error)) func(context.Context, Req) (Res, error) {
-	return func(ctx context.Context, r Req) (Res, error) { return fn(ctx, w.db, r) }
-}
-
 // serve is handle for an operation of the table (bus.Op): fn must take and
 // answer the operation's own types, so that a handler and the servers'
 // requests cannot disagree.
@@ -439,17 +434,18 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, query(w, analytics.Timeseries))); err != nil {
+	queries := analytics.Queries{DB: w.db}
+	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, queries.Timeseries)); err != nil {
 		return err
 	}
-	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, query(w, analytics.Top))); err != nil {
+	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, queries.Top)); err != nil {
 		return err
 	}
 	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, func(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
 		if r.V != bus.WireVersion {
 			return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
 		}
-		return analytics.TopPolicies(ctx, w.db, r.PolicyRankQuery)
+		return queries.TopPolicies(ctx, r.PolicyRankQuery)
 	})); err != nil {
 		return err
 	}
