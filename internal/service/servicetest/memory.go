@@ -6,6 +6,7 @@
 package servicetest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -147,6 +148,58 @@ func sorted[T any](objs map[string]T, keep func(T) bool) []T {
 	return out
 }
 
+// tenantOf is an object's tenant, for the lookups below.
+type tenantOf[T any] func(T) string
+
+func policyTenant(p tenants.Policy) string         { return p.TenantID }
+func keyTenant(k tenants.ConsumerKey) string       { return k.TenantID }
+func serviceKeyTenant(k tenants.ServiceKey) string { return k.TenantID }
+func userTenant(u tenants.User) string             { return u.TenantID }
+
+// get answers the tenant's object id in objs, or errs.NotFound naming
+// what: another tenant's object is not found either.
+func get[T any](m *Memory, objs map[string]T, of tenantOf[T], what, tenantID, id string) (T, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return lookup(objs, of, what, tenantID, id)
+}
+
+// lookup is get with m.mu held.
+func lookup[T any](objs map[string]T, of tenantOf[T], what, tenantID, id string) (T, error) {
+	o, ok := objs[id]
+	if !ok || of(o) != tenantID {
+		var zero T
+		return zero, notFound(what)
+	}
+	return o, nil
+}
+
+// change lets fn change the tenant's object id in objs, stores it and
+// commits the write.
+func change[T any](m *Memory, objs map[string]T, of tenantOf[T], what, tenantID, id string, fn func(*T)) (service.Written[T], error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, err := lookup(objs, of, what, tenantID, id)
+	if err != nil {
+		return service.Written[T]{}, err
+	}
+	fn(&o)
+	objs[id] = o
+	return written(m, o), nil
+}
+
+// remove deletes the tenant's object id from objs and commits the write.
+func remove[T any](m *Memory, objs map[string]T, of tenantOf[T], what, tenantID, id string) (service.Written[T], error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, err := lookup(objs, of, what, tenantID, id)
+	if err != nil {
+		return service.Written[T]{}, err
+	}
+	delete(objs, id)
+	return written(m, o), nil
+}
+
 type memTenants struct{ m *Memory }
 
 func (s memTenants) Create(_ context.Context, name, ownerEmail, ownerPassword string) (service.Written[service.TenantCreated], error) {
@@ -240,27 +293,14 @@ func (s memPolicies) Create(_ context.Context, tenantID string, p tenants.Policy
 }
 
 func (s memPolicies) Update(_ context.Context, tenantID, id string, p tenants.Policy) (service.Written[tenants.Policy], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old, ok := m.policies[id]
-	if !ok || old.TenantID != tenantID {
-		return service.Written[tenants.Policy]{}, notFound("policy")
-	}
-	p.ID, p.TenantID, p.CreatedAt = id, tenantID, old.CreatedAt
-	m.policies[id] = p
-	return written(m, p), nil
+	return change(s.m, s.m.policies, policyTenant, "policy", tenantID, id, func(o *tenants.Policy) {
+		p.ID, p.TenantID, p.CreatedAt = id, tenantID, o.CreatedAt
+		*o = p
+	})
 }
 
 func (s memPolicies) Get(_ context.Context, tenantID, id string) (tenants.Policy, error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, ok := m.policies[id]
-	if !ok || p.TenantID != tenantID {
-		return tenants.Policy{}, notFound("policy")
-	}
-	return p, nil
+	return get(s.m, s.m.policies, policyTenant, "policy", tenantID, id)
 }
 
 func (s memPolicies) List(_ context.Context, tenantID string) ([]tenants.Policy, error) {
@@ -278,18 +318,8 @@ func (s memPolicies) Names(ctx context.Context, tenantID string, ids []string) (
 			l.Policies = append(l.Policies, tenants.PolicyName{ID: p.ID, Name: p.Name})
 		}
 	}
-	slices.SortFunc(l.Policies, func(a, b tenants.PolicyName) int { return compare(a.Name, b.Name) })
+	slices.SortFunc(l.Policies, func(a, b tenants.PolicyName) int { return cmp.Compare(a.Name, b.Name) })
 	return l, nil
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (s memPolicies) Count(ctx context.Context, tenantID string) (int, error) {
@@ -298,14 +328,8 @@ func (s memPolicies) Count(ctx context.Context, tenantID string) (int, error) {
 }
 
 func (s memPolicies) Delete(_ context.Context, tenantID, id string) (service.Written[service.None], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p, ok := m.policies[id]; !ok || p.TenantID != tenantID {
-		return service.Written[service.None]{}, notFound("policy")
-	}
-	delete(m.policies, id)
-	return written(m, service.None{}), nil
+	w, err := remove(s.m, s.m.policies, policyTenant, "policy", tenantID, id)
+	return service.Written[service.None]{Version: w.Version}, err
 }
 
 type memKeys struct{ m *Memory }
@@ -324,19 +348,8 @@ func (s memKeys) Create(_ context.Context, k service.KeyCreate) (service.Written
 	return written(m, service.KeyCreated{Key: key, Secret: "ck_test_" + key.ID}), nil
 }
 
-// key answers one of the tenant's keys; m.mu must be held.
-func (m *Memory) key(tenantID, id string) (tenants.ConsumerKey, error) {
-	k, ok := m.keys[id]
-	if !ok || k.TenantID != tenantID {
-		return tenants.ConsumerKey{}, notFound("key")
-	}
-	return k, nil
-}
-
 func (s memKeys) Get(_ context.Context, tenantID, id string) (tenants.ConsumerKey, error) {
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return s.m.key(tenantID, id)
+	return get(s.m, s.m.keys, keyTenant, "key", tenantID, id)
 }
 
 func (s memKeys) List(_ context.Context, tenantID string) ([]tenants.ConsumerKey, error) {
@@ -370,7 +383,7 @@ func (s memKeys) Names(ctx context.Context, tenantID string, ids []string) (map[
 	defer s.m.mu.Unlock()
 	names := map[string]string{}
 	for _, id := range ids {
-		if k, err := s.m.key(tenantID, id); err == nil {
+		if k, err := lookup(s.m.keys, keyTenant, "key", tenantID, id); err == nil {
 			names[id] = k.Name
 		}
 	}
@@ -389,45 +402,30 @@ func (s memKeys) Count(ctx context.Context, tenantID string) (tenants.KeyCounts,
 }
 
 func (s memKeys) Update(_ context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k, err := m.key(tenantID, id)
-	if err != nil {
-		return service.Written[tenants.ConsumerKey]{}, err
-	}
-	if p.Name != nil {
-		k.Name = *p.Name
-	}
-	if p.Tier != nil {
-		k.Tier = *p.Tier
-	}
-	if p.ExpiresAt != nil {
-		k.ExpiresAt = p.ExpiresAt
-	}
-	if p.ClearExpiry {
-		k.ExpiresAt = nil
-	}
-	if p.Overrides != nil {
-		k.Overrides = *p.Overrides
-	}
-	k.UpdatedAt = m.now()
-	m.keys[id] = k
-	return written(m, k), nil
+	now := s.m.now()
+	return change(s.m, s.m.keys, keyTenant, "key", tenantID, id, func(k *tenants.ConsumerKey) {
+		if p.Name != nil {
+			k.Name = *p.Name
+		}
+		if p.Tier != nil {
+			k.Tier = *p.Tier
+		}
+		if p.ExpiresAt != nil {
+			k.ExpiresAt = p.ExpiresAt
+		}
+		if p.ClearExpiry {
+			k.ExpiresAt = nil
+		}
+		if p.Overrides != nil {
+			k.Overrides = *p.Overrides
+		}
+		k.UpdatedAt = now
+	})
 }
 
 func (s memKeys) Revoke(_ context.Context, tenantID, id string) (service.Written[tenants.ConsumerKey], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k, err := m.key(tenantID, id)
-	if err != nil {
-		return service.Written[tenants.ConsumerKey]{}, err
-	}
-	at := m.now()
-	k.RevokedAt = &at
-	m.keys[id] = k
-	return written(m, k), nil
+	at := s.m.now()
+	return change(s.m, s.m.keys, keyTenant, "key", tenantID, id, func(k *tenants.ConsumerKey) { k.RevokedAt = &at })
 }
 
 type memServiceKeys struct{ m *Memory }
@@ -451,17 +449,8 @@ func (s memServiceKeys) List(_ context.Context, tenantID string) ([]tenants.Serv
 }
 
 func (s memServiceKeys) Revoke(_ context.Context, tenantID, id string) (service.Written[tenants.ServiceKey], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k, ok := m.svcKeys[id]
-	if !ok || k.TenantID != tenantID {
-		return service.Written[tenants.ServiceKey]{}, notFound("service key")
-	}
-	at := m.now()
-	k.RevokedAt = &at
-	m.svcKeys[id] = k
-	return written(m, k), nil
+	at := s.m.now()
+	return change(s.m, s.m.svcKeys, serviceKeyTenant, "service key", tenantID, id, func(k *tenants.ServiceKey) { k.RevokedAt = &at })
 }
 
 type memUsers struct{ m *Memory }
@@ -501,40 +490,21 @@ func (s memUsers) List(_ context.Context, tenantID string) ([]tenants.User, erro
 	return sorted(s.m.users, func(u tenants.User) bool { return u.TenantID == tenantID }), nil
 }
 
-// user answers one of the tenant's users; m.mu must be held.
-func (m *Memory) user(tenantID, id string) (tenants.User, error) {
-	u, ok := m.users[id]
-	if !ok || u.TenantID != tenantID {
-		return tenants.User{}, notFound("user")
-	}
-	return u, nil
-}
-
 func (s memUsers) SetRole(_ context.Context, tenantID, id, role string) (service.Written[tenants.User], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	u, err := m.user(tenantID, id)
-	if err != nil {
-		return service.Written[tenants.User]{}, err
-	}
-	u.Role = role
-	u.SessionVersion++
-	m.users[id] = u
-	return written(m, u), nil
+	return change(s.m, s.m.users, userTenant, "user", tenantID, id, func(u *tenants.User) {
+		u.Role = role
+		u.SessionVersion++
+	})
 }
 
 func (s memUsers) Delete(_ context.Context, tenantID, id string) (service.Written[tenants.User], error) {
-	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	u, err := m.user(tenantID, id)
-	if err != nil {
-		return service.Written[tenants.User]{}, err
+	w, err := remove(s.m, s.m.users, userTenant, "user", tenantID, id)
+	if err == nil {
+		s.m.mu.Lock()
+		delete(s.m.secrets, id)
+		s.m.mu.Unlock()
 	}
-	delete(m.users, id)
-	delete(m.secrets, id)
-	return written(m, u), nil
+	return w, err
 }
 
 // own changes the user's own record once password is right.
