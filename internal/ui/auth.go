@@ -158,7 +158,7 @@ func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 
 // authHandler signs users in and out.
 type authHandler struct {
-	users   service.Services
+	config  service.Services
 	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
@@ -224,7 +224,7 @@ func (h *authHandler) login(c echo.Context) error {
 	}
 
 	// The worker checks the password: no password hash reaches a server.
-	rec, err := h.users.Users.SignIn(c.Request().Context(), email, password)
+	rec, err := h.config.Users.SignIn(c.Request().Context(), email, password)
 	switch {
 	case errs.Is(err, errs.Unauthenticated):
 		h.limiter.failed(email, now)
@@ -292,7 +292,7 @@ func (h *authHandler) waitKnown(ctx context.Context, userID string, v int64) boo
 // tenantName is shown beside the user's email; a failed lookup only
 // leaves it out.
 func (h *authHandler) tenantName(c echo.Context, id string) string {
-	ts, err := h.users.Tenants.List(c.Request().Context())
+	ts, err := h.config.Tenants.List(c.Request().Context())
 	if err != nil {
 		return ""
 	}
@@ -313,7 +313,7 @@ func (h *authHandler) logout(c echo.Context) error {
 	if s, ok := currentSession(c); ok && h.revoker != nil {
 		if err := h.revoker.Revoke(c.Request().Context(), s.SID, s.Expires); err != nil {
 			h.log.Warn("sign-out could not revoke the session; ending all the user's sessions instead", "user", s.UserID, "err", err)
-			if _, err := h.users.Users.EndSessions(c.Request().Context(), s.UserID); err != nil {
+			if _, err := h.config.Users.EndSessions(c.Request().Context(), s.UserID); err != nil {
 				h.log.Error("sign-out could not end the session; only the cookie is deleted", "user", s.UserID, "err", err)
 			}
 		}

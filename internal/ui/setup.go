@@ -38,7 +38,7 @@ func (h *authHandler) setupForm(c echo.Context) error {
 	}
 	// Looking is not charged (a wrong token is counted, below); sending
 	// the form is, as a sign-in is.
-	err := h.users.Setup.Check(c.Request().Context(), token)
+	err := h.config.Setup.Check(c.Request().Context(), token)
 	switch {
 	case errs.Is(err, errs.Unauthenticated):
 		h.limiter.failed(setupLimitKey, h.now())
@@ -74,7 +74,7 @@ func (h *authHandler) setup(c echo.Context) error {
 		v.Errors = fe
 		return h.renderSetup(c, http.StatusBadRequest, v)
 	}
-	w, err := h.users.Setup.Claim(c.Request().Context(), v.Token, v.Email, password)
+	w, err := h.config.Setup.Claim(c.Request().Context(), v.Token, v.Email, password)
 	switch {
 	case errs.Is(err, errs.Unauthenticated):
 		h.limiter.failed(setupLimitKey, h.now())

@@ -147,7 +147,7 @@ func Register(e *echo.Echo, d Deps) error {
 	sess.transport = d.Transport
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
-	auth := &authHandler{users: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
+	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, sess: sess, now: d.Now}
