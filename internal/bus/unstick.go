@@ -12,10 +12,13 @@ package bus
 // server of the pool (nats.Conn.ForceReconnect, which tries the next one):
 // on a majority node its requests commit again as soon as the majority has
 // a leader. That can take the majority a few seconds (JetStream's election
-// timeout is 4-9 s), so each further move without a success in between
-// waits twice as long as the one before (up to 8 × After): a process that
-// reached the majority while it elects stays there, instead of moving on
-// every After and perhaps back to the node that lost its cluster.
+// timeout is 4-9 s, and until the majority marks the lost node offline a
+// consumer may still be placed on it and time out), so a further move
+// without a success in between waits at least SettleWait, and twice as long
+// as the one before (up to 8 × After): a process that reached the majority
+// while it elects stays there, instead of moving on and perhaps back to the
+// node that lost its cluster (in a three-node cluster the third move of a
+// round robin is that node).
 
 import (
 	"log/slog"
@@ -26,6 +29,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// SettleWait is the least time requests must fail on a server a process
+// was moved to before it moves again: longer than JetStream's longest
+// election timeout (9 s), so the majority has elected its leaders.
+const SettleWait = 10 * time.Second
 
 // Unstick reconnects a connection to another NATS server once its
 // JetStream requests have failed for After while connected. It is safe for
@@ -77,8 +85,8 @@ func (u *Unstick) OK() {
 // Failed records a JetStream request that failed, and moves the
 // connection to another server when requests have failed for After while
 // it was connected; after a move, requests must fail on the new server for
-// twice as long as before the last move (at most 8 × After) before the
-// next.
+// twice as long as before the last move (at most 8 × After), and at least
+// SettleWait, before the next.
 func (u *Unstick) Failed() {
 	now := u.now()
 	u.mu.Lock()
@@ -87,6 +95,9 @@ func (u *Unstick) Failed() {
 	}
 	since := now.Sub(u.okAt)
 	wait := u.after << min(u.moves, 3)
+	if u.moves > 0 {
+		wait = max(wait, SettleWait)
+	}
 	due := since >= wait && now.Sub(u.forced) >= wait && u.connected() && u.servers() > 1
 	if due {
 		// The next server is judged on its own failures.

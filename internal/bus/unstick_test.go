@@ -23,22 +23,23 @@ func TestUnstickReconnectsOnce(t *testing.T) {
 		{at: 2 * time.Second, moves: 0},
 		{at: 3 * time.Second, moves: 1},
 		{at: 4 * time.Second, moves: 1},
-		// Failing on the next server too: it is given twice as long (6 s).
-		{at: 6 * time.Second, moves: 1},
-		{at: 8900 * time.Millisecond, moves: 1},
-		{at: 9 * time.Second, moves: 2},
+		// Failing on the next server too: it is given twice as long (6 s),
+		// but at least SettleWait (10 s), as the majority may be electing.
+		{at: 9 * time.Second, moves: 1},
+		{at: 12900 * time.Millisecond, moves: 1},
+		{at: 13 * time.Second, moves: 2},
 		// Then four times as long (12 s), then eight (24 s), no more.
-		{at: 20 * time.Second, moves: 2},
-		{at: 21 * time.Second, moves: 3},
-		{at: 44 * time.Second, moves: 3},
-		{at: 45 * time.Second, moves: 4},
-		{at: 68 * time.Second, moves: 4},
-		{at: 69 * time.Second, moves: 5},
-		// A success starts over: 3 s of failures move again.
-		{at: 70 * time.Second, ok: true, moves: 5},
-		{at: 71 * time.Second, moves: 5},
+		{at: 24 * time.Second, moves: 2},
+		{at: 25 * time.Second, moves: 3},
+		{at: 48 * time.Second, moves: 3},
+		{at: 49 * time.Second, moves: 4},
+		{at: 72 * time.Second, moves: 4},
 		{at: 73 * time.Second, moves: 5},
-		{at: 74 * time.Second, moves: 6},
+		// A success starts over: 3 s of failures move again.
+		{at: 74 * time.Second, ok: true, moves: 5},
+		{at: 75 * time.Second, moves: 5},
+		{at: 77 * time.Second, moves: 5},
+		{at: 78 * time.Second, moves: 6},
 	} {
 		at(s.at)
 		if s.ok {
