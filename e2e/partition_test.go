@@ -138,7 +138,7 @@ func TestPartitionOwnerPaused(t *testing.T) {
 // bucket, and that most of Sluice's processes are connected to, cut off
 // from the other two NATS nodes (its route link goes silent) for 15 s; its
 // clients can still reach it. They must move to the majority and every
-// server answer checks again within 10 s of the cut.
+// server answer checks again within 20 s of the cut (about 10 s measured).
 func TestPartitionNATSMinority(t *testing.T) {
 	fc := startLabCluster(t)
 	tn, path, callers := fc.setup("minority")
@@ -168,15 +168,16 @@ func TestPartitionNATSMinority(t *testing.T) {
 	ld.end()
 	answers := h.all()
 
-	// The target is every server deciding again within about 10 s
-	// (JetStream elects new leaders on the majority in 4-9 s; the
-	// processes on the isolated node move to it). Measured: 6-13 s, and
-	// up to 24 s when the only worker was on the isolated node too
-	// (docs/GUARANTEES.md). These bounds hold what is reached today.
+	// Every server decides again about 10 s after the cut: JetStream
+	// elects new leaders on the majority in 4-9 s and the processes on the
+	// isolated node move to it (2.5 s of failing requests for a server,
+	// 1.5 s for the worker, each further move waiting 10 s). Measured in
+	// twelve runs, the worker on the isolated node in each: 4.0-13.3 s
+	// (docs/GUARANTEES.md). The test holds the documented bound, 20 s.
 	for _, s := range fc.servers {
 		for _, w := range windowsOf(answers, s.name) {
-			if w.From.Before(healAt) && w.To.Sub(cutAt) > 30*time.Second {
-				failf(t, "%s: checks failed until %.1fs after the cut, want every server answering within 30 s (moving to the majority)", s.name, w.To.Sub(cutAt).Seconds())
+			if w.From.Before(healAt) && w.To.Sub(cutAt) > 20*time.Second {
+				failf(t, "%s: checks failed until %.1fs after the cut, want every server answering within 20 s (moving to the majority)", s.name, w.To.Sub(cutAt).Seconds())
 			}
 		}
 	}
