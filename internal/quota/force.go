@@ -65,6 +65,13 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 	if i < 0 {
 		i = sh.create(h1, h2, strings.Clone(key), limits)
 	}
+	sh.adjust(i, limits, now, cost, false)
+}
+
+// adjust forces cost onto every limit of the bucket at i (Limit.Force), or
+// with refund gives it back (Limit.Refund), and marks the bucket dirty;
+// sh.mu must be held.
+func (sh *shard) adjust(i int, limits []Limit, now, cost int64, refund bool) {
 	if !sameSlice(sh.limitsOf(i), limits) {
 		i = sh.adopt(i, limits, now)
 	}
@@ -72,7 +79,11 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 	states := stateBuf(&buf, len(limits))
 	sh.getStates(i, states)
 	for k := range limits {
-		limits[k].Force(&states[k], now, cost)
+		if refund {
+			limits[k].Refund(&states[k], now, cost)
+		} else {
+			limits[k].Force(&states[k], now, cost)
+		}
 	}
 	sh.putStates(i, states)
 	if sh.ents[i].tag&fDirty == 0 {

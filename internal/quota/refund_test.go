@@ -1,0 +1,45 @@
+package quota
+
+import (
+	"testing"
+	"time"
+)
+
+// A refund gives consumption back, never beyond a full bucket, for every
+// algorithm; a later check sees it.
+func TestRefund(t *testing.T) {
+	const sec = int64(time.Second)
+	t0 := int64(1_700_000_000) * sec
+	for _, alg := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := []Limit{{Algorithm: alg, Limit: 10, Period: time.Hour}}
+			c := NewCache()
+			key := []byte("t/p/ip:1")
+			out := make([]Outcome, 1)
+			if c.Refund(key, lim, t0, 3) {
+				t.Fatal("refund of an absent bucket reported one")
+			}
+			for i := 0; i < 10; i++ {
+				if ok, _ := c.CheckBytes(key, lim, t0, 1, true, out); !ok {
+					t.Fatalf("check %d denied", i)
+				}
+			}
+			if ok, _ := c.CheckBytes(key, lim, t0, 1, true, out); ok {
+				t.Fatal("11th check allowed")
+			}
+			if !c.Refund(key, lim, t0, 4) {
+				t.Fatal("refund found no bucket")
+			}
+			c.CheckBytes(key, lim, t0, 1, false, out)
+			// A peek of cost 1 reports what would remain after it.
+			if out[0].Remaining != 3 {
+				t.Fatalf("remaining after a refund of 4 and a peek of 1: %d, want 3", out[0].Remaining)
+			}
+			c.Refund(key, lim, t0, 100)
+			c.CheckBytes(key, lim, t0, 1, false, out)
+			if out[0].Remaining != 9 {
+				t.Fatalf("remaining after a refund past full and a peek of 1: %d, want 9 (never above capacity)", out[0].Remaining)
+			}
+		})
+	}
+}
