@@ -31,6 +31,36 @@ type Policy struct {
 	// get when it has no "default" tier either: "allow" (no limit, the
 	// default) or "deny".
 	UnlistedTiers string `json:"unlisted_tiers,omitempty"`
+	// Descriptor makes the policy one rule of Envoy's rate limit service,
+	// matched by the descriptors of a gRPC ShouldRateLimit call instead of
+	// a path (Sluice's docs/ENVOY.md). Such policies are usually written
+	// by `sluice apply -f` from the reference server's YAML.
+	Descriptor *DescriptorRule `json:"descriptor,omitempty"`
+}
+
+// DescriptorRule is one node of a domain's descriptor tree, in the terms
+// of Envoy's reference rate limit server's configuration.
+type DescriptorRule struct {
+	Domain          string            `json:"domain"`
+	Path            []DescriptorEntry `json:"path"`    // the key and value of each level down to this node
+	Limited         bool              `json:"limited"` // the node has a rate_limit
+	Unit            string            `json:"unit,omitempty"`
+	RequestsPerUnit uint32            `json:"requests_per_unit,omitempty"`
+	Unlimited       bool              `json:"unlimited,omitempty"`
+	RuleName        string            `json:"rule_name,omitempty"`
+	Replaces        []string          `json:"replaces,omitempty"`
+	QuotaMode       bool              `json:"quota_mode,omitempty"`
+	DetailedMetric  bool              `json:"detailed_metric,omitempty"`
+	ValueToMetric   bool              `json:"value_to_metric,omitempty"`
+	ShareThreshold  bool              `json:"share_threshold,omitempty"`
+	Metadata        string            `json:"metadata,omitempty"` // JSON
+	Extras          bool              `json:"extras,omitempty"`   // limits use Sluice's own fields
+}
+
+// DescriptorEntry is one level of a descriptor.
+type DescriptorEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
 }
 
 // Limit is one limit of a tier.

@@ -275,6 +275,35 @@ func policyFields(p tenants.Policy) []field {
 	for _, t := range sortedKeys(p.Tiers) {
 		out = append(out, limitsFields("tiers."+t, p.Tiers[t])...)
 	}
+	if d := p.Descriptor; d != nil {
+		out = append(out, descriptorFields(d)...)
+	}
+	return out
+}
+
+// descriptorFields flattens a descriptor node's rule (its limits are the
+// tiers); a field a node does not set is left out.
+func descriptorFields(d *tenants.DescriptorRule) []field {
+	out := []field{plain("descriptor.domain", d.Domain), plain("descriptor.limited", strconv.FormatBool(d.Limited))}
+	add := func(name, v string) {
+		if v != "" && v != "false" && v != "0" {
+			out = append(out, plain("descriptor."+name, v))
+		}
+	}
+	for i, e := range d.Path {
+		add("path["+strconv.Itoa(i)+"]", e.Key+"="+e.Value)
+	}
+	add("unit", d.Unit)
+	add("requests_per_unit", strconv.FormatUint(uint64(d.RequestsPerUnit), 10))
+	add("unlimited", strconv.FormatBool(d.Unlimited))
+	add("rule_name", d.RuleName)
+	add("replaces", strings.Join(d.Replaces, ", "))
+	add("quota_mode", strconv.FormatBool(d.QuotaMode))
+	add("detailed_metric", strconv.FormatBool(d.DetailedMetric))
+	add("value_to_metric", strconv.FormatBool(d.ValueToMetric))
+	add("share_threshold", strconv.FormatBool(d.ShareThreshold))
+	add("metadata", d.Metadata)
+	add("extras", strconv.FormatBool(d.Extras))
 	return out
 }
 

@@ -57,6 +57,9 @@ func policyFields(p Policy) []field {
 		{"shadow", strconv.FormatBool(p.Shadow)},
 		{"other tiers", p.UnlistedTiers},
 	}
+	if d := p.Descriptor; d != nil {
+		fs = append(fs, descriptorFields(d)...)
+	}
 	for _, tier := range sortedKeys(p.Tiers) {
 		fs = append(fs, limitsFields(tier, p.Tiers[tier])...)
 	}
@@ -135,3 +138,32 @@ func consumerKeyName(k ConsumerKey) string {
 }
 
 func identityText(id Identity) string { return id.Kind + " " + id.ID }
+
+// descriptorFields lists what a descriptor policy's rule says beyond its
+// limits, for the audit log.
+func descriptorFields(d *DescriptorRule) []field {
+	fs := []field{{"descriptor" + pathSep + "domain", d.Domain}}
+	if d.Limited {
+		fs = append(fs, field{"descriptor" + pathSep + "unit", d.Unit},
+			field{"descriptor" + pathSep + "requests_per_unit", strconv.FormatUint(uint64(d.RequestsPerUnit), 10)},
+			field{"descriptor" + pathSep + "unlimited", strconv.FormatBool(d.Unlimited)})
+	}
+	if d.RuleName != "" || len(d.Replaces) > 0 {
+		fs = append(fs, field{"descriptor" + pathSep + "name", d.RuleName},
+			field{"descriptor" + pathSep + "replaces", strings.Join(d.Replaces, ", ")})
+	}
+	flags := []string{}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{d.QuotaMode, "quota_mode"}, {d.DetailedMetric, "detailed_metric"}, {d.ValueToMetric, "value_to_metric"}, {d.ShareThreshold, "share_threshold"}} {
+		if f.on {
+			flags = append(flags, f.name)
+		}
+	}
+	fs = append(fs, field{"descriptor" + pathSep + "options", strings.Join(flags, ", ")})
+	if d.Metadata != "" {
+		fs = append(fs, field{"descriptor" + pathSep + "metadata", d.Metadata})
+	}
+	return fs
+}

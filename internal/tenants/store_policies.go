@@ -11,14 +11,20 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, unlisted_tiers, created_at, updated_at`
+const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, unlisted_tiers, descriptor, created_at, updated_at`
 
 func scanPolicy(sc scanner) (Policy, error) {
 	var p Policy
-	var query, tiers string
+	var query, tiers, descriptor string
 	var created, updated int64
-	if err := sc.Scan(&p.ID, &p.TenantID, &p.Name, &p.Method, &p.Path, &query, &p.Consistency, &p.Shadow, &tiers, &p.UnlistedTiers, &created, &updated); err != nil {
+	if err := sc.Scan(&p.ID, &p.TenantID, &p.Name, &p.Method, &p.Path, &query, &p.Consistency, &p.Shadow, &tiers, &p.UnlistedTiers, &descriptor, &created, &updated); err != nil {
 		return Policy{}, err
+	}
+	if descriptor != "" {
+		p.Descriptor = new(DescriptorRule)
+		if err := json.Unmarshal([]byte(descriptor), p.Descriptor); err != nil {
+			return Policy{}, fmt.Errorf("policy %s: descriptor column: %w", p.ID, err)
+		}
 	}
 	if err := json.Unmarshal([]byte(query), &p.Query); err != nil {
 		return Policy{}, fmt.Errorf("policy %s: query column: %w", p.ID, err)
@@ -61,7 +67,7 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 	}
 	now = normTime(now)
 	p.ID, p.TenantID, p.CreatedAt, p.UpdatedAt = NewID(IDPolicy), tenantID, now, now
-	query, tiers, err := policyJSON(p)
+	query, tiers, descriptor, err := policyJSON(p)
 	if err != nil {
 		return Policy{}, nil, err
 	}
@@ -78,8 +84,8 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 		if err := checkPolicyName(ctx, tx, tenantID, p.Name, ""); err != nil {
 			return nil, err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.ID, p.TenantID, p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, toMS(p.CreatedAt), toMS(p.UpdatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.ID, p.TenantID, p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, descriptor, toMS(p.CreatedAt), toMS(p.UpdatedAt))
 		if err != nil {
 			return nil, fmt.Errorf("create policy: %w", err)
 		}
@@ -96,18 +102,27 @@ func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now
 	return p, changes, nil
 }
 
-func policyJSON(p Policy) (query, tiers string, err error) {
+func policyJSON(p Policy) (query, tiers, descriptor string, err error) {
 	q := p.Query
 	if q == nil {
 		q = map[string]string{}
 	}
 	if query, err = toJSON(q); err != nil {
-		return "", "", fmt.Errorf("encode policy query: %w", err)
+		return "", "", "", fmt.Errorf("encode policy query: %w", err)
 	}
-	if tiers, err = toJSON(p.Tiers); err != nil {
-		return "", "", fmt.Errorf("encode policy tiers: %w", err)
+	ts := p.Tiers
+	if ts == nil {
+		ts = map[string]Limits{}
 	}
-	return query, tiers, nil
+	if tiers, err = toJSON(ts); err != nil {
+		return "", "", "", fmt.Errorf("encode policy tiers: %w", err)
+	}
+	if p.Descriptor != nil {
+		if descriptor, err = toJSON(p.Descriptor); err != nil {
+			return "", "", "", fmt.Errorf("encode policy descriptor: %w", err)
+		}
+	}
+	return query, tiers, descriptor, nil
 }
 
 // GetPolicy returns one of the tenant's policies.
@@ -150,14 +165,14 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 			return nil, err
 		}
 		p.ID, p.TenantID, p.CreatedAt, p.UpdatedAt = cur.ID, cur.TenantID, cur.CreatedAt, now
-		query, tiers, err := policyJSON(p)
+		query, tiers, descriptor, err := policyJSON(p)
 		if err != nil {
 			return nil, err
 		}
 		_, err = tx.ExecContext(ctx, `
-			UPDATE policies SET name = ?, method = ?, path = ?, query = ?, consistency = ?, shadow = ?, tiers = ?, unlisted_tiers = ?, updated_at = ?
+			UPDATE policies SET name = ?, method = ?, path = ?, query = ?, consistency = ?, shadow = ?, tiers = ?, unlisted_tiers = ?, descriptor = ?, updated_at = ?
 			WHERE id = ? AND tenant_id = ?`,
-			p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, toMS(now), id, tenantID)
+			p.Name, p.Method, p.Path, query, p.Consistency, p.Shadow, tiers, p.UnlistedTiers, descriptor, toMS(now), id, tenantID)
 		if err != nil {
 			return nil, fmt.Errorf("update policy: %w", err)
 		}

@@ -130,9 +130,12 @@ type Policy struct {
 	// UnlistedTiers is what a caller gets whose tier the policy does not
 	// list, when it has no default tier either: UnlistedAllow (no limit)
 	// or UnlistedDeny.
-	UnlistedTiers string    `json:"unlisted_tiers"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	UnlistedTiers string `json:"unlisted_tiers"`
+	// Descriptor, when set, makes the policy a rule of Envoy's rate limit
+	// service instead of an HTTP endpoint (descriptor.go).
+	Descriptor *DescriptorRule `json:"descriptor,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
 }
 
 // ConsumerKey identifies one of a tenant's end users. Overrides, keyed by
@@ -185,15 +188,16 @@ type PolicyBody struct {
 	Shadow      bool              `json:"shadow"`
 	Tiers       map[string]Limits `json:"tiers"`
 	// UnlistedTiers: "allow" (the default) or "deny".
-	UnlistedTiers string `json:"unlisted_tiers"`
+	UnlistedTiers string          `json:"unlisted_tiers"`
+	Descriptor    *DescriptorRule `json:"descriptor,omitempty"`
 }
 
 // Policy is the policy b describes, without the ids and times Sluice sets.
 func (b PolicyBody) Policy() Policy {
-	return Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers, UnlistedTiers: b.UnlistedTiers}
+	return Policy{Name: b.Name, Method: b.Method, Path: b.Path, Query: b.Query, Consistency: b.Consistency, Shadow: b.Shadow, Tiers: b.Tiers, UnlistedTiers: b.UnlistedTiers, Descriptor: b.Descriptor}
 }
 
 // BodyOf is p as a client writes it.
 func BodyOf(p Policy) PolicyBody {
-	return PolicyBody{Name: p.Name, Method: p.Method, Path: p.Path, Query: p.Query, Consistency: p.Consistency, Shadow: p.Shadow, Tiers: p.Tiers, UnlistedTiers: p.UnlistedTiers}
+	return PolicyBody{Name: p.Name, Method: p.Method, Path: p.Path, Query: p.Query, Consistency: p.Consistency, Shadow: p.Shadow, Tiers: p.Tiers, UnlistedTiers: p.UnlistedTiers, Descriptor: p.Descriptor}
 }

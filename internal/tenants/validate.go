@@ -256,6 +256,9 @@ func (p Policy) Problems() []error {
 			out = append(out, err)
 		}
 	}
+	if p.Descriptor != nil {
+		return p.descriptorProblems()
+	}
 	switch {
 	case p.Name == "":
 		add(invalid("name", "required"))
