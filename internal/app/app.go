@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bus"
@@ -49,20 +50,23 @@ type Main struct {
 	// Out receives the one-time operator token announcement.
 	Out io.Writer
 
-	ns       *server.Server
-	nc       *nats.Conn
-	workerNC *nats.Conn
-	worker   *worker.Worker
-	stopWork context.CancelFunc
-	workDone chan struct{}
-	closeDB  func() error
-	engine   *engine.Engine
-	cluster  *cluster.Cluster
-	http     *http.Server
-	pprof    *http.Server
-	metrics  *http.Server
-	metricLn net.Listener
-	revoked  *lazyRevoker // signed-out dashboard sessions
+	ns         *server.Server
+	nc         *nats.Conn
+	workerNC   *nats.Conn
+	worker     *worker.Worker
+	stopWork   context.CancelFunc
+	workDone   chan struct{}
+	closeDB    func() error
+	engine     *engine.Engine
+	cluster    *cluster.Cluster
+	http       *http.Server
+	pprof      *http.Server
+	metrics    *http.Server
+	metricLn   net.Listener
+	grpc       *grpc.Server
+	grpcLn     net.Listener
+	grpcCancel context.CancelFunc
+	revoked    *lazyRevoker // signed-out dashboard sessions
 	// Test settings: revocationWait overrides revocationsUnavailableAfter,
 	// revocationHold (when not nil) keeps the sign-outs from loading until
 	// it is closed, and keyUseInterval overrides the engine's default.
@@ -214,6 +218,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if cfg.MetricsAddr != "" {
 		if err := m.startMetrics(cfg.MetricsAddr); err != nil {
+			return err
+		}
+	}
+	if cfg.GRPCAddr != "" {
+		if err := m.startGRPC(cfg, eng); err != nil {
 			return err
 		}
 	}
@@ -498,6 +507,10 @@ func (m *Main) Close(ctx context.Context) error {
 	}
 	if m.metrics != nil {
 		_ = m.metrics.Close()
+	}
+	if m.grpc != nil {
+		m.grpcCancel()
+		stopGRPC(ctx, m.grpc)
 	}
 	if m.http != nil {
 		if err := m.http.Shutdown(ctx); err != nil {

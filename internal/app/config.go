@@ -2,6 +2,7 @@ package app
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -54,7 +55,15 @@ type Config struct {
 	PprofAddr        string        // --pprof-addr, SLUICE_PPROF_ADDR: loopback host:port for /debug/pprof; empty = off
 	MetricsAddr      string        // --metrics-addr, SLUICE_METRICS_ADDR: host:port serving /metrics without a token; empty = off
 	PublicURL        string        // --public-url, SLUICE_PUBLIC_URL: the URL users open; https makes cookies Secure and adds HSTS
-	CheckConfig      bool          // --check-config: validate the configuration and exit
+	// GRPC is Envoy's rate limit service (internal/rls): --grpc-addr
+	// (SLUICE_GRPC_ADDR; empty = off), TLS with --grpc-cert/--grpc-key,
+	// mutual TLS with --grpc-client-ca, and --grpc-ratelimit-headers.
+	GRPCAddr     string
+	GRPCCert     string
+	GRPCKey      string
+	GRPCClientCA string
+	GRPCHeaders  bool
+	CheckConfig  bool // --check-config: validate the configuration and exit
 	// Demo (--demo, never on by default and with no SLUICE_* twin) makes
 	// the demo tenant with generated traffic at start (internal/demo).
 	Demo bool
@@ -157,6 +166,12 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", c.LogFormat), logging.FormatUsage+" (SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("SLUICE_PPROF_ADDR", c.PprofAddr), "loopback host:port serving /debug/pprof for profiling; empty = off (SLUICE_PPROF_ADDR)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SLUICE_METRICS_ADDR", c.MetricsAddr), "host:port serving /metrics (and /healthz) without the operator token, for a scraper on a private network; empty = off (SLUICE_METRICS_ADDR)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("SLUICE_GRPC_ADDR", c.GRPCAddr), "host:port serving Envoy's rate limit service (envoy.service.ratelimit.v3) over gRPC, e.g. 127.0.0.1:8081; empty = off (SLUICE_GRPC_ADDR)")
+	fs.StringVar(&c.GRPCCert, "grpc-cert", env("SLUICE_GRPC_CERT", c.GRPCCert), "PEM certificate for TLS on --grpc-addr (SLUICE_GRPC_CERT)")
+	fs.StringVar(&c.GRPCKey, "grpc-key", env("SLUICE_GRPC_KEY", c.GRPCKey), "PEM private key for TLS on --grpc-addr (SLUICE_GRPC_KEY)")
+	fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", env("SLUICE_GRPC_CLIENT_CA", c.GRPCClientCA), "PEM CA bundle: --grpc-addr then requires client certificates it signed (mutual TLS) (SLUICE_GRPC_CLIENT_CA)")
+	grpcHeaders := env("SLUICE_GRPC_RATELIMIT_HEADERS", "") == "true"
+	fs.BoolVar(&c.GRPCHeaders, "grpc-ratelimit-headers", grpcHeaders, "answer ShouldRateLimit with RateLimit-Policy, RateLimit and X-RateLimit-* response headers for Envoy to add (SLUICE_GRPC_RATELIMIT_HEADERS=true)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")
 	proxies := env("SLUICE_TRUSTED_PROXIES", "")
 	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For /v1/forward-auth and the dashboard's sign-in limiter believe; empty = the peer is the client (SLUICE_TRUSTED_PROXIES)")
@@ -229,6 +244,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr %q: must be host:port such as 127.0.0.1:9090", c.MetricsAddr)
 		}
+	}
+	if err := c.validateGRPC(); err != nil {
+		return err
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)
@@ -385,4 +403,51 @@ func (c *Config) transport() httpsec.Transport {
 // may be), never with --cluster=off.
 func (c *Config) clusterOn() bool {
 	return c.Cluster == "on" || (c.Cluster == "auto" && c.NatsURL != "")
+}
+
+// validateGRPC checks the gRPC listener's flags: an address, and TLS
+// files that load. A listener without TLS is allowed anywhere, as the
+// HTTP one is: every call must carry a tenant's service key.
+func (c *Config) validateGRPC() error {
+	if c.GRPCAddr == "" {
+		if c.GRPCCert != "" || c.GRPCKey != "" || c.GRPCClientCA != "" {
+			return fmt.Errorf("--grpc-cert, --grpc-key and --grpc-client-ca need --grpc-addr")
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return fmt.Errorf("--grpc-addr %q: must be host:port such as 127.0.0.1:8081", c.GRPCAddr)
+	}
+	if (c.GRPCCert == "") != (c.GRPCKey == "") {
+		return fmt.Errorf("set both --grpc-cert and --grpc-key, or neither")
+	}
+	if c.GRPCClientCA != "" && c.GRPCCert == "" {
+		return fmt.Errorf("--grpc-client-ca needs --grpc-cert and --grpc-key: mutual TLS is TLS")
+	}
+	_, err := c.grpcTLS()
+	return err
+}
+
+// grpcTLS is the gRPC listener's TLS configuration, nil without TLS.
+func (c *Config) grpcTLS() (*tls.Config, error) {
+	if c.GRPCCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.GRPCCert, c.GRPCKey)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-cert/--grpc-key: %w", err)
+	}
+	t := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	if c.GRPCClientCA != "" {
+		pem, err := os.ReadFile(c.GRPCClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--grpc-client-ca %s: no PEM certificate in it", c.GRPCClientCA)
+		}
+		t.ClientCAs, t.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return t, nil
 }

@@ -262,3 +262,39 @@ func TestDemoFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestGRPCFlags(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeSelfSigned(t, dir)
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{"off by default", nil, nil, ""},
+		{"plaintext", []string{"--grpc-addr", "0.0.0.0:8081"}, nil, ""},
+		{"from the environment", nil, map[string]string{"SLUICE_GRPC_ADDR": "127.0.0.1:8081", "SLUICE_GRPC_RATELIMIT_HEADERS": "true"}, ""},
+		{"TLS", []string{"--grpc-addr", ":8081", "--grpc-cert", cert, "--grpc-key", key}, nil, ""},
+		{"mutual TLS", []string{"--grpc-addr", ":8081", "--grpc-cert", cert, "--grpc-key", key, "--grpc-client-ca", cert}, nil, ""},
+		{"not host:port", []string{"--grpc-addr", "8081"}, nil, "--grpc-addr"},
+		{"cert without key", []string{"--grpc-addr", ":8081", "--grpc-cert", cert}, nil, "both --grpc-cert"},
+		{"cert without an address", []string{"--grpc-cert", cert, "--grpc-key", key}, nil, "need --grpc-addr"},
+		{"client CA without TLS", []string{"--grpc-addr", ":8081", "--grpc-client-ca", cert}, nil, "mutual TLS is TLS"},
+		{"cert that does not load", []string{"--grpc-addr", ":8081", "--grpc-cert", notPEM, "--grpc-key", notPEM}, nil, "--grpc-cert"},
+		{"client CA that is not PEM", []string{"--grpc-addr", ":8081", "--grpc-cert", cert, "--grpc-key", key, "--grpc-client-ca", notPEM}, nil, "no PEM certificate"},
+	} {
+		cfg := DefaultConfig()
+		err := cfg.ParseFlags("server", append([]string{"--data", dir}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+		if tc.name == "from the environment" && (cfg.GRPCAddr != "127.0.0.1:8081" || !cfg.GRPCHeaders) {
+			t.Errorf("environment not read: %+v", cfg)
+		}
+	}
+}

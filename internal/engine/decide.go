@@ -143,8 +143,22 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 
 // decideHere decides d in this server's hot cache.
 func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
-	allowed, report := e.cache.CheckBytes(d.key, d.limits, d.now, d.cost, d.consume, out)
+	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
 	return allowed, report, nil
+}
+
+// decideCache decides in the hot cache. A negative cost is a refund (a
+// descriptor's is_negative_hits, rls.go): it gives the units back and
+// answers the bucket as it then is, allowed.
+func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
+	if cost < 0 {
+		if consume {
+			e.cache.Refund(key, limits, now, -cost)
+		}
+		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
+		return true, report
+	}
+	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
 }
 
 // cancelled is the error of a check whose ctx ended while it waited:
@@ -169,7 +183,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			continue
 		}
 		n := len(limits)
-		allowed, report := e.cache.Check(it.Key, limits, it.Now, it.Cost, it.Consume, outs[:n])
+		allowed, report := e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
 		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
 		for k := 0; k < n; k++ {
 			o := outs[k]

@@ -23,6 +23,7 @@ type engineMetrics struct {
 	hydrateRetries prometheus.Counter
 	firstTouch     prometheus.Counter
 	byReason       checkCounters
+	rls            *rlsMetrics
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -82,11 +83,12 @@ func newEngineMetrics(e *Engine) engineMetrics {
 		}),
 	}
 	m.byReason = newCheckCounters(m.checks)
+	m.rls = newRLSMetrics()
 	return m
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls}
 }
 
 // checkCounters resolves the label values once, so counting a decision on

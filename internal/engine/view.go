@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
@@ -50,6 +51,8 @@ type tenantView struct {
 	byName   map[string]*policyView
 	byID     map[string]*policyView
 	router   *quota.Router
+	// rls is the tenant's descriptor policies by domain (rls.go).
+	rls map[string]*rlsDomain
 
 	blockSrc map[string]tenants.Block // by id
 	blocks   map[identityRef][]tenants.Block
@@ -328,9 +331,12 @@ func blockRef(b tenants.Block) identityRef {
 
 // compilePolicy compiles one policy's pattern and limits.
 func compilePolicy(p tenants.Policy) (*policyEntry, error) {
-	pat, err := quota.CompilePattern(p.Method, p.Path, p.Query)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+	var pat quota.Pattern
+	if p.Descriptor == nil {
+		var err error
+		if pat, err = quota.CompilePattern(p.Method, p.Path, p.Query); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+		}
 	}
 	pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}, denyUnlisted: p.UnlistedTiers == tenants.UnlistedDeny}
 	for tier, specs := range p.Tiers {
@@ -349,17 +355,24 @@ func compilePolicy(p tenants.Policy) (*policyEntry, error) {
 func (tv *tenantView) index() {
 	es := slices.Collect(maps.Values(tv.src))
 	sortPolicies(es, comparePolicies)
-	patterns := make([]quota.Pattern, len(es))
-	tv.policies = make([]*policyView, len(es))
+	patterns := make([]quota.Pattern, 0, len(es))
+	tv.policies = make([]*policyView, 0, len(es))
 	tv.byName = make(map[string]*policyView, len(es))
 	tv.byID = make(map[string]*policyView, len(es))
-	for i, e := range es {
-		patterns[i] = e.pat
-		tv.policies[i] = e.pv
+	for _, e := range es {
 		tv.byName[e.p.Name] = e.pv
 		tv.byID[e.p.ID] = e.pv
+		if e.p.Descriptor != nil {
+			continue // matched by descriptors, never by a path
+		}
+		patterns = append(patterns, e.pat)
+		tv.policies = append(tv.policies, e.pv)
 	}
 	tv.router = quota.NewRouter(patterns)
+	// Validation keeps a domain's tree whole; should one not compile, its
+	// descriptors find no rule (OK without a limit) rather than failing
+	// every other change of the tenant.
+	tv.rls, _ = compileRLS(es)
 }
 
 // sortPolicies orders policies by cmp (comparePolicies: by creation, then
@@ -482,7 +495,7 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	}
 	pv := tv.byID[policyID]
 	if pv == nil {
-		return nil
+		return tv.overrideLimitsFor(policyID, tier)
 	}
 	if keyID != "" {
 		if kv, _ := tv.keys.byID.get(keyID); kv != nil && kv.tenantID == tenantID {
@@ -495,4 +508,21 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 		return tl.limits
 	}
 	return nil
+}
+
+// overrideLimitsFor resolves a forwarded descriptor decision made under
+// the descriptor's own limit (rls.go): its policy id names the domain and
+// its tier the limit.
+func (tv *tenantView) overrideLimitsFor(policyID, tier string) []quota.Limit {
+	domain, ok := strings.CutPrefix(policyID, rlsOverridePolicyID(""))
+	if !ok {
+		return nil
+	}
+	dom := tv.rls[domain]
+	o, ok := parseOverrideTier(tier)
+	if dom == nil || !ok {
+		return nil
+	}
+	ls, _ := dom.overrideLimits(o)
+	return ls
 }

@@ -1,0 +1,423 @@
+package engine
+
+// Envoy's rate limit service (internal/rls is its gRPC transport). A
+// tenant's descriptor policies (tenants.DescriptorRule) form one tree per
+// domain, compiled into an rlsconf.Config when the tenant's view is
+// indexed. A call's descriptors are matched with the reference server's
+// rules (rlsconf.Lookup); each matched rule is decided like any policy,
+// on a bucket of its own per counter key, through decide: exact across
+// servers (forwarded to the partition's owner), durable, shadow mode,
+// blocks and analytics as for /v1/check.
+//
+// As in the reference, every descriptor is decided on its own: one over
+// its limit does not keep another from counting. Unlike the reference, a
+// denied descriptor counts nothing (the reference's counters go on
+// increasing past the limit), which only ever admits a caller sooner,
+// never beyond its limit.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/rlsconf"
+	"github.com/sluicehq/sluice/internal/rlspolicy"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// RLSEntry is one entry of a descriptor.
+type RLSEntry = rlsconf.Entry
+
+// RLSOverride is a descriptor's own limit, from Envoy's route config.
+type RLSOverride struct {
+	RequestsPerUnit uint32
+	Unit            string // SECOND … YEAR
+}
+
+// RLSDescriptor is one descriptor of a call.
+type RLSDescriptor struct {
+	Entries  []RLSEntry
+	Override *RLSOverride
+	// Hits is what the descriptor takes (0: a check that takes nothing).
+	Hits int64
+	// Refund gives Hits back instead (is_negative_hits).
+	Refund bool
+}
+
+// RLSRequest is one ShouldRateLimit call.
+type RLSRequest struct {
+	Domain      string
+	Descriptors []RLSDescriptor
+}
+
+// RLSLimit is the limit a descriptor was decided under.
+type RLSLimit struct {
+	Name            string // the rule's rate_limit name
+	RequestsPerUnit uint32
+	Unit            string // SECOND … YEAR; "" when the period is none of them
+	Window          time.Duration
+	PolicyName      string // for the RateLimit headers
+}
+
+// RLSStatus is one descriptor's answer.
+type RLSStatus struct {
+	OverLimit  bool
+	Limit      *RLSLimit // nil when no limit applied
+	Remaining  uint32
+	ResetAfter time.Duration
+}
+
+// RLSAnswer is a decided call.
+type RLSAnswer struct {
+	OverLimit bool
+	Statuses  []RLSStatus
+}
+
+// KindDescriptor is the identity kind analytics count a descriptor check
+// under when it carries no remote_address entry.
+const KindDescriptor = "descriptor"
+
+// rlsDomain is one domain of a tenant's descriptor policies, compiled.
+type rlsDomain struct {
+	cfg   *rlsconf.Config
+	rules map[string]*policyView // by the rule's full key (its policy's name)
+	// override decides descriptors that carry their own limit: a policy
+	// view of the domain's own (never stored), and their limits, one
+	// shared slice per limit value.
+	override  *policyView
+	overrides sync.Map // overrideKey -> []quota.Limit
+	nOverride int32
+}
+
+type overrideKey struct {
+	rpu  uint32
+	unit string
+}
+
+// maxOverrideLimits bounds the override limits a domain keeps compiled;
+// beyond it an override compiles per call.
+const maxOverrideLimits = 256
+
+// rlsOverridePolicyID is the id of a domain's override policy view: a
+// bucket key part that no stored policy id can equal.
+func rlsOverridePolicyID(domain string) string { return "rls-override:" + domain }
+
+// compileRLS builds the tenant's descriptor domains from its descriptor
+// policies. A domain whose tree does not compile (which validation keeps
+// from happening) is left out and logged by the caller through the error.
+func compileRLS(es []*policyEntry) (map[string]*rlsDomain, error) {
+	byDomain := map[string][]*policyEntry{}
+	for _, e := range es {
+		if d := e.p.Descriptor; d != nil {
+			byDomain[d.Domain] = append(byDomain[d.Domain], e)
+		}
+	}
+	if len(byDomain) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*rlsDomain, len(byDomain))
+	var bad error
+	for domain, pes := range byDomain {
+		ps := make([]tenants.Policy, len(pes))
+		rules := make(map[string]*policyView, len(pes))
+		for i, e := range pes {
+			ps[i] = e.p
+			rules[e.p.Name] = e.pv
+		}
+		f, err := rlspolicy.FromPolicies(domain, ps)
+		if err == nil {
+			var cfg *rlsconf.Config
+			if cfg, err = rlsconf.Compile(f); err == nil {
+				out[domain] = &rlsDomain{cfg: cfg, rules: rules, override: &policyView{
+					id: rlsOverridePolicyID(domain), name: domain, consistency: tenants.ConsistencyExact, tiers: map[string]*tierLimits{},
+				}}
+				continue
+			}
+		}
+		bad = fmt.Errorf("descriptor domain %q: %w", domain, err)
+	}
+	return out, bad
+}
+
+// overrideLimits returns the limits of an override, shared across calls.
+func (d *rlsDomain) overrideLimits(o *RLSOverride) ([]quota.Limit, error) {
+	k := overrideKey{o.RequestsPerUnit, o.Unit}
+	if v, ok := d.overrides.Load(k); ok {
+		return v.([]quota.Limit), nil
+	}
+	secs := tenants.DescriptorUnitSeconds(o.Unit)
+	if secs == 0 {
+		return nil, errs.Errorf(errs.Invalid, "limit.unit: unknown unit %q", o.Unit)
+	}
+	ls := []quota.Limit{{Algorithm: quota.FixedWindow, Limit: int64(o.RequestsPerUnit), Period: time.Duration(secs) * time.Second}}
+	if d.nOverride < maxOverrideLimits {
+		if v, loaded := d.overrides.LoadOrStore(k, ls); loaded {
+			return v.([]quota.Limit), nil
+		}
+		d.nOverride++ // a race may count one twice: the bound stays a bound
+	}
+	return ls, nil
+}
+
+// overrideTier names an override's limit in a forwarded decision, so the
+// owner can compile the same limit: "=<requests>/<unit>".
+func overrideTier(o *RLSOverride) string {
+	return "=" + itoa(int(o.RequestsPerUnit)) + "/" + o.Unit
+}
+
+// parseOverrideTier is overrideTier's inverse.
+func parseOverrideTier(tier string) (*RLSOverride, bool) {
+	if len(tier) < 4 || tier[0] != '=' {
+		return nil, false
+	}
+	n, unit := uint64(0), ""
+	for i := 1; i < len(tier); i++ {
+		c := tier[i]
+		if c == '/' {
+			if i == 1 {
+				return nil, false
+			}
+			unit = tier[i+1:]
+			break
+		}
+		if c < '0' || c > '9' || n > math.MaxUint32/10 {
+			return nil, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if n > math.MaxUint32 || tenants.DescriptorUnitSeconds(unit) == 0 {
+		return nil, false
+	}
+	return &RLSOverride{RequestsPerUnit: uint32(n), Unit: unit}, true
+}
+
+// ShouldRateLimit decides a call of Envoy's rate limit service for a
+// tenant: each descriptor in order, by the reference server's rules
+// (rlsconf), the answer OVER_LIMIT when any non-quota descriptor is over
+// its limit or every quota-mode descriptor is. An unknown domain, or a
+// descriptor no rule matches, is OK without a limit, as in the
+// reference. It waits as Check does; errors are errs.Unavailable.
+func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSRequest, now time.Time) (RLSAnswer, error) {
+	start := time.Now()
+	v := e.view.Load()
+	tv := v.tenant(tenantID)
+	if tv == nil {
+		return RLSAnswer{}, errs.Errorf(errs.Unauthenticated, "The service key's tenant no longer exists.")
+	}
+	ans := RLSAnswer{Statuses: make([]RLSStatus, len(req.Descriptors))}
+	nowNS := now.UnixNano()
+	dom := tv.rls[req.Domain]
+	if dom == nil {
+		for i := range req.Descriptors {
+			a := Answer{Allowed: true, Reason: ReasonOK}
+			a.IdentityKind, a.IdentityID = rlsIdentity(req.Descriptors[i].Entries)
+			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start)
+		}
+		return ans, nil
+	}
+	rds := make([]rlsconf.RequestDescriptor, len(req.Descriptors))
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		rds[i].Entries = d.Entries
+		if d.Override != nil {
+			u, ok := rlsconf.ParseUnit(d.Override.Unit)
+			if !ok {
+				return RLSAnswer{}, errs.Errorf(errs.Invalid, "descriptors[%d].limit.unit: unknown unit %q", i, d.Override.Unit)
+			}
+			rds[i].Limit = &rlsconf.Override{RequestsPerUnit: d.Override.RequestsPerUnit, Unit: u}
+		}
+	}
+	limits, unlimited := rlsconf.Plan(dom.cfg, req.Domain, rds)
+	failedRate, failedQuota, totalQuota := 0, 0, 0
+	for i := range req.Descriptors {
+		st := &ans.Statuses[i]
+		d := &req.Descriptors[i]
+		switch {
+		case unlimited[i]:
+			st.Remaining = math.MaxUint32
+			continue
+		case limits[i] == nil:
+			a := Answer{Allowed: true, Reason: ReasonOK}
+			a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
+			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start)
+			continue
+		}
+		l := limits[i]
+		over, err := e.decideDescriptor(ctx, tv, dom, req.Domain, d, l, st, nowNS, start)
+		if err != nil {
+			return RLSAnswer{}, err
+		}
+		if l.QuotaMode {
+			totalQuota++
+			if over {
+				failedQuota++
+			}
+		} else if over {
+			failedRate++
+		}
+	}
+	ans.OverLimit = failedRate > 0 || (totalQuota > 0 && totalQuota == failedQuota)
+	return ans, nil
+}
+
+// decideDescriptor decides one matched descriptor into st and reports
+// whether it is over its limit (before shadow mode answers OK).
+func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsDomain, domain string, d *RLSDescriptor, l *rlsconf.Limit, st *RLSStatus, nowNS int64, start time.Time) (bool, error) {
+	var pv *policyView
+	var lims []quota.Limit
+	tier := TierDefault
+	rl := &RLSLimit{}
+	if l.Rule == nil { // the descriptor's own limit
+		o := &RLSOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String()}
+		ls, err := dom.overrideLimits(o)
+		if err != nil {
+			return false, err
+		}
+		pv, lims, tier = dom.override, ls, overrideTier(o)
+		rl.PolicyName = domain
+	} else {
+		pv = dom.rules[rlsconf.FullKey(domain, l.Rule.Path)]
+		if pv == nil {
+			return false, nil // the view changed under us; the next call sees the new one
+		}
+		tl := pv.tiers[TierDefault]
+		if tl == nil || len(tl.limits) == 0 {
+			return false, nil
+		}
+		lims = tl.limits
+		if len(lims) > MaxLimits {
+			lims = lims[:MaxLimits]
+		}
+		rl.PolicyName = pv.name
+	}
+	rl.Name = l.Name
+
+	a := Answer{Policy: pv.name, Tier: tier}
+	a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
+	peek := d.Hits == 0 && !d.Refund
+	if a.IdentityKind == KindIP {
+		if _, ok := tv.activeBlock(KindIP, a.IdentityID, time.Unix(0, nowNS)); ok {
+			a.Reason = ReasonBlocked
+			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+			st.OverLimit = true
+			return true, nil
+		}
+	}
+
+	buf := e.keyBuf.Get().(*[]byte)
+	k := append((*buf)[:0], tv.id...)
+	k = append(k, '/')
+	k = append(k, pv.id...)
+	k = append(k, "/d:"...)
+	k = appendCounterKey(k, domain, l, d.Entries)
+	cost, consume := d.Hits, d.Hits > 0
+	if d.Refund {
+		cost, consume = -d.Hits, d.Hits > 0
+	}
+	var outs [MaxLimits]quota.Outcome
+	n := len(lims)
+	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
+		limits: lims, now: nowNS, cost: cost, consume: consume}, outs[:n])
+	*buf = k
+	e.keyBuf.Put(buf)
+	if err != nil {
+		return false, err
+	}
+	r := outs[max(report, 0)]
+	if d.Hits == 0 || d.Refund {
+		// A check that takes nothing (or gives back) is never over: it
+		// reports what is left now. The cache answered a look at one
+		// unit, which leaves one less when it fits.
+		if r.Allowed {
+			r.Remaining++
+		}
+		allowed = true
+	}
+	rl.RequestsPerUnit = uint32(min(r.Limit, math.MaxUint32))
+	rl.Window = lims[max(report, 0)].Period
+	rl.Unit = unitOf(rl.Window)
+	if l.Rule != nil && l.Sluice == nil {
+		rl.RequestsPerUnit, rl.Unit = l.RequestsPerUnit, l.Unit.String()
+	}
+	st.Limit = rl
+	st.Remaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	st.ResetAfter = r.Reset
+	a.Allowed, a.Limit, a.Remaining, a.Reset = allowed, r.Limit, r.Remaining, r.Reset
+	a.Reason = ReasonOK
+	if !allowed {
+		a.Reason = ReasonRateLimited
+		st.Remaining = 0
+	}
+	if !d.Refund {
+		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+		e.metrics.rls.observe(domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
+	}
+	// Shadow mode answers OK, and the call's answer follows the
+	// descriptors' answers, as in the reference.
+	st.OverLimit = !allowed && !pv.shadow
+	return st.OverLimit, nil
+}
+
+// unitOf names a window as a reference unit, "" when it is none.
+func unitOf(w time.Duration) string {
+	for _, u := range tenants.DescriptorUnits {
+		if time.Duration(u.Seconds)*time.Second == w {
+			return u.Name
+		}
+	}
+	return ""
+}
+
+// rlsIdentity is who analytics and blocks count a descriptor against: the
+// client address Envoy's remote_address action sends, else the
+// descriptor's values (bounded).
+func rlsIdentity(es []RLSEntry) (kind, id string) {
+	for _, en := range es {
+		if en.Key == "remote_address" {
+			if ip, ok := NormalizeIP(en.Value); ok {
+				return KindIP, ip
+			}
+		}
+	}
+	var b []byte
+	for i, en := range es {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, en.Key...)
+		if en.Value != "" {
+			b = append(b, '_')
+			b = append(b, en.Value...)
+		}
+		if len(b) > maxIdentityBytes {
+			b = b[:maxIdentityBytes]
+			break
+		}
+	}
+	return KindDescriptor, string(b)
+}
+
+// maxIdentityBytes bounds a descriptor identity in analytics.
+const maxIdentityBytes = 200
+
+// appendCounterKey appends the reference's counter key of a match
+// (rlsconf.Limit.CounterKey) to b without a string of its own.
+func appendCounterKey(b []byte, domain string, l *rlsconf.Limit, es []RLSEntry) []byte {
+	b = append(b, domain...)
+	b = append(b, '_')
+	for i, e := range es {
+		b = append(b, e.Key...)
+		b = append(b, '_')
+		if p, ok := l.SharePattern(i); ok {
+			b = append(b, p...)
+		} else {
+			b = append(b, e.Value...)
+		}
+		b = append(b, '_')
+	}
+	return b
+}

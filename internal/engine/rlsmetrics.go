@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// maxRLSSeries bounds the label sets of the descriptor statistics: a rule
+// with detailed_metric or value_to_metric names a series per value, which
+// callers choose. Past the bound, hits count under the key "_overflow".
+const maxRLSSeries = 10_000
+
+// nearLimitRatio is the reference server's default NEAR_LIMIT_RATIO.
+const nearLimitRatio = 0.8
+
+// rlsMetrics are the reference server's per-rule statistics, under its
+// names (as its default Prometheus mapping exports them, but counters):
+// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
+// within_limit,shadow_mode}, labelled by domain and the rule's key (the
+// reference's statistics key without the domain).
+type rlsMetrics struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+
+	mu     sync.Mutex
+	series map[[2]string]*rlsSeries
+	n      atomic.Int64
+}
+
+type rlsSeries struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode prometheus.Counter
+}
+
+func newRLSMetrics() *rlsMetrics {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, []string{"domain", "key"})
+	}
+	return &rlsMetrics{
+		totalHits:   vec("total_hits", "Hits of Envoy rate limit descriptors per rule (hits_addend summed)."),
+		overLimit:   vec("over_limit", "Hits over the rule's limit."),
+		nearLimit:   vec("near_limit", "Hits within the limit but past 0.8 of it."),
+		withinLimit: vec("within_limit", "Hits within the rule's limit."),
+		shadowMode:  vec("shadow_mode", "Hits over the limit of a rule in shadow mode (answered OK)."),
+		series:      map[[2]string]*rlsSeries{},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *rlsMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range m.vecs() {
+		v.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *rlsMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, v := range m.vecs() {
+		v.Collect(ch)
+	}
+}
+
+func (m *rlsMetrics) vecs() []*prometheus.CounterVec {
+	return []*prometheus.CounterVec{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
+}
+
+// of returns the series of a domain and statistics key, bounded.
+func (m *rlsMetrics) of(domain, statsKey string) *rlsSeries {
+	key := strings.TrimPrefix(strings.TrimPrefix(statsKey, domain), ".")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.series[[2]string{domain, key}]; s != nil {
+		return s
+	}
+	if len(m.series) >= maxRLSSeries {
+		key = "_overflow"
+		if s := m.series[[2]string{domain, key}]; s != nil {
+			return s
+		}
+	}
+	s := &rlsSeries{
+		totalHits: m.totalHits.WithLabelValues(domain, key), overLimit: m.overLimit.WithLabelValues(domain, key),
+		nearLimit: m.nearLimit.WithLabelValues(domain, key), withinLimit: m.withinLimit.WithLabelValues(domain, key),
+		shadowMode: m.shadowMode.WithLabelValues(domain, key),
+	}
+	m.series[[2]string{domain, key}] = s
+	return s
+}
+
+// observe counts one decided descriptor as the reference counts it: hits
+// over the limit, and hits past the near-limit threshold, split where a
+// request's hits straddle a threshold.
+func (m *rlsMetrics) observe(domain, statsKey string, hits int64, o quota.Outcome, allowed, shadow bool) {
+	if hits <= 0 {
+		return
+	}
+	s := m.of(domain, statsKey)
+	limit := o.Limit
+	near := int64(float64(float32(limit) * nearLimitRatio))
+	var before, after int64
+	if allowed {
+		after = limit - o.Remaining
+		before = after - hits
+	} else {
+		before = limit - o.Remaining
+		after = before + hits
+	}
+	s.totalHits.Add(float64(hits))
+	if !allowed {
+		over := hits
+		if before < limit {
+			over = after - limit
+			s.nearLimit.Add(float64(limit - max(near, before)))
+		}
+		s.overLimit.Add(float64(over))
+		if shadow {
+			s.shadowMode.Add(float64(over))
+		}
+		return
+	}
+	s.withinLimit.Add(float64(hits))
+	if after > near {
+		if before >= near {
+			s.nearLimit.Add(float64(hits))
+		} else {
+			s.nearLimit.Add(float64(after - near))
+		}
+	}
+}

@@ -1,0 +1,218 @@
+// Package rlspolicy turns a configuration file of Envoy's reference rate
+// limit server (internal/rlsconf) into Sluice's policies and back: each
+// node of a domain's descriptor tree is one policy with a
+// tenants.DescriptorRule, named by its full key, so that the tree is
+// stored, changed, audited and spread to every server as policies are.
+//
+// A rule's rate_limit becomes the policy's tier "default": a fixed window
+// of requests_per_unit per unit (windows aligned at multiples of the unit
+// since the unix epoch, as the reference aligns them), or Sluice's own
+// algorithm and further limits when the node has a sluice: mapping.
+package rlspolicy
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/rlsconf"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// Policies lists the policies of f's tree, one per node, parents before
+// children, in the file's order.
+func Policies(f *rlsconf.File) ([]tenants.Policy, error) {
+	var out []tenants.Policy
+	var walk func(path []tenants.DescriptorEntry, ds []*rlsconf.Descriptor) error
+	walk = func(path []tenants.DescriptorEntry, ds []*rlsconf.Descriptor) error {
+		for _, d := range ds {
+			p := append(slices.Clip(path), tenants.DescriptorEntry{Key: d.Key, Value: d.Value})
+			pol, err := policyOf(f.Domain, p, d)
+			if err != nil {
+				return err
+			}
+			out = append(out, pol)
+			if err := walk(p, d.Descriptors); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(nil, f.Descriptors); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// policyOf is one node as a policy.
+func policyOf(domain string, path []tenants.DescriptorEntry, d *rlsconf.Descriptor) (tenants.Policy, error) {
+	r := &tenants.DescriptorRule{
+		Domain: domain, Path: path,
+		QuotaMode: d.QuotaMode, DetailedMetric: d.DetailedMetric, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold,
+	}
+	if len(d.Metadata) > 0 {
+		b, err := json.Marshal(d.Metadata)
+		if err != nil {
+			return tenants.Policy{}, fmt.Errorf("%s: metadata: %w", r.FullKey(), err)
+		}
+		r.Metadata = string(b)
+	}
+	p := tenants.Policy{Name: r.FullKey(), Shadow: d.ShadowMode, Descriptor: r, Consistency: tenants.ConsistencyExact}
+	var specs []rlsconf.Spec
+	if rl := d.RateLimit; rl != nil {
+		r.Limited = true
+		r.RuleName, r.Replaces, r.Unlimited = rl.Name, slices.Clone(rl.Replaces), rl.Unlimited
+		if !rl.Unlimited {
+			r.Unit, r.RequestsPerUnit = rl.Unit.String(), rl.RequestsPerUnit
+			spec := rlsconf.Spec{RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit}
+			if x := d.Sluice; x != nil {
+				spec.Algorithm, spec.Burst = x.Algorithm, x.Burst
+			}
+			specs = append(specs, spec)
+		}
+	}
+	if x := d.Sluice; x != nil {
+		r.Extras = true
+		r.Limited = true
+		specs = append(specs, x.Limits...)
+		if x.Consistency == rlsconf.ConsistencyLocal {
+			p.Consistency = tenants.ConsistencyLocal
+		}
+	}
+	if len(specs) > 0 {
+		ls := make(tenants.Limits, len(specs))
+		for i, s := range specs {
+			ls[i] = limitSpec(s, len(specs) > 1, i)
+		}
+		p.Tiers = map[string]tenants.Limits{tenants.TierDefault: ls}
+	}
+	return p, nil
+}
+
+// limitSpec is one rule limit as a policy limit. Several limits of one
+// tier need names: an unnamed one is named by its place.
+func limitSpec(s rlsconf.Spec, several bool, i int) tenants.LimitSpec {
+	alg := string(s.Algorithm)
+	if alg == "" {
+		alg = string(rlsconf.FixedWindow)
+	}
+	name := s.Name
+	if several && name == "" {
+		name = "limit" + strconv.Itoa(i)
+	}
+	return tenants.LimitSpec{Name: name, Algorithm: alg, Limit: int64(s.RequestsPerUnit), Period: strconv.FormatInt(s.Unit.Seconds(), 10) + "s", Burst: int64(s.Burst)}
+}
+
+// FromPolicies rebuilds a domain's file from its descriptor policies (any
+// order). A node whose parent is missing, which a half-applied change can
+// leave for a moment, hangs under a parent without a limit, as the tree
+// the reference would read from the nodes present.
+func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
+	sorted := slices.Clone(ps)
+	slices.SortStableFunc(sorted, func(a, b tenants.Policy) int { return len(a.Descriptor.Path) - len(b.Descriptor.Path) })
+	f := &rlsconf.File{Domain: domain}
+	// children finds or makes the node at a path, answering the list its
+	// children go in.
+	type level = *[]*rlsconf.Descriptor
+	find := func(path []tenants.DescriptorEntry) level {
+		list := &f.Descriptors
+		for _, e := range path {
+			var next *rlsconf.Descriptor
+			for _, d := range *list {
+				if d.Key == e.Key && d.Value == e.Value {
+					next = d
+					break
+				}
+			}
+			if next == nil {
+				next = &rlsconf.Descriptor{Key: e.Key, Value: e.Value}
+				*list = append(*list, next)
+			}
+			list = &next.Descriptors
+		}
+		return list
+	}
+	for _, p := range sorted {
+		r := p.Descriptor
+		if r == nil || r.Domain != domain || len(r.Path) == 0 {
+			continue
+		}
+		parent := find(r.Path[:len(r.Path)-1])
+		last := r.Path[len(r.Path)-1]
+		var d *rlsconf.Descriptor
+		for _, c := range *parent {
+			if c.Key == last.Key && c.Value == last.Value {
+				d = c
+			}
+		}
+		if d == nil {
+			d = &rlsconf.Descriptor{Key: last.Key, Value: last.Value}
+			*parent = append(*parent, d)
+		}
+		if err := fill(d, &p); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// fill sets a node's fields from its policy.
+func fill(d *rlsconf.Descriptor, p *tenants.Policy) error {
+	r := p.Descriptor
+	d.ShadowMode, d.QuotaMode, d.DetailedMetric, d.ValueToMetric, d.ShareThreshold = p.Shadow, r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold
+	if r.Metadata != "" {
+		if err := json.Unmarshal([]byte(r.Metadata), &d.Metadata); err != nil {
+			return fmt.Errorf("%s: metadata: %w", p.Name, err)
+		}
+	}
+	if !r.Limited {
+		return nil
+	}
+	rl := &rlsconf.RateLimit{Name: r.RuleName, Replaces: slices.Clone(r.Replaces), Unlimited: r.Unlimited}
+	ls := p.Tiers[tenants.TierDefault]
+	if !r.Extras {
+		rl.RequestsPerUnit = r.RequestsPerUnit
+		rl.Unit, _ = rlsconf.ParseUnit(r.Unit)
+		d.RateLimit = rl
+		return nil
+	}
+	x := &rlsconf.Extras{}
+	if p.Consistency == tenants.ConsistencyLocal {
+		x.Consistency = rlsconf.ConsistencyLocal
+	}
+	if r.Unit != "" && len(ls) > 0 { // the rate_limit is the first limit
+		rl.RequestsPerUnit = r.RequestsPerUnit
+		rl.Unit, _ = rlsconf.ParseUnit(r.Unit)
+		if a := rlsconf.Algorithm(ls[0].Algorithm); a != rlsconf.FixedWindow {
+			x.Algorithm = a
+		}
+		x.Burst = uint32(ls[0].Burst)
+		ls = ls[1:]
+		d.RateLimit = rl
+	} else if r.Unlimited || rl.Name != "" || len(rl.Replaces) > 0 {
+		d.RateLimit = rl
+	}
+	for _, l := range ls {
+		s := rlsconf.Spec{Name: l.Name, RequestsPerUnit: uint32(l.Limit), Burst: uint32(l.Burst)}
+		if a := rlsconf.Algorithm(l.Algorithm); a != rlsconf.FixedWindow {
+			s.Algorithm = a
+		}
+		if secs, err := l.PeriodDuration(); err == nil {
+			s.Unit = unitOfSeconds(int64(secs.Seconds()))
+		}
+		x.Limits = append(x.Limits, s)
+	}
+	d.Sluice = x
+	return nil
+}
+
+// unitOfSeconds is the unit of a period, UnitUnknown for none.
+func unitOfSeconds(s int64) rlsconf.Unit {
+	for u := rlsconf.Second; u <= rlsconf.Week; u++ {
+		if u.Seconds() == s {
+			return u
+		}
+	}
+	return rlsconf.UnitUnknown
+}
