@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limitsfile"
@@ -29,7 +30,14 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	if *file == "" {
 		return usageError("name the limits file with -f")
 	}
-	f, err := e.readFile(*file)
+	label, data, err := e.readBytes(*file)
+	if err != nil {
+		return err
+	}
+	if isReferenceConfig(data) {
+		return applyReference(ctx, e, label, data, *dryRun, *exitCode)
+	}
+	f, err := limitsfile.Parse(label, data, time.Now())
 	if err != nil {
 		return err
 	}
@@ -52,22 +60,27 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	return runPlan(ctx, e, tc, oc, tenantID, plan, f.Name, where, *dryRun, *exitCode)
+}
+
+// runPlan shows a plan and, unless it is a dry run, makes its changes.
+func runPlan(ctx context.Context, e *env, tc, oc *client, tenantID string, plan limitsfile.Plan, file, where string, dryRun, exitCode bool) error {
 	out := e.Stdout
 	if plan.Empty() {
 		plan.Write(out)
-		fmt.Fprintf(out, "No changes: %s already matches %s.\n", where, f.Name)
+		fmt.Fprintf(out, "No changes: %s already matches %s.\n", where, file)
 		return nil
 	}
-	if *dryRun {
-		fmt.Fprintf(out, "Dry run: %s compared with %s; nothing is changed.\n", f.Name, where)
+	if dryRun {
+		fmt.Fprintf(out, "Dry run: %s compared with %s; nothing is changed.\n", file, where)
 		plan.Write(out)
 		fmt.Fprintf(out, "Plan: %s.\n", plan.Summary())
-		if *exitCode {
+		if exitCode {
 			return &exitError{code: ExitChanges}
 		}
 		return nil
 	}
-	fmt.Fprintf(out, "Applying %s to %s:\n", f.Name, where)
+	fmt.Fprintf(out, "Applying %s to %s:\n", file, where)
 	plan.Write(out)
 	done, err := execute(ctx, tc, oc, tenantID, plan)
 	if err != nil {
@@ -76,7 +89,7 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 	}
 	c, u, d, _ := plan.Counts()
 	fmt.Fprintf(out, "Applied: %d created, %d changed, %d deleted.\n", c, u, d)
-	if *exitCode {
+	if exitCode {
 		return &exitError{code: ExitChanges}
 	}
 	return nil
@@ -87,22 +100,33 @@ func changesToMake(p limitsfile.Plan) int {
 	return c + u + d
 }
 
-// readFile reads and parses a limits file; "-" is standard input.
-func (e *env) readFile(name string) (*limitsfile.File, error) {
-	var data []byte
-	var err error
+// maxFileBytes bounds a file apply reads, as the server bounds a body.
+const maxFileBytes = 1 << 20
+
+// readBytes reads a file apply takes, answering the name problems are
+// reported under; "-" is standard input.
+func (e *env) readBytes(name string) (string, []byte, error) {
+	var r io.Reader
 	label := name
 	if name == "-" {
-		label = "stdin"
-		data, err = io.ReadAll(e.Stdin)
+		label, r = "stdin", e.Stdin
 	} else {
 		label = filepath.Base(name)
-		data, err = os.ReadFile(name)
+		f, err := os.Open(name)
+		if err != nil {
+			return "", nil, fmt.Errorf("reading the limits file: %w", err)
+		}
+		defer f.Close()
+		r = f
 	}
+	data, err := io.ReadAll(io.LimitReader(r, maxFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading the limits file: %w", err)
+		return "", nil, fmt.Errorf("reading the limits file: %w", err)
 	}
-	return limitsfile.Parse(label, data, time.Now())
+	if len(data) > maxFileBytes {
+		return "", nil, fmt.Errorf("%s: larger than %d bytes", label, maxFileBytes)
+	}
+	return label, data, nil
 }
 
 // fetchState lists what the tenant has now, and answers the tenant's id,
@@ -126,7 +150,8 @@ func fetchState(ctx context.Context, tc, oc *client, keys, blocks bool) (limitsf
 	if _, err := tc.do(ctx, "GET", "/v1/policies", nil, &pols); err != nil {
 		return st, "", err
 	}
-	st.Policies = pols.Policies
+	// Descriptor policies belong to their domain's file (rlsapply.go).
+	st.Policies = slices.DeleteFunc(pols.Policies, func(p tenants.Policy) bool { return p.Descriptor != nil })
 	if keys {
 		var ks struct {
 			Keys []tenants.ConsumerKey `json:"keys"`
@@ -216,12 +241,17 @@ func cmdExport(ctx context.Context, e *env, args []string) error {
 	output := fs.String("o", "", "write the file here instead of standard output")
 	keys := fs.Bool("keys", true, "include the keys section (tiers and overrides of active consumer keys)")
 	blocks := fs.Bool("blocks", false, "include the blocks section (needs the operator token)")
+	domain := fs.String("domain", "", "write this domain's descriptor policies as Envoy's reference rate limit server's configuration instead")
+	extras := fs.Bool("extras", false, "with --domain: keep Sluice's own fields (the reference server refuses them)")
 	pos, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usageError("unexpected argument %q", pos[0])
+	}
+	if *domain != "" {
+		return exportReference(ctx, e, *domain, *output, *extras)
 	}
 	tc, err := e.tenant()
 	if err != nil {

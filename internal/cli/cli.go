@@ -46,6 +46,8 @@ Limits as code:
   sluice apply -f limits.yaml [--dry-run] [--prune] [--exit-code]
                                      make the tenant match the file
   sluice export [-o limits.yaml] [--keys=false] [--blocks]
+  sluice apply -f ratelimit.yaml    Envoy's reference rate limit server's file (it has a domain)
+  sluice export --domain NAME [--extras] [-o ratelimit.yaml]
                                      write the tenant's configuration as a file
 
 Everyday verbs:

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/limitsfile"
+	"github.com/sluicehq/sluice/internal/rlsconf"
+	"github.com/sluicehq/sluice/internal/rlspolicy"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// isReferenceConfig reports whether data is a configuration file of
+// Envoy's reference rate limit server rather than a limits file: its top
+// level is a mapping with a "domain" key (docs/ENVOY.md).
+func isReferenceConfig(data []byte) bool {
+	var top map[string]yaml.Node
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return false
+	}
+	_, ok := top["domain"]
+	return ok
+}
+
+// applyReference applies a reference configuration file: the file is the
+// whole of its domain, so the domain's descriptor policies become exactly
+// the file's nodes (created, changed, and deleted when the file no longer
+// has them); the tenant's other policies are left alone.
+func applyReference(ctx context.Context, e *env, label string, data []byte, dryRun, exitCode bool) error {
+	f, err := rlsconf.Parse(label, data)
+	if err != nil {
+		return err
+	}
+	want, err := rlspolicy.Policies(f)
+	if err != nil {
+		return err
+	}
+	tc, err := e.tenant()
+	if err != nil {
+		return err
+	}
+	have, err := listPolicies(ctx, tc)
+	if err != nil {
+		return err
+	}
+	lf := &limitsfile.File{Name: label, Version: limitsfile.Version, Policies: want}
+	plan, err := limitsfile.Diff(lf, limitsfile.State{Policies: tenants.DescriptorPolicies(have, f.Domain)}, true, time.Now())
+	if err != nil {
+		return err
+	}
+	where := fmt.Sprintf("domain %q at %s", f.Domain, e.url)
+	return runPlan(ctx, e, tc, nil, "", plan, label, where, dryRun, exitCode)
+}
+
+// listPolicies lists every policy of the tenant.
+func listPolicies(ctx context.Context, tc *client) ([]tenants.Policy, error) {
+	var pols struct {
+		Policies []tenants.Policy `json:"policies"`
+	}
+	if _, err := tc.do(ctx, "GET", "/v1/policies", nil, &pols); err != nil {
+		return nil, err
+	}
+	return pols.Policies, nil
+}
+
+// exportReference writes one domain's descriptor policies as a reference
+// configuration file; with Sluice's own fields only when extras is set
+// (the reference refuses them).
+func exportReference(ctx context.Context, e *env, domain, output string, extras bool) error {
+	tc, err := e.tenant()
+	if err != nil {
+		return err
+	}
+	have, err := listPolicies(ctx, tc)
+	if err != nil {
+		return err
+	}
+	ps := tenants.DescriptorPolicies(have, domain)
+	if len(ps) == 0 {
+		return fmt.Errorf("the tenant has no descriptor policies of domain %q", domain)
+	}
+	f, err := rlspolicy.FromPolicies(domain, ps)
+	if err != nil {
+		return err
+	}
+	var b []byte
+	if extras {
+		b, err = rlsconf.MarshalWithExtras(f)
+	} else {
+		b, err = rlsconf.Marshal(f)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (export with --extras to keep Sluice's own fields; the reference server refuses them)", err)
+	}
+	if output == "" {
+		_, err = e.Stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(output, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", output, err)
+	}
+	fmt.Fprintf(e.Stderr, "Wrote %s: domain %q, %d descriptor %s.\n", output, domain, len(ps), plural(len(ps), "node", "nodes"))
+	return nil
+}
