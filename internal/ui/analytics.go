@@ -94,7 +94,7 @@ func identityParam(kind, id string) (tenants.Identity, error) {
 			return tenants.Identity{}, errs.Errorf(errs.NotFound, "no such identity")
 		}
 		return tenants.Identity{Kind: kind, ID: norm}, nil
-	case tenants.IdentityKey:
+	case tenants.IdentityKey, engine.KindDescriptor:
 		if id == "" || len(id) > 256 {
 			return tenants.Identity{}, errs.Errorf(errs.NotFound, "no such identity")
 		}
@@ -130,6 +130,11 @@ func (h *analyticsHandler) renderIdentity(c echo.Context, status int, resetErr s
 		BackURL:   "/ui/analytics?" + url.Values{"range": {r.value}, "policy": {policy}}.Encode(),
 		CallerURL: callerURL(id.Kind, id.ID, ""),
 		Reset:     views.ResetForm{Action: "/ui/analytics/reset", Kind: id.Kind, ID: id.ID, Policies: nameStrings(ps), Policy: policy, Error: resetErr},
+	}
+	if id.Kind == engine.KindDescriptor {
+		// An Envoy descriptor's values: analytics only, no bucket of its
+		// own to show, reset or block.
+		v.CallerURL = ""
 	}
 	if id.Kind == tenants.IdentityKey {
 		// Only this tenant's keys have a page; a foreign id is just a string.

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/http"
@@ -41,9 +42,12 @@ func (h *policyHandler) renderList(c echo.Context, status int, test views.PathTe
 	v := views.PoliciesView{Test: test}
 	v.Test.Methods = methods
 	for _, p := range ps {
-		v.Policies = append(v.Policies, policyRow(p))
+		if p.Descriptor == nil {
+			v.Policies = append(v.Policies, policyRow(p))
+		}
 	}
 	slices.SortFunc(v.Policies, func(a, b views.PolicyRow) int { return strings.Compare(a.Name, b.Name) })
+	v.Domains = descriptorDomains(ps)
 	if test.Result != nil && test.Result.Matched {
 		for _, p := range ps {
 			if p.Name == test.Result.Policy {
@@ -110,8 +114,14 @@ func (h *policyHandler) edit(c echo.Context) error {
 	return h.renderForm(c, http.StatusOK, formOfPolicy(p))
 }
 
+// get loads the policy the URL names. A descriptor policy (a rule of
+// Envoy's rate limit service) is not edited with the form, which cannot
+// say what its domain's file says.
 func (h *policyHandler) get(c echo.Context) (tenants.Policy, error) {
 	p, err := h.config.Policies.Get(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
+	if err == nil && p.Descriptor != nil {
+		return tenants.Policy{}, errs.Errorf(errs.Conflict, "This rule belongs to the Envoy rate limit domain %q: change it by applying the domain's file with sluice apply -f.", p.Descriptor.Domain)
+	}
 	return p, err
 }
 
@@ -270,4 +280,63 @@ func humanDuration(d time.Duration) string {
 	default:
 		return d.Round(time.Minute).String()
 	}
+}
+
+// descriptorDomains groups the descriptor policies by domain, each tree
+// in depth-first order (a node's full key sorts after its parent's).
+func descriptorDomains(ps []tenants.Policy) []views.DomainView {
+	byDomain := map[string][]tenants.Policy{}
+	for _, p := range ps {
+		if d := p.Descriptor; d != nil {
+			byDomain[d.Domain] = append(byDomain[d.Domain], p)
+		}
+	}
+	var out []views.DomainView
+	for _, name := range slices.Sorted(maps.Keys(byDomain)) {
+		rules := byDomain[name]
+		slices.SortFunc(rules, func(a, b tenants.Policy) int {
+			return slices.CompareFunc(a.Descriptor.Path, b.Descriptor.Path, func(x, y tenants.DescriptorEntry) int {
+				return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.Value, y.Value))
+			})
+		})
+		dv := views.DomainView{Name: name}
+		for _, p := range rules {
+			dv.Rules = append(dv.Rules, descriptorRow(p))
+		}
+		out = append(out, dv)
+	}
+	return out
+}
+
+func descriptorRow(p tenants.Policy) views.DescriptorRow {
+	d := p.Descriptor
+	last := d.Path[len(d.Path)-1]
+	r := views.DescriptorRow{Depth: len(d.Path) - 1, Match: last.Key, Name: p.Name, Shadow: p.Shadow}
+	if last.Value != "" {
+		r.Match += " = " + last.Value
+	}
+	switch {
+	case d.Unlimited:
+		r.Limit = "unlimited"
+	case d.Limited:
+		r.Limit = describeLimits(p.Tiers[tenants.TierDefault])
+		if !d.Extras && d.Unit != "" {
+			r.Limit = views.FormatCount(int64(d.RequestsPerUnit)) + " per " + strings.ToLower(d.Unit)
+		}
+	}
+	if d.RuleName != "" {
+		r.Flags = append(r.Flags, "name "+d.RuleName)
+	}
+	for _, n := range d.Replaces {
+		r.Flags = append(r.Flags, "replaces "+n)
+	}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{d.QuotaMode, "quota mode"}, {d.ShareThreshold, "share threshold"}, {d.DetailedMetric, "detailed metric"}, {d.ValueToMetric, "value to metric"}, {p.Consistency == tenants.ConsistencyLocal, "local"}} {
+		if f.on {
+			r.Flags = append(r.Flags, f.name)
+		}
+	}
+	return r
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/a-h/templ"
 )
 
 // FormatCount writes n with thin separators between thousands: 12 345.
@@ -68,8 +70,11 @@ func fieldID(name string) string {
 func errOf(m map[string]string, name string) string { return m[name] }
 
 func kindLabel(kind string) string {
-	if kind == "key" {
+	switch kind {
+	case "key":
 		return "Key"
+	case "descriptor":
+		return "Descriptor"
 	}
 	return "IP"
 }
@@ -168,4 +173,9 @@ func FormatPeriod(d time.Duration) string {
 		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 	}
 	return d.String()
+}
+
+// indent pads a descriptor tree's node by its depth.
+func indent(depth int) templ.SafeCSS {
+	return templ.SafeCSS("padding-left:" + strconv.Itoa(depth*24) + "px")
 }

@@ -194,7 +194,26 @@ type TierSummary struct {
 // PoliciesView is the list of policies with the path tester.
 type PoliciesView struct {
 	Policies []PolicyRow
-	Test     PathTest
+	// Domains are the tenant's rules of Envoy's rate limit service, one
+	// descriptor tree per domain, written with `sluice apply -f`.
+	Domains []DomainView
+	Test    PathTest
+}
+
+// DomainView is one domain's descriptor tree, its nodes in tree order.
+type DomainView struct {
+	Name  string
+	Rules []DescriptorRow
+}
+
+// DescriptorRow is one node of a descriptor tree.
+type DescriptorRow struct {
+	Depth  int      // 0 for a node at the top of the tree
+	Match  string   // "key" or "key = value"
+	Limit  string   // "5 per minute", "unlimited", or "" for a node without a limit
+	Flags  []string // shadow, quota mode, replaces …, local
+	Name   string   // the policy's name: the full key
+	Shadow bool
 }
 
 // PathTest is the "test this path" box and its answer.
