@@ -77,6 +77,17 @@ func (tp *topology) startNATS() {
 // in parallel with each other: each starts five processes on two cores.
 func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct string) string, serverArgs ...string) *topology {
 	t.Helper()
+	return startTopologyWith(t, servers, natsURLFor, func(int) []string { return serverArgs })
+}
+
+// startTopologyEach is startTopology with flags of each server's own.
+func startTopologyEach(t testing.TB, servers int, argsFor func(i int) []string) *topology {
+	t.Helper()
+	return startTopologyWith(t, servers, nil, argsFor)
+}
+
+func startTopologyWith(t testing.TB, servers int, natsURLFor func(i int, direct string) string, argsFor func(i int) []string) *topology {
+	t.Helper()
 	tp := &topology{t: t, natsAddr: freeAddr(t), natsDir: t.TempDir(), data: t.TempDir()}
 	tp.startNATS()
 	tp.worker = startWorker(t, tp.natsURL(), tp.data)
@@ -87,7 +98,7 @@ func startTopology(t testing.TB, servers int, natsURLFor func(i int, direct stri
 		}
 		s := startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: append([]string{
 			"--nats-url", url, "--worker=external", "--node", fmt.Sprintf("s%d", i+1),
-		}, serverArgs...)})
+		}, argsFor(i)...)})
 		tp.servers = append(tp.servers, s)
 	}
 	for _, s := range tp.servers {
