@@ -7,7 +7,8 @@
 // buckets instead (restart.go); "sluice-bench worker" whether the SQLite
 // worker keeps up with a flood of new callers (workerbench.go); "sluice-bench
 // tenants" whether a tenant of 10 000 policies and a million keys slows
-// another tenant's key revocations down (tenantsbench.go).
+// another tenant's key revocations down (tenantsbench.go); "sluice-bench
+// rls" Envoy's ShouldRateLimit on Sluice and on the reference server (rls.go).
 //
 // With -flood N it instead starts a server of its own and measures what N
 // distinct denied callers cost on disk (see flood.go).
@@ -147,6 +148,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(args) > 0 && args[0] == "tenants" {
 		return runTenantsBench(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "rls" {
+		return runRLS(ctx, args[1:], stdout)
 	}
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
