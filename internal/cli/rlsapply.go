@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/limitsfile"
 	"github.com/sluicehq/sluice/internal/rlsconf"
 	"github.com/sluicehq/sluice/internal/rlspolicy"
@@ -38,6 +40,19 @@ func applyReference(ctx context.Context, e *env, label string, data []byte, dryR
 	want, err := rlspolicy.Policies(f)
 	if err != nil {
 		return err
+	}
+	// Every node must be a policy the server takes before anything is
+	// changed, so that a file is applied whole or not at all (short of a
+	// cap on the tenant's policies or a name another policy holds).
+	var probs []string
+	for i := range want {
+		want[i].Normalize()
+		for _, e := range want[i].Problems() {
+			probs = append(probs, fmt.Sprintf("%s: %s: %s", label, want[i].Name, errs.Message(e)))
+		}
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%s", strings.Join(probs, "\n"))
 	}
 	tc, err := e.tenant()
 	if err != nil {

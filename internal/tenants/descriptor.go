@@ -9,16 +9,17 @@ import (
 
 // Bounds on descriptor rules (Envoy's rate limit service, docs/ENVOY.md).
 const (
-	// MaxDescriptorDepth bounds a rule's path: Envoy's descriptors are a
-	// handful of entries deep.
-	MaxDescriptorDepth = 16
+	// MaxDescriptorDepth bounds a rule's path, as the configuration file
+	// bounds its nesting (rlsconf.MaxDepth) and a call its entries.
+	MaxDescriptorDepth = 64
 	// MaxDescriptorText bounds a domain, an entry's key or value, a rule's
-	// name and each name it replaces.
-	MaxDescriptorText = 256
+	// name and each name it replaces: a call's entries are at most as long.
+	MaxDescriptorText = 1024
 	// MaxDescriptorNameLength bounds the name of a descriptor policy: its
 	// full key, "<domain>.<key>_<value>.<key>…", as the reference server
-	// names its statistics.
-	MaxDescriptorNameLength = 2048
+	// names its statistics, and as the configuration file bounds it
+	// (rlsconf.MaxFullKey).
+	MaxDescriptorNameLength = 4096
 	maxReplaces             = 16
 	maxMetadataBytes        = 4096
 )
