@@ -51,8 +51,8 @@ const (
 	MaxEntries = 64
 	// MaxEntryBytes bounds an entry's key or value.
 	MaxEntryBytes = 1024
-	// MaxDomainBytes bounds the domain.
-	MaxDomainBytes = 256
+	// MaxDomainBytes bounds the domain, as a descriptor policy bounds it.
+	MaxDomainBytes = 1024
 	// MaxHits bounds hits_addend, as cost is bounded on /v1/check.
 	MaxHits = 1_000_000
 )
