@@ -22,7 +22,7 @@ const (
 	// Period; Limit is at most MaxLogLimit.
 	SlidingLog
 	// FixedWindow counts units in windows aligned at multiples of Period since
-	// the unix epoch.
+	// the unix epoch, or in the windows of the limit's Calendar.
 	FixedWindow
 )
 
@@ -92,8 +92,8 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 }
 
 // FieldError is a validation failure of one named input field. Field uses the
-// API's JSON names ("algorithm", "limit", "period", "burst", "path", "method",
-// "query").
+// API's JSON names ("algorithm", "limit", "period", "burst", "calendar",
+// "anchor", "path", "method", "query").
 type FieldError struct {
 	Field   string
 	Message string
@@ -102,13 +102,28 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 
 // Limit is one rate limit. Limits are plain values, safe to share between
-// goroutines as long as nobody mutates them.
+// goroutines as long as nobody mutates them. Compare them with Equal: ==
+// compares Calendars by address.
 type Limit struct {
 	Name      string        // "" for a tier's single unnamed limit
 	Algorithm Algorithm     //
-	Limit     int64         // units per Period, >= 1
+	Limit     int64         // units per Period (per calendar window with a Calendar), >= 1
 	Period    time.Duration // >= MinPeriod
 	Burst     int64         // token bucket capacity; 0 means Limit. Ignored by other algorithms.
+	// Calendar, when set, makes a FixedWindow count in its windows (a local
+	// month, say) instead of multiples of Period. Period must still be
+	// within [MinPeriod, MaxPeriod] but no window uses it: it is the nominal
+	// length callers may report (a month as 30 days, say).
+	Calendar *Calendar
+}
+
+// Equal reports whether l and m are the same limit: equal fields, their
+// Calendars equal by value (Calendar.Equal). The Cache keeps a bucket's
+// consumption across limits that are Equal.
+func (l Limit) Equal(m Limit) bool {
+	lc, mc := l.Calendar, m.Calendar
+	l.Calendar, m.Calendar = nil, nil
+	return l == m && lc.Equal(mc)
 }
 
 // Capacity is the most units the limit can admit at once: Burst for a token
@@ -126,6 +141,10 @@ func (l Limit) Validate() error {
 	switch {
 	case !l.Algorithm.Valid():
 		return fe("algorithm", "must be one of token_bucket, sliding_window, sliding_log, fixed_window")
+	case l.Calendar != nil && l.Algorithm != FixedWindow:
+		return fe("calendar", "needs algorithm fixed_window")
+	case l.Calendar != nil && !l.Calendar.valid():
+		return fe("calendar", "must be made by NewCalendar")
 	case l.Limit < 1:
 		return fe("limit", "must be at least 1")
 	case l.Limit > MaxLimit:
@@ -148,7 +167,8 @@ func (l Limit) Validate() error {
 func (l *Limit) usable() bool {
 	return l.Algorithm.Valid() && l.Limit >= 1 && l.Limit <= MaxLimit &&
 		(l.Algorithm != SlidingLog || l.Limit <= MaxLogLimit) &&
-		l.Period >= MinPeriod && l.Period <= MaxPeriod && l.Burst >= 0 && l.Burst <= MaxLimit
+		l.Period >= MinPeriod && l.Period <= MaxPeriod && l.Burst >= 0 && l.Burst <= MaxLimit &&
+		(l.Calendar == nil || l.Algorithm == FixedWindow && l.Calendar.valid())
 }
 
 // State is the bucket of one limit for one key. The zero State is a full,
@@ -162,7 +182,8 @@ type State struct {
 	// Prev is, for a sliding window, the units counted in the window before At.
 	Prev float64
 	// At is unix nanoseconds: a token bucket's last refill, or the start of
-	// the current window (a multiple of Period). 0 means never used.
+	// the current window (a multiple of Period, or a calendar window's
+	// start). 0 means never used.
 	At int64
 	// Log holds, for a sliding log, the instant of each admitted unit, oldest
 	// first, at most Limit entries (a cost of n appends n entries).
@@ -331,6 +352,10 @@ func (l *Limit) FullAt(s *State) int64 {
 		return l.tbFullAt(s)
 	case FixedWindow:
 		if s.At != 0 && sanitizeCount(s.Tokens) > 0 {
+			if l.Calendar != nil {
+				_, end := l.Calendar.Window(s.At)
+				return end
+			}
 			return s.At + p
 		}
 	case SlidingWindow:
@@ -351,8 +376,7 @@ func (l *Limit) FullAt(s *State) int64 {
 
 func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool, o *Outcome) {
 	*o = Outcome{Limit: l.Limit}
-	start, count := l.fwCount(s, now)
-	end := start + int64(l.Period)
+	start, end, count := l.fwCount(s, now)
 	lim := float64(l.Limit)
 	if cost <= l.Limit && count+float64(cost) <= lim {
 		o.Allowed = true
@@ -374,14 +398,35 @@ func (l *Limit) fixedWindow(s *State, now, cost int64, consume bool, o *Outcome)
 	}
 }
 
-// fwCount returns the start of the fixed window that now falls in and the
-// units counted in it.
-func (l *Limit) fwCount(s *State, now int64) (start int64, count float64) {
-	start = windowStart(now, int64(l.Period))
-	if s.At != 0 && s.At >= start { // this window, or a later one if the clock went back
-		return s.At, sanitizeCount(s.Tokens)
+// fwCount returns the fixed window that now falls in and the units counted
+// in it. If the state's window is a later one (the clock went back), that is
+// the window returned.
+func (l *Limit) fwCount(s *State, now int64) (start, end int64, count float64) {
+	if c := l.Calendar; c != nil {
+		start, end = c.Window(now)
+		if s.At != 0 && s.At >= start {
+			if s.At != start {
+				_, end = c.Window(s.At)
+			}
+			return s.At, end, sanitizeCount(s.Tokens)
+		}
+		return start, end, 0
 	}
-	return start, 0
+	p := int64(l.Period)
+	start = windowStart(now, p)
+	if s.At != 0 && s.At >= start { // this window, or a later one if the clock went back
+		return s.At, s.At + p, sanitizeCount(s.Tokens)
+	}
+	return start, start + p, 0
+}
+
+// windowOf is the start of the fixed window that t falls in.
+func (l *Limit) windowOf(t int64) int64 {
+	if l.Calendar != nil {
+		start, _ := l.Calendar.Window(t)
+		return start
+	}
+	return windowStart(t, int64(l.Period))
 }
 
 // swinOf returns the sliding window's counters as seen at now. A state from

@@ -106,6 +106,22 @@ func BenchmarkCheck1MKeysWindows(b *testing.B) {
 	}
 }
 
+// BenchmarkCheck1MKeysCalendar is BenchmarkCheck1MKeys under a fixed window
+// counting in calendar months of a zone with DST: shard.allow decides it,
+// with the window from the calendar's cache.
+func BenchmarkCheck1MKeysCalendar(b *testing.B) {
+	loc, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		b.Skip(err)
+	}
+	cal, err := NewCalendar(CalendarMonth, loc, 17)
+	if err != nil {
+		b.Fatal(err)
+	}
+	limits := []Limit{{Algorithm: FixedWindow, Limit: 1_000_000_000, Period: 30 * 24 * time.Hour, Calendar: cal}}
+	benchManyKeysUnder(b, 1_000_000, limits, false)
+}
+
 func BenchmarkCheckParallel(b *testing.B) {
 	const n = 100_000
 	c := NewCache()

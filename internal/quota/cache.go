@@ -49,9 +49,11 @@ package quota
 // in BENCHMARKS.md, taking the common check from about 590 instructions
 // (through Decide) to about 410 took a 1M-key check from about 255 ns to
 // about 180 ns, below the latency of one read. So the common checks, an
-// allowed consuming request on a single token bucket or fixed window, are
-// decided by shard.allow with the limit's numbers converted once per limits
-// slice (limRef.fast); every other check goes through Decide. The two
+// allowed consuming request on a single token bucket or fixed window
+// (periodic, or calendar with the window from the calendar's cache: see
+// calendar.go), are decided by shard.allow with the limit's numbers
+// converted once per limits slice (limRef.fast); every other check goes
+// through Decide. The two
 // compute the same floats in the same order, and TestAllowMatchesDecide
 // holds them equal. The overlap is lost abruptly, not gradually: a draft
 // that also took sliding windows here cost the token bucket check about ten
@@ -74,6 +76,7 @@ package quota
 
 import (
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -170,6 +173,7 @@ type fastLimit struct {
 	alg                     Algorithm
 	limit, capacity, period int64
 	capF, limF, pF          float64
+	cal                     *Calendar // a fixed window's calendar, or nil
 }
 
 func fastLimitOf(limits []Limit) fastLimit {
@@ -182,7 +186,7 @@ func fastLimitOf(limits []Limit) fastLimit {
 	}
 	return fastLimit{
 		ok: true, alg: l.Algorithm, limit: l.Limit, capacity: l.Capacity(), period: int64(l.Period),
-		capF: float64(l.Capacity()), limF: float64(l.Limit), pF: float64(l.Period),
+		capF: float64(l.Capacity()), limF: float64(l.Limit), pF: float64(l.Period), cal: l.Calendar,
 	}
 }
 
@@ -206,8 +210,10 @@ func NewCache() *Cache {
 // other limits, its states are remapped first: a limit with the same Name and
 // Algorithm keeps its consumption (token bucket tokens clamped to the new
 // capacity, a sliding log truncated to its newest new-Limit entries, window
-// counts kept, or carried into the new window when the period changed); any
-// other limit starts full.
+// counts kept, or carried into the new window when the windows changed, as
+// carry describes); any other limit starts full. Limits are compared with
+// Limit.Equal, so a recompiled but equal policy (equal Calendars made anew
+// included) keeps every bucket's state as it is.
 //
 // An allowed consuming check marks the bucket dirty; denials and peeks
 // (consume false) never do. Check allocates nothing once the key exists,
@@ -306,6 +312,9 @@ func (sh *shard) allow(i int, limits []Limit, now, cost int64, o *Outcome) bool 
 // fixedWindow is allow for a fixed window: fixedWindow's allowed, consuming
 // path, on the state in e.
 func (f *fastLimit) fixedWindow(e *entry, now, cost int64, o *Outcome) bool {
+	if f.cal != nil {
+		return f.calendarWindow(e, now, cost, o)
+	}
 	start, count := windowStart(now, f.period), 0.0
 	if e.at != 0 && e.at >= start { // this window, or a later one if the clock went back
 		start, count = e.at, sanitizeCount(e.a)
@@ -315,6 +324,31 @@ func (f *fastLimit) fixedWindow(e *entry, now, cost int64, o *Outcome) bool {
 		return false
 	}
 	*o = Outcome{Allowed: true, Limit: f.limit, Remaining: floorUnits(f.limF - count - c), Reset: time.Duration(start + f.period - now)}
+	e.a, e.at = count+c, start
+	return true
+}
+
+// calendarWindow is fixedWindow for a calendar's windows. A state in a later
+// window (the clock went back) is left to Decide.
+func (f *fastLimit) calendarWindow(e *entry, now, cost int64, o *Outcome) bool {
+	var start, end int64
+	if w := f.cal.last.Load(); w != nil && now >= w.start && now < w.end {
+		start, end = w.start, w.end // Calendar.Window's hit, which is too long to inline
+	} else {
+		start, end = f.cal.window(now)
+	}
+	count := 0.0
+	if e.at != 0 && e.at >= start {
+		if e.at != start {
+			return false
+		}
+		count = sanitizeCount(e.a)
+	}
+	c := float64(cost)
+	if !(count+c <= f.limF) {
+		return false
+	}
+	*o = Outcome{Allowed: true, Limit: f.limit, Remaining: floorUnits(f.limF - count - c), Reset: time.Duration(end - now)}
 	e.a, e.at = count+c, start
 	return true
 }
@@ -934,6 +968,19 @@ func remap(old, limits []Limit, states []State, now int64) []State {
 
 // carry converts the state s of limit from into a state of limit to (same
 // Name and Algorithm), keeping its consumption as of now.
+//
+// A fixed window whose windows stay the same (equal Periods, or Equal
+// Calendars) keeps its state as it is. Otherwise the count of the old window
+// that now falls in (zero once that window has ended) is carried into the
+// new window that now falls in, with State.At that window's start: a state
+// never keeps an old window's start, which the new windows would misread.
+// Between two periodic windows the whole count is carried, as it always
+// was: epoch-aligned windows nest when one period divides the other, and an
+// over-count lasts one new window at most. When a calendar is on either
+// side and the old window began before the new one, only the share of the
+// count proportional to their overlap is carried (rounded up), so that
+// changing a month's zone or anchor, or a month to a day, does not charge
+// last month's usage to a month or a day that has just begun.
 func carry(from, to *Limit, s State, now int64) State {
 	if !from.usable() || !to.usable() || from.Algorithm != to.Algorithm {
 		return State{}
@@ -949,15 +996,27 @@ func carry(from, to *Limit, s State, now int64) State {
 		}
 		return State{Tokens: tokens, At: at}
 	case FixedWindow:
-		if from.Period == to.Period {
+		if sameWindows(from, to) {
 			return State{Tokens: s.Tokens, At: s.At}
 		}
-		start, count := from.fwCount(&s, now)
+		start, _, count := from.fwCount(&s, now)
 		if !(count > 0) {
 			return State{}
 		}
 		// The old window's usage counts in the new window containing now.
-		return State{Tokens: count, At: windowStart(max(now, start), int64(to.Period))}
+		ns := to.windowOf(max(now, start))
+		if start < ns && (from.Calendar != nil || to.Calendar != nil) {
+			// Part of the usage may predate the new window, and a count has
+			// no instants to tell which. Carry the share of it that the
+			// overlap's length gives, rounded up: nearly all of it when a
+			// zone moves a month's start by hours, next to nothing when the
+			// new window began a minute ago.
+			count = math.Ceil(count * float64(now-ns) / float64(now-start))
+			if !(count > 0) {
+				return State{}
+			}
+		}
+		return State{Tokens: count, At: ns}
 	case SlidingWindow:
 		if from.Period == to.Period {
 			return State{Tokens: s.Tokens, Prev: s.Prev, At: s.At}
@@ -980,6 +1039,14 @@ func carry(from, to *Limit, s State, now int64) State {
 	}
 }
 
+// sameWindows reports whether two fixed windows count in the same windows.
+func sameWindows(a, b *Limit) bool {
+	if a.Calendar == nil && b.Calendar == nil {
+		return a.Period == b.Period
+	}
+	return a.Calendar.Equal(b.Calendar)
+}
+
 // fullAt is the instant every limit's bucket is full again.
 func fullAt(limits []Limit, states []State) int64 {
 	var t int64
@@ -998,7 +1065,7 @@ func equalLimits(a, b []Limit) bool {
 		return false
 	}
 	for i := range a {
-		if a[i] != b[i] {
+		if !a[i].Equal(b[i]) {
 			return false
 		}
 	}

@@ -379,6 +379,7 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 		"token_bucket":   {{Algorithm: TokenBucket, Limit: 1e9, Period: time.Second}},
 		"sliding_window": {{Algorithm: SlidingWindow, Limit: 1e9, Period: time.Second}},
 		"fixed_window":   {{Algorithm: FixedWindow, Limit: 1e9, Period: time.Second}},
+		"calendar":       {{Algorithm: FixedWindow, Limit: 1e9, Period: time.Hour, Calendar: newCal(t, CalendarMonth, "Europe/Paris", 17)}},
 		"sliding_log":    {{Algorithm: SlidingLog, Limit: 50, Period: time.Millisecond}},
 		"multi": {
 			{Name: "a", Algorithm: TokenBucket, Limit: 1e9, Period: time.Second},

@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// The cache decides the common token bucket and fixed window checks in
-// shard.allow, apart from Limit.Decide. These tests hold the two equal bit for bit, over limits,
-// states, instants and costs far wider than any service sees.
+// The cache decides the common token bucket and fixed window checks (periodic
+// or calendar) in shard.allow, apart from Limit.Decide. These tests hold the
+// two equal bit for bit, over limits, states, instants and costs far wider
+// than any service sees.
 
 func randUnits(rng *rand.Rand) int64 {
 	switch rng.Intn(4) {
@@ -67,8 +68,24 @@ func randElapsed(rng *rand.Rand, period time.Duration) int64 {
 
 func TestAllowMatchesDecide(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, FixedWindow} {
-		t.Run(alg.String(), func(t *testing.T) { testAllowMatchesDecide(t, alg) })
+		t.Run(alg.String(), func(t *testing.T) { testAllowMatchesDecide(t, alg, nil) })
 	}
+	t.Run("calendar", func(t *testing.T) { testAllowMatchesDecide(t, FixedWindow, testCalendars(t)) })
+}
+
+// testCalendars returns calendars of every unit, in UTC and zones with DST,
+// with anchors that clamp.
+func testCalendars(t testing.TB) []*Calendar {
+	var cals []*Calendar
+	for _, zone := range []string{"UTC", "America/New_York", "Europe/London", "America/Sao_Paulo", "Asia/Kolkata"} {
+		for u := CalendarDay; u <= CalendarYear; u++ {
+			cals = append(cals, newCal(t, u, zone, 0))
+		}
+		for _, anchor := range []int{15, 29, 30, 31} {
+			cals = append(cals, newCal(t, CalendarMonth, zone, anchor))
+		}
+	}
+	return cals
 }
 
 // randState returns a state of l to decide at now: used or not, counted in
@@ -79,7 +96,23 @@ func randState(rng *rand.Rand, l Limit, now int64) State {
 		return st // never used
 	}
 	p := int64(l.Period)
-	if l.Algorithm == TokenBucket {
+	if c := l.Calendar; c != nil {
+		start, end := c.Window(now)
+		n := end - start
+		if n <= 0 || n > 1<<60 { // capped at the end of int64
+			n = 1 << 40
+		}
+		switch rng.Intn(4) {
+		case 0:
+			st.At = start
+		case 1:
+			st.At, _ = c.Window(start - 1) // the window before
+		case 2:
+			st.At = end // a clock step back
+		default:
+			st.At = start - rng.Int63n(4*n) + rng.Int63n(2*n) // anywhere, mid-window included
+		}
+	} else if l.Algorithm == TokenBucket {
 		st.At = now - randElapsed(rng, l.Period)
 	} else {
 		switch start := windowStart(now, p); rng.Intn(4) {
@@ -99,7 +132,9 @@ func randState(rng *rand.Rand, l Limit, now int64) State {
 	return st
 }
 
-func testAllowMatchesDecide(t *testing.T, alg Algorithm) {
+// testAllowMatchesDecide compares the two over random limits of alg, with a
+// calendar from cals when there are any.
+func testAllowMatchesDecide(t *testing.T, alg Algorithm, cals []*Calendar) {
 	rng := rand.New(rand.NewSource(11))
 	const runs = 200_000
 	decided := 0
@@ -110,6 +145,11 @@ func testAllowMatchesDecide(t *testing.T, alg Algorithm) {
 		}
 		limits := []Limit{l}
 		now := t0 + rng.Int63n(int64(time.Hour))
+		if cals != nil {
+			l.Calendar = cals[rng.Intn(len(cals))]
+			limits[0] = l
+			now = t0 + rng.Int63n(int64(3*365*24*time.Hour)) - int64(365*24*time.Hour)
+		}
 		if rng.Intn(50) == 0 {
 			now = math.MaxInt64 - rng.Int63n(int64(time.Hour))
 		}

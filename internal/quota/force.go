@@ -24,7 +24,7 @@ func (l *Limit) Force(s *State, now int64, cost int64) {
 		tokens, base := l.tbLevel(s, now)
 		s.Tokens, s.At = max(tokens-c, -float64(l.Capacity())), base
 	case FixedWindow:
-		start, count := l.fwCount(s, now)
+		start, _, count := l.fwCount(s, now)
 		s.Tokens, s.At = count+c, start
 	case SlidingWindow:
 		w := l.swinOf(s, now)

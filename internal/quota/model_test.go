@@ -117,6 +117,11 @@ func runModel(t *testing.T, rng *rand.Rand, keys, ops int) {
 		{{Name: "burst", Algorithm: TokenBucket, Limit: 4, Period: time.Minute}, {Name: "day", Algorithm: SlidingWindow, Limit: 9, Period: time.Hour}},
 		{{Name: "burst", Algorithm: TokenBucket, Limit: 7, Period: time.Minute}},
 		{{Name: "burst", Algorithm: SlidingLog, Limit: 2, Period: time.Minute}, {Name: "day", Algorithm: FixedWindow, Limit: 9, Period: time.Hour}},
+		// Calendar days: the windows change between these, an hour and a
+		// day UTC, and the second is equal by value to the first.
+		{{Algorithm: FixedWindow, Limit: 4, Period: time.Minute, Calendar: newCal(t, CalendarDay, "America/New_York", 0)}},
+		{{Algorithm: FixedWindow, Limit: 4, Period: time.Minute, Calendar: newCal(t, CalendarDay, "America/New_York", 0)}},
+		{{Name: "burst", Algorithm: TokenBucket, Limit: 4, Period: time.Minute}, {Name: "day", Algorithm: FixedWindow, Limit: 9, Period: time.Hour, Calendar: newCal(t, CalendarDay, "UTC", 0)}},
 	}
 	c, m := NewCache(), cacheModel{}
 	now := t0

@@ -181,6 +181,47 @@ func TestPropertyFixedWindowNeverExceedsLimitPerWindow(t *testing.T) {
 	}
 }
 
+// A fixed window counting in calendar windows (every unit, zones with DST,
+// clamping anchors) never admits more than Limit in one window, and keeps
+// the outcome contract, with exact retry, reset and FullAt, also when the
+// clock goes back a little (then a request is counted in the bucket's later
+// window, and the per-window sums are not checked).
+func TestPropertyCalendarNeverExceedsLimitPerWindow(t *testing.T) {
+	cals := testCalendars(t)
+	lengths := map[CalendarUnit]time.Duration{CalendarDay: 24 * time.Hour, CalendarWeek: 7 * 24 * time.Hour, CalendarMonth: 30 * 24 * time.Hour, CalendarYear: 365 * 24 * time.Hour}
+	for seed := int64(1); seed <= 400; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		c := cals[r.Intn(len(cals))]
+		l := Limit{Algorithm: FixedWindow, Limit: 1 + r.Int63n(20), Period: time.Hour, Calendar: c}
+		instants, costs := schedule(r, 200, lengths[c.Unit()], 1+l.Limit/3)
+		skew := seed%2 == 0
+		if skew {
+			for i := range instants {
+				if r.Intn(4) == 0 {
+					instants[i] -= r.Int63n(int64(lengths[c.Unit()])/4 + 1)
+				}
+			}
+		}
+		adm := run(t, l, instants, costs)
+		if skew {
+			continue
+		}
+		per := map[int64]int64{}
+		for _, a := range adm {
+			start, _ := c.Window(a.at)
+			per[start] += a.cost
+		}
+		for w, n := range per {
+			if n > l.Limit {
+				t.Fatalf("seed %d %+v: %d admitted in the window from %s", seed, l, n, fmtNanos(w))
+			}
+		}
+		if len(per) < 2 {
+			t.Fatalf("seed %d %+v: the schedule stayed in one window", seed, l)
+		}
+	}
+}
+
 // The weighted window is an approximation over sliding periods, but it
 // never admits more than Limit in one aligned window, and the weighted count
 // it enforces never exceeds Limit right after an admission.

@@ -16,7 +16,7 @@ func (l *Limit) Refund(s *State, now int64, n int64) {
 		tokens, base := l.tbLevel(s, now)
 		s.Tokens, s.At = min(tokens+c, float64(l.Capacity())), base
 	case FixedWindow:
-		start, count := l.fwCount(s, now)
+		start, _, count := l.fwCount(s, now)
 		s.Tokens, s.At = max(count-c, 0), start
 	case SlidingWindow:
 		w := l.swinOf(s, now)
