@@ -70,6 +70,10 @@ type Limit struct {
 	Limit     int64  `json:"limit"`
 	Period    string `json:"period"`          // e.g. "60s", "1m"
 	Burst     int64  `json:"burst,omitempty"` // token_bucket capacity; default Limit
+	// Calendar, instead of Period: "day", "week", "month" or "year", a
+	// fixed_window count that resets at the start of each in the tenant's
+	// time zone (a month on the key's billing anchor day).
+	Calendar string `json:"calendar,omitempty"`
 }
 
 // Limits is a tier's limits. It is written as a single object when it
@@ -107,6 +111,9 @@ type Key struct {
 	Tier      string            `json:"tier"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Overrides map[string]Limits `json:"overrides,omitempty"` // per policy name, replacing the tier's limits
+	// BillingAnchor is the day of the month its month quotas reset on
+	// (0: the 1st).
+	BillingAnchor int `json:"billing_anchor,omitempty"`
 }
 
 // NewKey describes a key to create.
@@ -115,6 +122,9 @@ type NewKey struct {
 	Tier      string            `json:"tier,omitempty"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Overrides map[string]Limits `json:"overrides,omitempty"`
+	// BillingAnchor: the day of the month (1-31) the key's month quotas
+	// reset on, clamped to each month's last day; 0 = the 1st.
+	BillingAnchor int `json:"billing_anchor,omitempty"`
 }
 
 // KeyUpdate changes the fields that are set.

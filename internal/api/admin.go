@@ -17,17 +17,68 @@ func (h *handler) createTenant(c echo.Context) error {
 		Name          string `json:"name"`
 		OwnerEmail    string `json:"owner_email"`
 		OwnerPassword string `json:"owner_password"`
+		TimeZone      string `json:"time_zone"`
 	}
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	w, err := h.Services.Tenants.Create(c.Request().Context(), b.Name, b.OwnerEmail, b.OwnerPassword)
+	// The zone is checked before anything is made, so a bad one makes no
+	// tenant; it is set right after the tenant, in a write of its own.
+	if b.TimeZone != "" {
+		if err := tenants.ValidateTimeZone("time_zone", b.TimeZone); err != nil {
+			return err
+		}
+	}
+	ctx := c.Request().Context()
+	w, err := h.Services.Tenants.Create(ctx, b.Name, b.OwnerEmail, b.OwnerPassword)
+	if err != nil {
+		return err
+	}
+	t := w.Result.Tenant
+	version := w.Version
+	if b.TimeZone != "" && b.TimeZone != t.Zone() {
+		tz, err := h.Services.Tenants.SetTimeZone(ctx, t.ID, b.TimeZone)
+		if err != nil {
+			return err
+		}
+		t, version = tz.Result, tz.Version
+	}
+	h.applied(c, version)
+	return c.JSON(http.StatusCreated, map[string]any{"id": t.ID, "name": t.Name, "created_at": t.CreatedAt, "time_zone": t.Zone(), "service_key": w.Result.ServiceKey})
+}
+
+// patchTenant changes what an operator may change of a tenant: its time
+// zone.
+func (h *handler) patchTenant(c echo.Context) error { return h.setTimeZone(c, c.Param("id")) }
+
+// tenantSelf answers the calling tenant.
+func (h *handler) tenantSelf(c echo.Context) error {
+	t, err := h.Services.Tenants.Get(c.Request().Context(), tenantID(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t.Tenant)
+}
+
+// tenantPatchSelf changes the calling tenant's time zone.
+func (h *handler) tenantPatchSelf(c echo.Context) error { return h.setTimeZone(c, tenantID(c)) }
+
+func (h *handler) setTimeZone(c echo.Context, id string) error {
+	var b struct {
+		TimeZone *string `json:"time_zone"`
+	}
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	if b.TimeZone == nil {
+		return errs.Errorf(errs.Invalid, "time_zone: required, an IANA time zone name such as \"Europe/Paris\"")
+	}
+	w, err := h.Services.Tenants.SetTimeZone(c.Request().Context(), id, *b.TimeZone)
 	if err != nil {
 		return err
 	}
 	h.applied(c, w.Version)
-	t := w.Result.Tenant
-	return c.JSON(http.StatusCreated, map[string]any{"id": t.ID, "name": t.Name, "created_at": t.CreatedAt, "service_key": w.Result.ServiceKey})
+	return c.JSON(http.StatusOK, w.Result)
 }
 
 func (h *handler) listTenants(c echo.Context) error {

@@ -81,15 +81,16 @@ type keyAnswer struct {
 
 func (h *handler) createKey(c echo.Context) error {
 	var b struct {
-		Name      string                    `json:"name"`
-		Tier      string                    `json:"tier"`
-		ExpiresAt *time.Time                `json:"expires_at"`
-		Overrides map[string]tenants.Limits `json:"overrides"`
+		Name          string                    `json:"name"`
+		Tier          string                    `json:"tier"`
+		ExpiresAt     *time.Time                `json:"expires_at"`
+		Overrides     map[string]tenants.Limits `json:"overrides"`
+		BillingAnchor int                       `json:"billing_anchor"`
 	}
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
+	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides, BillingAnchor: b.BillingAnchor}
 	w, err := h.Services.Keys.Create(c.Request().Context(), req)
 	if err != nil {
 		return err

@@ -242,6 +242,17 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants", auth: testToken, body: `{"name":"x","owner_email":"o@x.test"}`, status: 400, badRequest: true})
 	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants", auth: testToken, body: tenantBody, header: map[string]string{"Content-Type": "text/plain"}, status: 415, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/admin/tenants", auth: testToken, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants", auth: testToken, body: `{"name":"paris","owner_email":"owner@paris.test","owner_password":"a long passphrase","time_zone":"Europe/Paris"}`, status: 201})
+	s.do(t, exchange{method: "POST", path: "/v1/admin/tenants", auth: testToken, body: `{"name":"nowhere","owner_email":"owner@nowhere.test","owner_password":"a long passphrase","time_zone":"Mars/Olympus"}`, status: 400})
+
+	// The tenant's time zone, by the operator and by the tenant.
+	s.do(t, exchange{method: "PATCH", path: "/v1/admin/tenants/" + tenant, auth: testToken, body: `{"time_zone":"America/New_York"}`, status: 200})
+	s.do(t, exchange{method: "PATCH", path: "/v1/admin/tenants/ten_missing", auth: testToken, body: `{"time_zone":"UTC"}`, status: 404})
+	s.do(t, exchange{method: "PATCH", path: "/v1/admin/tenants/" + tenant, auth: testToken, body: `{"time_zone":"Nowhere/Special"}`, status: 400})
+	s.do(t, exchange{method: "PATCH", path: "/v1/tenant", auth: sk, body: `{"time_zone":"UTC"}`, status: 200})
+	s.do(t, exchange{method: "PATCH", path: "/v1/tenant", auth: sk, body: `{}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/tenant", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/tenant", status: 401, badRequest: true})
 
 	// Policies.
 	policy := `{"name":"items","method":"GET","path":"/api/items","query":{"mode":"heavy"},"consistency":"exact",
@@ -267,6 +278,12 @@ func TestOpenAPIExchanges(t *testing.T) {
 	k, _ := s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"mobile","tier":"pro","expires_at":"2099-01-01T00:00:00Z","overrides":{"items":{"algorithm":"token_bucket","limit":50,"period":"60s","burst":10}}}`, status: 201})
 	kid, ck := k["id"].(string), k["key"].(string)
 	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"no tier"}`, status: 400, badRequest: true})
+	// Calendar quotas: a month quota, a key anchored on the 17th.
+	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"monthly","path":"/api/monthly","tiers":{"default":{"algorithm":"fixed_window","limit":10000,"calendar":"month"}}}`, status: 201})
+	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"fortnightly","path":"/api/f","tiers":{"default":{"algorithm":"fixed_window","limit":1,"calendar":"month","period":"14d"}}}`, status: 400})
+	billed, _ := s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"billed","tier":"pro","billing_anchor":17}`, status: 201})
+	s.do(t, exchange{method: "PATCH", path: "/v1/keys/" + billed["id"].(string), auth: sk, body: `{"billing_anchor":31}`, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"bad anchor","tier":"pro","billing_anchor":32}`, status: 400, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/keys", auth: sk, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/keys/" + kid, auth: sk, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/keys/key_missing", auth: sk, status: 404})
@@ -393,7 +410,7 @@ func TestOpenAPIExchanges(t *testing.T) {
 	}
 	before := fmt.Sprint(int64(log["next_before"].(float64)))
 	byKey, _ := s.do(t, exchange{method: "GET", path: "/v1/audit?before=" + before + "&object_type=policy&actor=" + sk[:8] + "…", auth: sk, status: 200})
-	if es, _ := byKey["entries"].([]any); len(es) != 3 || es[0].(map[string]any)["actor"].(map[string]any)["kind"] != "service_key" {
+	if es, _ := byKey["entries"].([]any); len(es) != 4 || es[0].(map[string]any)["actor"].(map[string]any)["kind"] != "service_key" {
 		t.Errorf("policy entries by %s…: %v", sk[:8], byKey)
 	}
 	s.do(t, exchange{method: "GET", path: "/v1/audit?object_type=spaceship", auth: sk, status: 400, badRequest: true})

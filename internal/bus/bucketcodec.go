@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
 )
@@ -129,11 +128,11 @@ func BinaryState(dst, b []byte) ([]byte, error) {
 func DecodeStateInto(b []byte, limits []quota.Limit, states []quota.State) ([]quota.Limit, []quota.State, error) {
 	limits, states = limits[:0], states[:0]
 	err := walkState(b, func(l LimitWire) error {
-		a, err := quota.ParseAlgorithm(l.Algorithm)
+		ql, err := decodeLimit(l)
 		if err != nil {
 			return err
 		}
-		limits = append(limits, quota.Limit{Name: l.Name, Algorithm: a, Limit: l.Limit, Period: time.Duration(l.PeriodNS), Burst: l.Burst})
+		limits = append(limits, ql)
 		return nil
 	}, func(s StateWire) {
 		states = append(states, quota.State{Tokens: s.Tokens, Prev: s.Prev, At: s.At, Log: s.Log})

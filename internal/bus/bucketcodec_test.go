@@ -199,3 +199,41 @@ func TestPackedStateBatch(t *testing.T) {
 		}
 	}
 }
+
+// A calendar limit survives the trip through a persisted state: its unit,
+// anchor and zone come back, equal to the one it was, so a hydrated bucket
+// keeps its count in the same window.
+func TestCalendarLimitRoundTrip(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	month, err := quota.NewCalendar(quota.CalendarMonth, paris, 17)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day, _ := quota.NewCalendar(quota.CalendarDay, time.UTC, 0)
+	limits := []quota.Limit{
+		{Name: "monthly", Algorithm: quota.FixedWindow, Limit: 10000, Period: 30 * 24 * time.Hour, Calendar: month},
+		{Name: "daily", Algorithm: quota.FixedWindow, Limit: 500, Period: 24 * time.Hour, Calendar: day},
+		{Name: "burst", Algorithm: quota.TokenBucket, Limit: 10, Period: time.Second},
+	}
+	states := []StateWire{{Tokens: 3, At: 1}, {Tokens: 1, At: 2}, {Tokens: 9, At: 3}}
+	b := AppendState(nil, EncodeLimits(limits), states)
+	got, _, err := DecodeStateInto(b, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range limits {
+		w, g := limits[i], got[i]
+		if w.Name != g.Name || w.Algorithm != g.Algorithm || w.Limit != g.Limit || w.Period != g.Period || !w.Calendar.Equal(g.Calendar) {
+			t.Errorf("limit %d: %+v (calendar %v), want %+v (calendar %v)", i, g, g.Calendar, w, w.Calendar)
+		}
+	}
+	if _, err := DecodeLimits([]LimitWire{{Algorithm: "fixed_window;fortnight;UTC", Limit: 1}}); err == nil {
+		t.Error("an unknown calendar unit decoded")
+	}
+	if _, err := DecodeLimits([]LimitWire{{Algorithm: "fixed_window;month@1;Mars/Olympus", Limit: 1}}); err == nil {
+		t.Error("an unknown zone decoded")
+	}
+}

@@ -30,6 +30,12 @@ type TenantScoped struct {
 	ID       string `json:"id,omitempty"`
 }
 
+// TenantTimeZone sets a tenant's time zone.
+type TenantTimeZone struct {
+	TenantID string `json:"tenant_id"`
+	TimeZone string `json:"time_zone"`
+}
+
 // PolicyWrite creates (ID empty) or replaces a policy.
 type PolicyWrite struct {
 	TenantID string         `json:"tenant_id"`

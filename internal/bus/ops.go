@@ -59,6 +59,8 @@ var (
 	OpTenantSuspend = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.suspend")
 	OpTenantResume  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.resume")
 	OpTenantDelete  = configOp[TenantScoped, service.Written[tenants.Tenant]]("tenant.delete")
+	// OpTenantTimeZone sets the zone a tenant's calendar quotas reset in.
+	OpTenantTimeZone = configOp[TenantTimeZone, service.Written[tenants.Tenant]]("tenant.time_zone")
 	// OpTenantOpen records the operator opening a tenant's dashboard.
 	OpTenantOpen = configOp[TenantScoped, tenants.TenantSummary]("tenant.open")
 
@@ -126,7 +128,7 @@ var (
 // docs/NATS.md and deploy/nats.conf list a server's permissions.
 var ConfigOps = []AnyOp{
 	OpSnapshot, OpVersion,
-	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete, OpTenantOpen,
+	OpTenantCreate, OpTenantList, OpTenantGet, OpTenantSuspend, OpTenantResume, OpTenantDelete, OpTenantOpen, OpTenantTimeZone,
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,

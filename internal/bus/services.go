@@ -52,6 +52,10 @@ func (t tenantsClient) Delete(ctx context.Context, id string) (service.Written[t
 	return Call(ctx, t.c, OpTenantDelete, TenantScoped{TenantID: id})
 }
 
+func (t tenantsClient) SetTimeZone(ctx context.Context, id, zone string) (service.Written[tenants.Tenant], error) {
+	return Call(ctx, t.c, OpTenantTimeZone, TenantTimeZone{TenantID: id, TimeZone: zone})
+}
+
 func (t tenantsClient) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
 	return Call(ctx, t.c, OpTenantOpen, TenantScoped{TenantID: id})
 }

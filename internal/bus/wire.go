@@ -3,6 +3,9 @@ package bus
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -108,7 +111,7 @@ type CounterBatch struct {
 func EncodeLimits(limits []quota.Limit) []LimitWire {
 	out := make([]LimitWire, len(limits))
 	for i, l := range limits {
-		out[i] = LimitWire{Name: l.Name, Algorithm: l.Algorithm.String(), Limit: l.Limit, PeriodNS: int64(l.Period), Burst: l.Burst}
+		out[i] = LimitWire{Name: l.Name, Algorithm: algorithmWire(&l), Limit: l.Limit, PeriodNS: int64(l.Period), Burst: l.Burst}
 	}
 	return out
 }
@@ -117,13 +120,85 @@ func EncodeLimits(limits []quota.Limit) []LimitWire {
 func DecodeLimits(ws []LimitWire) ([]quota.Limit, error) {
 	out := make([]quota.Limit, len(ws))
 	for i, w := range ws {
-		a, err := quota.ParseAlgorithm(w.Algorithm)
+		l, err := decodeLimit(w)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = quota.Limit{Name: w.Name, Algorithm: a, Limit: w.Limit, Period: time.Duration(w.PeriodNS), Burst: w.Burst}
+		out[i] = l
 	}
 	return out, nil
+}
+
+// A calendar limit travels, and is persisted with its buckets' states, as
+// its algorithm followed by its calendar: "fixed_window;month@17;Europe/Paris".
+// Every other limit's algorithm is its name alone, as before calendars.
+const calendarSep = ";"
+
+// algorithmWire is l's algorithm on the wire, with its calendar.
+func algorithmWire(l *quota.Limit) string {
+	if l.Calendar == nil {
+		return l.Algorithm.String()
+	}
+	c := l.Calendar
+	unit := c.Unit().String()
+	if c.Unit() == quota.CalendarMonth {
+		unit += "@" + strconv.Itoa(c.Anchor())
+	}
+	return l.Algorithm.String() + calendarSep + unit + calendarSep + c.Location().String()
+}
+
+// decodeLimit reads one wire limit.
+func decodeLimit(w LimitWire) (quota.Limit, error) {
+	alg, cal, _ := strings.Cut(w.Algorithm, calendarSep)
+	a, err := quota.ParseAlgorithm(alg)
+	if err != nil {
+		return quota.Limit{}, err
+	}
+	l := quota.Limit{Name: w.Name, Algorithm: a, Limit: w.Limit, Period: time.Duration(w.PeriodNS), Burst: w.Burst}
+	if cal != "" {
+		if l.Calendar, err = decodeCalendar(cal); err != nil {
+			return quota.Limit{}, err
+		}
+	}
+	return l, nil
+}
+
+// calendars shares the calendars decoded from the wire, by their text: a
+// hydration decodes the same few over and over.
+var calendars sync.Map // string -> *quota.Calendar
+
+// decodeCalendar reads "month@17;Europe/Paris".
+func decodeCalendar(s string) (*quota.Calendar, error) {
+	if c, ok := calendars.Load(s); ok {
+		return c.(*quota.Calendar), nil
+	}
+	unitText, zone, ok := strings.Cut(s, calendarSep)
+	if !ok {
+		return nil, fmt.Errorf("limit calendar %q: no time zone", s)
+	}
+	unitName, anchorText, _ := strings.Cut(unitText, "@")
+	unit, err := quota.ParseCalendarUnit(unitName)
+	if err != nil {
+		return nil, fmt.Errorf("limit calendar %q: %w", s, err)
+	}
+	anchor := 0
+	if anchorText != "" {
+		if anchor, err = strconv.Atoi(anchorText); err != nil {
+			return nil, fmt.Errorf("limit calendar %q: anchor: %w", s, err)
+		}
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return nil, fmt.Errorf("limit calendar %q: %w", s, err)
+	}
+	c, err := quota.NewCalendar(unit, loc, anchor)
+	if err != nil {
+		return nil, fmt.Errorf("limit calendar %q: %w", s, err)
+	}
+	if v, loaded := calendars.LoadOrStore(s, c); loaded {
+		return v.(*quota.Calendar), nil
+	}
+	return c, nil
 }
 
 // EncodeStates copies states to their wire form (Log slices are copied, so

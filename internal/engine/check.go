@@ -214,6 +214,11 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 			a.Tier = TierDefault
 		}
 	}
+	if key != nil && key.anchor != 0 && tl != nil && tl.months {
+		// The key's month quotas reset on its billing anchor day; the
+		// owner of a forwarded decision finds the same limits by the key.
+		tl, overrideKey = key.anchored(tl), key.id
+	}
 	if tl == nil || len(tl.limits) == 0 {
 		// The policy lists no limit for this tier: unlimited, or denied
 		// when the policy says so (unlisted_tiers: deny).

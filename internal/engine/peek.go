@@ -97,6 +97,7 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 				cp.Tier = TierDefault
 			}
 		}
+		tl = key.anchored(tl)
 		if tl == nil || len(tl.limits) == 0 {
 			cp.Unlisted, cp.DenyUnlisted, cp.Allowed = true, pv.denyUnlisted, !pv.denyUnlisted
 			st.Policies = append(st.Policies, cp)

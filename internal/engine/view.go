@@ -24,6 +24,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
@@ -44,6 +45,8 @@ type view struct {
 type tenantView struct {
 	id     string
 	tenant tenants.Tenant
+	// loc is the tenant's time zone, where its calendar limits reset.
+	loc *time.Location
 
 	// src is every policy of the tenant with its compiled form, by id.
 	src      map[string]*policyEntry
@@ -91,6 +94,9 @@ type policyView struct {
 type tierLimits struct {
 	limits []quota.Limit
 	names  []string // header names: "<policy>" or "<policy>.<limit>"
+	// months: a limit resets on a calendar month, which a key's billing
+	// anchor moves (keyView.anchored).
+	months bool
 }
 
 type keyView struct {
@@ -98,7 +104,14 @@ type keyView struct {
 	id, tenantID, tier, prefix string
 	expiresAt                  int64 // unix ns; 0 = never
 	revoked                    bool
-	overrides                  map[string]*tierLimits // by policy name
+	overrides                  map[string]*tierLimits     // by policy name
+	src                        *tenants.ConsumerKeyRecord // set only for a key with overrides
+	// anchor is the day the key's month quotas reset on (0 = the 1st);
+	// anchoredTiers keeps the tiers' limits moved to it, by the tier's
+	// compiled limits (a new policy version is a new entry).
+	anchor        int
+	anchoredMu    sync.Mutex
+	anchoredTiers map[*tierLimits]*tierLimits
 }
 
 func emptyView() *view {
@@ -111,7 +124,7 @@ func emptyView() *view {
 
 func newTenantView(t tenants.Tenant) *tenantView {
 	return &tenantView{
-		id: t.ID, tenant: t,
+		id: t.ID, tenant: t, loc: tenantLocation(t),
 		src: map[string]*policyEntry{}, byName: map[string]*policyView{}, byID: map[string]*policyView{}, router: quota.NewRouter(nil),
 		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
 		svcKeys: map[string]string{},
@@ -166,11 +179,12 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		v.users.put(u.ID, u.Version)
 	}
 	for _, p := range s.Policies {
-		e, err := compilePolicy(p)
+		tv := own(p.TenantID)
+		e, err := compilePolicy(p, tv.loc)
 		if err != nil {
 			return nil, err
 		}
-		own(p.TenantID).src[p.ID] = e
+		tv.src[p.ID] = e
 	}
 	for _, b := range s.Blocks {
 		tv := own(b.TenantID)
@@ -179,11 +193,11 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		tv.blocks[ref] = append(tv.blocks[ref], b)
 	}
 	for _, k := range s.ConsumerKeys {
-		kv, err := compileKey(k)
+		tv := own(k.TenantID)
+		kv, err := compileKey(k, tv.loc)
 		if err != nil {
 			return nil, err
 		}
-		tv := own(k.TenantID)
 		tv.keys.byHash.put(kv.hash, kv)
 		tv.keys.byID.put(kv.id, kv)
 	}
@@ -214,7 +228,13 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		if c.Tenant == nil {
 			return nil, fmt.Errorf("change %d: tenant missing", c.Version)
 		}
-		edit(c.Tenant.ID).tenant = *c.Tenant
+		tv := edit(c.Tenant.ID)
+		tv.tenant = *c.Tenant
+		if loc := tenantLocation(*c.Tenant); tv.loc == nil || loc.String() != tv.loc.String() {
+			if err := tv.relocate(loc); err != nil {
+				return nil, err
+			}
+		}
 	case tenants.ChangeServiceKey:
 		if c.ServiceKey == nil {
 			return nil, fmt.Errorf("change %d: service key missing", c.Version)
@@ -236,22 +256,22 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		if c.ConsumerKey == nil {
 			return nil, fmt.Errorf("change %d: consumer key missing", c.Version)
 		}
-		kv, err := compileKey(*c.ConsumerKey)
+		tv := edit(c.ConsumerKey.TenantID)
+		kv, err := compileKey(*c.ConsumerKey, tv.loc)
 		if err != nil {
 			return nil, err
 		}
-		tv := edit(kv.tenantID)
 		tv.keys.byHash = tv.keys.byHash.set(kv.hash, kv)
 		tv.keys.byID = tv.keys.byID.set(kv.id, kv)
 	case tenants.ChangePolicy:
 		if c.Policy == nil {
 			return nil, fmt.Errorf("change %d: policy missing", c.Version)
 		}
-		e, err := compilePolicy(*c.Policy)
+		tv := edit(c.Policy.TenantID)
+		e, err := compilePolicy(*c.Policy, tv.loc)
 		if err != nil {
 			return nil, err
 		}
-		tv := edit(c.Policy.TenantID)
 		tv.src = maps.Clone(tv.src)
 		tv.src[c.Policy.ID] = e
 		tv.index()
@@ -330,7 +350,7 @@ func blockRef(b tenants.Block) identityRef {
 }
 
 // compilePolicy compiles one policy's pattern and limits.
-func compilePolicy(p tenants.Policy) (*policyEntry, error) {
+func compilePolicy(p tenants.Policy, loc *time.Location) (*policyEntry, error) {
 	var pat quota.Pattern
 	if p.Descriptor == nil {
 		var err error
@@ -340,7 +360,7 @@ func compilePolicy(p tenants.Policy) (*policyEntry, error) {
 	}
 	pv := &policyView{id: p.ID, name: p.Name, consistency: p.Consistency, shadow: p.Shadow, tiers: map[string]*tierLimits{}, denyUnlisted: p.UnlistedTiers == tenants.UnlistedDeny}
 	for tier, specs := range p.Tiers {
-		tl, err := compileLimits(p.Name, specs)
+		tl, err := compileLimits(p.Name, specs, loc)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s tier %s: %w", p.ID, tier, err)
 		}
@@ -399,33 +419,35 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-func compileLimits(policy string, specs tenants.Limits) (*tierLimits, error) {
+func compileLimits(policy string, specs tenants.Limits, loc *time.Location) (*tierLimits, error) {
 	tl := &tierLimits{limits: make([]quota.Limit, len(specs)), names: make([]string, len(specs))}
 	for i, s := range specs {
 		alg, err := quota.ParseAlgorithm(s.Algorithm)
 		if err != nil {
 			return nil, err
 		}
+		if s.Calendar != "" {
+			l, err := calendarLimit(s, loc, 0)
+			if err != nil {
+				return nil, err
+			}
+			tl.months = tl.months || l.Calendar.Unit() == quota.CalendarMonth
+			tl.limits[i] = l
+			tl.names[i] = limitName(policy, specs, i)
+			continue
+		}
 		d, err := s.PeriodDuration()
 		if err != nil {
 			return nil, err
 		}
 		tl.limits[i] = quota.Limit{Name: s.Name, Algorithm: alg, Limit: s.Limit, Period: d, Burst: s.Burst}
-		if len(specs) == 1 && s.Name == "" {
-			tl.names[i] = policy
-		} else {
-			name := s.Name
-			if name == "" {
-				name = fmt.Sprint(i)
-			}
-			tl.names[i] = policy + "." + name
-		}
+		tl.names[i] = limitName(policy, specs, i)
 	}
 	return tl, nil
 }
 
-func compileKey(k tenants.ConsumerKeyRecord) (*keyView, error) {
-	kv := &keyView{id: k.ID, tenantID: k.TenantID, tier: k.Tier, prefix: k.Prefix, revoked: k.RevokedAt != nil}
+func compileKey(k tenants.ConsumerKeyRecord, loc *time.Location) (*keyView, error) {
+	kv := &keyView{id: k.ID, tenantID: k.TenantID, tier: k.Tier, prefix: k.Prefix, revoked: k.RevokedAt != nil, anchor: k.BillingAnchor}
 	h, err := hex.DecodeString(k.Hash)
 	if err != nil || len(h) != len(kv.hash) {
 		return nil, fmt.Errorf("key %s: malformed hash", k.ID)
@@ -435,9 +457,10 @@ func compileKey(k tenants.ConsumerKeyRecord) (*keyView, error) {
 		kv.expiresAt = k.ExpiresAt.UnixNano()
 	}
 	if len(k.Overrides) > 0 {
+		kv.src = &k // compiled again when the tenant's time zone changes
 		kv.overrides = make(map[string]*tierLimits, len(k.Overrides))
 		for pol, specs := range k.Overrides {
-			tl, err := compileLimits(pol, specs)
+			tl, err := compileLimits(pol, specs, loc)
 			if err != nil {
 				return nil, fmt.Errorf("key %s override %s: %w", k.ID, pol, err)
 			}
@@ -454,6 +477,40 @@ func (kv *keyView) override(policy string) *tierLimits {
 		return nil
 	}
 	return kv.overrides[policy]
+}
+
+// maxAnchoredTiers bounds the tiers a key keeps moved to its anchor; past
+// it the cache starts again (policy versions come and go).
+const maxAnchoredTiers = 64
+
+// anchored is tl with its month limits reset on the key's billing anchor
+// day: tl itself for a key without an anchor or a tier without a month
+// limit. The result is kept, so that the hot cache sees the same limits
+// slice on every check of the key.
+func (kv *keyView) anchored(tl *tierLimits) *tierLimits {
+	if kv == nil || kv.anchor == 0 || tl == nil || !tl.months {
+		return tl
+	}
+	kv.anchoredMu.Lock()
+	defer kv.anchoredMu.Unlock()
+	if a := kv.anchoredTiers[tl]; a != nil {
+		return a
+	}
+	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true}
+	for i := range a.limits {
+		c := a.limits[i].Calendar
+		if c == nil || c.Unit() != quota.CalendarMonth {
+			continue
+		}
+		if nc, err := quota.NewCalendar(quota.CalendarMonth, c.Location(), kv.anchor); err == nil {
+			a.limits[i].Calendar = nc
+		}
+	}
+	if kv.anchoredTiers == nil || len(kv.anchoredTiers) >= maxAnchoredTiers {
+		kv.anchoredTiers = map[*tierLimits]*tierLimits{}
+	}
+	kv.anchoredTiers[tl] = a
+	return a
 }
 
 // activeBlock returns the block on an identity at now, if any.
@@ -487,7 +544,8 @@ func hashKeyHex(k string) (h [64]byte) {
 
 // limitsFor resolves the limits a forwarded or replicated decision names:
 // the key's override for the policy if keyID is set and has one, else the
-// tier's. It returns nil when this server's config has none.
+// tier's, moved to the key's billing anchor when it has one. It returns
+// nil when this server's config has none.
 func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	tv := v.tenant(tenantID)
 	if tv == nil {
@@ -497,17 +555,20 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	if pv == nil {
 		return tv.overrideLimitsFor(policyID, tier)
 	}
+	var kv *keyView
 	if keyID != "" {
-		if kv, _ := tv.keys.byID.get(keyID); kv != nil && kv.tenantID == tenantID {
-			if o := kv.overrides[pv.name]; o != nil {
-				return o.limits
-			}
+		if k, _ := tv.keys.byID.get(keyID); k != nil && k.tenantID == tenantID {
+			kv = k
 		}
 	}
-	if tl := pv.tiers[tier]; tl != nil {
-		return tl.limits
+	tl := kv.override(pv.name)
+	if tl == nil {
+		tl = pv.tiers[tier]
 	}
-	return nil
+	if tl == nil {
+		return nil
+	}
+	return kv.anchored(tl).limits
 }
 
 // overrideLimitsFor resolves a forwarded descriptor decision made under
@@ -525,4 +586,87 @@ func (tv *tenantView) overrideLimitsFor(policyID, tier string) []quota.Limit {
 	}
 	ls, _ := dom.overrideLimits(o)
 	return ls
+}
+
+// tenantLocation is the tenant's time zone; UTC when its name does not
+// load (validation keeps that from happening).
+func tenantLocation(t tenants.Tenant) *time.Location {
+	loc, err := time.LoadLocation(t.Zone())
+	if err != nil {
+		return time.UTC
+	}
+	return loc
+}
+
+// relocate moves the tenant to another time zone, in tv, a copy no reader
+// has seen: its policies and its keys' overrides are compiled again so
+// that their calendar limits reset in the new zone. A bucket's current
+// period ends as it began; the next starts by the new zone.
+func (tv *tenantView) relocate(loc *time.Location) error {
+	tv.loc = loc
+	src := make(map[string]*policyEntry, len(tv.src))
+	for id, e := range tv.src {
+		ne, err := compilePolicy(e.p, loc)
+		if err != nil {
+			return err
+		}
+		src[id] = ne
+	}
+	tv.src = src
+	var moved []*keyView
+	var err error
+	tv.keys.byID.all(func(_ string, kv *keyView) bool {
+		if kv.src == nil {
+			return true
+		}
+		var nk *keyView
+		if nk, err = compileKey(*kv.src, loc); err != nil {
+			return false
+		}
+		moved = append(moved, nk)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, nk := range moved {
+		tv.keys.byHash = tv.keys.byHash.set(nk.hash, nk)
+		tv.keys.byID = tv.keys.byID.set(nk.id, nk)
+	}
+	tv.index()
+	return nil
+}
+
+// calendarLimit compiles a calendar limit in loc (a month anchored on day
+// anchor when it is not 0). Its Period is the calendar's nominal length,
+// for the RateLimit-Policy header's window.
+func calendarLimit(s tenants.LimitSpec, loc *time.Location, anchor int) (quota.Limit, error) {
+	unit, err := quota.ParseCalendarUnit(s.Calendar)
+	if err != nil {
+		return quota.Limit{}, err
+	}
+	cal, err := quota.NewCalendar(unit, loc, anchor)
+	if err != nil {
+		return quota.Limit{}, err
+	}
+	return quota.Limit{Name: s.Name, Algorithm: quota.FixedWindow, Limit: s.Limit, Period: calendarNominal[unit], Calendar: cal}, nil
+}
+
+// calendarNominal is each calendar unit's usual length.
+var calendarNominal = map[quota.CalendarUnit]time.Duration{
+	quota.CalendarDay: 24 * time.Hour, quota.CalendarWeek: 7 * 24 * time.Hour,
+	quota.CalendarMonth: 30 * 24 * time.Hour, quota.CalendarYear: 365 * 24 * time.Hour,
+}
+
+// limitName is the header name of the i-th limit of specs: "<policy>" for
+// a tier's single unnamed limit, else "<policy>.<name or index>".
+func limitName(policy string, specs tenants.Limits, i int) string {
+	if len(specs) == 1 && specs[i].Name == "" {
+		return policy
+	}
+	name := specs[i].Name
+	if name == "" {
+		name = fmt.Sprint(i)
+	}
+	return policy + "." + name
 }

@@ -341,7 +341,7 @@ func (d *decoder) policies(n *yaml.Node) {
 	})
 }
 
-var limitKeys = []string{"name", "algorithm", "limit", "period", "burst"}
+var limitKeys = []string{"name", "algorithm", "limit", "period", "burst", "calendar"}
 
 // limits reads a tier's (or an override's) limits: one mapping, or a list
 // of mappings.
@@ -383,6 +383,8 @@ func (d *decoder) limit(n *yaml.Node, field string) tenants.LimitSpec {
 				return
 			}
 			l.Period = v.Value
+		case "calendar":
+			l.Calendar, _ = d.str(v, f)
 		case "limit":
 			l.Limit, _ = d.integer(v, f)
 		case "burst":

@@ -153,7 +153,11 @@ func limitNode(l tenants.LimitSpec) *yaml.Node {
 	}
 	add(n, "algorithm", strNode(l.Algorithm))
 	add(n, "limit", intNode(l.Limit))
-	add(n, "period", strNode(l.Period))
+	if l.Calendar != "" {
+		add(n, "calendar", strNode(l.Calendar))
+	} else {
+		add(n, "period", strNode(l.Period))
+	}
 	if l.Burst != 0 {
 		add(n, "burst", intNode(l.Burst))
 	}

@@ -34,7 +34,7 @@ func TestMarshalRoundTrip(t *testing.T) {
   - id: ckey_a
     name: "mobile: app"
     overrides:
-      search: [{name: burst, algorithm: token_bucket, limit: 5, period: 1s}, {name: day, algorithm: fixed_window, limit: 50, period: 1d}]
+      search: [{name: burst, algorithm: token_bucket, limit: 5, period: 1s}, {name: day, algorithm: fixed_window, limit: 50, period: 1d}, {name: month, algorithm: fixed_window, limit: 1000, calendar: month}]
 blocks:
   - {identity: {kind: ip, id: "2001:DB8::1"}, reason: scraping, expires_at: 2027-01-01T00:00:00Z}
   - {identity: {kind: key, id: ckey_b}}
@@ -119,7 +119,7 @@ policies:
 limits: []
 `, []string{
 			"limits.yaml:4: policies[0].name: given twice (also on line 3)",
-			"limits.yaml:7: policies[0].tiers.pro.window: unknown field (known: name, algorithm, limit, period, burst)",
+			"limits.yaml:7: policies[0].tiers.pro.window: unknown field (known: name, algorithm, limit, period, burst, calendar)",
 			"limits.yaml:8: limits: unknown field (known: version, policies, keys, blocks)",
 		}},
 		{"blocks", `version: 1

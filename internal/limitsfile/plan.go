@@ -338,6 +338,9 @@ func limitFields(prefix string, l tenants.LimitSpec) []field {
 	if l.Burst != 0 {
 		out = append(out, plain(prefix+".burst", strconv.FormatInt(l.Burst, 10)))
 	}
+	if l.Calendar != "" {
+		out = append(out, plain(prefix+".calendar", l.Calendar))
+	}
 	return out
 }
 

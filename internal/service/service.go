@@ -53,6 +53,8 @@ type Tenants interface {
 	Suspend(ctx context.Context, id string) (Written[tenants.Tenant], error)
 	Resume(ctx context.Context, id string) (Written[tenants.Tenant], error)
 	Delete(ctx context.Context, id string) (Written[tenants.Tenant], error)
+	// SetTimeZone sets the IANA zone the tenant's calendar quotas reset in.
+	SetTimeZone(ctx context.Context, id, zone string) (Written[tenants.Tenant], error)
 	// Open records in the tenant's audit log that the operator opened its
 	// dashboard, and answers the tenant.
 	Open(ctx context.Context, id string) (tenants.TenantSummary, error)

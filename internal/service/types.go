@@ -24,6 +24,8 @@ type KeyCreate struct {
 	Tier      string                    `json:"tier"`
 	ExpiresAt *time.Time                `json:"expires_at,omitempty"`
 	Overrides map[string]tenants.Limits `json:"overrides,omitempty"`
+	// BillingAnchor is the day the key's month quotas reset on (0 = the 1st).
+	BillingAnchor int `json:"billing_anchor,omitempty"`
 }
 
 // KeyCreated is a new consumer key and its secret, shown once.

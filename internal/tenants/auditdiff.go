@@ -87,6 +87,9 @@ func limitsFields(prefix string, ls Limits) []field {
 		if l.Burst != 0 {
 			fs = append(fs, field{p + pathSep + "burst", strconv.FormatInt(l.Burst, 10)})
 		}
+		if l.Calendar != "" {
+			fs = append(fs, field{p + pathSep + "calendar", l.Calendar})
+		}
 	}
 	return fs
 }
@@ -104,6 +107,9 @@ func consumerKeyFields(k ConsumerKey) []field {
 		{"name", k.Name},
 		{"tier", k.Tier},
 		{"expires", optTimeText(k.ExpiresAt, "never")},
+	}
+	if k.BillingAnchor != 0 {
+		fs = append(fs, field{"billing anchor", strconv.Itoa(k.BillingAnchor)})
 	}
 	for _, name := range sortedKeys(k.Overrides) {
 		fs = append(fs, limitsFields("overrides"+pathSep+name, k.Overrides[name])...)

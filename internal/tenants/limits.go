@@ -23,6 +23,10 @@ type LimitSpec struct {
 	Period string `json:"period"`
 	// Burst is the token bucket's capacity; 0 means Limit.
 	Burst int64 `json:"burst,omitempty"`
+	// Calendar, instead of Period, makes a fixed window that resets at the
+	// start of each day, week (Monday), month or year in the tenant's
+	// time zone, or, for a month, on the key's billing anchor day.
+	Calendar string `json:"calendar,omitempty"`
 }
 
 // PeriodDuration parses Period.

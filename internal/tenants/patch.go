@@ -23,11 +23,13 @@ type KeyPatch struct {
 	// Overrides replaces the key's overrides; a pointer to an empty or nil
 	// map removes them all.
 	Overrides *map[string]Limits
+	// BillingAnchor sets the day its month quotas reset on (0 = the 1st).
+	BillingAnchor *int
 }
 
 // Empty reports whether the patch changes nothing.
 func (p KeyPatch) Empty() bool {
-	return p.Name == nil && p.Tier == nil && p.ExpiresAt == nil && !p.ClearExpiry && p.Overrides == nil
+	return p.Name == nil && p.Tier == nil && p.ExpiresAt == nil && !p.ClearExpiry && p.Overrides == nil && p.BillingAnchor == nil
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -46,6 +48,9 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 	}
 	if p.Overrides != nil {
 		m["overrides"] = *p.Overrides
+	}
+	if p.BillingAnchor != nil {
+		m["billing_anchor"] = *p.BillingAnchor
 	}
 	return json.Marshal(m)
 }
@@ -90,6 +95,12 @@ func (p *KeyPatch) UnmarshalJSON(b []byte) error {
 				return invalid(k, "must be an object of policy names to limits")
 			}
 			p.Overrides = &m
+		case "billing_anchor":
+			var d int
+			if null || json.Unmarshal(v, &d) != nil {
+				return invalid(k, "must be a day of the month from 1 to 31, or 0 for none")
+			}
+			p.BillingAnchor = &d
 		default:
 			return errs.Errorf(errs.Invalid, "unknown field %q", k)
 		}

@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at`
+const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at, billing_anchor`
 
 func scanConsumerKey(sc scanner) (ConsumerKey, error) {
 	var k ConsumerKey
 	var overrides string
 	var expires, revoked sql.NullInt64
 	var created, updated int64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Tier, &k.Prefix, &k.Hash, &overrides, &expires, &revoked, &created, &updated); err != nil {
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Tier, &k.Prefix, &k.Hash, &overrides, &expires, &revoked, &created, &updated, &k.BillingAnchor); err != nil {
 		return ConsumerKey{}, err
 	}
 	if err := json.Unmarshal([]byte(overrides), &k.Overrides); err != nil {
@@ -94,8 +94,8 @@ func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier stri
 		if err := checkOverridePolicies(ctx, tx, tenantID, k.Overrides); err != nil {
 			return nil, err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_keys (`+consumerKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			k.ID, k.TenantID, k.Name, k.Tier, k.Prefix, k.Hash, ov, optMS(k.ExpiresAt), optMS(k.RevokedAt), toMS(k.CreatedAt), toMS(k.UpdatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_keys (`+consumerKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			k.ID, k.TenantID, k.Name, k.Tier, k.Prefix, k.Hash, ov, optMS(k.ExpiresAt), optMS(k.RevokedAt), toMS(k.CreatedAt), toMS(k.UpdatedAt), k.BillingAnchor)
 		if err != nil {
 			return nil, fmt.Errorf("create consumer key: %w", err)
 		}
@@ -158,6 +158,9 @@ func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patc
 		} else if patch.ExpiresAt != nil {
 			k.ExpiresAt = normOptTime(patch.ExpiresAt)
 		}
+		if patch.BillingAnchor != nil {
+			k.BillingAnchor = *patch.BillingAnchor
+		}
 		if patch.Overrides != nil {
 			k.Overrides = *patch.Overrides
 			if len(k.Overrides) == 0 {
@@ -173,9 +176,9 @@ func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patc
 			return nil, err
 		}
 		_, err = tx.ExecContext(ctx, `
-			UPDATE consumer_keys SET name = ?, tier = ?, overrides = ?, expires_at = ?, updated_at = ?
+			UPDATE consumer_keys SET name = ?, tier = ?, overrides = ?, expires_at = ?, billing_anchor = ?, updated_at = ?
 			WHERE id = ? AND tenant_id = ?`,
-			k.Name, k.Tier, ov, optMS(k.ExpiresAt), toMS(now), id, tenantID)
+			k.Name, k.Tier, ov, optMS(k.ExpiresAt), k.BillingAnchor, toMS(now), id, tenantID)
 		if err != nil {
 			return nil, fmt.Errorf("update consumer key: %w", err)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	tenantColumns     = `id, name, created_at, suspended_at, demo`
+	tenantColumns     = `id, name, created_at, suspended_at, demo, time_zone`
 	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
 	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
 )
@@ -20,7 +20,7 @@ func scanTenant(sc scanner) (Tenant, error) {
 	var t Tenant
 	var created int64
 	var suspended sql.NullInt64
-	if err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo); err != nil {
+	if err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo, &t.TimeZone); err != nil {
 		return Tenant{}, err
 	}
 	t.CreatedAt = fromMS(created)
@@ -131,7 +131,7 @@ func (s *Store) CommitTenant(ctx context.Context, nt NewTenant, now time.Time) (
 	if err != nil {
 		return Tenant{}, "", nil, err
 	}
-	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now, Demo: nt.Demo}
+	t := Tenant{ID: NewID(IDTenant), Name: name, CreatedAt: now, Demo: nt.Demo, TimeZone: "UTC"}
 	owner := nt.owner
 	owner.ID, owner.TenantID, owner.CreatedAt = NewID(IDUser), t.ID, now
 	key := ServiceKey{ID: NewID(IDServiceKey), TenantID: t.ID, Prefix: prefix, Hash: keyHash, CreatedAt: now}
@@ -177,7 +177,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
 }
 
 const tenantSummarySelect = `
-		SELECT t.id, t.name, t.created_at, t.suspended_at, t.demo,
+		SELECT t.id, t.name, t.created_at, t.suspended_at, t.demo, t.time_zone,
 			(SELECT COUNT(*) FROM policies p WHERE p.tenant_id = t.id),
 			(SELECT COUNT(*) FROM consumer_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
 			(SELECT COUNT(*) FROM service_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL),
@@ -188,7 +188,7 @@ func scanTenantSummary(sc scanner) (TenantSummary, error) {
 	var t TenantSummary
 	var created int64
 	var suspended sql.NullInt64
-	err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
+	err := sc.Scan(&t.ID, &t.Name, &created, &suspended, &t.Demo, &t.TimeZone, &t.Policies, &t.ConsumerKeys, &t.ServiceKeys, &t.Users)
 	t.CreatedAt = fromMS(created)
 	t.SuspendedAt = fromOptMS(suspended)
 	return t, err

@@ -63,6 +63,17 @@ type Tenant struct {
 	// Demo marks the tenant `cmd/server --demo` made, with generated
 	// policies, keys and traffic; a later --demo replaces it.
 	Demo bool `json:"demo,omitempty"`
+	// TimeZone is the IANA name of the zone the tenant's calendar quotas
+	// reset in ("UTC" unless set).
+	TimeZone string `json:"time_zone"`
+}
+
+// Zone is the tenant's time zone name, "UTC" when it has none.
+func (t Tenant) Zone() string {
+	if t.TimeZone == "" {
+		return "UTC"
+	}
+	return t.TimeZone
 }
 
 // Suspended reports whether the operator suspended the tenant.
@@ -148,10 +159,13 @@ type ConsumerKey struct {
 	Prefix    string            `json:"prefix"`
 	Hash      string            `json:"-"`
 	Overrides map[string]Limits `json:"overrides,omitempty"`
-	ExpiresAt *time.Time        `json:"expires_at"`
-	RevokedAt *time.Time        `json:"revoked_at"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	// BillingAnchor is the day of the month (1-31) its month quotas reset
+	// on, clamped to each month's last day; 0 = the 1st.
+	BillingAnchor int        `json:"billing_anchor,omitempty"`
+	ExpiresAt     *time.Time `json:"expires_at"`
+	RevokedAt     *time.Time `json:"revoked_at"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
 }
 
 // Active reports whether the key may be used at now: not revoked and not

@@ -146,9 +146,20 @@ func (l LimitSpec) problems(prefix string) []error {
 	case l.Limit > MaxLimit:
 		out = append(out, invalid(prefix+"limit", "must be at most %d", int64(MaxLimit)))
 	}
-	if l.Period == "" {
-		out = append(out, invalid(prefix+"period", "required"))
-	} else {
+	switch {
+	case l.Calendar != "":
+		if !slices.Contains(calendars, l.Calendar) {
+			out = append(out, invalid(prefix+"calendar", "must be one of %s", strings.Join(calendars, ", ")))
+		}
+		if l.Algorithm != "" && l.Algorithm != FixedWindow {
+			out = append(out, invalid(prefix+"algorithm", "must be fixed_window for a calendar limit: a counter that resets at the start of each %s", l.Calendar))
+		}
+		if l.Period != "" {
+			out = append(out, invalid(prefix+"period", "must be empty with calendar: the calendar says when the count resets"))
+		}
+	case l.Period == "":
+		out = append(out, invalid(prefix+"period", "required (or calendar: day, week, month or year)"))
+	default:
 		d, err := l.PeriodDuration()
 		switch {
 		case err != nil:
@@ -440,6 +451,11 @@ func (p KeyPatch) Validate(now time.Time) error {
 	}
 	if err := validateFuture("expires_at", p.ExpiresAt, now); err != nil {
 		return err
+	}
+	if p.BillingAnchor != nil {
+		if err := ValidateBillingAnchor("billing_anchor", *p.BillingAnchor); err != nil {
+			return err
+		}
 	}
 	if p.Overrides != nil {
 		return ValidateOverrides(*p.Overrides)

@@ -72,7 +72,19 @@ func TestPolicyValidate(t *testing.T) {
 		{"sliding log at 1000", func(p *tenants.Policy) {
 			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.SlidingLog, Limit: 1000, Period: "1m"}}
 		}, ""},
-		{"no period", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "" }, "tiers.anonymous.period: required"},
+		{"no period", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "" }, "tiers.anonymous.period: required (or calendar: day, week, month or year)"},
+		{"calendar month", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.FixedWindow, Limit: 10000, Calendar: "month"}}
+		}, ""},
+		{"calendar and period", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.FixedWindow, Limit: 10000, Calendar: "week", Period: "7d"}}
+		}, "tiers.anonymous.period: must be empty with calendar: the calendar says when the count resets"},
+		{"calendar on a token bucket", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.TokenBucket, Limit: 10, Calendar: "day"}}
+		}, "tiers.anonymous.algorithm: must be fixed_window for a calendar limit: a counter that resets at the start of each day"},
+		{"unknown calendar", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.FixedWindow, Limit: 10, Calendar: "fortnight"}}
+		}, "tiers.anonymous.calendar: must be one of day, week, month, year"},
 		{"sub-ms period", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "500us" }, "tiers.anonymous.period: must be at least 1ms"},
 		{"zero period", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "0s" }, "tiers.anonymous.period: must be at least 1ms"},
 		{"period over a year", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "367d" }, "tiers.anonymous.period: must be at most 366d"},

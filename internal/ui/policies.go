@@ -81,6 +81,9 @@ func describeLimits(ls tenants.Limits) string {
 	parts := make([]string, 0, len(ls))
 	for _, l := range ls {
 		s := fmt.Sprintf("%s per %s", views.FormatCount(l.Limit), l.Period)
+		if l.Calendar != "" {
+			s = fmt.Sprintf("%s per calendar %s", views.FormatCount(l.Limit), l.Calendar)
+		}
 		if l.Burst > 0 {
 			s += fmt.Sprintf(" (burst %s)", views.FormatCount(l.Burst))
 		}

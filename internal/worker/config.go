@@ -87,6 +87,9 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpTenantDelete.Name: serve(w, bus.OpTenantDelete, func(ctx context.Context, r bus.TenantScoped) (service.Written[tenants.Tenant], error) {
 			return svc.Tenants.Delete(ctx, r.TenantID)
 		}),
+		bus.OpTenantTimeZone.Name: serve(w, bus.OpTenantTimeZone, func(ctx context.Context, r bus.TenantTimeZone) (service.Written[tenants.Tenant], error) {
+			return svc.Tenants.SetTimeZone(ctx, r.TenantID, r.TimeZone)
+		}),
 
 		bus.OpPolicyCreate.Name: serve(w, bus.OpPolicyCreate, func(ctx context.Context, r bus.PolicyWrite) (service.Written[tenants.Policy], error) {
 			return svc.Policies.Create(ctx, r.TenantID, r.Policy)

@@ -262,6 +262,21 @@ func (s memTenants) setSuspended(id string, suspended bool) (service.Written[ten
 	return written(m, *t), nil
 }
 
+func (s memTenants) SetTimeZone(_ context.Context, id, zone string) (service.Written[tenants.Tenant], error) {
+	if err := tenants.ValidateTimeZone("time_zone", zone); err != nil {
+		return service.Written[tenants.Tenant]{}, err
+	}
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, err := m.tenant(id)
+	if err != nil {
+		return service.Written[tenants.Tenant]{}, err
+	}
+	t.TimeZone = zone
+	return written(m, *t), nil
+}
+
 func (s memTenants) Delete(_ context.Context, id string) (service.Written[tenants.Tenant], error) {
 	m := s.m
 	m.mu.Lock()
@@ -343,7 +358,7 @@ func (s memKeys) Create(_ context.Context, k service.KeyCreate) (service.Written
 	}
 	now := m.now()
 	key := tenants.ConsumerKey{ID: m.id("key"), TenantID: k.TenantID, Name: k.Name, Tier: k.Tier, Prefix: "ck_test",
-		Overrides: k.Overrides, ExpiresAt: k.ExpiresAt, CreatedAt: now, UpdatedAt: now}
+		Overrides: k.Overrides, ExpiresAt: k.ExpiresAt, BillingAnchor: k.BillingAnchor, CreatedAt: now, UpdatedAt: now}
 	m.keys[key.ID] = key
 	return written(m, service.KeyCreated{Key: key, Secret: "ck_test_" + key.ID}), nil
 }
@@ -415,6 +430,9 @@ func (s memKeys) Update(_ context.Context, tenantID, id string, p tenants.KeyPat
 		}
 		if p.ClearExpiry {
 			k.ExpiresAt = nil
+		}
+		if p.BillingAnchor != nil {
+			k.BillingAnchor = *p.BillingAnchor
 		}
 		if p.Overrides != nil {
 			k.Overrides = *p.Overrides

@@ -140,6 +140,12 @@ func (t tenantSvc) Suspend(ctx context.Context, id string) (service.Written[tena
 	})
 }
 
+func (t tenantSvc) SetTimeZone(ctx context.Context, id, zone string) (service.Written[tenants.Tenant], error) {
+	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
+		return t.s.store.SetTenantTimeZone(ctx, id, zone, t.s.now())
+	})
+}
+
 func (t tenantSvc) Resume(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
 		return t.s.store.ResumeTenant(ctx, id)
@@ -207,9 +213,18 @@ func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Wri
 type keySvc struct{ s *Service }
 
 func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Written[service.KeyCreated], error) {
+	if err := tenants.ValidateBillingAnchor("billing_anchor", r.BillingAnchor); err != nil {
+		return service.Written[service.KeyCreated]{}, err
+	}
 	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
 		key, secret, cs, err := k.s.store.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
-		return service.KeyCreated{Key: key, Secret: secret}, cs, err
+		if err != nil || r.BillingAnchor == 0 {
+			return service.KeyCreated{Key: key, Secret: secret}, cs, err
+		}
+		// The anchor is set right after, in the same write to the servers:
+		// both changes are announced together.
+		key, more, err := k.s.store.UpdateConsumerKey(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
+		return service.KeyCreated{Key: key, Secret: secret}, append(cs, more...), err
 	})
 }
 
