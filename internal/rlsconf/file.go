@@ -205,6 +205,10 @@ type Spec struct {
 	Name            string
 	RequestsPerUnit uint32
 	Unit            Unit
+	// Calendar, instead of Unit, is "day", "week", "month" or "year": a
+	// fixed-window count that resets at the start of each in the tenant's
+	// time zone, and survives restarts (Sluice's calendar quotas).
+	Calendar string
 	// Algorithm is "" for fixed_window.
 	Algorithm Algorithm
 	Burst     uint32

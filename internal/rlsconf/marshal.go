@@ -140,7 +140,11 @@ func extrasNode(e *Extras) *yaml.Node {
 				add(l, "name", strNode(s.Name))
 			}
 			add(l, "requests_per_unit", uintNode(s.RequestsPerUnit))
-			add(l, "unit", strNode(s.Unit.lower()))
+			if s.Calendar != "" {
+				add(l, "calendar", strNode(s.Calendar))
+			} else {
+				add(l, "unit", strNode(s.Unit.lower()))
+			}
 			if s.Algorithm != "" {
 				add(l, "algorithm", strNode(string(s.Algorithm)))
 			}

@@ -693,7 +693,7 @@ func (s scalar) printed() (key, id string) {
 
 var (
 	extrasKeys = []string{"algorithm", "burst", "limits", "consistency"}
-	specKeys   = []string{"name", "requests_per_unit", "unit", "algorithm", "burst"}
+	specKeys   = []string{"name", "requests_per_unit", "unit", "calendar", "algorithm", "burst"}
 )
 
 // strict walks a mapping of Sluice's own fields: keys given once, each one
@@ -759,6 +759,8 @@ func (p *parser) decodeExtras(v *yaml.Node, at *path) *Extras {
 						if s.Unit, ok = ParseUnit(unit); !ok && unit != "" {
 							p.addAt(follow(v).Line, f, "invalid unit '%s' (one of %s)", clip(unit, 64), unitList)
 						}
+					case "calendar":
+						s.Calendar = p.word(v, f)
 					case "algorithm":
 						s.Algorithm = Algorithm(p.word(v, f))
 					case "burst":

@@ -243,8 +243,19 @@ func (v *validator) spec(d *Descriptor, df string, s Spec, algField, rpuField, b
 	if !s.Algorithm.valid() {
 		v.report(d, df, algField, "must be one of fixed_window, sliding_window, token_bucket, sliding_log, not %q", clip(string(s.Algorithm), 64))
 	}
-	if unitField != "" && !s.Unit.Valid() {
-		v.report(d, df, unitField, "required: one of %s", unitList)
+	switch {
+	case s.Calendar != "":
+		if !slices.Contains([]string{"day", "week", "month", "year"}, s.Calendar) {
+			v.report(d, df, calendarField(unitField), "must be one of day, week, month, year, not %q", clip(s.Calendar, 64))
+		}
+		if s.Unit.Valid() {
+			v.report(d, df, unitField, "must be empty with calendar: the calendar says when the count resets")
+		}
+		if s.Algorithm != "" && s.Algorithm != FixedWindow {
+			v.report(d, df, algField, "must be fixed_window with calendar")
+		}
+	case unitField != "" && !s.Unit.Valid():
+		v.report(d, df, unitField, "required: one of %s (or calendar: day, week, month or year)", unitList)
 	}
 	if s.RequestsPerUnit == 0 && (unitField != "" || (s.Algorithm != "" && s.Algorithm != FixedWindow)) {
 		v.report(d, df, rpuField, "must be at least 1")
@@ -271,4 +282,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// calendarField is the calendar's field beside a limit's unit field.
+func calendarField(unitField string) string {
+	if i := strings.LastIndex(unitField, "."); i >= 0 {
+		return unitField[:i+1] + "calendar"
+	}
+	return "calendar"
 }

@@ -101,6 +101,9 @@ func limitSpec(s rlsconf.Spec, several bool, i int) tenants.LimitSpec {
 	if several && name == "" {
 		name = "limit" + strconv.Itoa(i)
 	}
+	if s.Calendar != "" {
+		return tenants.LimitSpec{Name: name, Algorithm: alg, Limit: int64(s.RequestsPerUnit), Calendar: s.Calendar}
+	}
 	return tenants.LimitSpec{Name: name, Algorithm: alg, Limit: int64(s.RequestsPerUnit), Period: strconv.FormatInt(s.Unit.Seconds(), 10) + "s", Burst: int64(s.Burst)}
 }
 
@@ -198,7 +201,9 @@ func fill(d *rlsconf.Descriptor, p *tenants.Policy) error {
 		if a := rlsconf.Algorithm(l.Algorithm); a != rlsconf.FixedWindow {
 			s.Algorithm = a
 		}
-		if secs, err := l.PeriodDuration(); err == nil {
+		if l.Calendar != "" {
+			s.Calendar = l.Calendar
+		} else if secs, err := l.PeriodDuration(); err == nil {
 			s.Unit = unitOfSeconds(int64(secs.Seconds()))
 		}
 		x.Limits = append(x.Limits, s)

@@ -51,6 +51,7 @@ descriptors:
     sluice:
       limits:
         - {name: hourly, unit: hour, requests_per_unit: 10}
+        - {name: monthly, calendar: month, requests_per_unit: 100000}
 `
 
 func roundTrip(t *testing.T, text string, marshal func(*rlsconf.File) ([]byte, error)) {
@@ -127,7 +128,8 @@ func TestPolicyLimits(t *testing.T) {
 		"edge.path.user":      {{Algorithm: "fixed_window", Limit: 1000, Period: "2592000s"}},
 		"edge.api_key": {{Name: "limit0", Algorithm: "token_bucket", Limit: 600, Period: "60s", Burst: 900},
 			{Name: "daily", Algorithm: "sliding_window", Limit: 50000, Period: "86400s"}},
-		"edge.tenant": {{Name: "hourly", Algorithm: "fixed_window", Limit: 10, Period: "3600s"}},
+		"edge.tenant": {{Name: "hourly", Algorithm: "fixed_window", Limit: 10, Period: "3600s"},
+			{Name: "monthly", Algorithm: "fixed_window", Limit: 100000, Calendar: "month"}},
 	}
 	for name, ls := range want {
 		if got := by[name].Tiers[tenants.TierDefault]; !reflect.DeepEqual(got, ls) {
