@@ -115,43 +115,35 @@ func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
 	sorted := slices.Clone(ps)
 	slices.SortStableFunc(sorted, func(a, b tenants.Policy) int { return len(a.Descriptor.Path) - len(b.Descriptor.Path) })
 	f := &rlsconf.File{Domain: domain}
-	// children finds or makes the node at a path, answering the list its
-	// children go in.
-	type level = *[]*rlsconf.Descriptor
-	find := func(path []tenants.DescriptorEntry) level {
-		list := &f.Descriptors
-		for _, e := range path {
-			var next *rlsconf.Descriptor
-			for _, d := range *list {
-				if d.Key == e.Key && d.Value == e.Value {
-					next = d
-					break
-				}
-			}
-			if next == nil {
-				next = &rlsconf.Descriptor{Key: e.Key, Value: e.Value}
-				*list = append(*list, next)
-			}
-			list = &next.Descriptors
+	// Nodes are found by their parent and their own key and value, so a
+	// domain of n nodes is built in O(n) map lookups, whatever its shape.
+	type nodeKey struct {
+		parent     *rlsconf.Descriptor // nil at the top
+		key, value string
+	}
+	nodes := map[nodeKey]*rlsconf.Descriptor{}
+	child := func(parent *rlsconf.Descriptor, e tenants.DescriptorEntry) *rlsconf.Descriptor {
+		k := nodeKey{parent, e.Key, e.Value}
+		if d := nodes[k]; d != nil {
+			return d
 		}
-		return list
+		d := &rlsconf.Descriptor{Key: e.Key, Value: e.Value}
+		nodes[k] = d
+		if parent == nil {
+			f.Descriptors = append(f.Descriptors, d)
+		} else {
+			parent.Descriptors = append(parent.Descriptors, d)
+		}
+		return d
 	}
 	for _, p := range sorted {
 		r := p.Descriptor
 		if r == nil || r.Domain != domain || len(r.Path) == 0 {
 			continue
 		}
-		parent := find(r.Path[:len(r.Path)-1])
-		last := r.Path[len(r.Path)-1]
 		var d *rlsconf.Descriptor
-		for _, c := range *parent {
-			if c.Key == last.Key && c.Value == last.Value {
-				d = c
-			}
-		}
-		if d == nil {
-			d = &rlsconf.Descriptor{Key: last.Key, Value: last.Value}
-			*parent = append(*parent, d)
+		for _, e := range r.Path {
+			d = child(d, e)
 		}
 		if err := fill(d, &p); err != nil {
 			return nil, err
