@@ -85,6 +85,29 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 100
+  # a wildcard in the middle of a value
+  - key: route
+    value: "/v1/*/items"
+    value_to_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: quota
+    quota_mode: true
+    rate_limit:
+      unit: day
+      requests_per_unit: 1
+  # Sluice's own fields: a token bucket with a burst, and a month quota
+  # beside it in the tenant's time zone
+  - key: api_key
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+    sluice:
+      algorithm: token_bucket
+      burst: 2
+      limits:
+        - {name: monthly, calendar: month, requests_per_unit: 1000}
 `
 
 const rlsMonthYAML = `domain: billing
@@ -173,7 +196,7 @@ func TestRLSSingleServer(t *testing.T) {
 	s := startServer(t, serverOpts{extra: []string{"--grpc-addr", grpcAddr, "--grpc-ratelimit-headers"}})
 	tn := createTenant(t, s, "envoy")
 	out := sluiceApply(t, bin, s.base, tn.Key, "edge.yaml", rlsEdgeYAML)
-	if !strings.Contains(out, "Applied: 9 created") {
+	if !strings.Contains(out, "Applied: 12 created") {
 		t.Fatalf("apply: %s", out)
 	}
 	sluiceApply(t, bin, s.base, tn.Key, "billing.yaml", rlsMonthYAML)
@@ -217,6 +240,11 @@ func TestRLSSingleServer(t *testing.T) {
 		{"shadow, over: answered OK", []*rlcommon.RateLimitDescriptor{rd("canary", "c")}, "OK OK/0"},
 		{"share_threshold shares a counter", []*rlcommon.RateLimitDescriptor{rd("files", "img-1"), rd("files", "img-2"), rd("files", "img-3")}, "OVER_LIMIT OK/1 OK/0 OVER_LIMIT/0"},
 		{"every descriptor evaluated: OR", []*rlcommon.RateLimitDescriptor{rd("remote_address", "192.0.2.1"), rd("remote_address", "192.0.2.2")}, "OVER_LIMIT OVER_LIMIT/0 OK/4"},
+		{"a wildcard in the middle", []*rlcommon.RateLimitDescriptor{rd("route", "/v1/orders/items"), rd("route", "/v1/orders/items")}, "OVER_LIMIT OK/0 OVER_LIMIT/0"},
+		{"the wildcard does not match past its literal end", []*rlcommon.RateLimitDescriptor{rd("route", "/v1/orders/items/7")}, "OK OK/0"},
+		{"quota mode: one of two quota descriptors over is OK", []*rlcommon.RateLimitDescriptor{rd("quota", "q"), rd("quota", "q")}, "OK OK/0 OVER_LIMIT/0"},
+		{"quota mode: every quota descriptor over", []*rlcommon.RateLimitDescriptor{rd("quota", "q")}, "OVER_LIMIT OVER_LIMIT/0"},
+		{"token bucket with a burst of 2", []*rlcommon.RateLimitDescriptor{rd("api_key", "a"), rd("api_key", "a"), rd("api_key", "a")}, "OVER_LIMIT OK/1 OK/0 OVER_LIMIT/0"},
 		{"unknown domain", nil, ""},
 	} {
 		if tc.ds == nil {
@@ -257,14 +285,17 @@ func TestRLSSingleServer(t *testing.T) {
 
 	// The reference's statistics, per rule: values only where
 	// detailed_metric asks for them.
-	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_total_hits\{domain="edge",key="tokens_t1"\} (\d+)`), -1); n != 40 {
+	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_total_hits\{domain="edge",key="tokens_t1",tenant="[^"]+"\} (\d+)`), -1); n != 40 {
 		t.Errorf("total_hits of edge.tokens_t1 (detailed_metric): %d, want 40 (the refund and the check of 0 count nothing)", n)
 	}
-	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_over_limit\{domain="edge",key="remote_address"\} (\d+)`), -1); n < 2 {
+	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_over_limit\{domain="edge",key="remote_address",tenant="[^"]+"\} (\d+)`), -1); n < 2 {
 		t.Errorf("over_limit of edge.remote_address: %d, want at least 2", n)
 	}
-	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_shadow_mode\{domain="edge",key="canary"\} (\d+)`), -1); n != 1 {
+	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_shadow_mode\{domain="edge",key="canary",tenant="[^"]+"\} (\d+)`), -1); n != 1 {
 		t.Errorf("shadow_mode of edge.canary: %d, want 1", n)
+	}
+	if n := metricInt(s, regexp.MustCompile(`(?m)^ratelimit_service_rate_limit_total_hits\{domain="edge",key="route_/v1/orders/items",tenant="[^"]+"\} (\d+)`), -1); n != 2 {
+		t.Errorf("total_hits of edge.route_/v1/orders/items (value_to_metric): %d, want 2", n)
 	}
 
 	// Bad requests, answered as the reference answers them.

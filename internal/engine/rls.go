@@ -354,7 +354,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	if !d.Refund {
 		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
-		e.metrics.rls.observe(domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
+		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
 	}
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.

@@ -3,17 +3,21 @@ package engine
 import (
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-// maxRLSSeries bounds the label sets of the descriptor statistics: a rule
-// with detailed_metric or value_to_metric names a series per value, which
-// callers choose. Past the bound, hits count under the key "_overflow".
-const maxRLSSeries = 10_000
+// maxRLSSeries bounds the label sets of the descriptor statistics, in all
+// and per tenant: a rule with detailed_metric or value_to_metric names a
+// series per value, which callers choose. Past a bound, hits count under
+// the key "_overflow", so one tenant's callers cannot crowd out another's
+// series.
+const (
+	maxRLSSeries          = 10_000
+	maxRLSSeriesPerTenant = 1_000
+)
 
 // nearLimitRatio is the reference server's default NEAR_LIMIT_RATIO.
 const nearLimitRatio = 0.8
@@ -21,14 +25,16 @@ const nearLimitRatio = 0.8
 // rlsMetrics are the reference server's per-rule statistics, under its
 // names (as its default Prometheus mapping exports them, but counters):
 // ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
-// within_limit,shadow_mode}, labelled by domain and the rule's key (the
-// reference's statistics key without the domain).
+// within_limit,shadow_mode}, labelled by tenant, domain and the rule's key
+// (the reference's statistics key without the domain).
 type rlsMetrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 
-	mu     sync.Mutex
-	series map[[2]string]*rlsSeries
-	n      atomic.Int64
+	// series is read on every decided descriptor: a read lock, shared by
+	// every check; a new label set takes the write lock once.
+	mu       sync.RWMutex
+	series   map[[3]string]*rlsSeries
+	byTenant map[string]int
 }
 
 type rlsSeries struct {
@@ -37,7 +43,7 @@ type rlsSeries struct {
 
 func newRLSMetrics() *rlsMetrics {
 	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, []string{"domain", "key"})
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, []string{"tenant", "domain", "key"})
 	}
 	return &rlsMetrics{
 		totalHits:   vec("total_hits", "Hits of Envoy rate limit descriptors per rule (hits_addend summed)."),
@@ -45,7 +51,8 @@ func newRLSMetrics() *rlsMetrics {
 		nearLimit:   vec("near_limit", "Hits within the limit but past 0.8 of it."),
 		withinLimit: vec("within_limit", "Hits within the rule's limit."),
 		shadowMode:  vec("shadow_mode", "Hits over the limit of a rule in shadow mode (answered OK)."),
-		series:      map[[2]string]*rlsSeries{},
+		series:      map[[3]string]*rlsSeries{},
+		byTenant:    map[string]int{},
 	}
 }
 
@@ -67,37 +74,55 @@ func (m *rlsMetrics) vecs() []*prometheus.CounterVec {
 	return []*prometheus.CounterVec{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
 }
 
-// of returns the series of a domain and statistics key, bounded.
-func (m *rlsMetrics) of(domain, statsKey string) *rlsSeries {
+// of returns the series of a tenant's domain and statistics key, bounded:
+// past a bound, a new key counts under "_overflow", found with the read
+// lock as every known key is.
+func (m *rlsMetrics) of(tenant, domain, statsKey string) *rlsSeries {
 	key := strings.TrimPrefix(strings.TrimPrefix(statsKey, domain), ".")
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.series[[2]string{domain, key}]; s != nil {
+	m.mu.RLock()
+	s := m.series[[3]string{tenant, domain, key}]
+	if s == nil && m.full(tenant) {
+		s = m.series[[3]string{tenant, domain, overflowKey}]
+	}
+	m.mu.RUnlock()
+	if s != nil {
 		return s
 	}
-	if len(m.series) >= maxRLSSeries {
-		key = "_overflow"
-		if s := m.series[[2]string{domain, key}]; s != nil {
-			return s
-		}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.full(tenant) {
+		key = overflowKey
 	}
-	s := &rlsSeries{
-		totalHits: m.totalHits.WithLabelValues(domain, key), overLimit: m.overLimit.WithLabelValues(domain, key),
-		nearLimit: m.nearLimit.WithLabelValues(domain, key), withinLimit: m.withinLimit.WithLabelValues(domain, key),
-		shadowMode: m.shadowMode.WithLabelValues(domain, key),
+	if s := m.series[[3]string{tenant, domain, key}]; s != nil {
+		return s
 	}
-	m.series[[2]string{domain, key}] = s
+	s = &rlsSeries{
+		totalHits: m.totalHits.WithLabelValues(tenant, domain, key), overLimit: m.overLimit.WithLabelValues(tenant, domain, key),
+		nearLimit: m.nearLimit.WithLabelValues(tenant, domain, key), withinLimit: m.withinLimit.WithLabelValues(tenant, domain, key),
+		shadowMode: m.shadowMode.WithLabelValues(tenant, domain, key),
+	}
+	m.series[[3]string{tenant, domain, key}] = s
+	m.byTenant[tenant]++
 	return s
 }
+
+// full reports whether a new series of tenant would pass a bound; m.mu
+// must be held.
+func (m *rlsMetrics) full(tenant string) bool {
+	return len(m.series) >= maxRLSSeries || m.byTenant[tenant] >= maxRLSSeriesPerTenant
+}
+
+// overflowKey is the key hits past the series bound count under.
+const overflowKey = "_overflow"
 
 // observe counts one decided descriptor as the reference counts it: hits
 // over the limit, and hits past the near-limit threshold, split where a
 // request's hits straddle a threshold.
-func (m *rlsMetrics) observe(domain, statsKey string, hits int64, o quota.Outcome, allowed, shadow bool) {
+func (m *rlsMetrics) observe(tenant, domain, statsKey string, hits int64, o quota.Outcome, allowed, shadow bool) {
 	if hits <= 0 {
 		return
 	}
-	s := m.of(domain, statsKey)
+	s := m.of(tenant, domain, statsKey)
 	limit := o.Limit
 	near := int64(float64(float32(limit) * nearLimitRatio))
 	var before, after int64

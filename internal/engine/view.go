@@ -456,7 +456,7 @@ func compileKey(k tenants.ConsumerKeyRecord, loc *time.Location) (*keyView, erro
 	if k.ExpiresAt != nil {
 		kv.expiresAt = k.ExpiresAt.UnixNano()
 	}
-	if len(k.Overrides) > 0 {
+	if hasCalendar(k.Overrides) {
 		kv.src = &k // compiled again when the tenant's time zone changes
 		kv.overrides = make(map[string]*tierLimits, len(k.Overrides))
 		for pol, specs := range k.Overrides {
@@ -669,4 +669,17 @@ func limitName(policy string, specs tenants.Limits, i int) string {
 		name = fmt.Sprint(i)
 	}
 	return policy + "." + name
+}
+
+// hasCalendar reports whether any of a key's overrides resets on the
+// calendar, and so depends on the tenant's time zone.
+func hasCalendar(overrides map[string]tenants.Limits) bool {
+	for _, ls := range overrides {
+		for _, l := range ls {
+			if l.Calendar != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
