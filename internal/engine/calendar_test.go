@@ -163,3 +163,46 @@ func TestCalendarQuotaOnTheKeysAnchor(t *testing.T) {
 		t.Fatalf("limitsFor the anchored key: %+v", ls)
 	}
 }
+
+// A key's overrides apply whatever they hold; one with a calendar limit
+// follows the tenant's time zone when it changes.
+func TestOverridesAndTheTenantsZone(t *testing.T) {
+	snap, last := calendarSnapshot(t)
+	plain, _, hash, _ := tenants.GenerateKey("ck_")
+	cal, _, calHash, _ := tenants.GenerateKey("ck_")
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{
+		{ConsumerKey: tenants.ConsumerKey{ID: "key_p", TenantID: "ten_a", Name: "periodic", Tier: "pro", Hash: hash,
+			Overrides: map[string]tenants.Limits{"monthly": {{Algorithm: "token_bucket", Limit: 50, Period: "60s"}}}}},
+		{ConsumerKey: tenants.ConsumerKey{ID: "key_c", TenantID: "ten_a", Name: "calendar", Tier: "pro", Hash: calHash,
+			Overrides: map[string]tenants.Limits{"monthly": {{Algorithm: "fixed_window", Limit: 7, Calendar: "day"}}}}},
+	}
+	e := newTestEngine(t, snap)
+	check := func(key string) Answer {
+		t.Helper()
+		a, err := e.Check(context.Background(), "ten_a", &CheckRequest{APIKey: key, Path: "/api/x"}, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := check(plain); a.Limit != 50 {
+		t.Fatalf("periodic override: %+v, want its limit of 50", a)
+	}
+	if a := check(cal); a.Limit != 7 || a.Reset != time.Second {
+		t.Fatalf("calendar override in New York: %+v, want 7 resetting at local midnight (1s)", a)
+	}
+	v, err := e.view.Load().apply(tenants.Change{Kind: tenants.ChangeTenant, Version: 2, Tenant: &tenants.Tenant{ID: "ten_a", Name: "a", TimeZone: "Asia/Tokyo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.view.Store(v)
+	tokyo, _ := time.LoadLocation("Asia/Tokyo")
+	lt := last.In(tokyo)
+	want := time.Date(lt.Year(), lt.Month(), lt.Day()+1, 0, 0, 0, 0, tokyo).Sub(last)
+	if a := check(cal); a.Limit != 7 || a.Reset != want {
+		t.Fatalf("calendar override after the move to Tokyo: %+v, want a reset at Tokyo's midnight (%s)", a, want)
+	}
+	if a := check(plain); a.Limit != 50 {
+		t.Fatalf("periodic override after the move: %+v", a)
+	}
+}

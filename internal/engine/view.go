@@ -458,6 +458,8 @@ func compileKey(k tenants.ConsumerKeyRecord, loc *time.Location) (*keyView, erro
 	}
 	if hasCalendar(k.Overrides) {
 		kv.src = &k // compiled again when the tenant's time zone changes
+	}
+	if len(k.Overrides) > 0 {
 		kv.overrides = make(map[string]*tierLimits, len(k.Overrides))
 		for pol, specs := range k.Overrides {
 			tl, err := compileLimits(pol, specs, loc)
