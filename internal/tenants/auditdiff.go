@@ -148,7 +148,11 @@ func identityText(id Identity) string { return id.Kind + " " + id.ID }
 // descriptorFields lists what a descriptor policy's rule says beyond its
 // limits, for the audit log.
 func descriptorFields(d *DescriptorRule) []field {
-	fs := []field{{"descriptor" + pathSep + "domain", d.Domain}}
+	path := make([]string, len(d.Path))
+	for i, e := range d.Path {
+		path[i] = e.Key + "=" + e.Value
+	}
+	fs := []field{{"descriptor" + pathSep + "domain", d.Domain}, {"descriptor" + pathSep + "path", strings.Join(path, " / ")}}
 	if d.Limited {
 		fs = append(fs, field{"descriptor" + pathSep + "unit", d.Unit},
 			field{"descriptor" + pathSep + "requests_per_unit", strconv.FormatUint(uint64(d.RequestsPerUnit), 10)},
