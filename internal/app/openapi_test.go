@@ -278,6 +278,14 @@ func TestOpenAPIExchanges(t *testing.T) {
 	k, _ := s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"mobile","tier":"pro","expires_at":"2099-01-01T00:00:00Z","overrides":{"items":{"algorithm":"token_bucket","limit":50,"period":"60s","burst":10}}}`, status: 201})
 	kid, ck := k["id"].(string), k["key"].(string)
 	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"no tier"}`, status: 400, badRequest: true})
+	// Envoy's reference configuration through the API.
+	envoy := `{"config":"domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"}`
+	s.do(t, exchange{method: "POST", path: "/v1/envoy/configs", auth: sk, body: `{"dry_run":true,` + envoy[1:], status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/envoy/configs", auth: sk, body: envoy, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/envoy/configs", auth: sk, body: `{"config":"domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"}`, status: 400})
+	s.do(t, exchange{method: "POST", path: "/v1/envoy/configs", auth: sk, body: `{}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/envoy/configs/edge", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/envoy/configs/nope", auth: sk, status: 404})
 	// Calendar quotas: a month quota, a key anchored on the 17th.
 	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"monthly","path":"/api/monthly","tiers":{"default":{"algorithm":"fixed_window","limit":10000,"calendar":"month"}}}`, status: 201})
 	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"fortnightly","path":"/api/f","tiers":{"default":{"algorithm":"fixed_window","limit":1,"calendar":"month","period":"14d"}}}`, status: 400})
@@ -410,7 +418,7 @@ func TestOpenAPIExchanges(t *testing.T) {
 	}
 	before := fmt.Sprint(int64(log["next_before"].(float64)))
 	byKey, _ := s.do(t, exchange{method: "GET", path: "/v1/audit?before=" + before + "&object_type=policy&actor=" + sk[:8] + "…", auth: sk, status: 200})
-	if es, _ := byKey["entries"].([]any); len(es) != 4 || es[0].(map[string]any)["actor"].(map[string]any)["kind"] != "service_key" {
+	if es, _ := byKey["entries"].([]any); len(es) != 5 || es[0].(map[string]any)["actor"].(map[string]any)["kind"] != "service_key" {
 		t.Errorf("policy entries by %s…: %v", sk[:8], byKey)
 	}
 	s.do(t, exchange{method: "GET", path: "/v1/audit?object_type=spaceship", auth: sk, status: 400, badRequest: true})

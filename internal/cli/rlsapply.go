@@ -4,13 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/limitsfile"
 	"github.com/sluicehq/sluice/internal/rlsconf"
 	"github.com/sluicehq/sluice/internal/rlspolicy"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -37,23 +33,6 @@ func applyReference(ctx context.Context, e *env, label string, data []byte, dryR
 	if err != nil {
 		return err
 	}
-	want, err := rlspolicy.Policies(f)
-	if err != nil {
-		return err
-	}
-	// Every node must be a policy the server takes before anything is
-	// changed, so that a file is applied whole or not at all (short of a
-	// cap on the tenant's policies or a name another policy holds).
-	var probs []string
-	for i := range want {
-		want[i].Normalize()
-		for _, e := range want[i].Problems() {
-			probs = append(probs, fmt.Sprintf("%s: %s: %s", label, want[i].Name, errs.Message(e)))
-		}
-	}
-	if len(probs) > 0 {
-		return fmt.Errorf("%s", strings.Join(probs, "\n"))
-	}
 	tc, err := e.tenant()
 	if err != nil {
 		return err
@@ -62,8 +41,10 @@ func applyReference(ctx context.Context, e *env, label string, data []byte, dryR
 	if err != nil {
 		return err
 	}
-	lf := &limitsfile.File{Name: label, Version: limitsfile.Version, Policies: want}
-	plan, err := limitsfile.Diff(lf, limitsfile.State{Policies: tenants.DescriptorPolicies(have, f.Domain)}, true, time.Now())
+	// Every node is checked as the server checks a policy before anything
+	// changes, so that a file is applied whole or not at all (short of a
+	// cap on the tenant's policies or a name another policy holds).
+	plan, err := rlspolicy.Diff(f, have)
 	if err != nil {
 		return err
 	}
