@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -81,25 +82,37 @@ var handedOut = struct {
 // a port it just handed out again once its listener is closed; two processes
 // told to listen on the same port (a NATS node's client and route ports, say)
 // would then fail to start.
+//
+// Ports come from below the kernel's ephemeral range (32768 and up on
+// Linux): a port picked there could be taken, before the process told to
+// listen on it starts, by any outgoing connection or listener on port 0 of
+// the many processes the tests run at once, which happened in CI.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePortLow+rand.IntN(freePortHigh-freePortLow))
+		if handedOut.addrs[addr] {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			t.Fatal(err)
+			continue // in use
 		}
-		addr := l.Addr().String()
 		l.Close()
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
+		handedOut.addrs[addr] = true
+		return addr
 	}
-	t.Fatal("no loopback port that was not handed out already")
+	t.Fatal("no free loopback port that was not handed out already")
 	return ""
 }
+
+// The ports freeAddr hands out: below Linux's ephemeral range.
+const (
+	freePortLow  = 20000
+	freePortHigh = 32768
+)
 
 // proc is one started process.
 type proc struct {
