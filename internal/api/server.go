@@ -42,6 +42,8 @@ type Engine interface {
 	// Healthy is what /readyz answers (engine.Engine.Healthy).
 	Healthy() bool
 	WaitVersion(ctx context.Context, v int64)
+	// PeekCaller reads a caller's buckets without taking anything.
+	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
 }
 
 // Config wires the API.
@@ -117,6 +119,7 @@ func New(cfg Config) *echo.Echo {
 	e.POST("/v1/keys", svc(h.createKey))
 	e.GET("/v1/keys", svc(h.listKeys))
 	e.GET("/v1/keys/:id", svc(h.getKey))
+	e.GET("/v1/keys/:id/usage", svc(h.keyUsage))
 	e.PATCH("/v1/keys/:id", svc(h.updateKey))
 	e.DELETE("/v1/keys/:id", svc(h.revokeKey))
 	e.POST("/v1/buckets/reset", svc(h.resetBucket))

@@ -291,6 +291,11 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"fortnightly","path":"/api/f","tiers":{"default":{"algorithm":"fixed_window","limit":1,"calendar":"month","period":"14d"}}}`, status: 400})
 	billed, _ := s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"billed","tier":"pro","billing_anchor":17}`, status: 201})
 	s.do(t, exchange{method: "PATCH", path: "/v1/keys/" + billed["id"].(string), auth: sk, body: `{"billing_anchor":31}`, status: 200})
+	usage, _ := s.do(t, exchange{method: "GET", path: "/v1/keys/" + billed["id"].(string) + "/usage", auth: sk, status: 200})
+	if u, _ := usage["usage"].([]any); len(u) == 0 {
+		t.Errorf("key usage lists no limit: %v", usage)
+	}
+	s.do(t, exchange{method: "GET", path: "/v1/keys/key_missing/usage", auth: sk, status: 404})
 	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"bad anchor","tier":"pro","billing_anchor":32}`, status: 400, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/keys", auth: sk, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/keys/" + kid, auth: sk, status: 200})

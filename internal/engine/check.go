@@ -48,6 +48,11 @@ type LimitStatus struct {
 	Period    time.Duration
 	Remaining int64
 	Reset     time.Duration
+	// PeriodEnd is the time until the current window ends (a calendar's
+	// or a periodic one), 0 for limits without windows; PeekCaller sets it.
+	PeriodEnd time.Duration
+	// Calendar is the limit's calendar unit ("month"), "" for a period.
+	Calendar string
 }
 
 // Answer is a decided check.

@@ -141,7 +141,14 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 		}
 		cp.Limits = make([]LimitStatus, n)
 		for i := range n {
-			cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+			l := &tl.limits[i]
+			cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: l.Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+			if end := l.PeriodEnd(nowNS); end != 0 {
+				cp.Limits[i].PeriodEnd = time.Duration(end - nowNS)
+			}
+			if l.Calendar != nil {
+				cp.Limits[i].Calendar = l.Calendar.Unit().String()
+			}
 		}
 		st.Policies = append(st.Policies, cp)
 	}

@@ -43,3 +43,26 @@ func TestRefund(t *testing.T) {
 		})
 	}
 }
+
+// A window's period ends at the next multiple of its period, or at its
+// calendar's next boundary; a token bucket has no period to end.
+func TestPeriodEnd(t *testing.T) {
+	const sec = int64(time.Second)
+	now := int64(1_800_000_030) * sec
+	fw := Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Minute}
+	if got, want := fw.PeriodEnd(now), (now/(60*sec)+1)*60*sec; got != want {
+		t.Errorf("fixed window: %d, want %d", got, want)
+	}
+	cal, err := NewCalendar(CalendarDay, time.UTC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := Limit{Algorithm: FixedWindow, Limit: 1, Period: 24 * time.Hour, Calendar: cal}
+	if got, want := day.PeriodEnd(now), (now/(86400*sec)+1)*86400*sec; got != want {
+		t.Errorf("calendar day: %d, want %d", got, want)
+	}
+	tb := Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Minute}
+	if tb.PeriodEnd(now) != 0 {
+		t.Error("a token bucket has a period end")
+	}
+}
