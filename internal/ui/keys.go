@@ -22,6 +22,7 @@ import (
 type keyHandler struct {
 	config    service.Services
 	analytics service.Analytics
+	engine    callerPeeker // the key's quotas now
 	wait      versionWaiter
 	sess      *sessions
 	now       func() time.Time
@@ -366,7 +367,32 @@ func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey
 	}
 	v.Overrides.Policies, v.Overrides.Algorithms = policyNames(ps), algorithms
 	v.Reset.Policies, v.Reset.Action = policyNames(ps), keyURL(k.ID)+"/reset"
+	v.Quotas = h.quotas(s.TenantID, k.ID, now)
 	return render(c, status, views.KeyDetail(page(c, "Key "+k.Name, views.NavKeys), v))
+}
+
+// quotas are the key's calendar limits as they stand now: a meter each,
+// with the date it resets (the API's GET /v1/keys/{id}/usage, for a
+// person). A key whose buckets cannot be read now shows none.
+func (h *keyHandler) quotas(tenantID, keyID string, now time.Time) []views.QuotaMeter {
+	if h.engine == nil {
+		return nil
+	}
+	st, err := h.engine.PeekCaller(tenantID, tenants.IdentityKey, keyID, now)
+	if err != nil {
+		return nil
+	}
+	var out []views.QuotaMeter
+	for _, p := range st.Policies {
+		for _, l := range p.Limits {
+			if l.Calendar == "" || p.Err != "" {
+				continue
+			}
+			out = append(out, views.QuotaMeter{Name: l.Name, Calendar: l.Calendar, Quota: l.Limit,
+				Used: max(l.Limit-l.Remaining, 0), ResetsAt: now.Add(l.PeriodEnd)})
+		}
+	}
+	return out
 }
 
 func (h *keyHandler) lastUsedOne(ctx context.Context, tenantID, id string, now time.Time) map[string]keyUsage {

@@ -150,7 +150,7 @@ func Register(e *echo.Echo, d Deps) error {
 	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
-	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, sess: sess, now: d.Now}
+	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
 	an := &analyticsHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
 	callers := &callerHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, now: d.Now}
 	mem := &memberHandler{config: d.Services, wait: d.Engine, auth: auth}

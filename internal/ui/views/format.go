@@ -179,3 +179,5 @@ func FormatPeriod(d time.Duration) string {
 func indent(depth int) templ.SafeCSS {
 	return templ.SafeCSS("padding-left:" + strconv.Itoa(depth*24) + "px")
 }
+
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }

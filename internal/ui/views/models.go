@@ -373,6 +373,8 @@ type CreatedKey struct {
 
 // KeyView is one key's page.
 type KeyView struct {
+	// Quotas are the key's calendar limits now, each a meter.
+	Quotas       []QuotaMeter
 	Key          KeyRow
 	RevokedAt    *time.Time
 	UpdatedAt    time.Time
@@ -694,4 +696,13 @@ type AuditRow struct {
 // AuditChange is one field before and after; an empty side was not set.
 type AuditChange struct {
 	Field, Before, After string
+}
+
+// QuotaMeter is one calendar quota of a key: how much of it is used in the
+// current period, and when the period resets.
+type QuotaMeter struct {
+	Name        string // "<policy>" or "<policy>.<limit>"
+	Calendar    string // day, week, month, year
+	Quota, Used int64
+	ResetsAt    time.Time
 }
