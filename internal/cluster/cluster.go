@@ -1056,7 +1056,7 @@ func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) er
 	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, instance: c.cfg.Instance, prev: rev, gen: c.gen}
 	c.written[p] = writtenLease{inc: c.synced.Load(), rev: nrev}
 	c.mu.Unlock()
-	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+	c.own(p, exp)
 	return nil
 }
 
@@ -1130,7 +1130,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	}
 	if resume {
 		held()
-		c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+		c.own(p, exp)
 		c.publishOwner(p)
 		c.metrics.handovers.WithLabelValues("resumed").Inc()
 		c.log.Info("partition resumed: no other server owned it since this one lost its lease", "partition", p)
@@ -1154,7 +1154,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 		}
 	}
 	held()
-	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+	c.own(p, exp)
 	c.publishOwner(p)
 	c.metrics.handovers.WithLabelValues("acquired").Inc()
 	prev := seen.node
@@ -1163,6 +1163,17 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	}
 	c.log.Info("partition acquired", "partition", p, "previous_owner", prev, "load_ms", time.Since(loadStart).Milliseconds())
 	return true
+}
+
+// own records that this server decides for p until its lease expires at
+// exp (unix ms), less the safety margin. A member that left the cluster
+// meanwhile (leave, another server under its name) decides for nothing: a
+// renewal or takeover that was under way when it left is undone here.
+func (c *Cluster) own(p int, exp int64) {
+	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
+	if c.conflict.Load() {
+		c.mine[p].Store(0)
+	}
 }
 
 func (c *Cluster) lose(p int, why string) {
@@ -1207,7 +1218,7 @@ func (c *Cluster) release(ctx context.Context, p int) {
 // (Persisted).
 func (c *Cluster) Owns(p int, now time.Time) bool {
 	until := c.mine[p].Load()
-	if until == 0 || now.UnixNano() >= until {
+	if until == 0 || now.UnixNano() >= until || c.conflict.Load() {
 		return false
 	}
 	pu := c.persistedUntil.Load()
