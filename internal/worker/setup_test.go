@@ -37,8 +37,15 @@ func TestSetupLink(t *testing.T) {
 		t.Helper()
 		e := newEnv(t, cfg)
 		e.run(t)
-		eventually(t, 10*time.Second, "the worker serves", func() bool {
-			return bus.Request(ctx, e.nc, bus.OpVersion.Subject(), nil, &bus.Version{}) == nil
+		// The worker subscribes its operations one after another: wait for
+		// the two this test asks, not only for the version.
+		eventually(t, 10*time.Second, "the worker serves the setup link", func() bool {
+			var res bus.SetupOffered
+			if bus.Request(ctx, e.nc, bus.OpSetupOffer.Subject(), bus.SetupOffer{V: bus.WireVersion, TokenHash: tenants.HashToken("st_probe")}, &res) != nil {
+				return false
+			}
+			_, err := claim(e, bus.SetupClaim{Token: "st_unknown", CheckOnly: true})
+			return errs.Is(err, errs.Unauthenticated)
 		})
 		return e
 	}
