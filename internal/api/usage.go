@@ -29,7 +29,7 @@ type usageLimit struct {
 // of each limit in its current period and when that period resets: read
 // from the buckets as a peek reads them, so nothing is taken or counted.
 func (h *handler) keyUsage(c echo.Context) error {
-	now := time.Now()
+	now := h.Now()
 	st, err := h.Engine.PeekCaller(tenantID(c), engine.KindKey, c.Param("id"), now)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -90,7 +91,7 @@ type rlsDomain struct {
 	// shared slice per limit value.
 	override  *policyView
 	overrides sync.Map // overrideKey -> []quota.Limit
-	nOverride int32
+	nOverride atomic.Int32
 }
 
 type overrideKey struct {
@@ -108,7 +109,8 @@ func rlsOverridePolicyID(domain string) string { return "rls-override:" + domain
 
 // compileRLS builds the tenant's descriptor domains from its descriptor
 // policies. A domain whose tree does not compile (which validation keeps
-// from happening) is left out and logged by the caller through the error.
+// from happening) is left out, so its descriptors find no rule; the error
+// names it.
 func compileRLS(es []*policyEntry) (map[string]*rlsDomain, error) {
 	byDomain := map[string][]*policyEntry{}
 	for _, e := range es {
@@ -154,11 +156,11 @@ func (d *rlsDomain) overrideLimits(o *RLSOverride) ([]quota.Limit, error) {
 		return nil, errs.Errorf(errs.Invalid, "limit.unit: unknown unit %q", o.Unit)
 	}
 	ls := []quota.Limit{{Algorithm: quota.FixedWindow, Limit: int64(o.RequestsPerUnit), Period: time.Duration(secs) * time.Second}}
-	if d.nOverride < maxOverrideLimits {
+	if d.nOverride.Load() < maxOverrideLimits {
 		if v, loaded := d.overrides.LoadOrStore(k, ls); loaded {
 			return v.([]quota.Limit), nil
 		}
-		d.nOverride++ // a race may count one twice: the bound stays a bound
+		d.nOverride.Add(1) // checks racing here may store a few past the bound; it stays a bound
 	}
 	return ls, nil
 }

@@ -241,3 +241,33 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		})
 	}
 }
+
+// Descriptors with their own limits, decided at once from many goroutines:
+// the domain's compiled override limits stay bounded and race-free.
+func TestShouldRateLimitOverridesConcurrently(t *testing.T) {
+	e := rlsEngine(t)
+	at := time.Unix(1_800_000_000, 0)
+	done := make(chan struct{})
+	for g := 0; g < 8; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 100; i++ {
+				d := desc("remote_address", "198.51.100.7")
+				d.Override = &RLSOverride{RequestsPerUnit: uint32(g*100 + i + 1), Unit: "HOUR"}
+				if _, err := e.ShouldRateLimit(context.Background(), "ten_a", &RLSRequest{Domain: "edge", Descriptors: []RLSDescriptor{d}}, at); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		<-done
+	}
+	dom := e.view.Load().tenant("ten_a").rls["edge"]
+	n := 0
+	dom.overrides.Range(func(any, any) bool { n++; return true })
+	if n > maxOverrideLimits+8 {
+		t.Fatalf("%d override limits kept, bound %d", n, maxOverrideLimits)
+	}
+}

@@ -112,8 +112,6 @@ func limitSpec(s rlsconf.Spec, several bool, i int) tenants.LimitSpec {
 // leave for a moment, hangs under a parent without a limit, as the tree
 // the reference would read from the nodes present.
 func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
-	sorted := slices.Clone(ps)
-	slices.SortStableFunc(sorted, func(a, b tenants.Policy) int { return len(a.Descriptor.Path) - len(b.Descriptor.Path) })
 	f := &rlsconf.File{Domain: domain}
 	// Nodes are found by their parent and their own key and value, so a
 	// domain of n nodes is built in O(n) map lookups, whatever its shape.
@@ -136,7 +134,7 @@ func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
 		}
 		return d
 	}
-	for _, p := range sorted {
+	for _, p := range ps {
 		r := p.Descriptor
 		if r == nil || r.Domain != domain || len(r.Path) == 0 {
 			continue
