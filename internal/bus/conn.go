@@ -108,6 +108,7 @@ func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
 	out := []jetstream.StreamConfig{
 		{Name: StateStream, Subjects: []string{stateSubjects}},
 		{Name: CounterStream, Subjects: []string{counterSubjects}},
+		{Name: QuotaStream, Subjects: []string{quotaSubjects}},
 	}
 	for i := range out {
 		out[i].Storage = jetstream.FileStorage

@@ -58,7 +58,7 @@ func TestRestoreStreamsMade(t *testing.T) {
 		before func()
 		want   string
 	}{
-		{func() {}, StateStream + " " + CounterStream},
+		{func() {}, StateStream + " " + CounterStream + " " + QuotaStream},
 		{func() {}, ""},
 		{func() {
 			if err := js.DeleteStream(ctx, CounterStream); err != nil {

@@ -88,11 +88,13 @@ func ServerRole() Role {
 		AnalyticsPrefix+".>",
 		stateSubjects,
 		counterSubjects,
+		quotaSubjects,
 		"sluice.cluster.>",
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO.*",
 		"$JS.API.STREAM.CREATE."+StateStream,
 		"$JS.API.STREAM.CREATE."+CounterStream,
+		"$JS.API.STREAM.CREATE."+QuotaStream,
 	)
 	for _, b := range []string{OwnersBucket, MembersBucket, RevokedSessionsBucket} {
 		stream := "KV_" + b

@@ -91,6 +91,10 @@ type CounterRow struct {
 	RateLimited int64 `json:"drl,omitempty"`
 	InvalidKey  int64 `json:"dik,omitempty"`
 	Blocked     int64 `json:"dbl,omitempty"`
+	// Units is what the cell's decisions consumed from their quotas: the
+	// cost of each allowed decision, plus what settles charged (positive)
+	// or refunded (negative). A row from an older server carries none.
+	Units int64 `json:"u,omitempty"`
 }
 
 // CounterOthers is the identity kind of the cells that count, per tenant,
