@@ -339,6 +339,43 @@ func TestClusterExactAndLocal(t *testing.T) {
 		t.Errorf("local: %d more allowed after the deltas were shared", more)
 	}
 
+	// A reservation taken on one server and settled on another: the settle
+	// goes to the bucket's owner (exact) or is shared as consumption
+	// (local), a refund and a charge past the estimate alike.
+	for _, pol := range []string{"exact", "local"} {
+		ip := "198.51.100.30"
+		if pol == "local" {
+			ip = "198.51.100.31"
+		}
+		left := func(s *server) int64 { // what a peek says remains, plus the peek's own 1
+			c, _ := check(t, s, tn, map[string]any{"ip": ip, "path": "/" + pol, "peek": true})
+			return c.Remaining + 1
+		}
+		settle := func(s *server, id string, actual int) {
+			t.Helper()
+			mustStatus(t, call(t, "POST", s.base+"/v1/settle", tn.Key, map[string]any{"reservation": id, "actual": actual}), 200)
+		}
+		agreed := func(want int64, what string) {
+			t.Helper()
+			waitFor(t, time.Second, pol+": "+what+" on every server", func() bool {
+				for _, s := range tp.servers {
+					if left(s) != want {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		r := mustStatus(t, call(t, "POST", tp.servers[0].base+"/v1/check", tn.Key, map[string]any{"ip": ip, "path": "/" + pol, "reserve": 20}), 200)
+		agreed(30, "the reserve of 20")
+		settle(tp.servers[1], r.str("reservation"), 5)
+		agreed(45, "the refund of 15")
+		r = mustStatus(t, call(t, "POST", tp.servers[2].base+"/v1/check", tn.Key, map[string]any{"ip": ip, "path": "/" + pol, "reserve": 10, "reserve_cap": 40}), 200)
+		agreed(35, "the reserve of 10")
+		settle(tp.servers[0], r.str("reservation"), 40)
+		agreed(5, "the charge of 30")
+	}
+
 	// A key revoked through server 1 is refused by 2 and 3 within a second.
 	k := mustStatus(t, call(t, "POST", s1.base+"/v1/keys", tn.Key, map[string]any{"name": "k", "tier": "pro"}), 201)
 	mustStatus(t, call(t, "DELETE", s1.base+"/v1/keys/"+k.str("id"), tn.Key, nil), 200)

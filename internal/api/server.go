@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -44,6 +45,8 @@ type Engine interface {
 	WaitVersion(ctx context.Context, v int64)
 	// PeekCaller reads a caller's buckets without taking anything.
 	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
+	// Settle applies a settled reservation's difference to its buckets.
+	Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, now time.Time) error
 }
 
 // Config wires the API.
@@ -111,6 +114,7 @@ func New(cfg Config) *echo.Echo {
 	// GET (Caddy, Traefik), and no body: any method is accepted.
 	e.Any(ForwardAuthPath, h.forwardAuth)
 	e.POST("/v1/check/batch", decide(h.checkBatch))
+	e.POST("/v1/settle", decide(h.settle))
 	e.POST("/v1/policies", svc(h.createPolicy))
 	e.GET("/v1/policies", svc(h.listPolicies))
 	e.GET("/v1/policies/:id", svc(h.getPolicy))

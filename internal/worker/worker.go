@@ -329,6 +329,7 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 		})
 	})
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
