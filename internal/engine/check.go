@@ -265,6 +265,9 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	k = append(k, a.IdentityID...)
 	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek}, outs[:n])
+	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
+		e.noteCrossings(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
+	}
 	if err == nil && allowed && req.Hold && !req.Peek {
 		a.Hold = &reserve.Hold{BucketKey: string(k), PolicyID: pv.id, Policy: pv.name, Tier: a.Tier, KeyID: overrideKey,
 			IdentityKind: a.IdentityKind, IdentityID: a.IdentityID}

@@ -30,13 +30,22 @@ func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, di
 		return errs.Errorf(errs.Unauthenticated, "The service key's tenant no longer exists.")
 	}
 	pv := tv.byID[h.PolicyID]
-	limits := v.limitsFor(tenantID, h.PolicyID, h.Tier, h.KeyID)
-	if pv == nil || len(limits) == 0 || len(limits) > MaxLimits {
+	if pv == nil {
+		return nil
+	}
+	tl := tv.tierFor(pv, h.Tier, h.KeyID)
+	if tl == nil || len(tl.limits) == 0 || len(tl.limits) > MaxLimits {
 		return nil
 	}
 	var outs [MaxLimits]quota.Outcome
+	n := len(tl.limits)
 	nowNS := now.UnixNano()
-	_, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
-		limits: limits, now: nowNS, cost: diff, consume: true, force: diff > 0}, outs[:len(limits)])
-	return err
+	if _, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
+		limits: tl.limits, now: nowNS, cost: diff, consume: true, force: diff > 0}, outs[:n]); err != nil {
+		return err
+	}
+	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
+		e.noteCrossings(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
+	}
+	return nil
 }
