@@ -122,6 +122,11 @@ func (h *handler) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if req.Hold {
+		if err := h.reserves.allow(tenantID(c), 1); err != nil {
+			return err
+		}
+	}
 	a, err := h.Engine.Check(c.Request().Context(), tenantID(c), &req, now)
 	if err != nil {
 		return err
@@ -147,12 +152,19 @@ func (h *handler) checkBatch(c echo.Context) error {
 		return errs.Errorf(errs.Invalid, "checks: must hold between 1 and 1000 checks")
 	}
 	reqs := make([]engine.CheckRequest, len(body.Checks))
+	holds := 0
 	for i := range body.Checks {
 		r, err := body.Checks[i].request("checks[" + strconv.Itoa(i) + "].")
 		if err != nil {
 			return err
 		}
 		reqs[i] = r
+		if r.Hold {
+			holds++
+		}
+	}
+	if err := h.reserves.allow(tenantID(c), holds); err != nil {
+		return err
 	}
 	answers, err := h.Engine.CheckBatch(c.Request().Context(), tenantID(c), reqs, now)
 	if err != nil {

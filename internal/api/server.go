@@ -70,6 +70,7 @@ type Config struct {
 
 type handler struct {
 	Config
+	reserves reserveLimiter
 }
 
 // New returns the Echo instance serving the API. Other packages (the
@@ -81,7 +82,7 @@ func New(cfg Config) *echo.Echo {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{cfg}
+	h := &handler{Config: cfg}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = h.errorHandler

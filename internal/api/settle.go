@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
@@ -67,4 +69,39 @@ func (h *handler) settle(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, settleAnswer{Reservation: r.ID, Policy: r.Policy, Reserved: r.Reserved, Cap: r.Cap,
 		Actual: *r.Actual, Difference: r.Difference(), SettledAt: *r.SettledAt, Replayed: s.Replayed})
+}
+
+// ReservesPerSecond bounds the reservations one tenant makes per second on
+// one server (bursts of as many): each is a write at the worker before the
+// check answers, and one tenant's flood of them must not slow the others'
+// writes. Checks without reserve are not limited by it.
+const ReservesPerSecond = 1000
+
+// reserveLimiter holds a token bucket per tenant; tenants are authenticated
+// and capped by the operator, so the map is bounded.
+type reserveLimiter struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+// allow takes n reservations from tenant's bucket, or refuses with the
+// error to answer.
+func (l *reserveLimiter) allow(tenant string, n int) error {
+	if n == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	lim := l.m[tenant]
+	if lim == nil {
+		if l.m == nil {
+			l.m = map[string]*rate.Limiter{}
+		}
+		lim = rate.NewLimiter(ReservesPerSecond, ReservesPerSecond)
+		l.m[tenant] = lim
+	}
+	l.mu.Unlock()
+	if !lim.AllowN(time.Now(), n) {
+		return errs.Errorf(errs.RateLimited, "reserve: more than %d reservations a second for this tenant on this server; try again shortly", ReservesPerSecond)
+	}
+	return nil
 }
