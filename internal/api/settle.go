@@ -75,7 +75,7 @@ func (h *handler) settle(c echo.Context) error {
 // one server (bursts of as many): each is a write at the worker before the
 // check answers, and one tenant's flood of them must not slow the others'
 // writes. Checks without reserve are not limited by it.
-const ReservesPerSecond = 1000
+const ReservesPerSecond = 5000
 
 // reserveLimiter holds a token bucket per tenant; tenants are authenticated
 // and capped by the operator, so the map is bounded.
