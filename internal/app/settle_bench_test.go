@@ -42,6 +42,20 @@ func BenchmarkReserveSettle(b *testing.B) {
 		}
 		report(b, lat)
 	})
+	// Sixteen callers reserving at once: throughput (reservations/s).
+	b.Run("reserve-parallel", func(b *testing.B) {
+		b.SetParallelism(8)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if d, r, err := c.Reserve(ctx, req, 1000, sdk.ReserveOptions{}); err != nil || !d.Allowed || r.ID == "" {
+					b.Error(d, r, err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reserves/s")
+	})
 	var held []sdk.Reservation
 	b.Run("reserve", func(b *testing.B) {
 		var lat []time.Duration

@@ -163,7 +163,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 
 		bus.OpReservationCreate.Name: serve(w, bus.OpReservationCreate, func(ctx context.Context, r reserve.Reservation) (none, error) {
-			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Create(ctx, tx, r) })
+			return none{}, w.createReservation(ctx, r)
 		}),
 		bus.OpReservationSettle.Name: serve(w, bus.OpReservationSettle, func(ctx context.Context, r reserve.Settle) (reserve.Settled, error) {
 			var out reserve.Settled

@@ -4,8 +4,92 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
 )
+
+// Reservation writes are committed in groups: each reserving check waits
+// for its row, and under load one transaction carries every reservation
+// that arrived meanwhile (up to maxReserveBatch), so a tenant's burst of
+// reservations costs the worker's other writes a few transactions, not
+// one each.
+const maxReserveBatch = 1000
+
+type reserveReq struct {
+	r    reserve.Reservation
+	done chan error
+}
+
+type reserveBatcher struct {
+	in      chan reserveReq
+	stopped chan struct{} // closed when reserveLoop returns
+}
+
+// createReservation records r in the next group and waits for its commit.
+func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
+	req := reserveReq{r: r, done: make(chan error, 1)}
+	select {
+	case w.reservations.in <- req:
+	case <-w.reservations.stopped:
+		return errs.Errorf(errs.Unavailable, "The worker is stopping; try again shortly.")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// reserveLoop commits reservations in groups until ctx ends.
+func (w *Worker) reserveLoop(ctx context.Context) {
+	defer close(w.reservations.stopped)
+	batch := make([]reserveReq, 0, maxReserveBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-w.reservations.in:
+			batch = append(batch, r)
+		}
+	more:
+		for len(batch) < maxReserveBatch {
+			select {
+			case r := <-w.reservations.in:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		results := make([]error, len(batch))
+		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			for i, q := range batch {
+				// A refusal (the tenant's cap) writes nothing and is that
+				// reservation's answer; any other error fails the group.
+				if err := reserve.Create(ctx, tx, q.r); err != nil {
+					if errs.Code(err) != errs.Conflict {
+						return err
+					}
+					results[i] = err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", len(batch), "err", err)
+		}
+		for i, q := range batch {
+			if err != nil {
+				q.done <- err
+			} else {
+				q.done <- results[i]
+			}
+		}
+	}
+}
 
 // sweepBatch bounds one reservation sweep transaction.
 const sweepBatch = 5000
