@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
@@ -21,19 +22,30 @@ type reserveReq struct {
 }
 
 type reserveBatcher struct {
-	in      chan reserveReq
-	stopped chan struct{} // closed when reserveLoop returns
+	in chan reserveReq
+	// mu orders sends against the loop's start and end: a request is
+	// queued only while a loop runs (a worker's loop runs once per term as
+	// the active worker), and the loop answers what is queued when it ends.
+	mu      sync.Mutex
+	running bool
 }
 
 // createReservation records r in the next group and waits for its commit.
 func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
+	b := &w.reservations
 	req := reserveReq{r: r, done: make(chan error, 1)}
-	select {
-	case w.reservations.in <- req:
-	case <-w.reservations.stopped:
-		return errs.Errorf(errs.Unavailable, "The worker is stopping; try again shortly.")
-	case <-ctx.Done():
-		return ctx.Err()
+	b.mu.Lock()
+	queued := false
+	if b.running {
+		select {
+		case b.in <- req:
+			queued = true
+		default: // full: the loop is a whole group behind
+		}
+	}
+	b.mu.Unlock()
+	if !queued {
+		return errs.Errorf(errs.Unavailable, "The worker cannot record a reservation now; try again shortly.")
 	}
 	select {
 	case err := <-req.done:
@@ -45,20 +57,36 @@ func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) e
 
 // reserveLoop commits reservations in groups until ctx ends.
 func (w *Worker) reserveLoop(ctx context.Context) {
-	defer close(w.reservations.stopped)
+	b := &w.reservations
+	b.mu.Lock()
+	b.running = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.running = false
+		for {
+			select {
+			case q := <-b.in:
+				q.done <- errs.Errorf(errs.Unavailable, "The worker is stopping; try again shortly.")
+			default:
+				return
+			}
+		}
+	}()
 	batch := make([]reserveReq, 0, maxReserveBatch)
 	for {
 		batch = batch[:0]
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-w.reservations.in:
+		case r := <-b.in:
 			batch = append(batch, r)
 		}
 	more:
 		for len(batch) < maxReserveBatch {
 			select {
-			case r := <-w.reservations.in:
+			case r := <-b.in:
 				batch = append(batch, r)
 			default:
 				break more

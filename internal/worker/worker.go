@@ -213,7 +213,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch), stopped: make(chan struct{})}}
+		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch)}}
 	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
 		Announce: w.announce, TenantDeleted: w.purgeLater, BucketsReset: w.deleteResetBuckets,
 	}, w.log)
