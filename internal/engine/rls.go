@@ -217,7 +217,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		for i := range req.Descriptors {
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(req.Descriptors[i].Entries)
-			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start)
+			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start, 0)
 		}
 		return ans, nil
 	}
@@ -245,7 +245,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		case limits[i] == nil:
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
-			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start)
+			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start, 0)
 			continue
 		}
 		l := limits[i]
@@ -304,7 +304,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	if a.IdentityKind == KindIP {
 		if _, ok := tv.activeBlock(KindIP, a.IdentityID, time.Unix(0, nowNS)); ok {
 			a.Reason = ReasonBlocked
-			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, 0)
 			st.OverLimit = true
 			return true, nil
 		}
@@ -355,8 +355,14 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 		st.Remaining = 0
 	}
 	if !d.Refund {
-		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, d.Hits)
 		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
+	} else if consume {
+		// A refund is no decision, but gives its hits back as usage: the
+		// units the caller says it did not use, as it says them (a bucket
+		// never gives back more than it took; usage counts the refund
+		// whole, in the minute it came).
+		e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, -d.Hits)
 	}
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.
