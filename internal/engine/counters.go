@@ -77,9 +77,16 @@ func newCounterAgg(identities int) *counterAgg {
 }
 
 // add counts one decision in its cell; units is what it consumed (0 for a
-// denial).
+// denial). It looks its cell up itself rather than through cell: this is
+// every check's path, and a call that returns a locked shard is not inlined.
 func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool, reason string, units int64) {
-	s, cell := c.cell(tenantID, policy, tier, kind, id, nowNS, units != 0)
+	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
+	s := &c.shards[maphash.String(c.seed, id)%counterShards]
+	s.mu.Lock()
+	cell := s.cells[k]
+	if cell == nil {
+		cell = s.newCell(k, c.perShard, units != 0)
+	}
 	if allowed {
 		cell.allowed++
 	} else {
@@ -104,33 +111,33 @@ func (c *counterAgg) addUnits(tenantID, policy, tier, kind, id string, nowNS, un
 	if units == 0 {
 		return
 	}
-	s, cell := c.cell(tenantID, policy, tier, kind, id, nowNS, true)
-	cell.units += units
-	s.mu.Unlock()
-}
-
-// cell finds or makes the cell of a decision and returns it with its
-// shard locked. A new cell past the tenant's share is its "others" cell,
-// except for a consumer key's cell that carries units (see the top of the
-// file).
-func (c *counterAgg) cell(tenantID, policy, tier, kind, id string, nowNS int64, units bool) (*counterShard, *counterCell) {
 	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
 	s := &c.shards[maphash.String(c.seed, id)%counterShards]
 	s.mu.Lock()
 	cell := s.cells[k]
 	if cell == nil {
-		if n := s.perTenant[tenantID]; n < c.perShard {
-			s.perTenant[tenantID] = n + 1
-		} else if !units || kind != KindKey || id == InvalidKeyIdentity {
-			k.IdentityKind, k.IdentityID = bus.CounterOthers, ""
-			cell = s.cells[k]
-		}
-		if cell == nil {
-			cell = &counterCell{}
-			s.cells[k] = cell
+		cell = s.newCell(k, c.perShard, true)
+	}
+	cell.units += units
+	s.mu.Unlock()
+}
+
+// newCell makes the cell of k, which has none yet; s.mu must be held. A
+// new cell past the tenant's share of perShard is its "others" cell,
+// except for a consumer key's cell that carries units (see the top of the
+// file).
+func (s *counterShard) newCell(k bus.CounterKey, perShard int, units bool) *counterCell {
+	if n := s.perTenant[k.TenantID]; n < perShard {
+		s.perTenant[k.TenantID] = n + 1
+	} else if !units || k.IdentityKind != KindKey || k.IdentityID == InvalidKeyIdentity {
+		k.IdentityKind, k.IdentityID = bus.CounterOthers, ""
+		if cell := s.cells[k]; cell != nil {
+			return cell
 		}
 	}
-	return s, cell
+	cell := &counterCell{}
+	s.cells[k] = cell
+	return cell
 }
 
 // drain removes and returns every cell counted since the last drain.

@@ -270,3 +270,13 @@ func TestCheckUnits(t *testing.T) {
 		t.Fatalf("units per policy %v, want heavy 10, shadowed 1, none without a policy", units)
 	}
 }
+
+// BenchmarkCountersAdd is one decision counted in a cell that exists, the
+// counters' share of every check.
+func BenchmarkCountersAdd(b *testing.B) {
+	c := newCounterAgg(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.add("ten_a", "p", "pro", KindKey, "key_1", 0, true, ReasonOK, 3)
+	}
+}
