@@ -163,7 +163,7 @@ func Usage(p Page, v UsageView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "\" class=\"btn-link small\" download data-testid=\"usage-csv-policy\">per policy</a></p></section><section class=\"card\"><h2>Per key</h2>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "\" class=\"btn-link\" download data-testid=\"usage-csv-policy\">Download CSV per policy</a></p></section><section class=\"card\"><h2>Per key</h2>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
