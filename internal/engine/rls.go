@@ -322,6 +322,25 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	var outs [MaxLimits]quota.Outcome
 	n := len(lims)
+	refunded := int64(0)
+	if d.Refund && consume {
+		// Usage gives back what the buckets can: no more than the most
+		// any limit has used now, so that a refund larger than what was
+		// taken cannot push a caller's usage below what it consumed.
+		if _, _, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
+			limits: lims, now: nowNS, cost: 1, consume: false}, outs[:n]); err != nil {
+			*buf = k
+			e.keyBuf.Put(buf)
+			return false, err
+		}
+		for _, o := range outs[:n] {
+			left := o.Remaining
+			if o.Allowed {
+				left++ // the look took one unit
+			}
+			refunded = max(refunded, min(d.Hits, o.Limit-left))
+		}
+	}
 	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
 		limits: lims, now: nowNS, cost: cost, consume: consume}, outs[:n])
 	*buf = k
@@ -357,12 +376,10 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	if !d.Refund {
 		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, d.Hits)
 		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
-	} else if consume {
-		// A refund is no decision, but gives its hits back as usage: the
-		// units the caller says it did not use, as it says them (a bucket
-		// never gives back more than it took; usage counts the refund
-		// whole, in the minute it came).
-		e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, -d.Hits)
+	} else if refunded > 0 {
+		// A refund is no decision, but gives units back, in the minute it
+		// came.
+		e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, -refunded)
 	}
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.
