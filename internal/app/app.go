@@ -73,17 +73,17 @@ type Main struct {
 	revocationWait time.Duration
 	revocationHold chan struct{}
 	keyUseInterval time.Duration
-	// clock, when not nil, is the time the engine, the API and the worker
-	// decide and count by (a test's month boundary); the dashboard, the
-	// NATS and the sessions keep the real time.
-	clock    func() time.Time
-	ln       net.Listener
-	bg       sync.WaitGroup
-	bgCancel context.CancelFunc
-	registry *prometheus.Registry
+	ln             net.Listener
+	bg             sync.WaitGroup
+	bgCancel       context.CancelFunc
+	registry       *prometheus.Registry
 	// failed receives the error that ends this server after Run returned
 	// (its node name held by another live server).
 	failed chan error
+	// clock, a test setting, when not nil is the time the engine, the API
+	// and the worker decide and count by (a test's month boundary); the
+	// dashboard, NATS and the sessions keep the real time.
+	clock func() time.Time
 }
 
 // NewMain returns a Main for cfg.

@@ -77,8 +77,9 @@ func newCounterAgg(identities int) *counterAgg {
 }
 
 // add counts one decision in its cell; units is what it consumed (0 for a
-// denial). It looks its cell up itself rather than through cell: this is
-// every check's path, and a call that returns a locked shard is not inlined.
+// denial). The lookup is written out here, not shared with addUnits: this
+// is every check's path, and a helper that returns a locked shard is not
+// inlined. Only a new cell costs the call to newCell.
 func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool, reason string, units int64) {
 	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
 	s := &c.shards[maphash.String(c.seed, id)%counterShards]
