@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"mime"
 	"net/http"
 	"net/url"
@@ -24,13 +25,11 @@ type usageHandler struct {
 	now       func() time.Time
 }
 
-// month reads the month query parameter ("2027-01"), by default the
-// current month in the tenant's time zone, and answers its first and last
-// day.
-func (h *usageHandler) month(c echo.Context, tenantID string) (month, from, to string, err error) {
-	month = c.QueryParam("month")
+// month reads a month ("2027-01"), by default the current month in the
+// tenant's time zone, and answers its first and last day.
+func (h *usageHandler) month(ctx context.Context, tenantID, month string) (string, string, string, error) {
 	if month == "" {
-		t, err := h.config.Tenants.Get(c.Request().Context(), tenantID)
+		t, err := h.config.Tenants.Get(ctx, tenantID)
 		if err != nil {
 			return "", "", "", err
 		}
@@ -51,16 +50,14 @@ func (h *usageHandler) show(c echo.Context) error {
 	s := mustSession(c)
 	ctx := c.Request().Context()
 	v := views.UsageView{}
-	month, from, to, err := h.month(c, s.TenantID)
-	if err != nil {
-		if !errs.Is(err, errs.Invalid) {
-			return err
-		}
+	month, from, to, err := h.month(ctx, s.TenantID, c.QueryParam("month"))
+	if errs.Is(err, errs.Invalid) {
+		// A month that is not one: say so, and show the current one.
 		v.Error = userMessage(err)
-		month, from, to, err = h.month(noMonth{c}, s.TenantID)
-		if err != nil {
-			return err
-		}
+		month, from, to, err = h.month(ctx, s.TenantID, "")
+	}
+	if err != nil {
+		return err
 	}
 	v.Month = month
 	v.CSVByKey = "/ui/usage/csv?" + url.Values{"month": {month}, "group": {service.UsageByKey}}.Encode()
@@ -79,12 +76,6 @@ func (h *usageHandler) show(c echo.Context) error {
 	v.Policies = usagePolicyRows(byPolicy.Rows)
 	return render(c, http.StatusOK, views.Usage(page(c, "Usage", views.NavUsage), v))
 }
-
-// noMonth is a context whose month parameter is empty: the page falls
-// back to the current month after a bad one.
-type noMonth struct{ echo.Context }
-
-func (noMonth) QueryParam(string) string { return "" }
 
 // usageKeyRows sums a month's daily rows per key and policy, keys by name
 // (callers without a key last).
@@ -139,7 +130,7 @@ func usagePolicyRows(rows []service.UsageRow) []views.UsagePolicyRow {
 // csv answers the month's daily usage as the API's CSV file.
 func (h *usageHandler) csv(c echo.Context) error {
 	s := mustSession(c)
-	_, from, to, err := h.month(c, s.TenantID)
+	_, from, to, err := h.month(c.Request().Context(), s.TenantID, c.QueryParam("month"))
 	if err != nil {
 		return err
 	}
