@@ -119,3 +119,47 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 		t.Fatalf("pruned %d rows (%v), want the one older than 400 days", n, err)
 	}
 }
+
+// A range whose answer would pass MaxUsageRows is refused, naming to, and
+// the same days per policy, a few rows, are answered.
+func TestDailyUsageRowCap(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tx.Prepare(`INSERT INTO usage_daily (tenant_id, day, policy, key_id, units) VALUES (?, ?, 'api', ?, 1)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range service.MaxUsageRows + 1 {
+		day := "2027-01-01"
+		if i%2 == 1 {
+			day = "2027-01-02"
+		}
+		if _, err := st.Exec(tn.ID, day, fmt.Sprintf("key_%06d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02"})
+	if errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), "to: ") {
+		t.Fatalf("a range of %d rows: %v", service.MaxUsageRows+1, err)
+	}
+	one, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-01"})
+	if err != nil || len(one.Rows) != service.MaxUsageRows/2+1 {
+		t.Fatalf("one day: %d rows, %v", len(one.Rows), err)
+	}
+	byPolicy, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02", Group: "policy"})
+	if err != nil || len(byPolicy.Rows) != 2 || byPolicy.Total != service.MaxUsageRows+1 {
+		t.Fatalf("per policy: %+v, %v", byPolicy.Rows, err)
+	}
+}
