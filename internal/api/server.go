@@ -130,6 +130,7 @@ func New(cfg Config) *echo.Echo {
 	e.POST("/v1/buckets/reset", svc(h.resetBucket))
 	e.GET("/v1/analytics/timeseries", svc(h.timeseries))
 	e.GET("/v1/analytics/top", svc(h.top))
+	e.GET("/v1/usage", svc(h.usage))
 	e.POST("/v1/envoy/configs", svc(h.applyEnvoyConfig))
 	e.GET("/v1/envoy/configs/:domain", svc(h.getEnvoyConfig))
 	e.GET("/v1/tenant", svc(h.tenantSelf))

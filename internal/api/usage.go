@@ -1,6 +1,7 @@
 package api
 
 import (
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
 )
 
 // usageLimit is one limit of one policy as a key has used it in its
@@ -57,4 +60,49 @@ func (h *handler) keyUsage(c echo.Context) error {
 		}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"key_id": st.ID, "key_status": st.KeyStatus, "tier": st.Tier, "at": now.UTC().Truncate(time.Millisecond), "usage": out})
+}
+
+// usage answers the units the tenant's callers consumed per day, per key
+// or per policy, as JSON or as a CSV file.
+func (h *handler) usage(c echo.Context) error {
+	format := c.QueryParam("format")
+	switch format {
+	case "", "json", "csv":
+	default:
+		return errs.Errorf(errs.Invalid, "format: must be \"json\" or \"csv\"")
+	}
+	group := c.QueryParam("group")
+	switch group {
+	case "", service.UsageByKey, service.UsageByPolicy:
+	default:
+		return errs.Errorf(errs.Invalid, "group: must be %q or %q", service.UsageByKey, service.UsageByPolicy)
+	}
+	u, err := h.Services.Analytics.Usage(c.Request().Context(), service.UsageQuery{TenantID: tenantID(c),
+		From: c.QueryParam("from"), To: c.QueryParam("to"), Group: group})
+	if err != nil {
+		return err
+	}
+	if format == "csv" {
+		return WriteUsageCSV(c, u)
+	}
+	rows := make([]map[string]any, len(u.Rows))
+	for i, r := range u.Rows {
+		if u.Group == service.UsageByPolicy {
+			rows[i] = map[string]any{"day": r.Day, "policy": r.Policy, "units": r.Units}
+		} else {
+			rows[i] = map[string]any{"day": r.Day, "key_id": r.KeyID, "key_name": r.KeyName, "key_prefix": r.KeyPrefix, "policy": r.Policy, "units": r.Units}
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"from": u.From, "to": u.To, "group": u.Group, "time_zone": u.TimeZone,
+		"total": u.Total, "usage": rows})
+}
+
+// WriteUsageCSV answers u as a CSV download; the dashboard answers its
+// download with it too.
+func WriteUsageCSV(c echo.Context, u service.Usage) error {
+	res := c.Response()
+	res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+	res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": service.UsageCSVName(u)}))
+	res.WriteHeader(http.StatusOK)
+	return service.WriteUsageCSV(res, u)
 }

@@ -80,6 +80,10 @@ type Main struct {
 	// failed receives the error that ends this server after Run returned
 	// (its node name held by another live server).
 	failed chan error
+	// clock, a test setting, when not nil is the time the engine, the API
+	// and the worker decide and count by (a test's month boundary); the
+	// dashboard, NATS and the sessions keep the real time.
+	clock func() time.Time
 }
 
 // NewMain returns a Main for cfg.
@@ -157,6 +161,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Replicas:       cfg.NatsReplicas,
 		FlushInterval:  cfg.FlushInterval,
 		KeyUseInterval: m.keyUseInterval,
+		Now:            m.clock,
 		Log:            m.Log,
 		Registerer:     m.registry,
 	}, nc)
@@ -187,7 +192,7 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 	svc := bus.NewServices(client)
 
-	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log})
+	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log})
 	revoked := newLazyRevoker()
 	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log}); err != nil {
@@ -335,7 +340,7 @@ func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error
 	}
 	m.workerNC = wnc
 	op := worker.Operator{Token: m.Config.OperatorToken, Email: m.Config.OperatorEmail, Password: m.Config.OperatorPassword, Out: m.Out}
-	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas}, db, wnc)
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas, Now: m.clock}, db, wnc)
 	if err != nil {
 		return err
 	}

@@ -196,7 +196,7 @@ func (s *apiSpec) do(t *testing.T, x exchange) (map[string]any, http.Header) {
 	s.seen[route] = append(s.seen[route], resp.StatusCode)
 
 	var out map[string]any
-	if len(raw) > 0 && x.method != http.MethodHead {
+	if len(raw) > 0 && x.method != http.MethodHead && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") {
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatalf("%s: body %q: %v", what, raw, err)
 		}
@@ -296,6 +296,13 @@ func TestOpenAPIExchanges(t *testing.T) {
 		t.Errorf("key usage lists no limit: %v", usage)
 	}
 	s.do(t, exchange{method: "GET", path: "/v1/keys/key_missing/usage", auth: sk, status: 404})
+	// Daily usage to bill from, as JSON and as CSV.
+	yesterday, tomorrow := time.Now().AddDate(0, 0, -1).Format(time.DateOnly), time.Now().AddDate(0, 0, 1).Format(time.DateOnly)
+	s.do(t, exchange{method: "GET", path: "/v1/usage?from=" + yesterday + "&to=" + tomorrow, auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/usage?from=2027-01-01T00:00:00Z&to=2027-01-31&group=policy", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/usage?from=2027-01-01&to=2027-01-31&format=csv", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/usage?from=2027-01-31&to=2027-01-01", auth: sk, status: 400})
+	s.do(t, exchange{method: "GET", path: "/v1/usage?from=2027-01-01&to=2027-01-31&group=tier", auth: sk, status: 400, badRequest: true})
 	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"bad anchor","tier":"pro","billing_anchor":32}`, status: 400, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/keys", auth: sk, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/keys/" + kid, auth: sk, status: 200})

@@ -160,6 +160,13 @@ type PolicyRankRequest struct {
 	service.PolicyRankQuery
 }
 
+// UsageRequest is QueryUsage's request. V is WireVersion; the worker
+// refuses a version it does not know.
+type UsageRequest struct {
+	V int `json:"v"`
+	service.UsageQuery
+}
+
 // SetupOffer asks OpSetupOffer to make TokenHash (tenants.HashToken of a
 // random token the server printed) the first-run setup link's, which the
 // worker does only while no operator login exists. A newer offer replaces

@@ -129,6 +129,8 @@ var (
 	QueryTop        = analyticsOp[service.TopQuery, []service.TopEntry]("top")
 	// QueryTopPolicies ranks policies by denials (PolicyRankRequest).
 	QueryTopPolicies = analyticsOp[PolicyRankRequest, []service.PolicyRank]("top_policies")
+	// QueryUsage answers the units consumed per day (UsageRequest).
+	QueryUsage = analyticsOp[UsageRequest, service.Usage]("usage")
 )
 
 // ConfigOps is every config operation the worker serves, in the order
@@ -147,7 +149,7 @@ var ConfigOps = []AnyOp{
 }
 
 // AnalyticsOps is every analytics query the worker serves.
-var AnalyticsOps = []AnyOp{QueryTimeseries, QueryTop, QueryTopPolicies}
+var AnalyticsOps = []AnyOp{QueryTimeseries, QueryTop, QueryTopPolicies, QueryUsage}
 
 // Call sends one operation's request and answers its reply. The request
 // carries the context's actor (tenants.WithActor) for the audit log; c's

@@ -235,6 +235,10 @@ func (a analyticsClient) TopPolicies(ctx context.Context, q service.PolicyRankQu
 	return Call(ctx, a.c, QueryTopPolicies, PolicyRankRequest{V: WireVersion, PolicyRankQuery: q})
 }
 
+func (a analyticsClient) Usage(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
+	return Call(ctx, a.c, QueryUsage, UsageRequest{V: WireVersion, UsageQuery: q})
+}
+
 type setupClient struct{ c *Client }
 
 func (s setupClient) Offer(ctx context.Context, tokenHash string) (bool, error) {

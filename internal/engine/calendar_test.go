@@ -206,3 +206,40 @@ func TestOverridesAndTheTenantsZone(t *testing.T) {
 		t.Fatalf("periodic override after the move: %+v", a)
 	}
 }
+
+// BenchmarkEngineCheckCalendar is BenchmarkEngineCheck for consumer keys
+// under a month quota in a zone with a half-hour offset, each check
+// costing 3 units: the path a tenant billing by usage takes.
+func BenchmarkEngineCheckCalendar(b *testing.B) {
+	snap := tenants.Snapshot{Version: 1,
+		Tenants: []tenants.Tenant{{ID: "ten_a", Name: "a", TimeZone: "Asia/Kolkata"}},
+		Policies: []tenants.Policy{{ID: "pol_m", TenantID: "ten_a", Name: "monthly", Method: "*", Path: "/api/*", Consistency: "exact", CreatedAt: t0,
+			Tiers: map[string]tenants.Limits{"pro": {{Algorithm: "fixed_window", Limit: 1 << 40, Calendar: "month"}}}}},
+	}
+	for _, n := range []int{1, 10_000} {
+		secrets := make([]string, n)
+		recs := make([]tenants.ConsumerKeyRecord, n)
+		for i := range secrets {
+			plain, _, hash, err := tenants.GenerateKey("ck_")
+			if err != nil {
+				b.Fatal(err)
+			}
+			secrets[i] = plain
+			recs[i] = tenants.ConsumerKeyRecord{ConsumerKey: tenants.ConsumerKey{ID: "key_" + itoa(i), TenantID: "ten_a", Tier: "pro", Hash: hash}}
+		}
+		s := snap
+		s.ConsumerKeys = recs
+		e := newTestEngine(b, s)
+		b.Run("keys="+itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r := CheckRequest{APIKey: secrets[i%n], Path: "/api/items", Method: "GET", Cost: 3}
+				if _, err := e.Check(context.Background(), "ten_a", &r, t0); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -185,7 +185,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 				counted = key.id
 			}
 			a.Tier = ""
-			e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start)
+			e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
 			return a, nil
 		}
 		a.IdentityID = key.id
@@ -202,7 +202,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		if b.ExpiresAt != nil {
 			a.RetryAfter = b.ExpiresAt.Sub(now)
 		}
-		e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
 
@@ -210,7 +210,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
 	if idx < 0 {
 		a.Allowed, a.Reason = true, ReasonOK
-		e.record(tenantID, "", "", &a, req.Peek, nowNS, start)
+		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
 	pv := tv.policies[idx]
@@ -243,7 +243,9 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		if pv.denyUnlisted {
 			a.Allowed, a.Reason, a.RetryAfter = false, ReasonRateLimited, quota.Never
 		}
-		e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start)
+		// A tier without limits consumes from no bucket, but the caller
+		// used the endpoint: its cost counts as usage all the same.
+		e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, req.Cost)
 		if !a.Allowed && pv.shadow {
 			a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
 		}
@@ -292,7 +294,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	for i := 0; i < n; i++ {
 		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 	}
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start)
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, req.Cost)
 	if !allowed && pv.shadow {
 		// Shadow mode: decided and recorded as a denial, answered as allowed.
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
@@ -301,18 +303,25 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 }
 
 // record counts a decision for analytics and metrics. Peeks are not
-// decisions and are not counted.
-func (e *Engine) record(tenantID, policy, tier string, a *Answer, peek bool, nowNS int64, start time.Time) {
-	e.recordAs(tenantID, policy, tier, a, a.IdentityID, peek, nowNS, start)
+// decisions and are not counted. cost is what the decision asked for: an
+// allowed decision under a policy consumed it (usage units), a denied one
+// nothing. It must be called before shadow mode turns a denial into an
+// answer that allows.
+func (e *Engine) record(tenantID, policy, tier string, a *Answer, peek bool, nowNS int64, start time.Time, cost int64) {
+	e.recordAs(tenantID, policy, tier, a, a.IdentityID, peek, nowNS, start, cost)
 }
 
 // recordAs is record with the identity id analytics count the decision under.
-func (e *Engine) recordAs(tenantID, policy, tier string, a *Answer, id string, peek bool, nowNS int64, start time.Time) {
+func (e *Engine) recordAs(tenantID, policy, tier string, a *Answer, id string, peek bool, nowNS int64, start time.Time, cost int64) {
 	e.metrics.observe(a.Reason, a.Allowed, time.Since(start))
 	if peek {
 		return
 	}
-	e.counters.add(tenantID, policy, tier, a.IdentityKind, id, nowNS, a.Allowed, a.Reason)
+	var units int64
+	if a.Allowed && policy != "" {
+		units = cost
+	}
+	e.counters.add(tenantID, policy, tier, a.IdentityKind, id, nowNS, a.Allowed, a.Reason, units)
 }
 
 // keyPrefix is what an answer may say about a presented key that is not

@@ -20,6 +20,18 @@ package engine
 // exists costs what it did (one map lookup), and one beyond the bound
 // allocates nothing. The worker bounds the cells it stores the same way
 // (internal/worker/rollup.go).
+//
+// Units. A cell also sums the units its decisions consumed (the cost of
+// each allowed decision; a settle's charge or refund through addUnits),
+// which the worker keeps per day, key and policy for billing. Usage per key
+// must be exact, so a consumer key's cell that carries units is never
+// folded into "others": it gets a cell of its own even past the bound.
+// That is still bounded, by the tenant's consumer key cap (tenants.Caps)
+// rather than by the callers an outsider can invent: a key cell carries
+// units only when the key is the tenant's own and a decision under it was
+// allowed. Denied decisions and IP callers keep the bound as before (an
+// IP caller's units are exact in the "others" cell's totals per policy,
+// which is all usage per policy needs).
 
 import (
 	"hash/maphash"
@@ -31,8 +43,8 @@ import (
 const counterShards = 64
 
 // counterCell counts one cell's decisions: allowed, and denied split by
-// reason (denied is their sum).
-type counterCell struct{ allowed, denied, rateLimited, invalidKey, blocked int64 }
+// reason (denied is their sum), and the units they consumed.
+type counterCell struct{ allowed, denied, rateLimited, invalidKey, blocked, units int64 }
 
 type counterShard struct {
 	mu    sync.Mutex
@@ -64,22 +76,17 @@ func newCounterAgg(identities int) *counterAgg {
 	return c
 }
 
-func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool, reason string) {
+// add counts one decision in its cell; units is what it consumed (0 for a
+// denial). The lookup is written out here, not shared with addUnits: this
+// is every check's path, and a helper that returns a locked shard is not
+// inlined. Only a new cell costs the call to newCell.
+func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, allowed bool, reason string, units int64) {
 	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
 	s := &c.shards[maphash.String(c.seed, id)%counterShards]
 	s.mu.Lock()
 	cell := s.cells[k]
 	if cell == nil {
-		if n := s.perTenant[tenantID]; n < c.perShard {
-			s.perTenant[tenantID] = n + 1
-		} else {
-			k.IdentityKind, k.IdentityID = bus.CounterOthers, ""
-			cell = s.cells[k]
-		}
-		if cell == nil {
-			cell = &counterCell{}
-			s.cells[k] = cell
-		}
+		cell = s.newCell(k, c.perShard, units != 0)
 	}
 	if allowed {
 		cell.allowed++
@@ -94,7 +101,44 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 			cell.blocked++
 		}
 	}
+	cell.units += units
 	s.mu.Unlock()
+}
+
+// addUnits counts units consumed (positive) or given back (negative)
+// outside a decision, such as a settle's charge or refund: the cell's
+// decisions stay as they are.
+func (c *counterAgg) addUnits(tenantID, policy, tier, kind, id string, nowNS, units int64) {
+	if units == 0 {
+		return
+	}
+	k := bus.CounterKey{TenantID: tenantID, Policy: policy, Tier: tier, IdentityKind: kind, IdentityID: id, Minute: nowNS / 60e9}
+	s := &c.shards[maphash.String(c.seed, id)%counterShards]
+	s.mu.Lock()
+	cell := s.cells[k]
+	if cell == nil {
+		cell = s.newCell(k, c.perShard, true)
+	}
+	cell.units += units
+	s.mu.Unlock()
+}
+
+// newCell makes the cell of k, which has none yet; s.mu must be held. A
+// new cell past the tenant's share of perShard is its "others" cell,
+// except for a consumer key's cell that carries units (see the top of the
+// file).
+func (s *counterShard) newCell(k bus.CounterKey, perShard int, units bool) *counterCell {
+	if n := s.perTenant[k.TenantID]; n < perShard {
+		s.perTenant[k.TenantID] = n + 1
+	} else if !units || k.IdentityKind != KindKey || k.IdentityID == InvalidKeyIdentity {
+		k.IdentityKind, k.IdentityID = bus.CounterOthers, ""
+		if cell := s.cells[k]; cell != nil {
+			return cell
+		}
+	}
+	cell := &counterCell{}
+	s.cells[k] = cell
+	return cell
 }
 
 // drain removes and returns every cell counted since the last drain.
@@ -114,7 +158,7 @@ func (c *counterAgg) drain() []bus.CounterRow {
 		s.mu.Unlock()
 		for k, v := range cells {
 			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied,
-				RateLimited: v.rateLimited, InvalidKey: v.invalidKey, Blocked: v.blocked})
+				RateLimited: v.rateLimited, InvalidKey: v.invalidKey, Blocked: v.blocked, Units: v.units})
 		}
 	}
 	return rows

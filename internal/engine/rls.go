@@ -217,7 +217,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		for i := range req.Descriptors {
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(req.Descriptors[i].Entries)
-			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start)
+			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start, 0)
 		}
 		return ans, nil
 	}
@@ -245,7 +245,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		case limits[i] == nil:
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
-			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start)
+			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start, 0)
 			continue
 		}
 		l := limits[i]
@@ -304,7 +304,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	if a.IdentityKind == KindIP {
 		if _, ok := tv.activeBlock(KindIP, a.IdentityID, time.Unix(0, nowNS)); ok {
 			a.Reason = ReasonBlocked
-			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, 0)
 			st.OverLimit = true
 			return true, nil
 		}
@@ -322,6 +322,25 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	var outs [MaxLimits]quota.Outcome
 	n := len(lims)
+	refunded := int64(0)
+	if d.Refund && consume {
+		// Usage gives back what the buckets can: no more than the most
+		// any limit has used now, so that a refund larger than what was
+		// taken cannot push a caller's usage below what it consumed.
+		if _, _, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
+			limits: lims, now: nowNS, cost: 1, consume: false}, outs[:n]); err != nil {
+			*buf = k
+			e.keyBuf.Put(buf)
+			return false, err
+		}
+		for _, o := range outs[:n] {
+			left := o.Remaining
+			if o.Allowed {
+				left++ // the look took one unit
+			}
+			refunded = max(refunded, min(d.Hits, o.Limit-left))
+		}
+	}
 	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
 		limits: lims, now: nowNS, cost: cost, consume: consume}, outs[:n])
 	*buf = k
@@ -355,8 +374,12 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 		st.Remaining = 0
 	}
 	if !d.Refund {
-		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start)
+		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, d.Hits)
 		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
+	} else if refunded > 0 {
+		// A refund is no decision, but gives units back, in the minute it
+		// came.
+		e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, -refunded)
 	}
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.

@@ -194,6 +194,28 @@ func TestShouldRateLimitHits(t *testing.T) {
 	if st := call(d); st.Remaining != 100 {
 		t.Fatalf("refund past full: %+v, want 100 remaining", st)
 	}
+	// Usage: 60 taken, the denial nothing, the refunds 30 and then the 30
+	// left, not the 500 asked.
+	var units int64
+	for _, r := range e.counters.drain() {
+		units += r.Units
+	}
+	if units != 0 {
+		t.Fatalf("usage after the refunds: %d units, want 60 - 30 - 30", units)
+	}
+	d.Hits, d.Refund = 10, true // nothing left to give back
+	call(d)
+	d.Hits, d.Refund = 25, false
+	call(d)
+	d.Hits, d.Refund = 10, true
+	call(d)
+	units = 0
+	for _, r := range e.counters.drain() {
+		units += r.Units
+	}
+	if units != 15 {
+		t.Fatalf("usage: %d units, want 0 - 0 + 25 - 10", units)
+	}
 	o := desc("path", "/x")
 	o.Override = &RLSOverride{RequestsPerUnit: 2, Unit: "HOUR"}
 	call(o)

@@ -176,4 +176,7 @@ type Analytics interface {
 	Top(ctx context.Context, q TopQuery) ([]TopEntry, error)
 	// TopPolicies ranks the tenant's policies by denials.
 	TopPolicies(ctx context.Context, q PolicyRankQuery) ([]PolicyRank, error)
+	// Usage answers the units the tenant's callers consumed per day, the
+	// days in its time zone.
+	Usage(ctx context.Context, q UsageQuery) (Usage, error)
 }

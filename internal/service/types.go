@@ -160,3 +160,52 @@ type TopEntry struct {
 	FirstSeen   time.Time        `json:"first_seen"`
 	LastSeen    time.Time        `json:"last_seen"`
 }
+
+// UsageQuery asks Analytics.Usage for the units a tenant's callers
+// consumed per day. From and To are the first and last day, inclusive,
+// each a date ("2027-01-31") or an RFC 3339 time, which stands for its
+// date in the tenant's time zone. Group is "key" (per day, consumer key
+// and policy: what each key used of each policy's quotas) or "policy"
+// (per day and policy, every caller together).
+type UsageQuery struct {
+	TenantID string `json:"tenant_id"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Group    string `json:"group"`
+}
+
+// UsageRow is one day's units of one key under one policy (KeyID ""
+// counts every caller without a key), or of one policy.
+type UsageRow struct {
+	Day       string `json:"day"`
+	KeyID     string `json:"key_id"`
+	KeyName   string `json:"key_name"`
+	KeyPrefix string `json:"key_prefix"`
+	Policy    string `json:"policy"`
+	Units     int64  `json:"units"`
+}
+
+// Usage answers a UsageQuery: its days resolved in the tenant's time
+// zone, and the rows in day order, then by key id and policy name.
+type Usage struct {
+	From     string     `json:"from"`
+	To       string     `json:"to"`
+	Group    string     `json:"group"`
+	TimeZone string     `json:"time_zone"`
+	Rows     []UsageRow `json:"rows"`
+	Total    int64      `json:"total"`
+}
+
+// Usage grouping.
+const (
+	UsageByKey    = "key"
+	UsageByPolicy = "policy"
+)
+
+// MaxUsageDays is the longest range a UsageQuery may ask for; usage is
+// kept at least that long (UsageRetention).
+const MaxUsageDays = 400
+
+// MaxUsageRows bounds the rows of one Usage answer: a query that would
+// answer more is refused and asks for fewer days.
+const MaxUsageRows = 100_000

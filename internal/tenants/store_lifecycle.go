@@ -139,9 +139,10 @@ func (s *Store) PurgeTenantData(ctx context.Context, id string) error {
 // (this package cannot import bus; a bus test keeps the two equal).
 const BucketPartitions = 64
 
-// purgeTenantData deletes a tenant's buckets, counters and rollups. Bucket
-// keys start with "<tenant id>/" and the table is clustered on (part, key),
-// so each partition's rows of the tenant are one range: no full scan.
+// purgeTenantData deletes a tenant's buckets, counters, rollups and daily
+// usage. Bucket keys start with "<tenant id>/" and the table is clustered
+// on (part, key), so each partition's rows of the tenant are one range: no
+// full scan.
 func purgeTenantData(ctx context.Context, tx *sql.Tx, id string) error {
 	lo, hi := id+"/", id+"0" // '0' follows '/'
 	for part := range BucketPartitions {
@@ -154,7 +155,7 @@ func purgeTenantData(ctx context.Context, tx *sql.Tx, id string) error {
 			return fmt.Errorf("delete tenant buckets: %w", err)
 		}
 	}
-	for _, q := range []string{`DELETE FROM counters WHERE tenant_id = ?`, `DELETE FROM counter_rollups WHERE tenant_id = ?`} {
+	for _, q := range []string{`DELETE FROM counters WHERE tenant_id = ?`, `DELETE FROM counter_rollups WHERE tenant_id = ?`, `DELETE FROM usage_daily WHERE tenant_id = ?`} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
 			return fmt.Errorf("delete tenant analytics: %w", err)
 		}

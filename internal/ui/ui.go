@@ -152,6 +152,7 @@ func Register(e *echo.Echo, d Deps) error {
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
 	an := &analyticsHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
+	usage := &usageHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	callers := &callerHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, now: d.Now}
 	mem := &memberHandler{config: d.Services, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess}
@@ -212,6 +213,8 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/callers/reset", callers.reset, tenant...)
 	e.POST("/ui/callers/block", callers.block, tenant...)
 	e.POST("/ui/callers/unblock", callers.unblock, tenant...)
+	e.GET("/ui/usage", usage.show, tenant...)
+	e.GET("/ui/usage/csv", usage.csv, tenant...)
 	e.GET("/ui/audit", audit.show, tenant...)
 
 	e.GET("/ui/members", mem.show, owner...)

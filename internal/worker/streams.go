@@ -495,7 +495,8 @@ func (w *Worker) mergeState(payloads []payload) []bucketRow {
 
 // decodeCounters decodes one counter stream message, or logs and returns nil.
 // applyCounters decodes the payloads' counter batches (once) and adds them
-// to the analytics tables (analytics.ApplyCounters).
+// to the analytics tables (analytics.ApplyCounters) and their units to the
+// daily usage (usage.go), in the one transaction.
 func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	batches := make([]*bus.CounterBatch, 0, len(payloads))
 	for i := range payloads {
@@ -507,7 +508,11 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 			batches = append(batches, p.counters)
 		}
 	}
-	return analytics.ApplyCounters(tx, batches, w.cfg.Analytics.TopK)
+	n, err := analytics.ApplyCounters(tx, batches, w.cfg.Analytics.TopK)
+	if err != nil {
+		return n, err
+	}
+	return n, w.applyUsage(tx, batches)
 }
 
 func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {

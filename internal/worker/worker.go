@@ -134,6 +134,8 @@ type Worker struct {
 	rowsAtSweep uint64
 	releasedAt  time.Time
 
+	zones zoneCache // tenants' time zones, for daily usage (usage.go)
+
 	runs  *stagedRuns     // staged bucket states (runs.go)
 	terms *partitionTerms // partition fencing tokens (terms.go)
 	// unstick moves the connection off a NATS node whose JetStream stops
@@ -341,6 +343,11 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 			if _, err := m.Run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
+			if n, err := w.pruneUsage(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+				w.log.Error("daily usage retention failed; will retry", "err", err)
+			} else if n > 0 {
+				w.log.Info("daily usage retention", "rows_deleted", n)
+			}
 		})
 	})
 	wg.Wait()
@@ -452,6 +459,14 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 			return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
 		}
 		return queries.TopPolicies(ctx, r.PolicyRankQuery)
+	})); err != nil {
+		return err
+	}
+	if err := add(bus.QueryUsage.Subject(), "analytics_usage", serve(w, bus.QueryUsage, func(ctx context.Context, r bus.UsageRequest) (service.Usage, error) {
+		if r.V != bus.WireVersion {
+			return service.Usage{}, errs.Errorf(errs.Invalid, "usage query: wire version %d", r.V)
+		}
+		return w.usage(ctx, r.UsageQuery)
 	})); err != nil {
 		return err
 	}

@@ -685,6 +685,14 @@ func (memAnalytics) TopPolicies(context.Context, service.PolicyRankQuery) ([]ser
 	return []service.PolicyRank{}, nil
 }
 
+func (memAnalytics) Usage(_ context.Context, q service.UsageQuery) (service.Usage, error) {
+	group := q.Group
+	if group == "" {
+		group = service.UsageByKey
+	}
+	return service.Usage{From: q.From, To: q.To, Group: group, TimeZone: "UTC", Rows: []service.UsageRow{}}, nil
+}
+
 // memSetup has no setup link: an operator exists.
 type memSetup struct{}
 

@@ -58,6 +58,7 @@ const (
 	NavService   = "service-keys"
 	NavAccount   = "account"
 	NavAudit     = "audit"
+	NavUsage     = "usage"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -705,4 +706,31 @@ type QuotaMeter struct {
 	Calendar    string // day, week, month, year
 	Quota, Used int64
 	ResetsAt    time.Time
+}
+
+// UsageView is the usage page: one month's units in the tenant's time
+// zone, per key and policy and per policy, with the CSV downloads.
+type UsageView struct {
+	Month    string // "2027-01", the month picker's value
+	From, To string // its first and last day
+	TimeZone string
+	Total    int64
+	Keys     []UsageKeyRow
+	Policies []UsagePolicyRow
+	// CSVByKey and CSVByPolicy download the month's daily rows.
+	CSVByKey, CSVByPolicy string
+	Error                 string
+}
+
+// UsageKeyRow is a month's units of one key under one policy; KeyID ""
+// counts the callers without a key.
+type UsageKeyRow struct {
+	KeyID, Name, Prefix, Policy string
+	Units                       int64
+}
+
+// UsagePolicyRow is a month's units of one policy.
+type UsagePolicyRow struct {
+	Policy string
+	Units  int64
 }

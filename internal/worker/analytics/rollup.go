@@ -314,6 +314,9 @@ func ApplyCounters(tx *sql.Tx, batches []*bus.CounterBatch, topK int) (int, erro
 	var order []tenantMinute
 	for _, b := range batches {
 		for _, r := range b.Rows {
+			if r.Allowed == 0 && r.Denied == 0 {
+				continue // units alone (a settle's): daily usage's, not a decision
+			}
 			tm := tenantMinute{r.TenantID, r.Minute}
 			g := groups[tm]
 			if g == nil {

@@ -1,0 +1,247 @@
+package worker
+
+// Usage a tenant can bill from. Counter rows carry the units their
+// decisions consumed (bus.CounterRow.Units); applyCounters adds them, in
+// the same transaction as the analytics counters, to one row per tenant,
+// day, policy and consumer key (usage_daily, migration 0019). A batch is
+// applied exactly once (the stream_applied dedupe), so every unit is
+// counted once: no fold, roll-up or "others" cell ever touches these rows,
+// and the units of one key are exact however many callers the tenant has.
+//
+// The day is the date, in the tenant's time zone as the worker knows it
+// when it applies the batch, of the minute the units were counted in.
+// Zone offsets are whole minutes (India's +05:30, Nepal's +05:45 and
+// Chatham's +12:45 included), so a minute never straddles two days and
+// the day of every unit is the day its decision was made there: the
+// days of a month add up to what a month quota counted in it.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// UsageRetention is how long daily usage is kept: over 13 months, so that
+// a year ago's month is still there to compare with, whatever
+// --analytics-days keeps of the analytics.
+const UsageRetention = service.MaxUsageDays * 24 * time.Hour
+
+// zoneCache keeps each time zone loaded once: time.LoadLocation reads and
+// parses the zone's file every time.
+type zoneCache struct {
+	mu   sync.Mutex
+	locs map[string]*time.Location
+}
+
+// load answers the zone named name; a name this machine does not know
+// (validation keeps it from being stored, but a database may come from a
+// machine with a newer zone database) counts in UTC.
+func (z *zoneCache) load(name string) *time.Location {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if loc, ok := z.locs[name]; ok {
+		return loc
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" {
+		loc = time.UTC
+	}
+	if z.locs == nil {
+		z.locs = map[string]*time.Location{}
+	}
+	z.locs[name] = loc
+	return loc
+}
+
+// usageKey names one usage_daily row.
+type usageKey struct{ tenant, day, policy, key string }
+
+// applyUsage adds the batches' units to usage_daily within tx. The
+// tenants' zones are read in tx too, so a zone changed meanwhile applies
+// from the first batch after its change; a tenant deleted meanwhile gets
+// no rows.
+func (w *Worker) applyUsage(tx *sql.Tx, batches []*bus.CounterBatch) error {
+	sums := map[usageKey]int64{}
+	locs := map[string]*time.Location{} // nil: the tenant is gone
+	for _, b := range batches {
+		for _, r := range b.Rows {
+			if r.Units == 0 {
+				continue
+			}
+			loc, seen := locs[r.TenantID]
+			if !seen {
+				var zone string
+				err := tx.QueryRow(`SELECT time_zone FROM tenants WHERE id = ?`, r.TenantID).Scan(&zone)
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+				case err != nil:
+					return err
+				default:
+					loc = w.zones.load(zone)
+				}
+				locs[r.TenantID] = loc
+			}
+			if loc == nil {
+				continue
+			}
+			k := usageKey{tenant: r.TenantID, day: time.Unix(r.Minute*60, 0).In(loc).Format(time.DateOnly), policy: r.Policy}
+			if r.IdentityKind == tenants.IdentityKey {
+				k.key = r.IdentityID
+			}
+			sums[k] += r.Units
+		}
+	}
+	if len(sums) == 0 {
+		return nil
+	}
+	// In the table's order, so that consecutive rows land on the same pages.
+	keys := make([]usageKey, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b usageKey) int {
+		if c := strings.Compare(a.tenant, b.tenant); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.day, b.day); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.policy, b.policy); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	m := sqlitedb.NewMultiRow(tx, `INSERT INTO usage_daily (tenant_id, day, policy, key_id, units) VALUES`, 5,
+		`ON CONFLICT (tenant_id, day, policy, key_id) DO UPDATE SET units = units + excluded.units`)
+	for _, k := range keys {
+		if err := m.Add(k.tenant, k.day, k.policy, k.key, sums[k]); err != nil {
+			return err
+		}
+	}
+	return m.Flush()
+}
+
+// pruneUsage deletes daily usage older than UsageRetention, a day more
+// for the zones ahead of UTC, in short transactions.
+func (w *Worker) pruneUsage(ctx context.Context, now time.Time) (int64, error) {
+	cut := now.UTC().Add(-UsageRetention - 24*time.Hour).Format(time.DateOnly)
+	var deleted int64
+	for ctx.Err() == nil {
+		var n int64
+		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM usage_daily WHERE (tenant_id, day, policy, key_id) IN
+				(SELECT tenant_id, day, policy, key_id FROM usage_daily WHERE day < ? LIMIT 5000)`, cut)
+			if err == nil {
+				n, _ = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return deleted, err
+		}
+		deleted += n
+		if n < 5000 {
+			break
+		}
+	}
+	return deleted, ctx.Err()
+}
+
+// usage answers a UsageQuery.
+func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
+	group := q.Group
+	switch group {
+	case "":
+		group = service.UsageByKey
+	case service.UsageByKey, service.UsageByPolicy:
+	default:
+		return service.Usage{}, errs.Errorf(errs.Invalid, "group: must be %q or %q", service.UsageByKey, service.UsageByPolicy)
+	}
+	var zone string
+	err := w.db.QueryRowContext(ctx, `SELECT time_zone FROM tenants WHERE id = ?`, q.TenantID).Scan(&zone)
+	if errors.Is(err, sql.ErrNoRows) {
+		return service.Usage{}, errs.Errorf(errs.NotFound, "tenant not found")
+	}
+	if err != nil {
+		return service.Usage{}, err
+	}
+	loc := w.zones.load(zone)
+	from, err := usageDay("from", q.From, loc)
+	if err != nil {
+		return service.Usage{}, err
+	}
+	to, err := usageDay("to", q.To, loc)
+	if err != nil {
+		return service.Usage{}, err
+	}
+	if to.Before(from) {
+		return service.Usage{}, errs.Errorf(errs.Invalid, "to: must not be before from")
+	}
+	if days := int(to.Sub(from).Hours()/24) + 1; days > service.MaxUsageDays {
+		return service.Usage{}, errs.Errorf(errs.Invalid, "to: at most %d days from from, not %d", service.MaxUsageDays, days)
+	}
+	out := service.Usage{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Group: group, TimeZone: loc.String(), Rows: []service.UsageRow{}}
+	var rows *sql.Rows
+	if group == service.UsageByKey {
+		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
+			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
+			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ?
+			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, q.TenantID, out.From, out.To, service.MaxUsageRows+1)
+	} else {
+		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
+			WHERE tenant_id = ? AND day >= ? AND day <= ?
+			GROUP BY day, policy ORDER BY day, policy LIMIT ?`, q.TenantID, out.From, out.To, service.MaxUsageRows+1)
+	}
+	if err != nil {
+		return service.Usage{}, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r service.UsageRow
+		if group == service.UsageByKey {
+			err = rows.Scan(&r.Day, &r.KeyID, &r.KeyName, &r.KeyPrefix, &r.Policy, &r.Units)
+		} else {
+			err = rows.Scan(&r.Day, &r.Policy, &r.Units)
+		}
+		if err != nil {
+			return service.Usage{}, err
+		}
+		if r.Units == 0 {
+			continue // refunds that gave back all that was used
+		}
+		if len(out.Rows) == service.MaxUsageRows {
+			return service.Usage{}, errs.Errorf(errs.Invalid, "to: the range holds more than %d rows; ask for fewer days at a time", service.MaxUsageRows)
+		}
+		out.Rows = append(out.Rows, r)
+		out.Total += r.Units
+	}
+	return out, rows.Err()
+}
+
+// usageDay reads a usage range bound: a date, or an RFC 3339 time, which
+// stands for its date in loc. The date answered is midnight UTC of that
+// date, for counting days.
+func usageDay(field, v string, loc *time.Location) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, errs.Errorf(errs.Invalid, "%s: required, a date such as 2027-01-31 or an RFC 3339 time", field)
+	}
+	if d, err := time.Parse(time.DateOnly, v); err == nil {
+		return d, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, errs.Errorf(errs.Invalid, "%s: must be a date such as 2027-01-31 or an RFC 3339 time such as 2027-01-31T15:04:05Z", field)
+	}
+	y, m, d := t.In(loc).Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC), nil
+}
