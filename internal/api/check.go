@@ -97,7 +97,7 @@ func (h *handler) recordReservation(c echo.Context, tenant string, b *checkBody,
 		CreatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Millisecond)}
 	ctx := c.Request().Context()
 	if err := h.Services.Reservations.Create(ctx, r); err != nil {
-		if gerr := h.Engine.Settle(context.WithoutCancel(ctx), tenant, r.Hold, -estimate, now); gerr != nil {
+		if gerr := h.Engine.Settle(context.WithoutCancel(ctx), tenant, r.Hold, -estimate, now, now); gerr != nil {
 			h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", r.Policy, "units", estimate, "err", gerr)
 		}
 		return err
@@ -175,7 +175,7 @@ func (h *handler) checkBatch(c echo.Context) error {
 			// Give back what the batch's later reservations took, too.
 			for j := i + 1; j < len(answers); j++ {
 				if hd := answers[j].Hold; hd != nil {
-					_ = h.Engine.Settle(context.WithoutCancel(c.Request().Context()), tenantID(c), *hd, -*body.Checks[j].Reserve, now)
+					_ = h.Engine.Settle(context.WithoutCancel(c.Request().Context()), tenantID(c), *hd, -*body.Checks[j].Reserve, now, now)
 				}
 			}
 			return err

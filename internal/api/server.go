@@ -45,8 +45,9 @@ type Engine interface {
 	WaitVersion(ctx context.Context, v int64)
 	// PeekCaller reads a caller's buckets without taking anything.
 	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
-	// Settle applies a settled reservation's difference to its buckets.
-	Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, now time.Time) error
+	// Settle applies a settled reservation's difference, reserved at since,
+	// to its buckets.
+	Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, since, now time.Time) error
 }
 
 // Config wires the API.

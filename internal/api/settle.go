@@ -59,7 +59,7 @@ func (h *handler) settle(c echo.Context) error {
 	}
 	r := s.Reservation
 	if !s.Replayed {
-		if err := h.Engine.Settle(ctx, tenant, r.Hold, r.Difference(), now); err != nil {
+		if err := h.Engine.Settle(ctx, tenant, r.Hold, r.Difference(), r.CreatedAt, now); err != nil {
 			if rerr := h.Services.Reservations.Reopen(context.WithoutCancel(ctx), tenant, r.ID); rerr != nil {
 				h.Log.Warn("a settle that could not be applied stays recorded; its difference is lost", "tenant", tenant,
 					"reservation", r.ID, "difference", r.Difference(), "err", rerr)

@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -178,5 +179,72 @@ func TestReserveAndSettle(t *testing.T) {
 	res := b["results"].([]any)
 	if id, _ := res[0].(map[string]any)["reservation"].(string); !strings.HasPrefix(id, "rsv_") || res[1].(map[string]any)["reservation"] != nil {
 		t.Fatalf("batch: %v", b)
+	}
+}
+
+// Settles keep the daily usage equal to what the month quota counted: a
+// refund in the month of its reservation gives units back to both; one
+// settled after the month ended gives nothing back to the ended month nor
+// takes from the new one; a charge after the month counts in the month of
+// the settle, on both sides.
+func TestSettleUsageAcrossTheMonth(t *testing.T) {
+	var clock atomic.Int64
+	set := func(at time.Time) { clock.Store(at.UnixNano()) }
+	set(time.Date(2027, time.January, 15, 12, 0, 0, 0, time.UTC))
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Data, cfg.Node, cfg.OperatorToken = "127.0.0.1:0", t.TempDir(), "settle", testToken
+	m, _ := runMain(t, cfg, func(m *Main) { m.clock = func() time.Time { return time.Unix(0, clock.Load()) } })
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "llm", "owner_email": "o@llm.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "tokens", "path": "/v1/chat",
+		"tiers": map[string]any{"pro": map[string]any{"algorithm": "fixed_window", "limit": 1000, "calendar": "month"}}})
+	key := do(t, m, "POST", "/v1/keys", sk, map[string]any{"name": "customer", "tier": "pro"})
+	ck, kid := key["key"].(string), key["id"].(string)
+	waitUntil(t, 2*time.Second, "the policy", func() bool {
+		return do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/v1/chat", "peek": true})["policy"] == "tokens"
+	})
+	reserve := func(n, cp int) string {
+		t.Helper()
+		r := do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/v1/chat", "reserve": n, "reserve_cap": cp, "reserve_ttl": "24h"})
+		return r["reservation"].(string)
+	}
+	settle := func(id string, actual int) {
+		t.Helper()
+		do(t, m, "POST", "/v1/settle", sk, map[string]any{"reservation": id, "actual": actual})
+	}
+	used := func() int64 {
+		t.Helper()
+		u := do(t, m, "GET", "/v1/keys/"+kid+"/usage", sk, nil)
+		return int64(u["usage"].([]any)[0].(map[string]any)["used"].(float64))
+	}
+
+	settle(reserve(100, 100), 30) // January: 30
+	set(time.Date(2027, time.January, 31, 23, 59, 0, 0, time.UTC))
+	late := reserve(200, 200)  // January: 230
+	charged := reserve(20, 100) // January: 250
+	if got := used(); got != 250 {
+		t.Fatalf("January used %d, want 250", got)
+	}
+	set(time.Date(2027, time.February, 1, 0, 1, 0, 0, time.UTC))
+	do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/v1/chat", "cost": 10}) // February: 10
+	settle(late, 50)    // January's month has ended: nothing given back, February untouched
+	settle(charged, 60) // 40 more, charged in February: 50
+	if got := used(); got != 50 {
+		t.Fatalf("February used %d, want 50", got)
+	}
+
+	month := func(from, to string) int64 {
+		var u struct {
+			Total int64 `json:"total"`
+		}
+		status, _, body := usageGet(t, m, "/v1/usage?from="+from+"&to="+to+"&group=key", sk)
+		if status != 200 || json.Unmarshal(body, &u) != nil {
+			t.Fatalf("usage: %d %s", status, body)
+		}
+		return u.Total
+	}
+	waitUntil(t, 15*time.Second, "February's usage applied", func() bool { return month("2027-02-01", "2027-02-28") == 50 })
+	if jan := month("2027-01-01", "2027-01-31"); jan != 250 {
+		t.Errorf("January's daily usage adds up to %d, the quota counted 250", jan)
 	}
 }

@@ -120,6 +120,9 @@ func TestCalendarBadInput(t *testing.T) {
 	}
 	if got := do(t, m, "PATCH", "/v1/keys/"+kid, sk, map[string]any{"billing_anchor": nil}); got["billing_anchor"] != nil {
 		t.Errorf("null did not remove the anchor: %v", got)
+	}
+}
+
 // usageGet sends GET path with the service key and answers the status,
 // the headers and the body.
 func usageGet(t *testing.T, m *Main, path, token string) (int, http.Header, []byte) {

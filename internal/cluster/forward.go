@@ -33,9 +33,12 @@ type Item struct {
 	KeyID   string `json:"ki,omitempty"`
 	Cost    int64  `json:"c"`
 	Consume bool   `json:"n,omitempty"`
-	// Force takes a positive Cost even past the limit (a settle's charge).
-	Force bool  `json:"f,omitempty"`
-	Now   int64 `json:"w"`
+	Now     int64  `json:"w"`
+	// Settle marks a reservation's settle: a positive Cost is taken even
+	// past the limit, a negative one given back from the windows that
+	// began by Since (unix ns), when the reservation was made.
+	Settle bool  `json:"s,omitempty"`
+	Since  int64 `json:"si,omitempty"`
 }
 
 // Result statuses.

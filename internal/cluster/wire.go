@@ -5,8 +5,8 @@ package cluster
 //
 //	request:  type(1) id(uvarint) count(uvarint) item*
 //	item:     key tenant policy tier key_id (uvarint length + bytes each)
-//	          cost(varint) flags(1) now(varint)
-//	flags:    bit 0 consume, bit 1 force (a settle's charge)
+//	          cost(varint) flags(1) now(varint) [since(varint)]
+//	flags:    bit 0 consume, bit 1 settle (since follows)
 //	response: type(2) id(uvarint) count(uvarint) result*
 //	result:   status(uvarint) allowed(1) report(varint) n(uvarint) outcome*n
 //	outcome:  allowed(1) limit remaining reset retry_after (varint each)
@@ -68,11 +68,14 @@ func appendRequest(b []byte, id uint64, items []Item) []byte {
 		if it.Consume {
 			flags |= flagConsume
 		}
-		if it.Force {
-			flags |= flagForce
+		if it.Settle {
+			flags |= flagSettle
 		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
+		if it.Settle {
+			b = binary.AppendVarint(b, it.Since)
+		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	return b
@@ -109,7 +112,7 @@ type decoder struct{ bus.VarintReader }
 // Item flags.
 const (
 	flagConsume = 1 << 0
-	flagForce   = 1 << 1
+	flagSettle  = 1 << 1
 )
 
 func (d *decoder) byte() byte {
@@ -177,11 +180,14 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagForce) != 0 {
+		if flags&^(flagConsume|flagSettle) != 0 {
 			d.Bad = true
 		}
-		it.Consume, it.Force = flags&flagConsume != 0, flags&flagForce != 0
+		it.Consume, it.Settle = flags&flagConsume != 0, flags&flagSettle != 0
 		it.Now = d.Varint()
+		if it.Settle {
+			it.Since = d.Varint()
+		}
 	}
 	if d.Bad || len(d.B) != 0 {
 		return 0, nil, errMalformed

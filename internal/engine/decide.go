@@ -68,9 +68,13 @@ type decision struct {
 	now         int64 // unix ns
 	cost        int64
 	consume     bool // false for a peek
-	// force takes a positive cost even past the limit: a settle charging
-	// what a request used beyond its estimate, after the fact.
-	force bool
+	// settle marks a reservation's settle (settle.go): a positive cost is
+	// taken even past the limit (what the request used beyond its
+	// estimate), a negative one given back from the windows that began by
+	// since, when the reservation was made; the server that applies it
+	// counts the units.
+	settle bool
+	since  int64
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -112,7 +116,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			return e.decideHere(d, out)
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Force: d.force, Now: d.now})
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -146,21 +150,21 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 
 // decideHere decides d in this server's hot cache.
 func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
-	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, d.force, out)
+	if d.settle {
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		return true, 0, nil
+	}
+	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
 	return allowed, report, nil
 }
 
 // decideCache decides in the hot cache. A negative cost is a refund (a
-// descriptor's is_negative_hits, rls.go, or a settle below its estimate):
-// it gives the units back and answers the bucket as it then is, allowed.
-// A forced cost (a settle above its estimate) is taken even past the limit
-// and answered the same way.
-func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume, force bool, out []quota.Outcome) (bool, int) {
-	if cost < 0 || force {
-		if consume && cost < 0 {
+// descriptor's is_negative_hits, rls.go): it gives the units back and
+// answers the bucket as it then is, allowed.
+func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
+	if cost < 0 {
+		if consume {
 			e.cache.Refund(key, limits, now, -cost)
-		} else if consume && cost > 0 {
-			e.cache.Force(string(key), limits, now, cost)
 		}
 		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
 		return true, report
@@ -190,7 +194,18 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			continue
 		}
 		n := len(limits)
-		allowed, report := e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, it.Force, outs[:n])
+		var allowed bool
+		var report int
+		if it.Settle {
+			var pv *policyView
+			if tv := v.tenant(it.Tenant); tv != nil {
+				pv = tv.byID[it.Policy]
+			}
+			e.settleCache([]byte(it.Key), it.Tenant, pv, it.Tier, limits, it.Now, it.Cost, it.Since, outs[:n])
+			allowed = true
+		} else {
+			allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+		}
 		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
 		for k := 0; k < n; k++ {
 			o := outs[k]

@@ -69,7 +69,7 @@ func TestQuotaCrossings(t *testing.T) {
 	if a.Hold == nil {
 		t.Fatalf("no hold: %+v", a)
 	}
-	if err := e.Settle(context.Background(), "ten_a", *a.Hold, 39, at); err != nil {
+	if err := e.Settle(context.Background(), "ten_a", *a.Hold, 39, at, at); err != nil {
 		t.Fatal(err)
 	}
 	p = pending()
@@ -77,13 +77,13 @@ func TestQuotaCrossings(t *testing.T) {
 		t.Fatalf("after a reserve and a charge: %+v", p)
 	}
 	// A refund passes nothing.
-	if err := e.Settle(context.Background(), "ten_a", *a.Hold, -5, at); err != nil {
+	if err := e.Settle(context.Background(), "ten_a", *a.Hold, -5, at, at); err != nil {
 		t.Fatal(err)
 	}
 	if len(pending()) != 3 {
 		t.Fatal("a refund reported a crossing")
 	}
-	if err := e.Settle(context.Background(), "ten_b", *a.Hold, 5, at); err == nil {
+	if err := e.Settle(context.Background(), "ten_b", *a.Hold, 5, at, at); err == nil {
 		t.Fatal("another tenant settled a hold of ten_a's")
 	}
 

@@ -11,13 +11,16 @@ import (
 )
 
 // Settle applies a settled reservation's difference to the buckets its
-// check took the estimate from (h): a negative diff gives units back,
-// never raising a bucket above what it holds when full; a positive one
-// charges them even past the limit, since the request has already used
-// them. It runs where a check of the same bucket would (the partition's
-// owner in a cluster), so it is exact and persisted as checks are. A
-// policy or key that no longer limits the bucket leaves nothing to adjust.
-func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, now time.Time) error {
+// check took the estimate from (h), reserved at since: a negative diff
+// gives units back, never raising a bucket above what it holds when full
+// and never into a window that began after since (a month quota's
+// reservation settled in the next month leaves the new month alone); a
+// positive one charges them even past the limit, since the request has
+// already used them. It runs where a check of the same bucket would (the
+// partition's owner in a cluster), so it is exact and persisted as checks
+// are, and that server counts the units for usage. A policy or key that no
+// longer limits the bucket leaves nothing to adjust.
+func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, since, now time.Time) error {
 	if diff == 0 {
 		return nil
 	}
@@ -41,11 +44,55 @@ func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, di
 	n := len(tl.limits)
 	nowNS := now.UnixNano()
 	if _, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
-		limits: tl.limits, now: nowNS, cost: diff, consume: true, force: diff > 0}, outs[:n]); err != nil {
+		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano()}, outs[:n]); err != nil {
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
 		e.noteCrossings(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
 	}
 	return nil
+}
+
+// settleCache applies a settle in this server's hot cache and counts its
+// units: a charge's cost, or what a refund gave back (of the calendar
+// limits when the tier has some, since those are what a tenant bills; of
+// any limit otherwise). out receives the buckets as they then are.
+func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier string, limits []quota.Limit, now, cost, since int64, out []quota.Outcome) {
+	var units int64
+	if cost > 0 {
+		e.cache.Force(string(key), limits, now, cost)
+		units = cost
+	} else if cost < 0 {
+		var given [MaxLimits]float64
+		e.cache.RefundSince(key, limits, now, -cost, since, given[:len(limits)])
+		var all, cal float64
+		calendars := false
+		for i := range limits {
+			all = max(all, given[i])
+			if limits[i].Calendar != nil {
+				calendars = true
+				cal = max(cal, given[i])
+			}
+		}
+		if calendars {
+			all = cal
+		}
+		units = -int64(all + 0.5)
+	}
+	// A look at one unit answers one less than is left when it fits: the
+	// outcomes say what is left.
+	e.cache.CheckBytes(key, limits, now, 1, false, out)
+	for i := range out {
+		if out[i].Allowed {
+			out[i].Remaining++
+		}
+	}
+	if units == 0 || pv == nil {
+		return
+	}
+	kind, id, ok := strings.Cut(string(key[min(len(key), len(tenantID)+len(pv.id)+2):]), ":")
+	if !ok {
+		return
+	}
+	e.counters.addUnits(tenantID, pv.name, tier, kind, id, now, units)
 }

@@ -72,6 +72,12 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 // with refund gives it back (Limit.Refund), and marks the bucket dirty;
 // sh.mu must be held.
 func (sh *shard) adjust(i int, limits []Limit, now, cost int64, refund bool) {
+	sh.adjustSince(i, limits, now, cost, refund, 0, nil)
+}
+
+// adjustSince is adjust with a refund's since (Limit.RefundSince) and, when
+// given is not nil, what each limit gave back.
+func (sh *shard) adjustSince(i int, limits []Limit, now, cost int64, refund bool, since int64, given []float64) {
 	if !sameSlice(sh.limitsOf(i), limits) {
 		i = sh.adopt(i, limits, now)
 	}
@@ -80,7 +86,10 @@ func (sh *shard) adjust(i int, limits []Limit, now, cost int64, refund bool) {
 	sh.getStates(i, states)
 	for k := range limits {
 		if refund {
-			limits[k].Refund(&states[k], now, cost)
+			g := limits[k].RefundSince(&states[k], now, cost, since)
+			if k < len(given) {
+				given[k] = g
+			}
 		} else {
 			limits[k].Force(&states[k], now, cost)
 		}

@@ -66,3 +66,46 @@ func TestPeriodEnd(t *testing.T) {
 		t.Error("a token bucket has a period end")
 	}
 }
+
+// A refund of units consumed at since gives back nothing from a window
+// that began after since (a month quota's reservation settled in the next
+// month leaves the new month's count alone), and answers what each limit
+// gave back, capped by what it holds.
+func TestRefundSince(t *testing.T) {
+	const sec = int64(time.Second)
+	utc, _ := NewCalendar(CalendarMonth, time.UTC, 1)
+	jan31 := time.Date(2027, time.January, 31, 23, 59, 0, 0, time.UTC).UnixNano()
+	feb1 := jan31 + 2*60*sec
+	lim := []Limit{
+		{Algorithm: FixedWindow, Limit: 100, Period: 30 * 24 * time.Hour, Calendar: utc},
+		{Algorithm: TokenBucket, Limit: 10, Period: time.Hour},
+		{Algorithm: SlidingLog, Limit: 10, Period: time.Hour},
+	}
+	c := NewCache()
+	key := []byte("t/p/key:k")
+	out := make([]Outcome, len(lim))
+	given := make([]float64, len(lim))
+	if ok, _ := c.CheckBytes(key, lim, jan31, 6, true, out); !ok {
+		t.Fatalf("the reserve was denied: %+v", out)
+	}
+	if ok, _ := c.CheckBytes(key, lim, feb1, 2, true, out); !ok {
+		t.Fatal("February's check was denied")
+	}
+	// Settle 0 of 6 in February: the month count is February's (2) and
+	// keeps it; the token bucket takes back what fits; the log forgets the
+	// 6 entries of January 31 but not February's 2.
+	if !c.RefundSince(key, lim, feb1, 6, jan31, given) {
+		t.Fatal("no bucket")
+	}
+	if given[0] != 0 || given[1] < 5.9 || given[1] > 6 || given[2] != 6 {
+		t.Fatalf("given %v, want [0 ~6 6]", given)
+	}
+	c.CheckBytes(key, lim, feb1, 1, false, out) // a look at one unit: one less than is left
+	if out[0].Remaining != 97 || out[2].Remaining != 7 {
+		t.Fatalf("after the refund: %+v", out)
+	}
+	// A refund within the window gives back no more than it holds.
+	if c.RefundSince(key, lim, feb1, 50, feb1-sec, given); given[0] != 2 || given[2] != 2 || given[1] > 4 {
+		t.Fatalf("a refund larger than the count: given %v", given)
+	}
+}
