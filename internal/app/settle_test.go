@@ -220,15 +220,15 @@ func TestSettleUsageAcrossTheMonth(t *testing.T) {
 
 	settle(reserve(100, 100), 30) // January: 30
 	set(time.Date(2027, time.January, 31, 23, 59, 0, 0, time.UTC))
-	late := reserve(200, 200)  // January: 230
+	late := reserve(200, 200)   // January: 230
 	charged := reserve(20, 100) // January: 250
 	if got := used(); got != 250 {
 		t.Fatalf("January used %d, want 250", got)
 	}
 	set(time.Date(2027, time.February, 1, 0, 1, 0, 0, time.UTC))
 	do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/v1/chat", "cost": 10}) // February: 10
-	settle(late, 50)    // January's month has ended: nothing given back, February untouched
-	settle(charged, 60) // 40 more, charged in February: 50
+	settle(late, 50)                                                                                 // January's month has ended: nothing given back, February untouched
+	settle(charged, 60)                                                                              // 40 more, charged in February: 50
 	if got := used(); got != 50 {
 		t.Fatalf("February used %d, want 50", got)
 	}
