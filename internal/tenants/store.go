@@ -44,6 +44,7 @@ type Store struct {
 	write     chan struct{} // a one-slot semaphore held for each write transaction
 	passwords *passwordGate // bounds argon2id work (passwords.go)
 	caps      atomic.Pointer[Caps]
+	sealer    atomic.Pointer[WebhookSealer] // seals webhook secrets (webhooks.go)
 }
 
 // NewStore returns a Store over db, which must have been opened with
