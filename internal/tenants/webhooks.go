@@ -893,9 +893,17 @@ type DueQueue struct {
 }
 
 // DueWebhookQueues answers up to limit queues due at now, the longest due
-// first.
-func (s *Store) DueWebhookQueues(ctx context.Context, now time.Time, limit int) ([]DueQueue, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT webhook_id, order_key FROM webhook_queues WHERE next_at <= ? ORDER BY next_at LIMIT ?`, toMS(now), limit)
+// first, leaving out the endpoints of skip.
+func (s *Store) DueWebhookQueues(ctx context.Context, now time.Time, limit int, skip []string) ([]DueQueue, error) {
+	query := `SELECT webhook_id, order_key FROM webhook_queues WHERE next_at <= ?`
+	args := []any{toMS(now)}
+	if len(skip) > 0 {
+		query += ` AND webhook_id NOT IN (?` + strings.Repeat(`, ?`, len(skip)-1) + `)`
+		for _, id := range skip {
+			args = append(args, id)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, query+` ORDER BY next_at LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("due webhook queues: %w", err)
 	}

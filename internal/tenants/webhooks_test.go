@@ -227,7 +227,7 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	}
 	// Only the 50 % crossing is due now; the others wait their turn
 	// behind it (one key), the reset until the period ends.
-	q, err := s.DueWebhookQueues(ctx, t0, 10)
+	q, err := s.DueWebhookQueues(ctx, t0, 10, nil)
 	if err != nil || len(q) != 1 {
 		t.Fatalf("due queues %v %v", q, err)
 	}

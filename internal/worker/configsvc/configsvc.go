@@ -486,6 +486,10 @@ func (w webhookSvc) Get(ctx context.Context, tenantID, id string) (tenants.Webho
 }
 
 func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error) {
+	// Another tenant's endpoint is not found, before its URL is looked up.
+	if _, err := w.s.store.GetWebhook(ctx, tenantID, id); err != nil {
+		return tenants.Webhook{}, err
+	}
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.Webhook{}, err
 	}
