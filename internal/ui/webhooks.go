@@ -199,4 +199,3 @@ func (h *webhookHandler) resend(c echo.Context) error {
 	}
 	return seeOther(c, webhookURL(c.Param("id")), "webhook-resent")
 }
-
