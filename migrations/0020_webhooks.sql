@@ -57,7 +57,7 @@ CREATE TABLE webhook_queues (
     next_at    INTEGER NOT NULL,
     PRIMARY KEY (webhook_id, order_key)
 );
-CREATE INDEX webhook_queues_due ON webhook_queues (next_at);
+CREATE INDEX webhook_queues_due ON webhook_queues (next_at, webhook_id, order_key);
 
 -- When a caller was last announced as a top offender, so it is announced
 -- at most once a day.

@@ -975,6 +975,19 @@ type Attempt struct {
 // none is left.
 func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		update, err := tx.PrepareContext(ctx, `
+			UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, step = step + 1, last_attempt_at = ?,
+				response_code = ?, latency_ms = ?, last_error = ?, next_at = CASE WHEN ? > 0 THEN ? ELSE next_at END, done_at = ?
+			WHERE id = ? AND status = 'pending'`)
+		if err != nil {
+			return fmt.Errorf("record webhook attempt: %w", err)
+		}
+		defer update.Close()
+		q, err := prepareQueueRefresh(ctx, tx)
+		if err != nil {
+			return err
+		}
+		defer q.close()
 		for _, a := range as {
 			status, next, done := DeliveryPending, toMS(a.Retry), int64(0)
 			switch {
@@ -983,14 +996,10 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 			case a.Retry.IsZero():
 				status, next, done = DeliveryFailed, 0, toMS(a.At)
 			}
-			if _, err := tx.ExecContext(ctx, `
-				UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, step = step + 1, last_attempt_at = ?,
-					response_code = ?, latency_ms = ?, last_error = ?, next_at = CASE WHEN ? > 0 THEN ? ELSE next_at END, done_at = ?
-				WHERE id = ? AND status = 'pending'`,
-				status, toMS(a.At), a.Code, a.Latency.Milliseconds(), truncate(a.Err, 500), next, next, done, a.RowID); err != nil {
+			if _, err := update.ExecContext(ctx, status, toMS(a.At), a.Code, a.Latency.Milliseconds(), truncate(a.Err, 500), next, next, done, a.RowID); err != nil {
 				return fmt.Errorf("record webhook attempt: %w", err)
 			}
-			if err := refreshQueue(ctx, tx, a.WebhookID, a.OrderKey); err != nil {
+			if err := q.refresh(ctx, a.WebhookID, a.OrderKey); err != nil {
 				return err
 			}
 		}
@@ -998,22 +1007,60 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 	})
 }
 
-// refreshQueue sets a queue due when its first pending delivery is, or
-// removes it when none is left.
-func refreshQueue(ctx context.Context, tx *sql.Tx, webhookID, orderKey string) error {
-	var next, avail int64
-	err := tx.QueryRowContext(ctx, `
+// queueRefresh is refreshQueue's statements, prepared for a batch.
+type queueRefresh struct{ head, del, set *sql.Stmt }
+
+func prepareQueueRefresh(ctx context.Context, tx *sql.Tx) (*queueRefresh, error) {
+	var q queueRefresh
+	var err error
+	if q.head, err = tx.PrepareContext(ctx, `
 		SELECT next_at, available_at FROM webhook_deliveries
-		WHERE webhook_id = ? AND order_key = ? AND status = 'pending' ORDER BY available_at, id LIMIT 1`, webhookID, orderKey).Scan(&next, &avail)
+		WHERE webhook_id = ? AND order_key = ? AND status = 'pending' ORDER BY available_at, id LIMIT 1`); err != nil {
+		return nil, fmt.Errorf("webhook queue: %w", err)
+	}
+	if q.del, err = tx.PrepareContext(ctx, `DELETE FROM webhook_queues WHERE webhook_id = ? AND order_key = ?`); err != nil {
+		q.close()
+		return nil, fmt.Errorf("webhook queue: %w", err)
+	}
+	if q.set, err = tx.PrepareContext(ctx, `UPDATE webhook_queues SET next_at = ? WHERE webhook_id = ? AND order_key = ?`); err != nil {
+		q.close()
+		return nil, fmt.Errorf("webhook queue: %w", err)
+	}
+	return &q, nil
+}
+
+func (q *queueRefresh) close() {
+	for _, st := range []*sql.Stmt{q.head, q.del, q.set} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// refresh sets a queue due when its first pending delivery is, or removes
+// it when none is left.
+func (q *queueRefresh) refresh(ctx context.Context, webhookID, orderKey string) error {
+	var next, avail int64
+	err := q.head.QueryRowContext(ctx, webhookID, orderKey).Scan(&next, &avail)
 	if errors.Is(err, sql.ErrNoRows) {
-		_, err = tx.ExecContext(ctx, `DELETE FROM webhook_queues WHERE webhook_id = ? AND order_key = ?`, webhookID, orderKey)
+		_, err = q.del.ExecContext(ctx, webhookID, orderKey)
 		return err
 	}
 	if err != nil {
 		return fmt.Errorf("webhook queue: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE webhook_queues SET next_at = ? WHERE webhook_id = ? AND order_key = ?`, max(next, avail), webhookID, orderKey)
+	_, err = q.set.ExecContext(ctx, max(next, avail), webhookID, orderKey)
 	return err
+}
+
+// refreshQueue is queueRefresh.refresh for one queue.
+func refreshQueue(ctx context.Context, tx *sql.Tx, webhookID, orderKey string) error {
+	q, err := prepareQueueRefresh(ctx, tx)
+	if err != nil {
+		return err
+	}
+	defer q.close()
+	return q.refresh(ctx, webhookID, orderKey)
 }
 
 // RefreshWebhookQueue sets a queue due when its first pending delivery

@@ -59,9 +59,10 @@ type Config struct {
 	Timeout time.Duration
 	// Schedule is the wait before each retry; DefaultSchedule when nil.
 	Schedule []time.Duration
-	// Concurrency is how many deliveries are in flight at most. Default 16.
+	// Concurrency is how many deliveries are in flight at most. Default 32.
 	Concurrency int
-	// PerEndpoint is how many of them may be to one endpoint. Default 4.
+	// PerEndpoint is how many of them may be to one endpoint (each of a
+	// different ordering key). Default 8.
 	PerEndpoint int
 	// Poll is how often due deliveries are looked for. Default 200ms.
 	Poll time.Duration
@@ -88,6 +89,12 @@ type Deliverer struct {
 	mu          sync.Mutex
 	inflight    map[tenants.DueQueue]bool
 	perEndpoint map[string]int
+	secretCache map[string]cachedSecrets
+	// released counts releases; releasedAt is each queue's last, so that
+	// a claim does not start a delivery it read before its queue was
+	// released (the delivery it read may be the one just recorded).
+	released   uint64
+	releasedAt map[tenants.DueQueue]uint64
 }
 
 type metrics struct {
@@ -105,10 +112,10 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 		cfg.Schedule = DefaultSchedule
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 16
+		cfg.Concurrency = 32
 	}
 	if cfg.PerEndpoint <= 0 {
-		cfg.PerEndpoint = 4
+		cfg.PerEndpoint = 8
 	}
 	cfg.PerEndpoint = min(cfg.PerEndpoint, cfg.Concurrency)
 	if cfg.Poll <= 0 {
@@ -136,7 +143,8 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 	d := &Deliverer{
 		cfg: cfg, store: st, kick: make(chan struct{}, 1), results: make(chan tenants.Attempt, cfg.Concurrency),
 		client:   &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		inflight: map[tenants.DueQueue]bool{}, perEndpoint: map[string]int{},
+		inflight: map[tenants.DueQueue]bool{}, perEndpoint: map[string]int{}, secretCache: map[string]cachedSecrets{},
+		releasedAt: map[tenants.DueQueue]uint64{},
 	}
 	d.metrics = metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_webhook_attempts_total",
@@ -217,6 +225,7 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 	d.mu.Lock()
 	free := d.cfg.Concurrency - len(d.inflight)
 	busy := len(d.inflight)
+	readAt := d.released
 	var full []string
 	for id, n := range d.perEndpoint {
 		if n >= d.cfg.PerEndpoint {
@@ -227,9 +236,21 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 	if free <= 0 {
 		return
 	}
+	defer func() {
+		// Releases before the read are in what it read.
+		d.mu.Lock()
+		for q, at := range d.releasedAt {
+			if at <= readAt {
+				delete(d.releasedAt, q)
+			}
+		}
+		d.mu.Unlock()
+	}()
 	// Queues of endpoints at their bound are left out of the read, so
 	// that a down endpoint's many keys do not hide other endpoints' due
 	// deliveries behind them.
+	// The queues' keys are read first, from an index alone: most of the
+	// due queues are often in flight, and their deliveries are not read.
 	qs, err := d.store.DueWebhookQueues(ctx, now, busy+4*free, full)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -242,14 +263,16 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 			return
 		}
 		d.mu.Lock()
-		taken := d.inflight[q] || d.perEndpoint[q.WebhookID] >= d.cfg.PerEndpoint
+		taken := d.inflight[q] || d.perEndpoint[q.WebhookID] >= d.cfg.PerEndpoint || d.releasedAt[q] > readAt
 		d.mu.Unlock()
 		if taken {
 			continue
 		}
 		head, ok, err := d.store.QueueHead(ctx, q)
 		if err != nil {
-			d.cfg.Log.Warn("reading a webhook delivery failed; will retry", "webhook", q.WebhookID, "err", err)
+			if ctx.Err() == nil {
+				d.cfg.Log.Warn("reading a webhook delivery failed; will retry", "webhook", q.WebhookID, "err", err)
+			}
 			continue
 		}
 		if !ok || head.Due.After(now) {
@@ -289,6 +312,8 @@ func (d *Deliverer) release(as []tenants.Attempt) {
 			continue
 		}
 		delete(d.inflight, q)
+		d.released++
+		d.releasedAt[q] = d.released
 		if d.perEndpoint[a.WebhookID]--; d.perEndpoint[a.WebhookID] <= 0 {
 			delete(d.perEndpoint, a.WebhookID)
 		}
@@ -340,7 +365,7 @@ func (d *Deliverer) record(ctx context.Context) {
 func (d *Deliverer) attempt(ctx context.Context, del tenants.OutboxDelivery) (tenants.Attempt, bool) {
 	start := d.cfg.Now()
 	a := tenants.Attempt{RowID: del.RowID, WebhookID: del.WebhookID, OrderKey: del.OrderKey, At: start}
-	secrets, err := d.store.WebhookSecrets(ctx, del.WebhookID, start)
+	secrets, err := d.secrets(ctx, del.WebhookID, start)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Log.Debug("webhook delivery skipped", "webhook", del.WebhookID, "err", err)
@@ -396,6 +421,37 @@ func (d *Deliverer) attempt(ctx context.Context, del tenants.OutboxDelivery) (te
 	d.cfg.Log.Warn("webhook delivery failed for good after its last retry; the next of its key goes now", "tenant", del.TenantID,
 		"webhook", del.WebhookID, "delivery", del.MsgID, "event", del.Event, "attempts", attempt, "status", a.Code, "err", a.Err)
 	return a, true
+}
+
+// secretsTTL is how long an endpoint's opened secrets are kept in memory:
+// a rotation signs with the new secret within it.
+const secretsTTL = time.Second
+
+type cachedSecrets struct {
+	secrets []string
+	until   time.Time
+}
+
+// secrets answers the secrets an endpoint's deliveries are signed with,
+// opened at most once a secretsTTL.
+func (d *Deliverer) secrets(ctx context.Context, webhookID string, now time.Time) ([]string, error) {
+	d.mu.Lock()
+	c, ok := d.secretCache[webhookID]
+	d.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.secrets, nil
+	}
+	ss, err := d.store.WebhookSecrets(ctx, webhookID, now)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if len(d.secretCache) > 10_000 {
+		clear(d.secretCache)
+	}
+	d.secretCache[webhookID] = cachedSecrets{secrets: ss, until: now.Add(secretsTTL)}
+	d.mu.Unlock()
+	return ss, nil
 }
 
 // describe says why an attempt failed, for the deliveries list.
