@@ -264,9 +264,12 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 	return err
 }
 
-// applyDue reports whether pending messages should be applied now.
+// applyDue reports whether pending messages should be applied now. Quota
+// crossings do not wait for ApplyInterval: they are few (a key crosses a
+// threshold a few times a period), each becomes a webhook someone waits
+// for, and a fetch under load brings several at once anyway.
 func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0)
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0 || stream == bus.QuotaStream)
 }
 
 // fetchBatch is how many messages of stream one transaction applies. A
