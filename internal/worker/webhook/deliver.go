@@ -37,6 +37,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
 )
@@ -366,15 +367,22 @@ func (d *Deliverer) attempt(ctx context.Context, del tenants.OutboxDelivery) (te
 	start := d.cfg.Now()
 	a := tenants.Attempt{RowID: del.RowID, WebhookID: del.WebhookID, OrderKey: del.OrderKey, At: start}
 	secrets, err := d.secrets(ctx, del.WebhookID, start)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.cfg.Log.Debug("webhook delivery skipped", "webhook", del.WebhookID, "err", err)
-		}
+	switch {
+	case ctx.Err() != nil:
 		return a, false
+	case errs.Is(err, errs.NotFound):
+		return a, false // deleted meanwhile, with its deliveries
+	case err != nil:
+		// Failed like an attempt, so that it is retried on the schedule,
+		// logged and listed rather than skipped in silence.
+		err = fmt.Errorf("cannot sign (is this worker's %s the one that sealed the endpoint's secret?): %w", KeyFile, err)
 	}
 	actx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
+	var req *http.Request
+	if err == nil {
+		req, err = http.NewRequestWithContext(actx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
+	}
 	if err == nil {
 		ts := start.Unix()
 		req.Header.Set("Content-Type", "application/json")
@@ -386,15 +394,14 @@ func (d *Deliverer) attempt(ctx context.Context, del tenants.OutboxDelivery) (te
 		resp, err = d.client.Do(req)
 		if err == nil {
 			a.Code = resp.StatusCode
-			head, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBody))
+			// At most MaxResponseBody is read: a receiver's answer costs
+			// the worker little however large it is.
+			head, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBody))
 			resp.Body.Close()
 			if a.Code >= 200 && a.Code < 300 {
 				a.Delivered = true
 			} else {
 				err = fmt.Errorf("HTTP %d: %s", a.Code, strings.TrimSpace(string(head[:min(len(head), 200)])))
-			}
-			if rerr != nil && !a.Delivered && err == nil {
-				err = rerr
 			}
 		}
 	}
