@@ -236,3 +236,42 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 		t.Fatalf("head %s %v %v", h.Payload, ok, err)
 	}
 }
+
+// Delivered and failed deliveries go after the retention; pending ones
+// stay however old.
+func TestWebhookDeliveriesPruned(t *testing.T) {
+	ctx := context.Background()
+	s := webhookStore(t)
+	a := mustTenant(t, s, "acme")
+	w, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/k"), Events: &[]string{tenants.EventKeyCreated}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, name, "pro", nil, nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs, err := s.DueWebhookQueues(ctx, t0, 10, nil)
+	if err != nil || len(qs) != 3 {
+		t.Fatalf("queues %v %v", qs, err)
+	}
+	var as []tenants.Attempt
+	for i, q := range qs[:2] {
+		h, _, _ := s.QueueHead(ctx, q)
+		as = append(as, tenants.Attempt{RowID: h.RowID, WebhookID: q.WebhookID, OrderKey: q.OrderKey, At: t0, Delivered: i == 0, Code: 500})
+	}
+	if err := s.RecordAttempts(ctx, as); err != nil {
+		t.Fatal(err)
+	}
+	if qs, _ := s.DueWebhookQueues(ctx, t0, 10, nil); len(qs) != 1 {
+		t.Fatalf("%d queues left, want the one pending", len(qs))
+	}
+	n, err := s.PruneWebhookDeliveries(ctx, t0.Add(time.Hour), t0, 100)
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d %v", n, err)
+	}
+	if ds := deliveries(t, s, a.ID, w.Webhook.ID); len(ds) != 1 || ds[0].Status != tenants.DeliveryPending {
+		t.Fatalf("left %+v", ds)
+	}
+}

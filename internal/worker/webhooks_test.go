@@ -467,3 +467,32 @@ func TestWebhookIsolationAndRefusals(t *testing.T) {
 		return false
 	})
 }
+
+// A caller that enters the tenant's top offenders is announced once, not
+// again at the next look.
+func TestTopOffenderAnnouncedOnce(t *testing.T) {
+	cfg := webhookConfig(t)
+	cfg.Webhooks.TopOffenderInterval = 100 * time.Millisecond
+	e := newEnv(t, cfg)
+	tn := e.tenant(t, "acme")
+	r := newReceiver(t)
+	e.hook(t, tn.ID, r, tenants.EventTopOffender)
+	e.run(t)
+	minute := time.Now().Unix() / 60
+	row := func(ip string, allowed, denied int64) bus.CounterRow {
+		return bus.CounterRow{CounterKey: bus.CounterKey{TenantID: tn.ID, Policy: "p", Tier: "anonymous", IdentityKind: "ip", IdentityID: ip, Minute: minute},
+			Allowed: allowed, Denied: denied, RateLimited: denied}
+	}
+	e.publish(t, bus.CounterSubjectPrefix+"n1", "n1-c-1", bus.CounterBatch{V: bus.WireVersion, Node: "n1",
+		Rows: []bus.CounterRow{row("192.0.2.1", 5, 40), row("192.0.2.2", 9, 0)}})
+	eventually(t, 10*time.Second, "the offender announced", func() bool { return len(r.events()) == 1 })
+	time.Sleep(500 * time.Millisecond) // several more looks
+	got := r.events()
+	if len(got) != 1 || got[0].Type != tenants.EventTopOffender {
+		t.Fatalf("events %+v", got)
+	}
+	id, _ := got[0].Data["identity"].(map[string]any)
+	if id["id"] != "192.0.2.1" || got[0].Data["denied"] != 40.0 || got[0].Data["rank"] != 1.0 {
+		t.Fatalf("offender %+v", got[0].Data)
+	}
+}
