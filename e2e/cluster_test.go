@@ -339,6 +339,70 @@ func TestClusterExactAndLocal(t *testing.T) {
 		t.Errorf("local: %d more allowed after the deltas were shared", more)
 	}
 
+	// A month quota in local mode: the same bound, and the servers agree
+	// on the month's count once they have heard of each other.
+	createPolicy(t, s1, tn, map[string]any{"name": "localmonth", "path": "/localmonth", "consistency": "local",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "fixed_window", "limit": 50, "calendar": "month"}}})
+	waitFor(t, time.Second, "the month policy on every server", func() bool {
+		for _, s := range tp.servers {
+			if c, err := tryCheck(s, tn, map[string]any{"ip": "192.0.2.250", "path": "/localmonth", "peek": true}); err != nil || c.Policy != "localmonth" {
+				return false
+			}
+		}
+		return true
+	})
+	got, failed = spread(t, tp.servers, tn, 300, 60, func(int) map[string]any { return ipCheck("198.51.100.3", "/localmonth") })
+	t.Logf("local month quota, 300 concurrent over 3 servers: %d allowed (limit 50, overshoot %d)", got, got-50)
+	if failed != 0 || got < 50 || got > 50+2*50 {
+		t.Fatalf("local month quota: %d allowed (%d failed); the documented bound is 50..150", got, failed)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if more, _ := spread(t, tp.servers, tn, 30, 10, func(int) map[string]any { return ipCheck("198.51.100.3", "/localmonth") }); more != 0 {
+		t.Errorf("local month quota: %d more allowed after the deltas were shared", more)
+	}
+	for _, s := range tp.servers {
+		if c, _ := check(t, s, tn, map[string]any{"ip": "198.51.100.3", "path": "/localmonth", "peek": true}); c.Allowed || c.RetryAfterMS == nil || *c.RetryAfterMS <= 0 || *c.RetryAfterMS > 31*24*3600*1000 {
+			t.Errorf("local month quota on %s after the month's use: %+v, want denied until the month ends", s.base, c)
+		}
+	}
+
+	// A reservation taken on one server and settled on another: the settle
+	// goes to the bucket's owner (exact) or is shared as consumption
+	// (local), a refund and a charge past the estimate alike.
+	for _, pol := range []string{"exact", "local"} {
+		ip := "198.51.100.30"
+		if pol == "local" {
+			ip = "198.51.100.31"
+		}
+		left := func(s *server) int64 { // what a peek says remains, plus the peek's own 1
+			c, _ := check(t, s, tn, map[string]any{"ip": ip, "path": "/" + pol, "peek": true})
+			return c.Remaining + 1
+		}
+		settle := func(s *server, id string, actual int) {
+			t.Helper()
+			mustStatus(t, call(t, "POST", s.base+"/v1/settle", tn.Key, map[string]any{"reservation": id, "actual": actual}), 200)
+		}
+		agreed := func(want int64, what string) {
+			t.Helper()
+			waitFor(t, time.Second, pol+": "+what+" on every server", func() bool {
+				for _, s := range tp.servers {
+					if left(s) != want {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		r := mustStatus(t, call(t, "POST", tp.servers[0].base+"/v1/check", tn.Key, map[string]any{"ip": ip, "path": "/" + pol, "reserve": 20}), 200)
+		agreed(30, "the reserve of 20")
+		settle(tp.servers[1], r.str("reservation"), 5)
+		agreed(45, "the refund of 15")
+		r = mustStatus(t, call(t, "POST", tp.servers[2].base+"/v1/check", tn.Key, map[string]any{"ip": ip, "path": "/" + pol, "reserve": 10, "reserve_cap": 40}), 200)
+		agreed(35, "the reserve of 10")
+		settle(tp.servers[0], r.str("reservation"), 40)
+		agreed(5, "the charge of 30")
+	}
+
 	// A key revoked through server 1 is refused by 2 and 3 within a second.
 	k := mustStatus(t, call(t, "POST", s1.base+"/v1/keys", tn.Key, map[string]any{"name": "k", "tier": "pro"}), 201)
 	mustStatus(t, call(t, "DELETE", s1.base+"/v1/keys/"+k.str("id"), tn.Key, nil), 200)

@@ -112,7 +112,7 @@ type Key struct {
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Overrides map[string]Limits `json:"overrides,omitempty"` // per policy name, replacing the tier's limits
 	// BillingAnchor is the day of the month its month quotas reset on
-	// (0: the 1st).
+	// (0: none, the 1st).
 	BillingAnchor int `json:"billing_anchor,omitempty"`
 }
 
@@ -133,6 +133,9 @@ type KeyUpdate struct {
 	Tier      *string           `json:"tier,omitempty"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Overrides map[string]Limits `json:"overrides,omitempty"`
+	// BillingAnchor moves the key's month quotas to this day of the month
+	// (1-31).
+	BillingAnchor *int `json:"billing_anchor,omitempty"`
 }
 
 // CreatePolicy creates p (its ID is ignored) and returns it as stored.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 type checkBody struct {
@@ -20,6 +23,10 @@ type checkBody struct {
 	Path   string `json:"path"`
 	Cost   *int64 `json:"cost"`
 	Peek   bool   `json:"peek"`
+	// A reservation: the estimate taken now, settled later (POST /v1/settle).
+	Reserve    *int64 `json:"reserve"`
+	ReserveCap *int64 `json:"reserve_cap"`
+	ReserveTTL string `json:"reserve_ttl"`
 }
 
 func (b *checkBody) request(field string) (engine.CheckRequest, error) {
@@ -30,7 +37,73 @@ func (b *checkBody) request(field string) (engine.CheckRequest, error) {
 		}
 		r.Cost = *b.Cost
 	}
+	if b.Reserve == nil {
+		if b.ReserveCap != nil || b.ReserveTTL != "" {
+			return r, errs.Errorf(errs.Invalid, "%sreserve: required with reserve_cap and reserve_ttl", field)
+		}
+		return r, nil
+	}
+	switch {
+	case b.Cost != nil:
+		return r, errs.Errorf(errs.Invalid, "%scost: not allowed with reserve, which is the check's cost", field)
+	case b.Peek:
+		return r, errs.Errorf(errs.Invalid, "%speek: a peek takes nothing and cannot reserve", field)
+	}
+	var cp int64
+	if b.ReserveCap != nil {
+		if cp = *b.ReserveCap; cp == 0 {
+			cp = -1 // an explicit 0 is out of range, not the default
+		}
+	}
+	var ttl time.Duration
+	if b.ReserveTTL != "" {
+		d, err := time.ParseDuration(b.ReserveTTL)
+		if err != nil {
+			return r, errs.Errorf(errs.Invalid, "%sreserve_ttl: must be a duration such as \"10m\"", field)
+		}
+		if ttl = d; ttl == 0 {
+			ttl = -1
+		}
+	}
+	if err := reserve.ValidateRequest(field, *b.Reserve, cp, ttl); err != nil {
+		return r, err
+	}
+	r.Cost, r.Hold = *b.Reserve, true
 	return r, nil
+}
+
+// reservation is what a check's reserve asked for, with defaults filled.
+func (b *checkBody) reservation() (estimate, cap int64, ttl time.Duration) {
+	estimate, cap, ttl = *b.Reserve, *b.Reserve, reserve.DefaultTTL
+	if b.ReserveCap != nil {
+		cap = *b.ReserveCap
+	}
+	if b.ReserveTTL != "" {
+		ttl, _ = time.ParseDuration(b.ReserveTTL)
+	}
+	return estimate, cap, ttl
+}
+
+// recordReservation records the reservation of a check that took its
+// estimate (a.Hold) at the worker and names it in a. When the worker
+// cannot record it, the estimate is given back and the check fails as
+// unavailable: a reservation the caller cannot settle must not hold units.
+func (h *handler) recordReservation(c echo.Context, tenant string, b *checkBody, a *engine.Answer, now time.Time) error {
+	if a.Hold == nil {
+		return nil
+	}
+	estimate, cp, ttl := b.reservation()
+	r := reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *a.Hold, Reserved: estimate, Cap: cp,
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Millisecond)}
+	ctx := c.Request().Context()
+	if err := h.Services.Reservations.Create(ctx, r); err != nil {
+		if gerr := h.Engine.Settle(context.WithoutCancel(ctx), tenant, r.Hold, -estimate, now); gerr != nil {
+			h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", r.Policy, "units", estimate, "err", gerr)
+		}
+		return err
+	}
+	a.Reservation, a.ReservationExpires = r.ID, r.ExpiresAt
+	return nil
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -49,8 +122,16 @@ func (h *handler) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if req.Hold {
+		if err := h.reserves.allow(tenantID(c), 1); err != nil {
+			return err
+		}
+	}
 	a, err := h.Engine.Check(c.Request().Context(), tenantID(c), &req, now)
 	if err != nil {
+		return err
+	}
+	if err := h.recordReservation(c, tenantID(c), &body, &a, now); err != nil {
 		return err
 	}
 	setRateLimitHeaders(c.Response().Header(), &a)
@@ -71,16 +152,34 @@ func (h *handler) checkBatch(c echo.Context) error {
 		return errs.Errorf(errs.Invalid, "checks: must hold between 1 and 1000 checks")
 	}
 	reqs := make([]engine.CheckRequest, len(body.Checks))
+	holds := 0
 	for i := range body.Checks {
 		r, err := body.Checks[i].request("checks[" + strconv.Itoa(i) + "].")
 		if err != nil {
 			return err
 		}
 		reqs[i] = r
+		if r.Hold {
+			holds++
+		}
+	}
+	if err := h.reserves.allow(tenantID(c), holds); err != nil {
+		return err
 	}
 	answers, err := h.Engine.CheckBatch(c.Request().Context(), tenantID(c), reqs, now)
 	if err != nil {
 		return err
+	}
+	for i := range answers {
+		if err := h.recordReservation(c, tenantID(c), &body.Checks[i], &answers[i], now); err != nil {
+			// Give back what the batch's later reservations took, too.
+			for j := i + 1; j < len(answers); j++ {
+				if hd := answers[j].Hold; hd != nil {
+					_ = h.Engine.Settle(context.WithoutCancel(c.Request().Context()), tenantID(c), *hd, -*body.Checks[j].Reserve, now)
+				}
+			}
+			return err
+		}
 	}
 	out := []byte(`{"results":[`)
 	for i := range answers {
@@ -225,6 +324,13 @@ func appendAnswer(b []byte, a *engine.Answer) []byte {
 	}
 	if a.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
+	}
+	if a.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = appendString(b, a.Reservation)
+		b = append(b, `,"reservation_expires_at":"`...)
+		b = a.ReservationExpires.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 	}
 	return append(b, '}')
 }

@@ -85,12 +85,20 @@ func (h *handler) createKey(c echo.Context) error {
 		Tier          string                    `json:"tier"`
 		ExpiresAt     *time.Time                `json:"expires_at"`
 		Overrides     map[string]tenants.Limits `json:"overrides"`
-		BillingAnchor int                       `json:"billing_anchor"`
+		BillingAnchor *int                      `json:"billing_anchor"`
 	}
 	if err := bind(c, &b); err != nil {
 		return err
 	}
-	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides, BillingAnchor: b.BillingAnchor}
+	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
+	if a := b.BillingAnchor; a != nil {
+		// 0 is not a day of the month: omit the anchor (or send null) for
+		// quotas that reset on the 1st.
+		if *a < 1 || *a > tenants.MaxBillingAnchor {
+			return errs.Errorf(errs.Invalid, "billing_anchor: must be a day of the month from 1 to 31, or absent for none (the 1st); got %d", *a)
+		}
+		req.BillingAnchor = *a
+	}
 	w, err := h.Services.Keys.Create(c.Request().Context(), req)
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ func TestParseTrustedProxies(t *testing.T) {
 
 func TestForwardedIP(t *testing.T) {
 	ps, _ := ParseTrustedProxies("127.0.0.1,10.0.0.0/8")
-	h := &handler{Config{TrustedProxies: ps}}
+	h := &handler{Config: Config{TrustedProxies: ps}}
 	cases := []struct {
 		peer string
 		xff  []string

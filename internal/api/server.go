@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/httpsec"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -44,6 +45,8 @@ type Engine interface {
 	WaitVersion(ctx context.Context, v int64)
 	// PeekCaller reads a caller's buckets without taking anything.
 	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
+	// Settle applies a settled reservation's difference to its buckets.
+	Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, now time.Time) error
 }
 
 // Config wires the API.
@@ -67,6 +70,7 @@ type Config struct {
 
 type handler struct {
 	Config
+	reserves reserveLimiter
 }
 
 // New returns the Echo instance serving the API. Other packages (the
@@ -78,7 +82,7 @@ func New(cfg Config) *echo.Echo {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{cfg}
+	h := &handler{Config: cfg}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = h.errorHandler
@@ -111,6 +115,7 @@ func New(cfg Config) *echo.Echo {
 	// GET (Caddy, Traefik), and no body: any method is accepted.
 	e.Any(ForwardAuthPath, h.forwardAuth)
 	e.POST("/v1/check/batch", decide(h.checkBatch))
+	e.POST("/v1/settle", decide(h.settle))
 	e.POST("/v1/policies", svc(h.createPolicy))
 	e.GET("/v1/policies", svc(h.listPolicies))
 	e.GET("/v1/policies/:id", svc(h.getPolicy))

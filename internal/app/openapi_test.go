@@ -343,6 +343,18 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "POST", path: "/v1/check/batch", auth: sk, body: `{"checks":[` + anon + `,{"ip":"198.51.100.1","path":"/api/items"}]}`, status: 200})
 	s.do(t, exchange{method: "POST", path: "/v1/check/batch", auth: sk, body: `{"checks":[]}`, status: 400, badRequest: true})
 
+	// A reservation, settled, settled again, and bad settles.
+	r := check(`{"ip":"198.51.100.77","path":"/api/items","reserve":1,"reserve_cap":2,"reserve_ttl":"1m"}`)
+	rid, _ := r["reservation"].(string)
+	if rid == "" {
+		t.Fatalf("a reserve answered no reservation: %v", r)
+	}
+	s.do(t, exchange{method: "POST", path: "/v1/settle", auth: sk, body: `{"reservation":"` + rid + `","actual":2}`, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/settle", auth: sk, body: `{"reservation":"` + rid + `","actual":2}`, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/settle", auth: sk, body: `{"reservation":"` + rid + `","actual":1}`, status: 409})
+	s.do(t, exchange{method: "POST", path: "/v1/settle", auth: sk, body: `{"reservation":"rsv_missing","actual":1}`, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/settle", auth: sk, body: `{"reservation":"` + rid + `"}`, status: 400, badRequest: true})
+
 	// Forward-auth, as Traefik, Caddy and nginx ask.
 	fwd := func(method string, status int, hdr map[string]string) (map[string]any, http.Header) {
 		h := map[string]string{"X-Sluice-Service-Key": sk}

@@ -525,3 +525,44 @@ func TestSDKBatchingAgainstServer(t *testing.T) {
 		t.Fatalf("allowed per caller = %v, want exactly 10 each", allowed)
 	}
 }
+
+// The SDK's Reserve and Settle against the server: the LLM-token case.
+func TestSDKReserveAndSettle(t *testing.T) {
+	m := boot(t)
+	ctx := context.Background()
+	c, _, _ := sdkTenant(t, m, "sdkllm", sdk.WithTimeout(2*time.Second))
+	if _, err := c.CreatePolicy(ctx, sdk.Policy{Name: "tokens", Path: "/v1/chat",
+		Tiers: map[string]sdk.Limits{"anonymous": {{Algorithm: "fixed_window", Limit: 1000, Period: "1h"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	req := sdk.CheckRequest{IP: "192.0.2.44", Path: "/v1/chat"}
+	waitUntil(t, 2*time.Second, "the policy on the server", func() bool {
+		d, _ := c.Peek(ctx, req)
+		return d.Policy == "tokens"
+	})
+	d, r, err := c.Reserve(ctx, req, 500, sdk.ReserveOptions{Cap: 800, TTL: time.Minute})
+	if err != nil || !d.Allowed || d.Remaining != 500 || !strings.HasPrefix(r.ID, "rsv_") || time.Until(r.ExpiresAt) > time.Minute {
+		t.Fatalf("Reserve = %+v, %+v, %v", d, r, err)
+	}
+	s, err := c.Settle(ctx, r, 120)
+	if err != nil || s.Difference != -380 || s.Replayed {
+		t.Fatalf("Settle = %+v, %v", s, err)
+	}
+	if s, err = c.Settle(ctx, r, 120); err != nil || !s.Replayed {
+		t.Fatalf("Settle again = %+v, %v", s, err)
+	}
+	if d, _ := c.Peek(ctx, req); d.Remaining != 1000-120-1 {
+		t.Fatalf("after settling 120: %d left after a peek's 1, want %d", d.Remaining, 1000-120-1)
+	}
+	if _, err = c.Settle(ctx, r, 900); err == nil {
+		t.Fatal("a settle with another amount succeeded")
+	} else if e := (*sdk.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusConflict {
+		t.Fatalf("a settle with another amount: %v", err)
+	}
+	if _, _, err := c.Reserve(ctx, req, 0, sdk.ReserveOptions{}); err == nil {
+		t.Fatal("a reserve of 0 succeeded")
+	}
+	if s, err := c.Settle(ctx, sdk.Reservation{}, 5); err != nil || s.Reservation != "" {
+		t.Fatalf("settling no reservation = %+v, %v", s, err)
+	}
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,5 +73,44 @@ func TestKeyUsage(t *testing.T) {
 	}
 	if status, _ := call(t, m, "GET", "/v1/keys/ckey_missing/usage", sk, ""); status != 404 {
 		t.Errorf("a missing key's usage: %d", status)
+	}
+}
+
+// Bad calendar input answers 400 naming the field and changes nothing: an
+// unknown time zone (tenant create, operator and tenant PATCH), an anchor
+// day of 0 or 32 (key create and PATCH); null removes an anchor.
+func TestCalendarBadInput(t *testing.T) {
+	m := boot(t)
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "cal", "owner_email": "o@cal.test", "owner_password": "a long passphrase", "time_zone": "Asia/Kolkata"})
+	sk, id := tn["service_key"].(string), tn["id"].(string)
+	bad := func(method, path, token, body, field string) {
+		t.Helper()
+		status, out := call(t, m, method, path, token, body)
+		if status != 400 || !strings.HasPrefix(errMessage(out), field+":") {
+			t.Errorf("%s %s %s: %d %v, want 400 naming %s", method, path, body, status, out, field)
+		}
+	}
+	bad("POST", "/v1/admin/tenants", testToken, `{"name":"mars","owner_email":"o@mars.test","owner_password":"a long passphrase","time_zone":"Mars/Olympus"}`, "time_zone")
+	bad("PATCH", "/v1/admin/tenants/"+id, testToken, `{"time_zone":"Nowhere/Special"}`, "time_zone")
+	bad("PATCH", "/v1/tenant", sk, `{"time_zone":"UTC+25"}`, "time_zone")
+	if got := do(t, m, "GET", "/v1/tenant", sk, nil); got["time_zone"] != "Asia/Kolkata" {
+		t.Errorf("the zone changed: %v", got)
+	}
+	for _, day := range []string{"0", "32", "-1", `"17"`} {
+		bad("POST", "/v1/keys", sk, `{"name":"k","tier":"pro","billing_anchor":`+day+`}`, "billing_anchor")
+	}
+	if keys := do(t, m, "GET", "/v1/keys", sk, nil); len(keys["keys"].([]any)) != 0 {
+		t.Errorf("a bad key was created: %v", keys)
+	}
+	k := do(t, m, "POST", "/v1/keys", sk, map[string]any{"name": "k", "tier": "pro", "billing_anchor": 31})
+	kid := k["id"].(string)
+	for _, day := range []string{"0", "32"} {
+		bad("PATCH", "/v1/keys/"+kid, sk, `{"billing_anchor":`+day+`}`, "billing_anchor")
+	}
+	if got := do(t, m, "GET", "/v1/keys/"+kid, sk, nil); got["billing_anchor"] != 31.0 {
+		t.Errorf("the anchor changed: %v", got)
+	}
+	if got := do(t, m, "PATCH", "/v1/keys/"+kid, sk, map[string]any{"billing_anchor": nil}); got["billing_anchor"] != nil {
+		t.Errorf("null did not remove the anchor: %v", got)
 	}
 }

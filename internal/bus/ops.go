@@ -14,6 +14,7 @@ package bus
 import (
 	"context"
 
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -88,6 +89,12 @@ var (
 	OpBlockDelete = configOp[TenantScoped, service.Written[None]]("block.delete")
 	OpBucketReset = configOp[BucketReset, service.Written[None]]("bucket.reset")
 
+	// Reservations (a check's "reserve", POST /v1/settle): not config
+	// changes, so they answer no version.
+	OpReservationCreate = configOp[reserve.Reservation, None]("reservation.create")
+	OpReservationSettle = configOp[reserve.Settle, reserve.Settled]("reservation.settle")
+	OpReservationReopen = configOp[TenantScoped, None]("reservation.reopen")
+
 	// OpUserSignIn checks a password on the worker (SignIn).
 	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
 	OpUserCreate      = configOp[service.UserCreate, tenants.User]("user.create")
@@ -142,6 +149,7 @@ var ConfigOps = []AnyOp{
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
+	OpReservationCreate, OpReservationSettle, OpReservationReopen,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,

@@ -6,6 +6,7 @@ package bus
 import (
 	"context"
 
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -13,17 +14,18 @@ import (
 // NewServices returns every service, sent to the worker through c.
 func NewServices(c *Client) service.Services {
 	return service.Services{
-		Tenants:     tenantsClient{c},
-		Policies:    policiesClient{c},
-		Keys:        keysClient{c},
-		ServiceKeys: serviceKeysClient{c},
-		Users:       usersClient{c},
-		Blocks:      blocksClient{c},
-		Buckets:     bucketsClient{c},
-		Audit:       auditClient{c},
-		Analytics:   analyticsClient{c},
-		Setup:       setupClient{c},
-		Webhooks:    webhooksClient{c},
+		Tenants:      tenantsClient{c},
+		Policies:     policiesClient{c},
+		Keys:         keysClient{c},
+		ServiceKeys:  serviceKeysClient{c},
+		Users:        usersClient{c},
+		Blocks:       blocksClient{c},
+		Buckets:      bucketsClient{c},
+		Reservations: reservationsClient{c},
+		Audit:        auditClient{c},
+		Analytics:    analyticsClient{c},
+		Setup:        setupClient{c},
+		Webhooks:     webhooksClient{c},
 	}
 }
 
@@ -192,6 +194,22 @@ type bucketsClient struct{ c *Client }
 
 func (b bucketsClient) Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (service.Written[None], error) {
 	return Call(ctx, b.c, OpBucketReset, BucketReset{TenantID: tenantID, Policy: policy, Identity: id})
+}
+
+type reservationsClient struct{ c *Client }
+
+func (r reservationsClient) Create(ctx context.Context, res reserve.Reservation) error {
+	_, err := Call(ctx, r.c, OpReservationCreate, res)
+	return err
+}
+
+func (r reservationsClient) Settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
+	return Call(ctx, r.c, OpReservationSettle, s)
+}
+
+func (r reservationsClient) Reopen(ctx context.Context, tenantID, id string) error {
+	_, err := Call(ctx, r.c, OpReservationReopen, TenantScoped{TenantID: tenantID, ID: id})
+	return err
 }
 
 type auditClient struct{ c *Client }

@@ -84,6 +84,7 @@ func TestWireRoundTrip(t *testing.T) {
 	items := []Item{
 		{Key: "t1/p1/ip:10.0.0.1", Tenant: "t1", Policy: "p1", Tier: "anonymous", Cost: 1, Consume: true, Now: 1_700_000_000_000_000_000},
 		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: -3, Now: -1},
+		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: 7, Consume: true, Force: true, Now: 9},
 		{},
 	}
 	body := appendRequest(nil, 42, items)

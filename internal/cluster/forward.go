@@ -33,7 +33,9 @@ type Item struct {
 	KeyID   string `json:"ki,omitempty"`
 	Cost    int64  `json:"c"`
 	Consume bool   `json:"n,omitempty"`
-	Now     int64  `json:"w"`
+	// Force takes a positive Cost even past the limit (a settle's charge).
+	Force bool  `json:"f,omitempty"`
+	Now   int64 `json:"w"`
 }
 
 // Result statuses.

@@ -5,7 +5,8 @@ package cluster
 //
 //	request:  type(1) id(uvarint) count(uvarint) item*
 //	item:     key tenant policy tier key_id (uvarint length + bytes each)
-//	          cost(varint) consume(1) now(varint)
+//	          cost(varint) flags(1) now(varint)
+//	flags:    bit 0 consume, bit 1 force (a settle's charge)
 //	response: type(2) id(uvarint) count(uvarint) result*
 //	result:   status(uvarint) allowed(1) report(varint) n(uvarint) outcome*n
 //	outcome:  allowed(1) limit remaining reset retry_after (varint each)
@@ -63,7 +64,14 @@ func appendRequest(b []byte, id uint64, items []Item) []byte {
 		b = appendString(b, it.Tier)
 		b = appendString(b, it.KeyID)
 		b = binary.AppendVarint(b, it.Cost)
-		b = appendBool(b, it.Consume)
+		var flags byte
+		if it.Consume {
+			flags |= flagConsume
+		}
+		if it.Force {
+			flags |= flagForce
+		}
+		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
@@ -97,6 +105,22 @@ func appendResponse(b []byte, id uint64, res []Result) []byte {
 // decoder reads a frame body; the first error sticks and later reads
 // return zero values.
 type decoder struct{ bus.VarintReader }
+
+// Item flags.
+const (
+	flagConsume = 1 << 0
+	flagForce   = 1 << 1
+)
+
+func (d *decoder) byte() byte {
+	if d.Bad || len(d.B) == 0 {
+		d.Bad = true
+		return 0
+	}
+	v := d.B[0]
+	d.B = d.B[1:]
+	return v
+}
 
 func (d *decoder) bool() bool {
 	if d.Bad || len(d.B) == 0 {
@@ -152,7 +176,11 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.Tier = d.string()
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
-		it.Consume = d.bool()
+		flags := d.byte()
+		if flags&^(flagConsume|flagForce) != 0 {
+			d.Bad = true
+		}
+		it.Consume, it.Force = flags&flagConsume != 0, flags&flagForce != 0
 		it.Now = d.Varint()
 	}
 	if d.Bad || len(d.B) != 0 {

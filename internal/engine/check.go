@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/reserve"
 )
 
 // Reasons a check answers with.
@@ -39,6 +40,9 @@ type CheckRequest struct {
 	Path   string
 	Cost   int64
 	Peek   bool
+	// Hold asks, for a reservation, where the check's cost was taken
+	// (Answer.Hold): the API's "reserve".
+	Hold bool
 }
 
 // LimitStatus describes one limit of the decided tier, for headers.
@@ -70,6 +74,14 @@ type Answer struct {
 	ShadowDenied bool
 	// Limits lists every limit of the decided tier (empty when none applied).
 	Limits []LimitStatus
+	// Hold is where the cost was taken, for a request with Hold that
+	// consumed it (allowed, not shadow-denied, under some limit); nil
+	// otherwise.
+	Hold *reserve.Hold
+	// Reservation and ReservationExpires name the reservation recorded for
+	// Hold (the API records it); "" when none was.
+	Reservation        string
+	ReservationExpires time.Time
 }
 
 // validate fills defaults and rejects bad input, naming the field.
@@ -253,6 +265,13 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	k = append(k, a.IdentityID...)
 	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek}, outs[:n])
+	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
+		e.noteCrossings(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
+	}
+	if err == nil && allowed && req.Hold && !req.Peek {
+		a.Hold = &reserve.Hold{BucketKey: string(k), PolicyID: pv.id, Policy: pv.name, Tier: a.Tier, KeyID: overrideKey,
+			IdentityKind: a.IdentityKind, IdentityID: a.IdentityID}
+	}
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {

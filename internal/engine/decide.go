@@ -68,6 +68,9 @@ type decision struct {
 	now         int64 // unix ns
 	cost        int64
 	consume     bool // false for a peek
+	// force takes a positive cost even past the limit: a settle charging
+	// what a request used beyond its estimate, after the fact.
+	force bool
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -109,7 +112,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			return e.decideHere(d, out)
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Now: d.now})
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Force: d.force, Now: d.now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -143,17 +146,21 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 
 // decideHere decides d in this server's hot cache.
 func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
-	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
+	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, d.force, out)
 	return allowed, report, nil
 }
 
 // decideCache decides in the hot cache. A negative cost is a refund (a
-// descriptor's is_negative_hits, rls.go): it gives the units back and
-// answers the bucket as it then is, allowed.
-func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
-	if cost < 0 {
-		if consume {
+// descriptor's is_negative_hits, rls.go, or a settle below its estimate):
+// it gives the units back and answers the bucket as it then is, allowed.
+// A forced cost (a settle above its estimate) is taken even past the limit
+// and answered the same way.
+func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume, force bool, out []quota.Outcome) (bool, int) {
+	if cost < 0 || force {
+		if consume && cost < 0 {
 			e.cache.Refund(key, limits, now, -cost)
+		} else if consume && cost > 0 {
+			e.cache.Force(string(key), limits, now, cost)
 		}
 		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
 		return true, report
@@ -183,7 +190,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			continue
 		}
 		n := len(limits)
-		allowed, report := e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+		allowed, report := e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, it.Force, outs[:n])
 		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
 		for k := 0; k < n; k++ {
 			o := outs[k]
@@ -236,8 +243,15 @@ func (e *Engine) onDeltas(m *nats.Msg) {
 	v := e.view.Load()
 	now := e.cfg.Now().UnixNano()
 	for _, d := range msg.Deltas {
-		if limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID); len(limits) > 0 {
+		limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID)
+		switch {
+		case len(limits) == 0:
+		case d.Cost > 0:
 			e.cache.Force(d.Key, limits, now, d.Cost)
+		case d.Cost < 0:
+			// Refunds (settles below their estimate, negative hits)
+			// outweighed consumption at the sender.
+			e.cache.Refund([]byte(d.Key), limits, now, -d.Cost)
 		}
 	}
 }

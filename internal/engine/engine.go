@@ -97,6 +97,7 @@ type Engine struct {
 	// it was last made (shrinkPendingStates).
 	pendingStatesPeak int
 	pendingCounters   []pendingBatch
+	crossings         crossingQueue
 	batchSeq          atomic.Uint64
 	epoch             int64
 
@@ -267,6 +268,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.done.Go(func() { e.loadRest(loopCtx, after, started) })
 	e.done.Go(func() { tick.Every(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
 	e.done.Go(func() { tick.Every(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.CounterInterval, func() { e.flushCrossings(loopCtx) }) })
 	e.done.Go(func() {
 		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
@@ -429,7 +431,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		e.flushStates(ctx)
 		e.flushCounters(ctx)
-		if e.pendingCount() == 0 {
+		e.flushCrossings(ctx)
+		if e.pendingCount()+e.pendingCrossings() == 0 {
 			break
 		}
 		if ctx.Err() != nil {

@@ -24,6 +24,9 @@ type engineMetrics struct {
 	firstTouch     prometheus.Counter
 	byReason       checkCounters
 	rls            *rlsMetrics
+	// crossingsDropped counts quota crossings never reported (quotaevents.go).
+	crossingsDropped prometheus.Counter
+	crossingsPending prometheus.GaugeFunc
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -84,11 +87,18 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	}
 	m.byReason = newCheckCounters(m.checks)
 	m.rls = newRLSMetrics()
+	m.crossingsDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_quota_crossings_dropped_total", Help: "Quota crossings (webhook threshold events) dropped because NATS was away longer than the pending bound.",
+	})
+	m.crossingsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_quota_crossings_pending", Help: "Quota crossings waiting to be published to the worker.",
+	}, func() float64 { return float64(e.pendingCrossings()) })
+	e.crossings.dropped = m.crossingsDropped
 	return m
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending}
 }
 
 // checkCounters resolves the label values once, so counting a decision on

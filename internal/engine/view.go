@@ -97,6 +97,9 @@ type tierLimits struct {
 	// months: a limit resets on a calendar month, which a key's billing
 	// anchor moves (keyView.anchored).
 	months bool
+	// calendars: some limit has a calendar, whose crossings of a percent
+	// of the quota a key's checks report (quotaevents.go).
+	calendars bool
 }
 
 type keyView struct {
@@ -432,6 +435,7 @@ func compileLimits(policy string, specs tenants.Limits, loc *time.Location) (*ti
 				return nil, err
 			}
 			tl.months = tl.months || l.Calendar.Unit() == quota.CalendarMonth
+			tl.calendars = true
 			tl.limits[i] = l
 			tl.names[i] = limitName(policy, specs, i)
 			continue
@@ -498,7 +502,7 @@ func (kv *keyView) anchored(tl *tierLimits) *tierLimits {
 	if a := kv.anchoredTiers[tl]; a != nil {
 		return a
 	}
-	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true}
+	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true, calendars: true}
 	for i := range a.limits {
 		c := a.limits[i].Calendar
 		if c == nil || c.Unit() != quota.CalendarMonth {
@@ -557,9 +561,18 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	if pv == nil {
 		return tv.overrideLimitsFor(policyID, tier)
 	}
+	if tl := tv.tierFor(pv, tier, keyID); tl != nil {
+		return tl.limits
+	}
+	return nil
+}
+
+// tierFor is the limits a decision of policy pv under tier and keyID (the
+// key whose own limits apply, if any) is made with: limitsFor's, whole.
+func (tv *tenantView) tierFor(pv *policyView, tier, keyID string) *tierLimits {
 	var kv *keyView
 	if keyID != "" {
-		if k, _ := tv.keys.byID.get(keyID); k != nil && k.tenantID == tenantID {
+		if k, _ := tv.keys.byID.get(keyID); k != nil && k.tenantID == tv.id {
 			kv = k
 		}
 	}
@@ -570,7 +583,7 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	if tl == nil {
 		return nil
 	}
-	return kv.anchored(tl).limits
+	return kv.anchored(tl)
 }
 
 // overrideLimitsFor resolves a forwarded descriptor decision made under

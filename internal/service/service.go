@@ -16,6 +16,7 @@ package service
 import (
 	"context"
 
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -28,10 +29,12 @@ type Services struct {
 	Users       Users
 	Blocks      Blocks
 	Buckets     Buckets
-	Audit       Audit
-	Analytics   Analytics
-	Setup       Setup
-	Webhooks    Webhooks
+	// Reservations are checks' reserved estimates awaiting their settle.
+	Reservations Reservations
+	Audit        Audit
+	Analytics    Analytics
+	Setup        Setup
+	Webhooks     Webhooks
 }
 
 // Written is a write's result and the config version that committed it.
@@ -132,6 +135,18 @@ type Blocks interface {
 type Buckets interface {
 	// Reset refills one identity's buckets for a policy, by name.
 	Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (Written[None], error)
+}
+
+// Reservations are estimates checks reserved ("reserve": n), settled later
+// with the amount really used.
+type Reservations interface {
+	// Create records an open reservation (a check that took its estimate).
+	Create(ctx context.Context, r reserve.Reservation) error
+	// Settle records a reservation's actual amount, once; a repeat with
+	// the same amount answers Replayed.
+	Settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error)
+	// Reopen undoes a settle whose difference could not be applied.
+	Reopen(ctx context.Context, tenantID, id string) error
 }
 
 // Audit is the audit log (its entries are written by the writes above).

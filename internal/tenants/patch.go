@@ -50,7 +50,11 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 		m["overrides"] = *p.Overrides
 	}
 	if p.BillingAnchor != nil {
-		m["billing_anchor"] = *p.BillingAnchor
+		if *p.BillingAnchor == 0 {
+			m["billing_anchor"] = nil // removed: UnmarshalJSON reads null as 0
+		} else {
+			m["billing_anchor"] = *p.BillingAnchor
+		}
 	}
 	return json.Marshal(m)
 }
@@ -96,9 +100,13 @@ func (p *KeyPatch) UnmarshalJSON(b []byte) error {
 			}
 			p.Overrides = &m
 		case "billing_anchor":
+			// null clears the anchor (month quotas reset on the 1st); a
+			// day must be one: 0 is not a day of the month.
 			var d int
-			if null || json.Unmarshal(v, &d) != nil {
-				return invalid(k, "must be a day of the month from 1 to 31, or 0 for none")
+			if !null {
+				if json.Unmarshal(v, &d) != nil || d < 1 || d > MaxBillingAnchor {
+					return invalid(k, "must be a day of the month from 1 to 31, or null for none (the 1st)")
+				}
 			}
 			p.BillingAnchor = &d
 		default:

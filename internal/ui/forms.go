@@ -86,7 +86,7 @@ func mapGroupPath(rest string, groups map[string]limitGroup) (string, bool) {
 		if len(g.limits) == 0 {
 			return g.key, true
 		}
-		return g.limits[0] + tail, true
+		return g.limits[0] + calendarInput(tail), true
 	default: // "[k]..."
 		end := strings.IndexByte(tail, ']')
 		if end < 0 {
@@ -100,13 +100,17 @@ func mapGroupPath(rest string, groups map[string]limitGroup) (string, bool) {
 		if field == "" {
 			field = ".name"
 		}
-		return g.limits[k] + field, true
+		return g.limits[k] + calendarInput(field), true
 	}
 }
 
 // limitFromRow converts a limit row, reporting number errors under prefix.
 func limitFromRow(r views.LimitRow, prefix string, fe fieldErrors) tenants.LimitSpec {
 	l := tenants.LimitSpec{Name: strings.TrimSpace(r.Name), Algorithm: r.Algorithm, Period: strings.TrimSpace(r.Period)}
+	// The period input takes a calendar too: "month" resets on the 1st.
+	if c := strings.ToLower(l.Period); slices.Contains(calendarWords, c) {
+		l.Calendar, l.Period = c, ""
+	}
 	if s := strings.TrimSpace(r.Limit); s != "" {
 		n, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
 		if err != nil {
@@ -148,11 +152,25 @@ func readLimitRow(form url.Values, prefix string) views.LimitRow {
 
 func limitRowOf(l tenants.LimitSpec) views.LimitRow {
 	r := views.LimitRow{Name: l.Name, Algorithm: l.Algorithm, Limit: strconv.FormatInt(l.Limit, 10), Period: l.Period}
+	if l.Calendar != "" {
+		r.Period = l.Calendar
+	}
 	if l.Burst != 0 {
 		r.Burst = strconv.FormatInt(l.Burst, 10)
 	}
 	return r
 }
+
+// calendarInput maps a limit's calendar field to the input that takes it.
+func calendarInput(field string) string {
+	if field == ".calendar" {
+		return ".period"
+	}
+	return field
+}
+
+// calendarWords are what the period input takes for a calendar limit.
+var calendarWords = []string{tenants.CalendarDay, tenants.CalendarWeek, tenants.CalendarMonth, tenants.CalendarYear}
 
 var algorithms = []string{tenants.TokenBucket, tenants.SlidingWindow, tenants.SlidingLog, tenants.FixedWindow}
 

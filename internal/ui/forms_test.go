@@ -49,6 +49,39 @@ func TestPolicyFormRoundTrip(t *testing.T) {
 	}
 }
 
+// The period input takes a calendar word for a quota that resets on the
+// calendar, and shows a stored calendar limit's unit there again.
+func TestPolicyFormCalendar(t *testing.T) {
+	f := views.PolicyForm{Name: "plans", Path: "/api/*", Tiers: []views.TierRow{
+		{Name: "pro", Limits: []views.LimitRow{
+			{Name: "burst", Algorithm: "token_bucket", Limit: "10", Period: "1s"},
+			{Name: "monthly", Algorithm: "fixed_window", Limit: "10_000", Period: " Month "},
+		}},
+	}}
+	p, _, fe := policyOfForm(f)
+	if len(fe) > 0 {
+		t.Fatalf("errors: %v", fe)
+	}
+	if m := p.Tiers["pro"][1]; m.Calendar != "month" || m.Period != "" || m.Limit != 10000 {
+		t.Fatalf("calendar limit %+v", m)
+	}
+	if b := p.Tiers["pro"][0]; b.Calendar != "" || b.Period != "1s" {
+		t.Fatalf("periodic limit %+v", b)
+	}
+	if len(p.Problems()) != 0 {
+		t.Fatalf("problems: %v", p.Problems())
+	}
+	if back := formOfPolicy(p); back.Tiers[0].Limits[1].Period != "month" {
+		t.Fatalf("form of policy: %+v", back.Tiers[0].Limits)
+	}
+	// A calendar on a token bucket is refused by the domain, on the input.
+	f.Tiers[0].Limits[1].Algorithm = "token_bucket"
+	p, groups, fe := policyOfForm(f)
+	if policyProblems(p, groups, fe); fe["tier.0.limit.1.algorithm"] == "" {
+		t.Fatalf("a calendar token bucket: %v", fe)
+	}
+}
+
 func TestPolicyFormErrors(t *testing.T) {
 	f := views.PolicyForm{Name: "x", Path: "/x", Query: "novalue\nk=v\nk=w", Tiers: []views.TierRow{
 		{Name: "", Limits: []views.LimitRow{{Limit: "5", Period: "1s"}}},
@@ -88,6 +121,7 @@ func TestWorkerErrorsFindTheirInput(t *testing.T) {
 		`tiers: tier name "Pro" must be 1 to 32 characters`:             "tiers",
 		`path: must start with "/"`:                                     "path",
 		`query.mode: must not be empty`:                                 "query",
+		`tiers.pro[1].calendar: must be one of day, week, month, year`:  "tier.3.limit.2.period",
 	} {
 		fe, formErr := policyErrors(errs.Errorf(errs.Invalid, "%s", msg), groups)
 		if _, ok := fe[want]; !ok || formErr != "" {

@@ -40,3 +40,44 @@ func TestKeyPageQuotaMeters(t *testing.T) {
 		t.Errorf("%d quotas shown, want 1: the periodic limit is not a quota", n)
 	}
 }
+
+// The policy form makes a calendar quota from "month" in the period input,
+// and its edit page shows it so again.
+func TestPolicyFormMakesCalendarQuota(t *testing.T) {
+	s := bootSite(t)
+	tn := s.tenant("plans")
+	a := s.agent()
+	a.signIn(tn.email, tn.password)
+	form := policyForm("plans", 10)
+	form.Set("tier.1.limit.0.algorithm", "fixed_window")
+	form.Set("tier.1.limit.0.limit", "10000")
+	form.Set("tier.1.limit.0.period", "month")
+	want(t, a.post("/ui/policies", form), http.StatusSeeOther, "create a policy with a month quota")
+	var id string
+	for _, p := range s.api("GET", "/v1/policies", tn.key, nil)["policies"].([]any) {
+		p := p.(map[string]any)
+		if p["name"] == "plans" {
+			id = p["id"].(string)
+			pro := p["tiers"].(map[string]any)["pro"].(map[string]any)
+			if pro["calendar"] != "month" || pro["period"] != nil && pro["period"] != "" {
+				t.Fatalf("pro tier %v, want a month calendar quota", pro)
+			}
+		}
+	}
+	if id == "" {
+		t.Fatal("the policy is not listed")
+	}
+	page := want(t, a.get("/ui/policies/"+id), http.StatusOK, "edit page")
+	if !strings.Contains(page.body, `name="tier.1.limit.0.period" type="text" value="month"`) {
+		t.Errorf("the edit page does not show the month period:\n%s", page.body)
+	}
+	// A calendar on a token bucket is refused, on its algorithm input.
+	form.Set("name", "plans2")
+	form.Set("path", "/api/plans2")
+	form.Set("tier.1.limit.0.algorithm", "token_bucket")
+	if p := a.post("/ui/policies", form); p.status != http.StatusUnprocessableEntity && p.status != http.StatusBadRequest && p.status != http.StatusOK {
+		t.Fatalf("a calendar token bucket: status %d", p.status)
+	} else if !strings.Contains(p.body, "must be fixed_window for a calendar limit") {
+		t.Errorf("a calendar token bucket: the error is not shown:\n%s", p.body)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -159,6 +160,22 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 		bus.OpBucketReset.Name: serve(w, bus.OpBucketReset, func(ctx context.Context, r bus.BucketReset) (service.Written[none], error) {
 			return svc.Buckets.Reset(ctx, r.TenantID, r.Policy, r.Identity)
+		}),
+
+		bus.OpReservationCreate.Name: serve(w, bus.OpReservationCreate, func(ctx context.Context, r reserve.Reservation) (none, error) {
+			return none{}, w.createReservation(ctx, r)
+		}),
+		bus.OpReservationSettle.Name: serve(w, bus.OpReservationSettle, func(ctx context.Context, r reserve.Settle) (reserve.Settled, error) {
+			var out reserve.Settled
+			err := st.WriteTx(ctx, func(tx *sql.Tx) error {
+				var err error
+				out, err = reserve.Do(ctx, tx, r)
+				return err
+			})
+			return out, err
+		}),
+		bus.OpReservationReopen.Name: serve(w, bus.OpReservationReopen, func(ctx context.Context, r bus.TenantScoped) (none, error) {
+			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Reopen(ctx, tx, r.TenantID, r.ID) })
 		}),
 
 		bus.OpUserCreate.Name: serve(w, bus.OpUserCreate, func(ctx context.Context, r service.UserCreate) (tenants.User, error) {

@@ -130,6 +130,9 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
+	// reservations groups reservation writes (reservations.go).
+	reservations reserveBatcher
+
 	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
 	rowsAtSweep uint64
@@ -218,7 +221,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
+		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch)}}
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -346,6 +350,8 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 		})
 	})
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
+	wg.Go(func() { w.reserveLoop(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -34,6 +35,7 @@ type Memory struct {
 	users    map[string]tenants.User
 	secrets  map[string][32]byte // user id → SHA-256 of the password
 	blocks   map[string]tenants.Block
+	reserved map[string]reserve.Reservation // by tenant id + "/" + id
 	webhooks map[string]tenants.Webhook
 	// deliveries are each endpoint's, oldest first (AddDelivery).
 	deliveries map[string][]tenants.WebhookDelivery
@@ -51,6 +53,7 @@ func New(now func() time.Time) *Memory {
 		now: now, tenants: map[string]*tenants.Tenant{}, policies: map[string]tenants.Policy{},
 		keys: map[string]tenants.ConsumerKey{}, svcKeys: map[string]tenants.ServiceKey{},
 		users: map[string]tenants.User{}, secrets: map[string][32]byte{}, blocks: map[string]tenants.Block{},
+		reserved: map[string]reserve.Reservation{},
 		webhooks: map[string]tenants.Webhook{}, deliveries: map[string][]tenants.WebhookDelivery{},
 	}
 }
@@ -59,7 +62,7 @@ func New(now func() time.Time) *Memory {
 func (m *Memory) Services() service.Services {
 	return service.Services{
 		Tenants: memTenants{m}, Policies: memPolicies{m}, Keys: memKeys{m}, ServiceKeys: memServiceKeys{m},
-		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
+		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Reservations: memReservations{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
 		Setup: memSetup{}, Webhooks: memWebhooks{m},
 	}
 }
@@ -598,6 +601,53 @@ func (s memBlocks) Delete(_ context.Context, tenantID, id string) (service.Writt
 	}
 	delete(m.blocks, id)
 	return written(m, service.None{}), nil
+}
+
+type memReservations struct{ m *Memory }
+
+func (s memReservations) Create(_ context.Context, r reserve.Reservation) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.State = reserve.StateOpen
+	m.reserved[r.TenantID+"/"+r.ID] = r
+	return nil
+}
+
+// Settle follows reserve.Do: the first settle records, a repeat with the
+// same amount replays, an expired or unknown reservation is an error.
+func (s memReservations) Settle(_ context.Context, q reserve.Settle) (reserve.Settled, error) {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reserved[q.TenantID+"/"+q.ID]
+	switch {
+	case !ok:
+		return reserve.Settled{}, errs.Errorf(errs.NotFound, "reservation: no such reservation")
+	case r.State == reserve.StateSettled && *r.Actual == q.Actual:
+		return reserve.Settled{Reservation: r, Replayed: true}, nil
+	case r.State == reserve.StateSettled:
+		return reserve.Settled{}, errs.Errorf(errs.Conflict, "reservation: already settled with actual %d", *r.Actual)
+	case !q.At.Before(r.ExpiresAt):
+		return reserve.Settled{}, errs.Errorf(errs.Conflict, "reservation: expired")
+	case q.Actual < 0 || q.Actual > r.Cap:
+		return reserve.Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d", r.Cap)
+	}
+	a, at := q.Actual, q.At
+	r.State, r.Actual, r.SettledAt = reserve.StateSettled, &a, &at
+	m.reserved[q.TenantID+"/"+q.ID] = r
+	return reserve.Settled{Reservation: r}, nil
+}
+
+func (s memReservations) Reopen(_ context.Context, tenantID, id string) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.reserved[tenantID+"/"+id]; ok && r.State == reserve.StateSettled {
+		r.State, r.Actual, r.SettledAt = reserve.StateOpen, nil, nil
+		m.reserved[tenantID+"/"+id] = r
+	}
+	return nil
 }
 
 type memBuckets struct{ m *Memory }

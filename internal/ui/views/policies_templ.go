@@ -1347,7 +1347,7 @@ func limitRow(errs map[string]string, algorithms []string, prefix string, l Limi
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = TextField(Field{Name: prefix + ".period", Label: "Per period", Value: l.Period, Pattern: periodPattern, Title: "a duration such as 60s, 1m, 1h or 1d", Error: errOf(errs, prefix+".period"), Placeholder: "60s, 1m, 1h, 1d", Class: "w-period"}).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = TextField(Field{Name: prefix + ".period", Label: "Per period", Value: l.Period, Pattern: periodPattern, Title: "a duration such as 60s, 1m, 1h or 1d, or a calendar period (day, week, month, year) for a fixed_window quota that resets on the calendar", Error: errOf(errs, prefix+".period"), Placeholder: "60s, 1h, 1d, month", Class: "w-period"}).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1377,8 +1377,9 @@ func limitRow(errs map[string]string, algorithms []string, prefix string, l Limi
 }
 
 // periodPattern is what the browser accepts as a period before sending:
-// one or more numbers with a unit, as Go durations and "d" for days.
-const periodPattern = `([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h|d))+`
+// one or more numbers with a unit, as Go durations and "d" for days, or a
+// calendar period (a quota that resets at its start).
+const periodPattern = `([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h|d))+|day|week|month|year`
 
 func limitNamePlaceholder(named bool) string {
 	if named {
@@ -1493,7 +1494,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 				var templ_7745c5c3_Var68 string
 				templ_7745c5c3_Var68, templ_7745c5c3_Err = templ.JoinStringErrs(formError)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 353, Col: 18}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 354, Col: 18}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var68))
 				if templ_7745c5c3_Err != nil {
@@ -1517,7 +1518,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var69 templ.SafeURL
 					templ_7745c5c3_Var69, templ_7745c5c3_Err = templ.JoinURLErrs(templ.URL("#" + fieldID(k)))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 358, Col: 47}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 47}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var69))
 					if templ_7745c5c3_Err != nil {
@@ -1530,7 +1531,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var70 string
 					templ_7745c5c3_Var70, templ_7745c5c3_Err = templ.JoinStringErrs(problemLabel(label, k))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 358, Col: 74}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 74}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var70))
 					if templ_7745c5c3_Err != nil {
@@ -1543,7 +1544,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var71 string
 					templ_7745c5c3_Var71, templ_7745c5c3_Err = templ.JoinStringErrs(errs[k])
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 358, Col: 87}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 87}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var71))
 					if templ_7745c5c3_Err != nil {

@@ -1,0 +1,107 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
+)
+
+type settleBody struct {
+	Reservation string `json:"reservation"`
+	Actual      *int64 `json:"actual"`
+}
+
+// settleAnswer is POST /v1/settle's answer.
+type settleAnswer struct {
+	Reservation string    `json:"reservation"`
+	Policy      string    `json:"policy"`
+	Reserved    int64     `json:"reserved"`
+	Cap         int64     `json:"cap"`
+	Actual      int64     `json:"actual"`
+	Difference  int64     `json:"difference"` // charged (> 0) or given back (< 0)
+	SettledAt   time.Time `json:"settled_at"`
+	Replayed    bool      `json:"replayed"`
+}
+
+// settle settles a reservation with the amount the request really used.
+// The worker records the settle first, once (a repeat with the same
+// amount is answered as the first was and changes nothing); then the
+// difference goes to the reservation's buckets. When that fails, the
+// record is undone so that the caller's retry settles again.
+func (h *handler) settle(c echo.Context) error {
+	now := h.Now()
+	var b settleBody
+	if err := bind(c, &b); err != nil {
+		return err
+	}
+	switch {
+	case b.Reservation == "":
+		return errs.Errorf(errs.Invalid, "reservation: required, the id a check with reserve answered")
+	case len(b.Reservation) > 64:
+		return errs.Errorf(errs.Invalid, "reservation: longer than 64 bytes")
+	case b.Actual == nil:
+		return errs.Errorf(errs.Invalid, "actual: required, the units the request used")
+	case *b.Actual < 0 || *b.Actual > reserve.MaxUnits:
+		return errs.Errorf(errs.Invalid, "actual: must be an integer between 0 and %d", reserve.MaxUnits)
+	}
+	tenant := tenantID(c)
+	ctx := c.Request().Context()
+	s, err := h.Services.Reservations.Settle(ctx, reserve.Settle{TenantID: tenant, ID: b.Reservation, Actual: *b.Actual, At: now})
+	if err != nil {
+		return err
+	}
+	r := s.Reservation
+	if !s.Replayed {
+		if err := h.Engine.Settle(ctx, tenant, r.Hold, r.Difference(), now); err != nil {
+			if rerr := h.Services.Reservations.Reopen(context.WithoutCancel(ctx), tenant, r.ID); rerr != nil {
+				h.Log.Warn("a settle that could not be applied stays recorded; its difference is lost", "tenant", tenant,
+					"reservation", r.ID, "difference", r.Difference(), "err", rerr)
+			}
+			return err
+		}
+	}
+	return c.JSON(http.StatusOK, settleAnswer{Reservation: r.ID, Policy: r.Policy, Reserved: r.Reserved, Cap: r.Cap,
+		Actual: *r.Actual, Difference: r.Difference(), SettledAt: *r.SettledAt, Replayed: s.Replayed})
+}
+
+// ReservesPerSecond bounds the reservations one tenant makes per second on
+// one server (bursts of as many): each is a write at the worker before the
+// check answers, and one tenant's flood of them must not slow the others'
+// writes. Checks without reserve are not limited by it.
+const ReservesPerSecond = 5000
+
+// reserveLimiter holds a token bucket per tenant; tenants are authenticated
+// and capped by the operator, so the map is bounded.
+type reserveLimiter struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+// allow takes n reservations from tenant's bucket, or refuses with the
+// error to answer.
+func (l *reserveLimiter) allow(tenant string, n int) error {
+	if n == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	lim := l.m[tenant]
+	if lim == nil {
+		if l.m == nil {
+			l.m = map[string]*rate.Limiter{}
+		}
+		lim = rate.NewLimiter(ReservesPerSecond, ReservesPerSecond)
+		l.m[tenant] = lim
+	}
+	l.mu.Unlock()
+	if !lim.AllowN(time.Now(), n) {
+		return errs.Errorf(errs.RateLimited, "reserve: more than %d reservations a second for this tenant on this server; try again shortly", ReservesPerSecond)
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+// Package reserve keeps reservations: checks that took an estimate from a
+// caller's buckets ("reserve": n) and are settled later with the amount the
+// request really used (POST /v1/settle), the LLM-token case.
+//
+// The estimate is consumed when the check is decided, as a check of that
+// cost would be, so a reservation nobody settles simply stands at its
+// estimate once it expires: nothing has to run at expiry for the buckets
+// to be right. A settle gives back (actual < estimate) or charges
+// (actual > estimate, up to the reservation's cap) the difference.
+//
+// The worker is the only writer of reservations (the SQLite store here);
+// servers create and settle them through it, so a settle is idempotent
+// across every server: the first settle of a reservation records its
+// actual amount, and a repeated one with the same amount answers as the
+// first did without touching a bucket again.
+package reserve
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+)
+
+// Bounds.
+const (
+	// MaxUnits bounds an estimate, a cap and an actual amount, as a check's
+	// cost is bounded.
+	MaxUnits = 1_000_000
+	// DefaultTTL is how long a reservation waits for its settle when the
+	// check names no reserve_ttl; MaxTTL is the longest it may ask.
+	DefaultTTL = 15 * time.Minute
+	MinTTL     = time.Second
+	MaxTTL     = 24 * time.Hour
+	// MaxOpen is the most open (unsettled, unexpired) reservations one
+	// tenant may hold: each is a row the worker writes, and one tenant's
+	// flood of them must not grow the database without bound.
+	MaxOpen = 100_000
+	// Keep is how long a settled or expired reservation is remembered, so
+	// that a repeated settle answers as the first did (or says it expired)
+	// rather than not_found.
+	Keep = 7 * 24 * time.Hour
+)
+
+// States of a reservation.
+const (
+	StateOpen    = "open"
+	StateSettled = "settled"
+	StateExpired = "expired"
+)
+
+// Hold is where a reservation's units were taken: the bucket, and what a
+// server needs to find the same limits when it settles (the engine's
+// decision key parts).
+type Hold struct {
+	BucketKey    string `json:"bucket_key"`
+	PolicyID     string `json:"policy_id"`
+	Policy       string `json:"policy"` // the policy's name
+	Tier         string `json:"tier"`
+	KeyID        string `json:"key_id,omitempty"` // the key whose own limits decided
+	IdentityKind string `json:"identity_kind"`
+	IdentityID   string `json:"identity_id"`
+}
+
+// Reservation is one reserved estimate.
+type Reservation struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Hold
+	Reserved  int64      `json:"reserved"`
+	Cap       int64      `json:"cap"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	State     string     `json:"state"`
+	Actual    *int64     `json:"actual,omitempty"`
+	SettledAt *time.Time `json:"settled_at,omitempty"`
+}
+
+// Settle asks to settle reservation ID of a tenant with Actual units at At.
+type Settle struct {
+	TenantID string    `json:"tenant_id"`
+	ID       string    `json:"id"`
+	Actual   int64     `json:"actual"`
+	At       time.Time `json:"at"`
+}
+
+// Settled answers a settle: the reservation as it now stands, and whether
+// this settle repeated one recorded before (the buckets were adjusted by
+// the first; a replay must not adjust them again).
+type Settled struct {
+	Reservation Reservation `json:"reservation"`
+	Replayed    bool        `json:"replayed"`
+}
+
+// Difference is what settling r at its actual amount changes in its
+// buckets: positive charges more, negative gives back.
+func (r Reservation) Difference() int64 {
+	if r.Actual == nil {
+		return 0
+	}
+	return *r.Actual - r.Reserved
+}
+
+// ValidateRequest checks a check's reservation fields, naming the field.
+// cap 0 means the estimate; ttl 0 means DefaultTTL.
+func ValidateRequest(field string, reserved, cap int64, ttl time.Duration) error {
+	switch {
+	case reserved < 1 || reserved > MaxUnits:
+		return errs.Errorf(errs.Invalid, "%sreserve: must be an integer between 1 and %d", field, MaxUnits)
+	case cap != 0 && (cap < reserved || cap > MaxUnits):
+		return errs.Errorf(errs.Invalid, "%sreserve_cap: must be at least reserve (%d) and at most %d", field, reserved, MaxUnits)
+	case ttl != 0 && (ttl < MinTTL || ttl > MaxTTL):
+		return errs.Errorf(errs.Invalid, "%sreserve_ttl: must be between 1s and 24h", field)
+	}
+	return nil
+}
+
+// Create records an open reservation in tx, refusing a tenant at MaxOpen.
+func Create(ctx context.Context, tx *sql.Tx, r Reservation) error {
+	var open int64
+	err := tx.QueryRowContext(ctx, `SELECT open FROM reservation_counts WHERE tenant_id = ?`, r.TenantID).Scan(&open)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("count reservations: %w", err)
+	}
+	if open >= MaxOpen {
+		return errs.Errorf(errs.Conflict, "reserve: the tenant holds %d open reservations, the most it may; settle some first", MaxOpen)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reservations (tenant_id, id, bucket_key, policy_id, policy, tier, key_id,
+		identity_kind, identity_id, reserved, cap, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		r.TenantID, r.ID, r.BucketKey, r.PolicyID, r.Policy, r.Tier, r.KeyID, r.IdentityKind, r.IdentityID,
+		r.Reserved, r.Cap, r.CreatedAt.UnixMilli(), r.ExpiresAt.UnixMilli()); err != nil {
+		return fmt.Errorf("record reservation: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_counts (tenant_id, open) VALUES (?, 1)
+		ON CONFLICT (tenant_id) DO UPDATE SET open = open + 1`, r.TenantID); err != nil {
+		return fmt.Errorf("count reservations: %w", err)
+	}
+	return nil
+}
+
+// Do settles a reservation in tx: the first settle records the actual
+// amount; one repeating it answers Replayed. A reservation of another
+// tenant is not found, as an unknown one.
+func Do(ctx context.Context, tx *sql.Tx, s Settle) (Settled, error) {
+	r, err := get(ctx, tx, s.TenantID, s.ID)
+	if err != nil {
+		return Settled{}, err
+	}
+	switch r.State {
+	case StateSettled:
+		if *r.Actual != s.Actual {
+			return Settled{}, errs.Errorf(errs.Conflict, "reservation: already settled with actual %d at %s", *r.Actual, r.SettledAt.Format(time.RFC3339))
+		}
+		return Settled{Reservation: r, Replayed: true}, nil
+	case StateExpired:
+		return Settled{}, expired(r)
+	}
+	if s.Actual < 0 || s.Actual > r.Cap {
+		if r.Cap == r.Reserved {
+			return Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d (the estimate; a check may raise the cap with reserve_cap)", r.Cap)
+		}
+		return Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d", r.Cap)
+	}
+	if !s.At.Before(r.ExpiresAt) {
+		return Settled{}, expired(r) // the sweep closes it
+	}
+	at := time.UnixMilli(s.At.UnixMilli()).UTC()
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'settled', actual = ?, settled_at = ? WHERE tenant_id = ? AND id = ?`,
+		s.Actual, at.UnixMilli(), r.TenantID, r.ID); err != nil {
+		return Settled{}, fmt.Errorf("settle reservation: %w", err)
+	}
+	if err := countClosed(ctx, tx, r.TenantID, 1); err != nil {
+		return Settled{}, err
+	}
+	r.State, r.Actual, r.SettledAt = StateSettled, &s.Actual, &at
+	return Settled{Reservation: r}, nil
+}
+
+// Reopen undoes a settle whose difference could not be applied to the
+// buckets, so that the caller's retry settles it again.
+func Reopen(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
+	res, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'open', actual = NULL, settled_at = NULL
+		WHERE tenant_id = ? AND id = ? AND state = 'settled'`, tenantID, id)
+	if err != nil {
+		return fmt.Errorf("reopen reservation: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return countClosed(ctx, tx, tenantID, -1)
+	}
+	return nil
+}
+
+// Sweep closes the open reservations that expired by now (they stand at
+// their estimate) and forgets closed ones older than keep. It does at most
+// limit of each, so one sweep's transaction stays short; it answers how
+// many it expired and deleted.
+func Sweep(ctx context.Context, tx *sql.Tx, now time.Time, keep time.Duration, limit int) (expiredN, deleted int64, err error) {
+	rows, err := tx.QueryContext(ctx, `SELECT tenant_id, id, expires_at FROM reservations
+		WHERE state = 'open' AND expires_at <= ? ORDER BY expires_at LIMIT ?`, now.UnixMilli(), limit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("find expired reservations: %w", err)
+	}
+	type due struct {
+		tenant, id string
+		at         int64
+	}
+	var ds []due
+	for rows.Next() {
+		var d due
+		if err := rows.Scan(&d.tenant, &d.id, &d.at); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		ds = append(ds, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	for _, d := range ds {
+		if err := expire(ctx, tx, d.tenant, d.id, time.UnixMilli(d.at)); err != nil {
+			return expiredN, 0, err
+		}
+		expiredN++
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM reservations WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM reservations
+		WHERE state <> 'open' AND settled_at <= ? LIMIT ?)`, now.Add(-keep).UnixMilli(), limit)
+	if err != nil {
+		return expiredN, 0, fmt.Errorf("forget old reservations: %w", err)
+	}
+	deleted, _ = res.RowsAffected()
+	return expiredN, deleted, nil
+}
+
+// expire closes one open reservation at its estimate.
+func expire(ctx context.Context, tx *sql.Tx, tenantID, id string, at time.Time) error {
+	res, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'expired', settled_at = ? WHERE tenant_id = ? AND id = ? AND state = 'open'`,
+		at.UnixMilli(), tenantID, id)
+	if err != nil {
+		return fmt.Errorf("expire reservation: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return countClosed(ctx, tx, tenantID, 1)
+	}
+	return nil
+}
+
+func countClosed(ctx context.Context, tx *sql.Tx, tenantID string, n int64) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE reservation_counts SET open = MAX(open - ?, 0) WHERE tenant_id = ?`, n, tenantID); err != nil {
+		return fmt.Errorf("count reservations: %w", err)
+	}
+	return nil
+}
+
+func expired(r Reservation) error {
+	return errs.Errorf(errs.Conflict, "reservation: expired at %s and stands at its estimate of %d", r.ExpiresAt.UTC().Format(time.RFC3339), r.Reserved)
+}
+
+func get(ctx context.Context, tx *sql.Tx, tenantID, id string) (Reservation, error) {
+	r := Reservation{ID: id, TenantID: tenantID}
+	var created, expires int64
+	var actual, settled sql.NullInt64
+	err := tx.QueryRowContext(ctx, `SELECT bucket_key, policy_id, policy, tier, key_id, identity_kind, identity_id,
+		reserved, cap, created_at, expires_at, state, actual, settled_at FROM reservations WHERE tenant_id = ? AND id = ?`, tenantID, id).
+		Scan(&r.BucketKey, &r.PolicyID, &r.Policy, &r.Tier, &r.KeyID, &r.IdentityKind, &r.IdentityID,
+			&r.Reserved, &r.Cap, &created, &expires, &r.State, &actual, &settled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, errs.Errorf(errs.NotFound, "reservation: no such reservation (settled or expired ones are forgotten after %s)", "7 days")
+	}
+	if err != nil {
+		return r, fmt.Errorf("read reservation: %w", err)
+	}
+	r.CreatedAt, r.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(expires).UTC()
+	if actual.Valid {
+		a := actual.Int64
+		r.Actual = &a
+	}
+	if settled.Valid {
+		t := time.UnixMilli(settled.Int64).UTC()
+		r.SettledAt = &t
+	}
+	return r, nil
+}

@@ -1,0 +1,148 @@
+package reserve_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/sqlitedb"
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+var t0 = time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC)
+
+func newStore(t *testing.T) (*tenants.Store, string) {
+	t.Helper()
+	db, err := sqlitedb.Open(context.Background(), filepath.Join(t.TempDir(), "sluice.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := tenants.NewStore(db)
+	tn, _, _, err := st.CreateTenant(context.Background(), "llm", "o@llm.test", "correct horse battery", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, tn.ID
+}
+
+func tx[T any](t *testing.T, st *tenants.Store, fn func(ctx context.Context, tx *sql.Tx) (T, error)) (T, error) {
+	t.Helper()
+	var out T
+	err := st.WriteTx(context.Background(), func(tx *sql.Tx) error {
+		var err error
+		out, err = fn(context.Background(), tx)
+		return err
+	})
+	return out, err
+}
+
+func create(t *testing.T, st *tenants.Store, r reserve.Reservation) error {
+	_, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (struct{}, error) { return struct{}{}, reserve.Create(ctx, tx, r) })
+	return err
+}
+
+func settle(t *testing.T, st *tenants.Store, s reserve.Settle) (reserve.Settled, error) {
+	return tx(t, st, func(ctx context.Context, tx *sql.Tx) (reserve.Settled, error) { return reserve.Do(ctx, tx, s) })
+}
+
+func sample(tenant, id string, ttl time.Duration) reserve.Reservation {
+	return reserve.Reservation{ID: id, TenantID: tenant, Reserved: 30, Cap: 50, CreatedAt: t0, ExpiresAt: t0.Add(ttl),
+		Hold: reserve.Hold{BucketKey: tenant + "/pol/key:k1", PolicyID: "pol", Policy: "tokens", Tier: "pro", IdentityKind: "key", IdentityID: "k1"}}
+}
+
+// A settle is recorded once; a repeat replays it, another amount
+// conflicts, a reopened one settles again, and the sweep expires what was
+// never settled and forgets closed ones after Keep.
+func TestSettleLifecycle(t *testing.T) {
+	st, tn := newStore(t)
+	if err := create(t, st, sample(tn, "rsv_a", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(t, st, sample(tn, "rsv_b", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_a", Actual: 45, At: t0.Add(time.Second)})
+	if err != nil || s.Replayed || s.Reservation.Difference() != 15 || s.Reservation.Hold.BucketKey != tn+"/pol/key:k1" {
+		t.Fatalf("first settle: %+v, %v", s, err)
+	}
+	if s, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_a", Actual: 45, At: t0.Add(2 * time.Second)}); err != nil || !s.Replayed {
+		t.Fatalf("repeat: %+v, %v", s, err)
+	}
+	if _, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_a", Actual: 44, At: t0}); errs.Code(err) != errs.Conflict {
+		t.Fatalf("another amount: %v", err)
+	}
+	if _, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_b", Actual: 51, At: t0}); errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), "actual:") {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if _, err = settle(t, st, reserve.Settle{TenantID: "other", ID: "rsv_b", Actual: 1, At: t0}); errs.Code(err) != errs.NotFound {
+		t.Fatalf("another tenant's: %v", err)
+	}
+	// Reopened (its difference could not be applied), it settles anew.
+	if _, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (int, error) { return 0, reserve.Reopen(ctx, tx, tn, "rsv_a") }); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_a", Actual: 10, At: t0.Add(3 * time.Second)}); err != nil || s.Replayed || s.Reservation.Difference() != -20 {
+		t.Fatalf("after reopening: %+v, %v", s, err)
+	}
+
+	// rsv_b expires unsettled: a settle after its expiry is refused, and
+	// the sweep closes it at its estimate.
+	if _, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_b", Actual: 1, At: t0.Add(time.Minute)}); errs.Code(err) != errs.Conflict || !strings.Contains(errs.Message(err), "estimate of 30") {
+		t.Fatalf("after expiry: %v", err)
+	}
+	sweep := func(at time.Time) [2]int64 {
+		n, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) ([2]int64, error) {
+			e, d, err := reserve.Sweep(ctx, tx, at, reserve.Keep, 1000)
+			return [2]int64{e, d}, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := sweep(t0.Add(2 * time.Minute)); n != [2]int64{1, 0} {
+		t.Fatalf("sweep: expired and forgot %v, want [1 0]", n)
+	}
+	if _, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_b", Actual: 1, At: t0.Add(3 * time.Minute)}); errs.Code(err) != errs.Conflict {
+		t.Fatalf("an expired reservation: %v", err)
+	}
+	if n := sweep(t0.Add(reserve.Keep + 2*time.Minute)); n != [2]int64{0, 2} {
+		t.Fatalf("sweep after Keep: %v, want [0 2]", n)
+	}
+	if _, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_a", Actual: 10, At: t0}); errs.Code(err) != errs.NotFound {
+		t.Fatalf("a forgotten reservation: %v", err)
+	}
+}
+
+// A tenant holds at most MaxOpen open reservations; settling or expiry
+// frees room. The count is kept in the writing transactions.
+func TestOpenReservationsCapped(t *testing.T) {
+	st, tn := newStore(t)
+	ctx := context.Background()
+	// Fill to one below the cap directly, as a long-running tenant would.
+	if err := st.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO reservation_counts (tenant_id, open) VALUES (?, ?)`, tn, reserve.MaxOpen-1)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(t, st, sample(tn, "rsv_last", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	err := create(t, st, sample(tn, "rsv_over", time.Minute))
+	if errs.Code(err) != errs.Conflict || !strings.HasPrefix(errs.Message(err), "reserve:") {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if _, err := settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_last", Actual: 1, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(t, st, sample(tn, "rsv_over", time.Minute)); err != nil {
+		t.Fatalf("after a settle freed room: %v", err)
+	}
+}
