@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,9 +39,13 @@ type WebhookOptions struct {
 	// Timeout (--webhook-timeout, SLUICE_WEBHOOK_TIMEOUT) bounds one
 	// delivery attempt.
 	Timeout time.Duration
-	// KeyFile is the key sealing endpoints' secrets, made on first use:
-	// webhook.Key in the data directory. Empty keeps a key in memory only
-	// (tests): secrets are then lost with the process.
+	// Key (SLUICE_WEBHOOK_KEY, 64 hex characters) seals endpoints'
+	// secrets; workers that take over from each other (a standby) must
+	// share it. Without it, KeyFile is used.
+	Key []byte
+	// KeyFile is the key sealing endpoints' secrets when Key is not set,
+	// made on first use: webhook.key in the data directory. Empty keeps a
+	// key in memory only (tests): secrets are then lost with the process.
 	KeyFile string
 	// Schedule, Poll and TopOffenderInterval are for tests: the retry
 	// schedule (webhook.DefaultSchedule), how often due deliveries are
@@ -71,6 +76,13 @@ func RegisterWebhookFlags(fs *flag.FlagSet, o *WebhookOptions, getenv func(strin
 		}
 		timeout = d
 	}
+	if v := getenv("SLUICE_WEBHOOK_KEY"); v != "" {
+		k, err := hex.DecodeString(v)
+		if err != nil || len(k) != 32 {
+			bad = append(bad, fmt.Errorf("SLUICE_WEBHOOK_KEY must be 64 hex characters (32 random bytes), e.g. from: openssl rand -hex 32"))
+		}
+		o.Key = k
+	}
 	fs.BoolVar(&o.AllowPrivate, "webhook-allow-private", allow, "let webhook endpoints point at loopback, private and link-local addresses; off, they are refused when stored and when connecting (SLUICE_WEBHOOK_ALLOW_PRIVATE)")
 	fs.StringVar(&o.CAFile, "webhook-ca-file", getenv("SLUICE_WEBHOOK_CA_FILE"), "PEM certificates webhook endpoints are verified against besides the system's (SLUICE_WEBHOOK_CA_FILE)")
 	fs.DurationVar(&o.Timeout, "webhook-timeout", timeout, "how long one webhook delivery attempt may take (SLUICE_WEBHOOK_TIMEOUT)")
@@ -97,9 +109,12 @@ func (w *Worker) setUpWebhooks() error {
 	o := w.cfg.Webhooks
 	var sealer *webhook.Sealer
 	var err error
-	if o.KeyFile != "" {
+	switch {
+	case o.Key != nil:
+		sealer, err = webhook.NewSealer(o.Key)
+	case o.KeyFile != "":
 		sealer, err = webhook.LoadSealer(o.KeyFile)
-	} else {
+	default:
 		key := make([]byte, 32)
 		rand.Read(key)
 		sealer, err = webhook.NewSealer(key)
