@@ -496,3 +496,43 @@ func TestTopOffenderAnnouncedOnce(t *testing.T) {
 		t.Fatalf("offender %+v", got[0].Data)
 	}
 }
+
+// Events of one ordering key (config changes are the tenant's) arrive in
+// the order they happened, each once, through an endpoint that answers
+// 500, then hangs past the timeout, then works.
+func TestWebhookOrderPerKeyThroughFailures(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, webhookConfig(t))
+	e.run(t)
+	tn := e.tenant(t, "acme")
+	r := newReceiver(t)
+	r.answer = func(n int) int {
+		switch {
+		case n <= 2:
+			return http.StatusInternalServerError
+		case n == 3:
+			return 0
+		}
+		return http.StatusOK
+	}
+	e.hook(t, tn.ID, r, tenants.EventConfigChanged)
+	for i := range 10 {
+		if _, err := e.w.config.Services().Keys.Create(ctx, serviceKeyCreate(tn.ID, "key-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The endpoint's own creation and the ten keys'.
+	eventually(t, 15*time.Second, "eleven config changes", func() bool { return len(r.events()) >= 11 })
+	got := r.events()
+	if len(got) != 11 {
+		t.Fatalf("%d events, want 11", len(got))
+	}
+	var last float64
+	for i, ev := range got {
+		id, _ := ev.Data["id"].(float64)
+		if ev.Type != tenants.EventConfigChanged || id <= last {
+			t.Fatalf("event %d: audit entry %v after %v: %+v", i, id, last, got)
+		}
+		last = id
+	}
+}
