@@ -536,3 +536,36 @@ func TestWebhookOrderPerKeyThroughFailures(t *testing.T) {
 		last = id
 	}
 }
+
+// A tenant whose endpoint hangs on every request does not hold up another
+// tenant's deliveries: they all arrive while the hanging endpoint's first
+// attempts are still waiting for their timeout.
+func TestWebhookDownEndpointDoesNotSlowOthers(t *testing.T) {
+	ctx := context.Background()
+	cfg := webhookConfig(t)
+	cfg.Webhooks.Timeout = 5 * time.Second
+	e := newEnv(t, cfg)
+	e.run(t)
+	slowTenant, fastTenant := e.tenant(t, "slow"), e.tenant(t, "fast")
+	hanging, fine := newReceiver(t), newReceiver(t)
+	hanging.answer = func(int) int { return 0 }
+	slow := e.hook(t, slowTenant.ID, hanging, tenants.EventKeyCreated)
+	e.hook(t, fastTenant.ID, fine, tenants.EventKeyCreated)
+	keys := e.w.config.Services().Keys
+	for i := range 40 {
+		if _, err := keys.Create(ctx, serviceKeyCreate(slowTenant.ID, "slow-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 {
+		if _, err := keys.Create(ctx, serviceKeyCreate(fastTenant.ID, "fast-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "the other tenant's deliveries", func() bool { return len(fine.events()) == 40 })
+	for _, d := range e.deliveries(t, slowTenant.ID, slow.ID) {
+		if d.Attempts > 0 {
+			t.Fatalf("the other tenant's deliveries waited for the hanging endpoint's timeout: %+v", d)
+		}
+	}
+}
