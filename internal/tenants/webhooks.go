@@ -938,12 +938,19 @@ type OutboxDelivery struct {
 // QueueHead answers the first pending delivery of an endpoint's ordering
 // key; ok is false when there is none.
 func (s *Store) QueueHead(ctx context.Context, q DueQueue) (d OutboxDelivery, ok bool, err error) {
+	qh := &s.queueHead
+	qh.once.Do(func() {
+		qh.stmt, qh.err = s.db.PrepareContext(context.Background(), `
+			SELECT d.id, d.msg_id, d.webhook_id, d.tenant_id, d.order_key, d.event, w.url, d.payload, d.step, d.next_at, d.available_at
+			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+			WHERE d.webhook_id = ? AND d.order_key = ? AND d.status = 'pending'
+			ORDER BY d.available_at, d.id LIMIT 1`)
+	})
+	if qh.err != nil {
+		return d, false, fmt.Errorf("webhook queue head: %w", qh.err)
+	}
 	var next, avail int64
-	err = s.db.QueryRowContext(ctx, `
-		SELECT d.id, d.msg_id, d.webhook_id, d.tenant_id, d.order_key, d.event, w.url, d.payload, d.step, d.next_at, d.available_at
-		FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-		WHERE d.webhook_id = ? AND d.order_key = ? AND d.status = 'pending'
-		ORDER BY d.available_at, d.id LIMIT 1`, q.WebhookID, q.OrderKey).
+	err = qh.stmt.QueryRowContext(ctx, q.WebhookID, q.OrderKey).
 		Scan(&d.RowID, &d.MsgID, &d.WebhookID, &d.TenantID, &d.OrderKey, &d.Event, &d.URL, &d.Payload, &d.Step, &next, &avail)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, false, nil
