@@ -8,7 +8,9 @@
 // worker keeps up with a flood of new callers (workerbench.go); "sluice-bench
 // tenants" whether a tenant of 10 000 policies and a million keys slows
 // another tenant's key revocations down (tenantsbench.go); "sluice-bench
-// rls" Envoy's ShouldRateLimit on Sluice and on the reference server (rls.go).
+// rls" Envoy's ShouldRateLimit on Sluice and on the reference server (rls.go);
+// "sluice-bench webhooks" whether webhook delivery keeps up with 1 000
+// quota threshold events/s without slowing checks (webhookbench.go).
 //
 // With -flood N it instead starts a server of its own and measures what N
 // distinct denied callers cost on disk (see flood.go).
@@ -148,6 +150,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(args) > 0 && args[0] == "tenants" {
 		return runTenantsBench(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "webhooks" {
+		return runWebhookBench(ctx, args[1:], stdout)
 	}
 	if len(args) > 0 && args[0] == "rls" {
 		return runRLS(ctx, args[1:], stdout)

@@ -141,6 +141,14 @@ func New(cfg Config) *echo.Echo {
 	e.DELETE("/v1/service-keys/:id", svc(h.tenantRevokeServiceKey))
 	e.GET("/v1/audit", svc(h.tenantAudit))
 	e.GET("/v1/audit/:id", svc(h.tenantAuditEntry))
+	e.POST("/v1/webhooks", svc(h.createWebhook))
+	e.GET("/v1/webhooks", svc(h.listWebhooks))
+	e.GET("/v1/webhooks/:id", svc(h.getWebhook))
+	e.PATCH("/v1/webhooks/:id", svc(h.updateWebhook))
+	e.DELETE("/v1/webhooks/:id", svc(h.deleteWebhook))
+	e.POST("/v1/webhooks/:id/rotate", svc(h.rotateWebhook))
+	e.GET("/v1/webhooks/:id/deliveries", svc(h.listDeliveries))
+	e.POST("/v1/webhooks/:id/deliveries/:delivery_id/resend", svc(h.resendDelivery))
 
 	adm := func(f echo.HandlerFunc) echo.HandlerFunc {
 		return h.requireJSON(h.operatorAuth(h.withActor(operatorActor, f)))

@@ -340,7 +340,12 @@ func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error
 	}
 	m.workerNC = wnc
 	op := worker.Operator{Token: m.Config.OperatorToken, Email: m.Config.OperatorEmail, Password: m.Config.OperatorPassword, Out: m.Out}
-	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas, Now: m.clock}, db, wnc)
+	hooks := m.Config.Webhooks
+	if hooks.KeyFile == "" {
+		hooks.KeyFile = worker.WebhookKeyFile(m.Config.Data)
+	}
+	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas,
+		Webhooks: hooks, Now: m.clock}, db, wnc)
 	if err != nil {
 		return err
 	}

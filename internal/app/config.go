@@ -82,6 +82,10 @@ type Config struct {
 	// --tenant-max-consumer-keys, --tenant-max-service-keys,
 	// --tenant-max-blocks, --tenant-max-members (SLUICE_TENANT_MAX_*).
 	Caps tenants.Caps
+	// Webhooks tunes the embedded worker's webhook delivery:
+	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout
+	// (SLUICE_WEBHOOK_*). Its KeyFile, when empty, is webhook.key in Data.
+	Webhooks worker.WebhookOptions
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -183,6 +187,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err := worker.RegisterCapFlags(fs, &c.Caps, getenv); err != nil {
 		return err
 	}
+	if err := worker.RegisterWebhookFlags(fs, &c.Webhooks, getenv); err != nil {
+		return err
+	}
 	streams := worker.StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -261,6 +268,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Caps.Validate(); err != nil {
+		return err
+	}
+	if err := c.Webhooks.Validate(); err != nil {
 		return err
 	}
 	if err := bus.ValidateReplicas(c.NatsReplicas); err != nil {

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -210,12 +214,20 @@ func (s *apiSpec) do(t *testing.T, x exchange) (map[string]any, http.Header) {
 // description: a field, header or status the description gets wrong fails
 // here.
 func TestOpenAPIExchanges(t *testing.T) {
+	// A webhook receiver on 127.0.0.1, which the operator allows here.
+	receiver := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(receiver.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: receiver.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	m := bootWith(t, func(c *Config) {
 		trusted, err := api.ParseTrustedProxies("127.0.0.1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.TrustedProxies = trusted
+		c.Webhooks.AllowPrivate, c.Webhooks.CAFile = true, ca
 	})
 	// The description is read from the server, as a client generator would.
 	resp, err := http.Get("http://" + m.Addr() + api.OpenAPIPath)
@@ -474,6 +486,44 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 204})
 	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 404})
 	s.do(t, exchange{method: "POST", path: "/v1/check", auth: dsk, body: anon, status: 401})
+
+	// Webhooks: an endpoint, the deliveries of a key's creation, a resend.
+	hook, _ := s.do(t, exchange{method: "POST", path: "/v1/webhooks", auth: sk, body: `{"url":"` + receiver.URL + `/hook","description":"billing","events":["key.created","quota.threshold"],"thresholds":[50,100]}`, status: 201})
+	hid := hook["id"].(string)
+	if !strings.HasPrefix(hook["secret"].(string), "whsec_") {
+		t.Errorf("webhook secret: %v", hook)
+	}
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks", auth: sk, body: `{"url":"http://example.com/hook"}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks", auth: sk, body: `{"url":"` + receiver.URL + `","events":["key.exploded"]}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/webhooks", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/webhooks/" + hid, auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/webhooks/" + hid, auth: other["service_key"].(string), status: 404})
+	s.do(t, exchange{method: "PATCH", path: "/v1/webhooks/" + hid, auth: sk, body: `{"thresholds":[80,100]}`, status: 200})
+	s.do(t, exchange{method: "PATCH", path: "/v1/webhooks/" + hid, auth: sk, body: `{"thresholds":[0]}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "PATCH", path: "/v1/webhooks/wh_missing", auth: sk, body: `{"description":"x"}`, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks/" + hid + "/rotate", auth: sk, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks/wh_missing/rotate", auth: sk, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"hooked","tier":"pro"}`, status: 201})
+	var delivery string
+	deadline := time.Now().Add(10 * time.Second)
+	for delivery == "" {
+		page, _ := s.do(t, exchange{method: "GET", path: "/v1/webhooks/" + hid + "/deliveries?limit=10", auth: sk, status: 200})
+		for _, d := range page["deliveries"].([]any) {
+			if d := d.(map[string]any); d["status"] == "delivered" {
+				delivery = d["id"].(string)
+			}
+		}
+		if delivery == "" && time.Now().After(deadline) {
+			t.Fatalf("no delivery delivered: %v", page)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.do(t, exchange{method: "GET", path: "/v1/webhooks/" + hid + "/deliveries?limit=0", auth: sk, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/webhooks/wh_missing/deliveries", auth: sk, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks/" + hid + "/deliveries/" + delivery + "/resend", auth: sk, status: 202})
+	s.do(t, exchange{method: "POST", path: "/v1/webhooks/" + hid + "/deliveries/msg_missing/resend", auth: sk, status: 404})
+	s.do(t, exchange{method: "DELETE", path: "/v1/webhooks/" + hid, auth: other["service_key"].(string), status: 404})
+	s.do(t, exchange{method: "DELETE", path: "/v1/webhooks/" + hid, auth: sk, status: 204})
 
 	// Deletions last.
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/" + kid, auth: sk, status: 200})

@@ -193,3 +193,18 @@ type SetupClaim struct {
 	Password  string `json:"password,omitempty"`
 	CheckOnly bool   `json:"check_only,omitempty"`
 }
+
+// WebhookWrite creates (ID empty) or updates one of a tenant's webhook
+// endpoints.
+type WebhookWrite struct {
+	TenantID string              `json:"tenant_id"`
+	ID       string              `json:"id,omitempty"`
+	Body     tenants.WebhookBody `json:"body"`
+}
+
+// WebhookResend sends one delivery of an endpoint again.
+type WebhookResend struct {
+	TenantID   string `json:"tenant_id"`
+	WebhookID  string `json:"webhook_id"`
+	DeliveryID string `json:"delivery_id"`
+}

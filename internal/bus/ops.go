@@ -121,6 +121,16 @@ var (
 	// The audit log (reads; entries are written by the writes above).
 	OpAuditList = configOp[tenants.AuditQuery, tenants.AuditPage]("audit.list")
 	OpAuditGet  = configOp[service.AuditGet, tenants.AuditEntry]("audit.get")
+
+	// Webhook endpoints and their deliveries (servers hold none of it).
+	OpWebhookCreate     = configOp[WebhookWrite, tenants.WebhookCreated]("webhook.create")
+	OpWebhookList       = configOp[TenantScoped, []tenants.Webhook]("webhook.list")
+	OpWebhookGet        = configOp[TenantScoped, tenants.Webhook]("webhook.get")
+	OpWebhookUpdate     = configOp[WebhookWrite, tenants.Webhook]("webhook.update")
+	OpWebhookDelete     = configOp[TenantScoped, tenants.Webhook]("webhook.delete")
+	OpWebhookRotate     = configOp[TenantScoped, tenants.WebhookCreated]("webhook.rotate")
+	OpWebhookDeliveries = configOp[tenants.DeliveryQuery, tenants.DeliveryPage]("webhook.deliveries")
+	OpWebhookResend     = configOp[WebhookResend, tenants.WebhookDelivery]("webhook.resend")
 )
 
 // Analytics queries.
@@ -146,6 +156,7 @@ var ConfigOps = []AnyOp{
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,
 	OpSetupOffer, OpSetupClaim,
+	OpWebhookCreate, OpWebhookList, OpWebhookGet, OpWebhookUpdate, OpWebhookDelete, OpWebhookRotate, OpWebhookDeliveries, OpWebhookResend,
 }
 
 // AnalyticsOps is every analytics query the worker serves.

@@ -128,7 +128,7 @@ func KVStream(bucket string) string { return "KV_" + bucket }
 // SluiceStreams are every stream Sluice makes: the state and counter
 // streams, the workers' replication log and the streams of its KV buckets.
 func SluiceStreams() []string {
-	return []string{StateStream, CounterStream,
+	return []string{StateStream, CounterStream, QuotaStream,
 		KVStream(OwnersBucket), KVStream(MembersBucket), KVStream(RevokedSessionsBucket),
 		ReplStream, KVStream(WorkerLeaseBucket)}
 }

@@ -25,6 +25,7 @@ func NewServices(c *Client) service.Services {
 		Audit:        auditClient{c},
 		Analytics:    analyticsClient{c},
 		Setup:        setupClient{c},
+		Webhooks:     webhooksClient{c},
 	}
 }
 
@@ -253,4 +254,38 @@ func (s setupClient) Check(ctx context.Context, token string) error {
 
 func (s setupClient) Claim(ctx context.Context, token, email, password string) (service.Written[service.UserRecord], error) {
 	return Call(ctx, s.c, OpSetupClaim, SetupClaim{V: WireVersion, Token: token, Email: email, Password: password})
+}
+
+type webhooksClient struct{ c *Client }
+
+func (w webhooksClient) Create(ctx context.Context, tenantID string, b tenants.WebhookBody) (tenants.WebhookCreated, error) {
+	return Call(ctx, w.c, OpWebhookCreate, WebhookWrite{TenantID: tenantID, Body: b})
+}
+
+func (w webhooksClient) List(ctx context.Context, tenantID string) ([]tenants.Webhook, error) {
+	return Call(ctx, w.c, OpWebhookList, TenantScoped{TenantID: tenantID})
+}
+
+func (w webhooksClient) Get(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
+	return Call(ctx, w.c, OpWebhookGet, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+func (w webhooksClient) Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error) {
+	return Call(ctx, w.c, OpWebhookUpdate, WebhookWrite{TenantID: tenantID, ID: id, Body: b})
+}
+
+func (w webhooksClient) Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
+	return Call(ctx, w.c, OpWebhookDelete, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+func (w webhooksClient) Rotate(ctx context.Context, tenantID, id string) (tenants.WebhookCreated, error) {
+	return Call(ctx, w.c, OpWebhookRotate, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+func (w webhooksClient) Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error) {
+	return Call(ctx, w.c, OpWebhookDeliveries, q)
+}
+
+func (w webhooksClient) Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error) {
+	return Call(ctx, w.c, OpWebhookResend, WebhookResend{TenantID: tenantID, WebhookID: webhookID, DeliveryID: deliveryID})
 }

@@ -254,6 +254,6 @@ func (e *Engine) restoreStreamsOnce(ctx context.Context, js jetstream.JetStream)
 	if err := bus.RestoreStreams(ctx, js, replicas); err != nil {
 		return err
 	}
-	bus.CheckReplicas(ctx, js, replicas, e.log, bus.StateStream, bus.CounterStream)
+	bus.CheckReplicas(ctx, js, replicas, e.log, bus.StateStream, bus.CounterStream, bus.QuotaStream)
 	return nil
 }

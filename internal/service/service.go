@@ -34,6 +34,7 @@ type Services struct {
 	Audit        Audit
 	Analytics    Analytics
 	Setup        Setup
+	Webhooks     Webhooks
 }
 
 // Written is a write's result and the config version that committed it.
@@ -152,6 +153,29 @@ type Reservations interface {
 type Audit interface {
 	List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error)
 	Get(ctx context.Context, g AuditGet) (tenants.AuditEntry, error)
+}
+
+// Webhooks are a tenant's webhook endpoints and their deliveries. Servers
+// hold nothing of them, so their writes answer no config version.
+type Webhooks interface {
+	// Create adds an endpoint and answers it with its signing secret,
+	// shown only here. The URL must be HTTPS and must not point at a
+	// loopback, private or link-local address unless the operator allows
+	// them; either error names the field url.
+	Create(ctx context.Context, tenantID string, b tenants.WebhookBody) (tenants.WebhookCreated, error)
+	List(ctx context.Context, tenantID string) ([]tenants.Webhook, error)
+	Get(ctx context.Context, tenantID, id string) (tenants.Webhook, error)
+	// Update changes the fields b sets, checked as Create checks them.
+	Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error)
+	// Delete removes an endpoint and its deliveries, pending ones too.
+	Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error)
+	// Rotate gives an endpoint a new secret, answered only here; for a
+	// day deliveries are signed with the previous secret too.
+	Rotate(ctx context.Context, tenantID, id string) (tenants.WebhookCreated, error)
+	// Deliveries answers a page of an endpoint's deliveries, newest first.
+	Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error)
+	// Resend sends a delivery again, with the same id.
+	Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error)
 }
 
 // Setup is the first-run setup link, which creates the operator's login

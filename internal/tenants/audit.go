@@ -111,10 +111,11 @@ const (
 	AuditBlock       = "block"
 	AuditBucket      = "bucket"
 	AuditOperator    = "operator"
+	AuditWebhook     = "webhook"
 )
 
 // AuditObjectTypes lists the object types, in the order filters show them.
-var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditTenant, AuditOperator}
+var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditWebhook, AuditTenant, AuditOperator}
 
 // Audited actions.
 const (
@@ -130,6 +131,7 @@ const (
 	ActionEmailChanged    = "email_changed"
 	ActionSessionsEnded   = "sessions_ended"
 	ActionExpired         = "expired"
+	ActionRotated         = "secret_rotated"
 )
 
 // FieldChange is one field of an object before and after a change; Before
@@ -185,7 +187,9 @@ func recordAudit(ctx context.Context, tx *sql.Tx, e AuditEntry) error {
 	if err != nil {
 		return fmt.Errorf("audit: record: %w", err)
 	}
-	return nil
+	// The webhooks this change causes commit with it (webhooks.go).
+	e.ID, e.Actor = last+1, a
+	return enqueueAuditEvents(ctx, tx, e)
 }
 
 // AuditQuery selects a page of entries, newest first.

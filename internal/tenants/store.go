@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type Store struct {
 	write     chan struct{} // a one-slot semaphore held for each write transaction
 	passwords *passwordGate // bounds argon2id work (passwords.go)
 	caps      atomic.Pointer[Caps]
+	sealer    atomic.Pointer[WebhookSealer] // seals webhook secrets (webhooks.go)
+	// queueHead is QueueHead's statement, prepared once: the delivery
+	// loop runs it for every delivery.
+	queueHead struct {
+		once sync.Once
+		stmt *sql.Stmt
+		err  error
+	}
 }
 
 // NewStore returns a Store over db, which must have been opened with

@@ -29,6 +29,7 @@ var objectTypeLabels = map[string]string{
 	tenants.AuditUser:        "member",
 	tenants.AuditBlock:       "block",
 	tenants.AuditBucket:      "bucket of",
+	tenants.AuditWebhook:     "webhook",
 	tenants.AuditTenant:      "tenant",
 	tenants.AuditOperator:    "operator",
 }

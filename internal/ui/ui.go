@@ -161,6 +161,7 @@ func Register(e *echo.Echo, d Deps) error {
 	adm := &adminHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, auth: auth, now: d.Now}
 	audit := &auditHandler{config: d.Services}
 	admAudit := &auditHandler{config: d.Services, operator: true}
+	hooks := &webhookHandler{config: d.Services, sess: sess}
 
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -216,6 +217,13 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/usage", usage.show, tenant...)
 	e.GET("/ui/usage/csv", usage.csv, tenant...)
 	e.GET("/ui/audit", audit.show, tenant...)
+	e.GET("/ui/webhooks", hooks.list, tenant...)
+	e.POST("/ui/webhooks", hooks.create, tenant...)
+	e.GET("/ui/webhooks/:id", hooks.show, tenant...)
+	e.POST("/ui/webhooks/:id", hooks.update, tenant...)
+	e.POST("/ui/webhooks/:id/rotate", hooks.rotate, tenant...)
+	e.POST("/ui/webhooks/:id/delete", hooks.delete, tenant...)
+	e.POST("/ui/webhooks/:id/deliveries/:delivery_id/resend", hooks.resend, tenant...)
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, hashing(owner)...)
@@ -340,6 +348,12 @@ var flashes = map[string]string{
 	"blocked":        "Blocked. Checks from this caller now answer blocked.",
 	"unblocked":      "Unblocked.",
 	"signed-out":     "You are signed out.",
+
+	"webhook-created": "Webhook added. Copy its signing secret now; events are sent to it from now on.",
+	"webhook-saved":   "Webhook saved.",
+	"webhook-rotated": "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",
+	"webhook-deleted": "Webhook deleted, with its deliveries.",
+	"webhook-resent":  "Delivery queued to be sent again.",
 
 	"service-key-created": "Service key added. Deploy it, then revoke the key it replaces.",
 	"service-key-revoked": "Service key revoked. Every server refuses it within a second.",

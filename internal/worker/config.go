@@ -219,6 +219,31 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpAuditGet.Name: serve(w, bus.OpAuditGet, func(ctx context.Context, r service.AuditGet) (tenants.AuditEntry, error) {
 			return svc.Audit.Get(ctx, r)
 		}),
+
+		bus.OpWebhookCreate.Name: serve(w, bus.OpWebhookCreate, func(ctx context.Context, r bus.WebhookWrite) (tenants.WebhookCreated, error) {
+			return svc.Webhooks.Create(ctx, r.TenantID, r.Body)
+		}),
+		bus.OpWebhookList.Name: serve(w, bus.OpWebhookList, func(ctx context.Context, r bus.TenantScoped) ([]tenants.Webhook, error) {
+			return svc.Webhooks.List(ctx, r.TenantID)
+		}),
+		bus.OpWebhookGet.Name: serve(w, bus.OpWebhookGet, func(ctx context.Context, r bus.TenantScoped) (tenants.Webhook, error) {
+			return svc.Webhooks.Get(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpWebhookUpdate.Name: serve(w, bus.OpWebhookUpdate, func(ctx context.Context, r bus.WebhookWrite) (tenants.Webhook, error) {
+			return svc.Webhooks.Update(ctx, r.TenantID, r.ID, r.Body)
+		}),
+		bus.OpWebhookDelete.Name: serve(w, bus.OpWebhookDelete, func(ctx context.Context, r bus.TenantScoped) (tenants.Webhook, error) {
+			return svc.Webhooks.Delete(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpWebhookRotate.Name: serve(w, bus.OpWebhookRotate, func(ctx context.Context, r bus.TenantScoped) (tenants.WebhookCreated, error) {
+			return svc.Webhooks.Rotate(ctx, r.TenantID, r.ID)
+		}),
+		bus.OpWebhookDeliveries.Name: serve(w, bus.OpWebhookDeliveries, func(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error) {
+			return svc.Webhooks.Deliveries(ctx, q)
+		}),
+		bus.OpWebhookResend.Name: serve(w, bus.OpWebhookResend, func(ctx context.Context, r bus.WebhookResend) (tenants.WebhookDelivery, error) {
+			return svc.Webhooks.Resend(ctx, r.TenantID, r.WebhookID, r.DeliveryID)
+		}),
 	}
 	for op, h := range ops {
 		if err := add(bus.ConfigPrefix+"."+op, "config_"+safeName(op), h); err != nil {

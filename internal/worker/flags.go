@@ -38,6 +38,7 @@ type Options struct {
 	Analytics   analytics.Retention
 	Caps        tenants.Caps
 	Streams     bus.StreamLimits
+	Webhooks    WebhookOptions
 	// Operator is the bootstrap from SLUICE_OPERATOR_TOKEN,
 	// SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD (Out unset).
 	Operator Operator
@@ -103,6 +104,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Optio
 	if err := RegisterCapFlags(fs, &o.Caps, getenv); err != nil {
 		return o, err
 	}
+	if err := RegisterWebhookFlags(fs, &o.Webhooks, getenv); err != nil {
+		return o, err
+	}
 	o.NatsAuth.RegisterFlags(fs, getenv)
 	streams := StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +124,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Optio
 		Email:    getenv("SLUICE_OPERATOR_EMAIL"),
 		Password: getenv("SLUICE_OPERATOR_PASSWORD"),
 	}
+	o.Webhooks.KeyFile = WebhookKeyFile(o.Data)
 	if !o.NatsAuth.HasCredentials() {
 		// Beside a server whose embedded NATS listens, with the same --data:
 		// use the worker key that server made.
@@ -139,6 +144,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if err := o.Caps.Validate(); err != nil {
+		return err
+	}
+	if err := o.Webhooks.Validate(); err != nil {
 		return err
 	}
 	if err := bus.ValidateReplicas(o.Replicas); err != nil {

@@ -64,6 +64,19 @@ func TestParseFlags(t *testing.T) {
 					o.Caps.Policies == 7 && o.CheckConfig
 			}, ""},
 
+		{"webhooks from the environment", nil, map[string]string{"SLUICE_DATA": dir, "SLUICE_WEBHOOK_ALLOW_PRIVATE": "true", "SLUICE_WEBHOOK_TIMEOUT": "3s",
+			"SLUICE_WEBHOOK_KEY": strings.Repeat("ab", 32)}, func(o Options) bool {
+			return o.Webhooks.AllowPrivate && o.Webhooks.Timeout == 3*time.Second && len(o.Webhooks.Key) == 32 &&
+				o.Webhooks.KeyFile == filepath.Join(dir, "webhook.key")
+		}, ""},
+		{"webhook flags win", []string{"--webhook-allow-private=false", "--webhook-timeout", "20s"},
+			map[string]string{"SLUICE_WEBHOOK_ALLOW_PRIVATE": "true", "SLUICE_WEBHOOK_TIMEOUT": "3s"}, func(o Options) bool {
+				return !o.Webhooks.AllowPrivate && o.Webhooks.Timeout == 20*time.Second && o.Webhooks.Key == nil
+			}, ""},
+		{"webhook key not hex", nil, map[string]string{"SLUICE_WEBHOOK_KEY": "short"}, nil, "SLUICE_WEBHOOK_KEY must be 64 hex characters"},
+		{"webhook timeout", []string{"--webhook-timeout", "1ms"}, nil, nil, "--webhook-timeout 1ms: must be between 100ms and 5m"},
+		{"webhook CA file missing", []string{"--webhook-ca-file", filepath.Join(dir, "none.pem")}, nil, nil, "--webhook-ca-file"},
+		{"SLUICE_WEBHOOK_ALLOW_PRIVATE not a boolean", nil, map[string]string{"SLUICE_WEBHOOK_ALLOW_PRIVATE": "sometimes"}, nil, "SLUICE_WEBHOOK_ALLOW_PRIVATE"},
 		{"SLUICE_HA not a boolean", nil, map[string]string{"SLUICE_HA": "maybe"}, nil, `SLUICE_HA: "maybe" is not true or false`},
 		{"SLUICE_NATS_REPLICAS not a number", nil, map[string]string{"SLUICE_NATS_REPLICAS": "x"}, nil, "SLUICE_NATS_REPLICAS"},
 		{"SLUICE_WORKER_LEASE_TTL not a duration", nil, map[string]string{"SLUICE_WORKER_LEASE_TTL": "soon"}, nil, "SLUICE_WORKER_LEASE_TTL"},

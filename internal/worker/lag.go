@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/tick"
 )
 
@@ -77,15 +76,13 @@ func (w *Worker) watchLag(ctx context.Context) {
 		rowsAt   uint64
 		rowsTime time.Time
 	}
-	states := map[string]*streamState{bus.StateStream: {}, bus.CounterStream: {}}
-	rows := func(stream string) uint64 {
-		if stream == bus.StateStream {
-			return w.stateRows.Load()
-		}
-		return w.counterRows.Load()
+	states := map[string]*streamState{}
+	for _, s := range workerStreams {
+		states[s] = &streamState{}
 	}
+	rows := func(stream string) uint64 { return w.streamRows(stream).Load() }
 	tick.Every(ctx, w.cfg.LagInterval, func() {
-		for _, stream := range []string{bus.StateStream, bus.CounterStream} {
+		for _, stream := range workerStreams {
 			st := states[stream]
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			lag, err := w.StreamLag(cctx, stream)

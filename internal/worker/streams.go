@@ -28,6 +28,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -263,9 +264,12 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 	return err
 }
 
-// applyDue reports whether pending messages should be applied now.
+// applyDue reports whether pending messages should be applied now. Quota
+// crossings do not wait for ApplyInterval: they are few (a key crosses a
+// threshold a few times a period), each becomes a webhook someone waits
+// for, and a fetch under load brings several at once anyway.
 func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0)
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0 || stream == bus.QuotaStream)
 }
 
 // fetchBatch is how many messages of stream one transaction applies. A
@@ -306,9 +310,10 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		p := payload{seq: md.Sequence.Stream, data: m.Data()}
 		// Decoded before the write transaction, so that the one writer is
 		// held for SQL only.
-		if stream == bus.StateStream {
+		switch stream {
+		case bus.StateStream:
 			p.rows, p.decoded = stateRows(w, p.data), true
-		} else {
+		case bus.CounterStream:
 			p.counters, p.decoded = decodeCounters(w, p.data), true
 		}
 		payloads = append(payloads, p)
@@ -342,11 +347,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 		return err
 	}
 	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
-	if stream == bus.StateStream {
-		w.stateRows.Add(uint64(rows))
-	} else {
-		w.counterRows.Add(uint64(rows))
-	}
+	w.streamRows(stream).Add(uint64(rows))
 	w.metrics.batches.WithLabelValues(stream).Inc()
 	return nil
 }
@@ -377,7 +378,7 @@ func markApplied(ctx context.Context, tx *sql.Tx, stream string, payloads []payl
 // pruneApplied forgets applied sequences at or below the consumer's ack
 // floor: JetStream never redelivers those.
 func (w *Worker) pruneApplied(ctx context.Context) {
-	for _, stream := range []string{bus.StateStream, bus.CounterStream} {
+	for _, stream := range workerStreams {
 		c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable)
 		if err != nil {
 			continue
@@ -692,15 +693,25 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // countReplayedRows adds the stream rows a record replayed on a standby
 // wrote to the same totals the active keeps.
 func (w *Worker) countReplayedRows(stream string, rows int) {
-	switch stream {
-	case bus.StateStream:
-		w.stateRows.Add(uint64(rows))
-	case bus.CounterStream:
-		w.counterRows.Add(uint64(rows))
-	default:
+	if !slices.Contains(workerStreams, stream) {
 		return
 	}
+	w.streamRows(stream).Add(uint64(rows))
 	w.metrics.rowsWritten.WithLabelValues(stream).Add(float64(rows))
+}
+
+// workerStreams are the streams the worker consumes.
+var workerStreams = []string{bus.StateStream, bus.CounterStream, bus.QuotaStream}
+
+// streamRows is the running total of rows written from stream.
+func (w *Worker) streamRows(stream string) *atomic.Uint64 {
+	switch stream {
+	case bus.StateStream:
+		return &w.stateRows
+	case bus.QuotaStream:
+		return &w.quotaRows
+	}
+	return &w.counterRows
 }
 
 func (w *Worker) replicas() int { return bus.ResolveReplicas(w.nc, w.cfg.Replicas) }
@@ -718,7 +729,7 @@ func (w *Worker) streamLimits() bus.StreamLimits {
 func (w *Worker) ensureStreams(ctx context.Context, js jetstream.JetStream) error {
 	limits := w.streamLimits()
 	replicas := limits.Replicas
-	bus.CheckReplicas(ctx, js, replicas, w.log, bus.StateStream, bus.CounterStream)
+	bus.CheckReplicas(ctx, js, replicas, w.log, workerStreams...)
 	if err := bus.EnsureStreamsWith(limits)(ctx, js); err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice/internal/worker/analytics"
 	"github.com/sluicehq/sluice/internal/worker/configsvc"
 	"github.com/sluicehq/sluice/internal/worker/repl"
+	"github.com/sluicehq/sluice/internal/worker/webhook"
 )
 
 // Config tunes a Worker. The zero value of each field means its default.
@@ -97,6 +98,8 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Name tells workers apart in logs and in the lease.
 	Name string
+	// Webhooks tunes webhook delivery.
+	Webhooks WebhookOptions
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -118,7 +121,8 @@ type Worker struct {
 
 	stateRows   atomic.Uint64
 	counterRows atomic.Uint64
-	large       largeReplies // replies too big for one NATS message, served in parts
+	quotaRows   atomic.Uint64 // webhook deliveries written from the quota stream
+	large       largeReplies  // replies too big for one NATS message, served in parts
 
 	// syncing counts sync requests waiting: while any is, fetched messages
 	// are applied without waiting for ApplyInterval.
@@ -154,6 +158,8 @@ type Worker struct {
 	repl *repl.Replicator
 
 	purges chan string // deleted tenants whose late data to purge (purgeDeleted)
+
+	webhooks *webhook.Deliverer // sends the webhook outbox (webhooks.go)
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -207,6 +213,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err := cfg.Caps.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if err := cfg.Webhooks.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -216,8 +225,12 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
 		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch)}}
+	if err := w.setUpWebhooks(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
 		Announce: w.announce, TenantDeleted: w.purgeLater, BucketsReset: w.deleteResetBuckets,
+		CheckWebhookURL: w.checkWebhookURL, WebhookQueued: w.webhooks.Kick,
 	}, w.log)
 	w.store.SetCaps(cfg.Caps)
 	w.metrics = workerMetrics{
@@ -243,6 +256,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.terms.fenced}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
+		cs = append(cs, w.webhooks.Collectors()...)
 		if w.repl != nil {
 			cs = append(cs, w.repl.Collectors()...)
 		}
@@ -321,6 +335,9 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	wg.Go(func() { w.mergeLoop(ctx) })
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
+	wg.Go(func() { _ = w.consume(ctx, bus.QuotaStream, w.applyQuota) })
+	wg.Go(func() { w.webhooks.Run(ctx) })
+	wg.Go(func() { w.watchTopOffenders(ctx) })
 	wg.Go(func() { w.watchLag(ctx) })
 	wg.Go(func() { w.purgeDeleted(ctx) })
 	// Passive checkpoints copy committed pages from the WAL into the

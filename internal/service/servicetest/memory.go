@@ -36,6 +36,9 @@ type Memory struct {
 	secrets  map[string][32]byte // user id → SHA-256 of the password
 	blocks   map[string]tenants.Block
 	reserved map[string]reserve.Reservation // by tenant id + "/" + id
+	webhooks map[string]tenants.Webhook
+	// deliveries are each endpoint's, oldest first (AddDelivery).
+	deliveries map[string][]tenants.WebhookDelivery
 	// SignIns counts sign-in attempts, for tests of what reaches the
 	// worker.
 	SignIns int
@@ -51,6 +54,7 @@ func New(now func() time.Time) *Memory {
 		keys: map[string]tenants.ConsumerKey{}, svcKeys: map[string]tenants.ServiceKey{},
 		users: map[string]tenants.User{}, secrets: map[string][32]byte{}, blocks: map[string]tenants.Block{},
 		reserved: map[string]reserve.Reservation{},
+		webhooks: map[string]tenants.Webhook{}, deliveries: map[string][]tenants.WebhookDelivery{},
 	}
 }
 
@@ -59,7 +63,7 @@ func (m *Memory) Services() service.Services {
 	return service.Services{
 		Tenants: memTenants{m}, Policies: memPolicies{m}, Keys: memKeys{m}, ServiceKeys: memServiceKeys{m},
 		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Reservations: memReservations{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
-		Setup: memSetup{},
+		Setup: memSetup{}, Webhooks: memWebhooks{m},
 	}
 }
 

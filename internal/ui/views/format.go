@@ -81,9 +81,9 @@ func kindLabel(kind string) string {
 
 func statusClass(status string) string {
 	switch status {
-	case "active":
+	case "active", "delivered":
 		return "badge badge-ok"
-	case "revoked":
+	case "revoked", "failed":
 		return "badge badge-denied"
 	default:
 		return "badge badge-muted"
@@ -181,3 +181,25 @@ func indent(depth int) templ.SafeCSS {
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// joinEvents lists event types.
+func joinEvents(es []string) string { return strings.Join(es, ", ") }
+
+// eventHint says what an event type is about.
+func eventHint(e string) string {
+	switch e {
+	case "quota.threshold":
+		return "a key passed a percent of a calendar quota"
+	case "quota.reset":
+		return "a period ended for a key that had used its whole quota"
+	case "caller.top_offender":
+		return "a caller entered the top 10 by denials of the last hour"
+	case "key.created":
+		return "a consumer key was issued"
+	case "key.revoked":
+		return "a consumer key was revoked"
+	case "config.changed":
+		return "any configuration change (its audit log entry)"
+	}
+	return ""
+}

@@ -59,6 +59,7 @@ const (
 	NavAccount   = "account"
 	NavAudit     = "audit"
 	NavUsage     = "usage"
+	NavWebhooks  = "webhooks"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -733,4 +734,49 @@ type UsageKeyRow struct {
 type UsagePolicyRow struct {
 	Policy string
 	Units  int64
+}
+
+// WebhooksView lists a tenant's webhook endpoints with the form adding one.
+type WebhooksView struct {
+	Hooks  []WebhookRow
+	Events []string // every event type, in order
+	Form   WebhookForm
+	Error  string
+	Full   bool // the tenant has as many endpoints as it may
+}
+
+// WebhookRow is one endpoint.
+type WebhookRow struct {
+	ID, URL, Description, SecretPrefix string
+	Events                             []string
+	Thresholds                         string // "80 %, 100 %"
+	CreatedAt                          time.Time
+	PreviousSecretUntil                *time.Time
+}
+
+// WebhookForm is the endpoint form as submitted.
+type WebhookForm struct {
+	URL, Description string
+	Thresholds       string // "80, 100"
+	Events           map[string]bool
+}
+
+// WebhookView is one endpoint: its settings and its deliveries.
+type WebhookView struct {
+	Hook       WebhookRow
+	Events     []string
+	Form       WebhookForm
+	Error      string
+	Secret     string // made just now (created or rotated), shown once
+	Deliveries []DeliveryRow
+	Next       string // the next, older page of deliveries
+}
+
+// DeliveryRow is one delivery of an endpoint.
+type DeliveryRow struct {
+	ID, Event, Status, Error string
+	Attempts, Code           int
+	LatencyMS                int64
+	CreatedAt                time.Time
+	LastAttempt, NextAttempt *time.Time
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -32,6 +33,12 @@ type Hooks struct {
 	// committed and before it is announced (the worker deletes the reset
 	// buckets, so that a server hydrating later does not load them).
 	BucketsReset func(ctx context.Context, changes []tenants.Change)
+	// CheckWebhookURL checks where a webhook URL points before it is
+	// stored (the worker refuses loopback, private and link-local
+	// addresses unless the operator allows them).
+	CheckWebhookURL func(ctx context.Context, url string) error
+	// WebhookQueued tells the delivery loop a delivery is due now.
+	WebhookQueued func()
 }
 
 // Service is every config service over one store.
@@ -60,6 +67,7 @@ func (s *Service) Services() service.Services {
 	return service.Services{
 		Tenants: tenantSvc{s}, Policies: policySvc{s}, Keys: keySvc{s}, ServiceKeys: serviceKeySvc{s},
 		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s}, Setup: setupSvc{s},
+		Webhooks: webhookSvc{s},
 	}
 }
 
@@ -437,4 +445,73 @@ func (u setupSvc) Claim(ctx context.Context, token, email, password string) (ser
 		usr, cs, err := u.s.store.CommitSetupClaim(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
+}
+
+// WebhookRotationOverlap is how long after a rotation deliveries are
+// signed with the previous secret too.
+const WebhookRotationOverlap = 24 * time.Hour
+
+type webhookSvc struct{ s *Service }
+
+// checkURL checks the form of b's URL, then where it points.
+func (w webhookSvc) checkURL(ctx context.Context, b tenants.WebhookBody) error {
+	if b.URL == nil {
+		return nil
+	}
+	if _, err := tenants.ValidateWebhookURL(*b.URL); err != nil {
+		return err
+	}
+	if w.s.hooks.CheckWebhookURL == nil {
+		return nil
+	}
+	return w.s.hooks.CheckWebhookURL(ctx, *b.URL)
+}
+
+func (w webhookSvc) Create(ctx context.Context, tenantID string, b tenants.WebhookBody) (tenants.WebhookCreated, error) {
+	if b.URL == nil {
+		return tenants.WebhookCreated{}, errs.Errorf(errs.Invalid, "url: required")
+	}
+	if err := w.checkURL(ctx, b); err != nil {
+		return tenants.WebhookCreated{}, err
+	}
+	return w.s.store.CreateWebhook(ctx, tenantID, b, w.s.now())
+}
+
+func (w webhookSvc) List(ctx context.Context, tenantID string) ([]tenants.Webhook, error) {
+	return w.s.store.ListWebhooks(ctx, tenantID)
+}
+
+func (w webhookSvc) Get(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
+	return w.s.store.GetWebhook(ctx, tenantID, id)
+}
+
+func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error) {
+	// Another tenant's endpoint is not found, before its URL is looked up.
+	if _, err := w.s.store.GetWebhook(ctx, tenantID, id); err != nil {
+		return tenants.Webhook{}, err
+	}
+	if err := w.checkURL(ctx, b); err != nil {
+		return tenants.Webhook{}, err
+	}
+	return w.s.store.UpdateWebhook(ctx, tenantID, id, b, w.s.now())
+}
+
+func (w webhookSvc) Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
+	return w.s.store.DeleteWebhook(ctx, tenantID, id, w.s.now())
+}
+
+func (w webhookSvc) Rotate(ctx context.Context, tenantID, id string) (tenants.WebhookCreated, error) {
+	return w.s.store.RotateWebhookSecret(ctx, tenantID, id, WebhookRotationOverlap, w.s.now())
+}
+
+func (w webhookSvc) Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error) {
+	return w.s.store.ListWebhookDeliveries(ctx, q)
+}
+
+func (w webhookSvc) Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error) {
+	d, err := w.s.store.ResendWebhookDelivery(ctx, tenantID, webhookID, deliveryID, w.s.now())
+	if err == nil && w.s.hooks.WebhookQueued != nil {
+		w.s.hooks.WebhookQueued()
+	}
+	return d, err
 }
