@@ -287,6 +287,16 @@ func TestWebhookDeliveriesToRealReceivers(t *testing.T) {
 	// go in parallel, so any of them may have been the first), and the
 	// list shows it.
 	for r, wantRetries := range map[*receiver]int{failing: 3, slow: 1} {
+		// A receiver has an event before the worker has recorded its
+		// answer: wait for the records.
+		eventually(t, 10*time.Second, "the deliveries to "+r.addr+" recorded", func() bool {
+			for _, d := range e.deliveries(t, tn.ID, hooks[r].ID) {
+				if d.Status == tenants.DeliveryPending {
+					return false
+				}
+			}
+			return true
+		})
 		retries := 0
 		for _, d := range e.deliveries(t, tn.ID, hooks[r].ID) {
 			if d.Status != tenants.DeliveryDelivered || d.ResponseCode/100 != 2 {
