@@ -487,6 +487,30 @@ func tenantWebhooks(ctx context.Context, tx *sql.Tx, tenantID string) ([]Webhook
 // before, and makes the endpoint's queue for the key due. It reports
 // whether a delivery was written.
 func enqueue(ctx context.Context, tx *sql.Tx, w Webhook, ev outboxEvent, now time.Time) (bool, error) {
+	q := outbox{tx: tx}
+	defer q.close()
+	return q.enqueue(ctx, w, ev, now)
+}
+
+// outbox writes deliveries in one transaction, its two statements
+// prepared at first use and kept for the rest: a batch of quota crossings
+// writes hundreds.
+type outbox struct {
+	tx              *sql.Tx
+	delivery, queue *sql.Stmt
+}
+
+func (q *outbox) close() {
+	for _, st := range []*sql.Stmt{q.delivery, q.queue} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// enqueue writes ev's delivery to w, unless its dedupe key is written
+// already; it reports whether it wrote one.
+func (q *outbox) enqueue(ctx context.Context, w Webhook, ev outboxEvent, now time.Time) (bool, error) {
 	body, err := json.Marshal(Event{Type: ev.event, Timestamp: ev.at.UTC(), Data: ev.data})
 	if err != nil {
 		return false, fmt.Errorf("encode event: %w", err)
@@ -498,21 +522,27 @@ func enqueue(ctx context.Context, tx *sql.Tx, w Webhook, ev outboxEvent, now tim
 	if ev.dedupe != "" {
 		dedupe = ev.dedupe
 	}
+	if q.delivery == nil {
+		if q.delivery, err = q.tx.PrepareContext(ctx, `
+			INSERT OR IGNORE INTO webhook_deliveries (msg_id, webhook_id, tenant_id, event, order_key, dedupe, payload, created_at, available_at, next_at, status)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`); err != nil {
+			return false, fmt.Errorf("enqueue webhook delivery: %w", err)
+		}
+		if q.queue, err = q.tx.PrepareContext(ctx, `
+			INSERT INTO webhook_queues (webhook_id, order_key, next_at) VALUES (?, ?, ?)
+			ON CONFLICT (webhook_id, order_key) DO UPDATE SET next_at = MIN(next_at, excluded.next_at)`); err != nil {
+			return false, fmt.Errorf("enqueue webhook delivery: queue: %w", err)
+		}
+	}
 	avail := max(toMS(ev.available), toMS(now))
-	res, err := tx.ExecContext(ctx, `
-		INSERT OR IGNORE INTO webhook_deliveries (msg_id, webhook_id, tenant_id, event, order_key, dedupe, payload, created_at, available_at, next_at, status)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`,
-		NewID("msg_"), w.ID, w.TenantID, ev.event, ev.orderKey, dedupe, body, toMS(now), avail, avail)
+	res, err := q.delivery.ExecContext(ctx, NewID("msg_"), w.ID, w.TenantID, ev.event, ev.orderKey, dedupe, body, toMS(now), avail, avail)
 	if err != nil {
 		return false, fmt.Errorf("enqueue webhook delivery: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return false, nil
 	}
-	_, err = tx.ExecContext(ctx, `
-		INSERT INTO webhook_queues (webhook_id, order_key, next_at) VALUES (?, ?, ?)
-		ON CONFLICT (webhook_id, order_key) DO UPDATE SET next_at = MIN(next_at, excluded.next_at)`, w.ID, ev.orderKey, avail)
-	if err != nil {
+	if _, err = q.queue.ExecContext(ctx, w.ID, ev.orderKey, avail); err != nil {
 		return false, fmt.Errorf("enqueue webhook delivery: queue: %w", err)
 	}
 	return true, nil
@@ -619,6 +649,8 @@ func ThresholdUnits(t int, quota int64) int64 {
 // threshold however many times it is reported (several servers, a stream
 // redelivery). It answers how many deliveries were written.
 func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []QuotaCrossing, now time.Time) (int, error) {
+	q := outbox{tx: tx}
+	defer q.close()
 	byTenant := map[string][]Webhook{}
 	written := 0
 	for _, c := range cs {
@@ -642,7 +674,7 @@ func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quot
 							dedupe: EventQuotaThreshold + "/" + scope + "/" + strconv.Itoa(t), at: c.At,
 							data: quotaEventData{KeyID: c.KeyID, Policy: c.Policy, Limit: c.Limit, Calendar: c.Calendar, Threshold: t,
 								Used: c.After, Quota: c.Quota, PeriodStart: c.PeriodStart.UTC(), PeriodEnd: c.PeriodEnd.UTC()}}
-						ok, err := enqueue(ctx, tx, w, ev, now)
+						ok, err := q.enqueue(ctx, w, ev, now)
 						if err != nil {
 							return written, err
 						}
@@ -657,7 +689,7 @@ func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quot
 					dedupe: EventQuotaReset + "/" + scope, at: c.PeriodEnd, available: c.PeriodEnd,
 					data: quotaEventData{KeyID: c.KeyID, Policy: c.Policy, Limit: c.Limit, Calendar: c.Calendar,
 						Quota: c.Quota, PeriodStart: c.PeriodStart.UTC(), PeriodEnd: c.PeriodEnd.UTC()}}
-				ok, err := enqueue(ctx, tx, w, ev, now)
+				ok, err := q.enqueue(ctx, w, ev, now)
 				if err != nil {
 					return written, err
 				}
