@@ -209,20 +209,33 @@ func (e *Engine) flushCounters(ctx context.Context) {
 // publishCounters publishes the pending counter batches in order and
 // reports whether all went out; countersMu must be held.
 func (e *Engine) publishCounters(ctx context.Context) bool {
-	for len(e.pendingCounters) > 0 {
-		b := e.pendingCounters[0]
+	return e.publishBatches(ctx, &e.pendingCounters, bus.CounterSubjectPrefix, bus.CounterStream, "counter flush failed; will retry", func(b pendingBatch) {
+		e.metrics.flushCounters.Observe(float64(b.rows))
+		e.rowsPublished.Add(uint64(b.rows))
+	})
+}
+
+// publishBatches publishes *batches in order to prefix + this node, each
+// with the message id it was made with (JetStream drops a retry of one that
+// arrived), removing each once acked and passing it to sent (when not nil);
+// at the first failure it counts and logs it, makes the streams again if
+// they are gone, and reports false, keeping the rest for the next flush.
+func (e *Engine) publishBatches(ctx context.Context, batches *[]pendingBatch, prefix, stream, failed string, sent func(pendingBatch)) bool {
+	for len(*batches) > 0 {
+		b := (*batches)[0]
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := e.js.Publish(pctx, bus.CounterSubjectPrefix+e.cfg.Node, b.data, jetstream.WithMsgID(b.id))
+		_, err := e.js.Publish(pctx, prefix+e.cfg.Node, b.data, jetstream.WithMsgID(b.id))
 		cancel()
 		if err != nil {
-			e.metrics.flushFailures.WithLabelValues(bus.CounterStream).Inc()
-			e.log.Warn("counter flush failed; will retry", "batches", len(e.pendingCounters), "err", err)
+			e.metrics.flushFailures.WithLabelValues(stream).Inc()
+			e.log.Warn(failed, "batches", len(*batches), "err", err)
 			e.restoreStreams(ctx, err)
 			return false
 		}
-		e.metrics.flushCounters.Observe(float64(b.rows))
-		e.rowsPublished.Add(uint64(b.rows))
-		e.pendingCounters = e.pendingCounters[1:]
+		if sent != nil {
+			sent(b)
+		}
+		*batches = (*batches)[1:]
 	}
 	return true
 }

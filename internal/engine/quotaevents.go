@@ -20,7 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -118,19 +117,7 @@ func (e *Engine) flushCrossings(ctx context.Context) {
 		e.log.Warn("quota crossings dropped: NATS was away too long", "crossings", qe.batches[0].rows)
 		qe.batches = qe.batches[1:]
 	}
-	for len(qe.batches) > 0 {
-		b := qe.batches[0]
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := e.js.Publish(pctx, bus.QuotaSubjectPrefix+e.cfg.Node, b.data, jetstream.WithMsgID(b.id))
-		cancel()
-		if err != nil {
-			e.metrics.flushFailures.WithLabelValues(bus.QuotaStream).Inc()
-			e.log.Warn("quota crossings not published; will retry", "batches", len(qe.batches), "err", err)
-			e.restoreStreams(ctx, err)
-			return
-		}
-		qe.batches = qe.batches[1:]
-	}
+	e.publishBatches(ctx, &qe.batches, bus.QuotaSubjectPrefix, bus.QuotaStream, "quota crossings not published; will retry", nil)
 }
 
 // pendingCrossings counts crossings not yet acked by JetStream.

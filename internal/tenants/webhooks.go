@@ -279,14 +279,9 @@ func (s *Store) CreateWebhook(ctx context.Context, tenantID string, b WebhookBod
 	if err := b.apply(&w); err != nil {
 		return WebhookCreated{}, err
 	}
-	sealer, err := s.webhookSealer()
+	secret, sealed, err := s.newWebhookSecret()
 	if err != nil {
 		return WebhookCreated{}, err
-	}
-	secret := NewWebhookSecret()
-	sealed, err := sealer.Seal([]byte(secret))
-	if err != nil {
-		return WebhookCreated{}, fmt.Errorf("seal webhook secret: %w", err)
 	}
 	w.SecretPrefix = secretPrefix(secret)
 	events, _ := toJSON(w.Events)
@@ -388,19 +383,27 @@ func (s *Store) DeleteWebhook(ctx context.Context, tenantID, id string, now time
 	return w, err
 }
 
+// newWebhookSecret makes an endpoint's secret and seals it for storage.
+func (s *Store) newWebhookSecret() (secret string, sealed []byte, err error) {
+	sealer, err := s.webhookSealer()
+	if err != nil {
+		return "", nil, err
+	}
+	secret = NewWebhookSecret()
+	if sealed, err = sealer.Seal([]byte(secret)); err != nil {
+		return "", nil, fmt.Errorf("seal webhook secret: %w", err)
+	}
+	return secret, sealed, nil
+}
+
 // RotateWebhookSecret gives an endpoint a new secret and answers it. For
 // overlap after it, deliveries are signed with the new and the previous
 // secret, so that the receiver can switch at its own pace.
 func (s *Store) RotateWebhookSecret(ctx context.Context, tenantID, id string, overlap time.Duration, now time.Time) (WebhookCreated, error) {
 	now = normTime(now)
-	sealer, err := s.webhookSealer()
+	secret, sealed, err := s.newWebhookSecret()
 	if err != nil {
 		return WebhookCreated{}, err
-	}
-	secret := NewWebhookSecret()
-	sealed, err := sealer.Seal([]byte(secret))
-	if err != nil {
-		return WebhookCreated{}, fmt.Errorf("seal webhook secret: %w", err)
 	}
 	var w Webhook
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
