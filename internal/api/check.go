@@ -29,81 +29,81 @@ type checkBody struct {
 	ReserveTTL string `json:"reserve_ttl"`
 }
 
-func (b *checkBody) request(field string) (engine.CheckRequest, error) {
+// reservation is what a check's reserve asks for, defaults filled.
+type reservation struct {
+	estimate, cap int64
+	ttl           time.Duration
+}
+
+// recorded names the reservation recorded for an answer ("" for none).
+type recorded struct {
+	id      string
+	expires time.Time
+}
+
+// request validates b as a check; a check with reserve also answers what
+// it reserves.
+func (b *checkBody) request(field string) (engine.CheckRequest, reservation, error) {
 	r := engine.CheckRequest{APIKey: b.APIKey, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
 	if b.Cost != nil {
 		if *b.Cost < 1 {
-			return r, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)
+			return r, reservation{}, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)
 		}
 		r.Cost = *b.Cost
 	}
 	if b.Reserve == nil {
 		if b.ReserveCap != nil || b.ReserveTTL != "" {
-			return r, errs.Errorf(errs.Invalid, "%sreserve: required with reserve_cap and reserve_ttl", field)
+			return r, reservation{}, errs.Errorf(errs.Invalid, "%sreserve: required with reserve_cap and reserve_ttl", field)
 		}
-		return r, nil
+		return r, reservation{}, nil
 	}
 	switch {
 	case b.Cost != nil:
-		return r, errs.Errorf(errs.Invalid, "%scost: not allowed with reserve, which is the check's cost", field)
+		return r, reservation{}, errs.Errorf(errs.Invalid, "%scost: not allowed with reserve, which is the check's cost", field)
 	case b.Peek:
-		return r, errs.Errorf(errs.Invalid, "%speek: a peek takes nothing and cannot reserve", field)
+		return r, reservation{}, errs.Errorf(errs.Invalid, "%speek: a peek takes nothing and cannot reserve", field)
 	}
-	var cp int64
+	res := reservation{estimate: *b.Reserve, cap: *b.Reserve, ttl: reserve.DefaultTTL}
 	if b.ReserveCap != nil {
-		if cp = *b.ReserveCap; cp == 0 {
-			cp = -1 // an explicit 0 is out of range, not the default
-		}
+		res.cap = *b.ReserveCap
 	}
-	var ttl time.Duration
 	if b.ReserveTTL != "" {
 		d, err := time.ParseDuration(b.ReserveTTL)
 		if err != nil {
-			return r, errs.Errorf(errs.Invalid, "%sreserve_ttl: must be a duration such as \"10m\"", field)
+			return r, reservation{}, errs.Errorf(errs.Invalid, "%sreserve_ttl: must be a duration such as \"10m\"", field)
 		}
-		if ttl = d; ttl == 0 {
-			ttl = -1
-		}
+		res.ttl = d
 	}
-	if err := reserve.ValidateRequest(field, *b.Reserve, cp, ttl); err != nil {
-		return r, err
+	if err := reserve.ValidateRequest(field, res.estimate, res.cap, res.ttl); err != nil {
+		return r, reservation{}, err
 	}
-	r.Cost, r.Hold = *b.Reserve, true
-	return r, nil
-}
-
-// reservation is what a check's reserve asked for, with defaults filled.
-func (b *checkBody) reservation() (estimate, cap int64, ttl time.Duration) {
-	estimate, cap, ttl = *b.Reserve, *b.Reserve, reserve.DefaultTTL
-	if b.ReserveCap != nil {
-		cap = *b.ReserveCap
-	}
-	if b.ReserveTTL != "" {
-		ttl, _ = time.ParseDuration(b.ReserveTTL)
-	}
-	return estimate, cap, ttl
+	r.Cost, r.Hold = res.estimate, true
+	return r, res, nil
 }
 
 // recordReservation records the reservation of a check that took its
-// estimate (a.Hold) at the worker and names it in a. When the worker
-// cannot record it, the estimate is given back and the check fails as
-// unavailable: a reservation the caller cannot settle must not hold units.
-func (h *handler) recordReservation(c echo.Context, tenant string, b *checkBody, a *engine.Answer, now time.Time) error {
+// estimate (a.Hold) at the worker. When the worker cannot record it, the
+// estimate is given back and the check fails as unavailable: a
+// reservation the caller cannot settle must not hold units.
+func (h *handler) recordReservation(c echo.Context, tenant string, res reservation, a *engine.Answer, now time.Time) (recorded, error) {
 	if a.Hold == nil {
-		return nil
+		return recorded{}, nil
 	}
-	estimate, cp, ttl := b.reservation()
-	r := reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *a.Hold, Reserved: estimate, Cap: cp,
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Millisecond)}
-	ctx := c.Request().Context()
-	if err := h.Services.Reservations.Create(ctx, r); err != nil {
-		if gerr := h.Engine.Settle(context.WithoutCancel(ctx), tenant, r.Hold, -estimate, now, now); gerr != nil {
-			h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", r.Policy, "units", estimate, "err", gerr)
-		}
-		return err
+	r := reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *a.Hold, Reserved: res.estimate, Cap: res.cap,
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(res.ttl).UTC().Truncate(time.Millisecond)}
+	if err := h.Services.Reservations.Create(c.Request().Context(), r); err != nil {
+		h.giveBack(c, tenant, a.Hold, res.estimate, now)
+		return recorded{}, err
 	}
-	a.Reservation, a.ReservationExpires = r.ID, r.ExpiresAt
-	return nil
+	return recorded{id: r.ID, expires: r.ExpiresAt}, nil
+}
+
+// giveBack returns an estimate taken for a reservation that was never
+// recorded.
+func (h *handler) giveBack(c echo.Context, tenant string, hold *reserve.Hold, estimate int64, now time.Time) {
+	if err := h.Engine.Settle(context.WithoutCancel(c.Request().Context()), tenant, *hold, -estimate, now, now); err != nil {
+		h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", hold.Policy, "units", estimate, "err", err)
+	}
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -118,7 +118,7 @@ func (h *handler) check(c echo.Context) error {
 	if err := bindCheck(c, &body, buf); err != nil {
 		return err
 	}
-	req, err := body.request("")
+	req, res, err := body.request("")
 	if err != nil {
 		return err
 	}
@@ -131,11 +131,12 @@ func (h *handler) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.recordReservation(c, tenantID(c), &body, &a, now); err != nil {
+	rec, err := h.recordReservation(c, tenantID(c), res, &a, now)
+	if err != nil {
 		return err
 	}
 	setRateLimitHeaders(c.Response().Header(), &a)
-	out := appendAnswer((*buf)[:0], &a)
+	out := appendAnswer((*buf)[:0], &a, rec)
 	*buf = out
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
@@ -152,13 +153,14 @@ func (h *handler) checkBatch(c echo.Context) error {
 		return errs.Errorf(errs.Invalid, "checks: must hold between 1 and 1000 checks")
 	}
 	reqs := make([]engine.CheckRequest, len(body.Checks))
+	reservations := make([]reservation, len(body.Checks))
 	holds := 0
 	for i := range body.Checks {
-		r, err := body.Checks[i].request("checks[" + strconv.Itoa(i) + "].")
+		r, res, err := body.Checks[i].request("checks[" + strconv.Itoa(i) + "].")
 		if err != nil {
 			return err
 		}
-		reqs[i] = r
+		reqs[i], reservations[i] = r, res
 		if r.Hold {
 			holds++
 		}
@@ -170,12 +172,13 @@ func (h *handler) checkBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	recs := make([]recorded, len(answers))
 	for i := range answers {
-		if err := h.recordReservation(c, tenantID(c), &body.Checks[i], &answers[i], now); err != nil {
+		if recs[i], err = h.recordReservation(c, tenantID(c), reservations[i], &answers[i], now); err != nil {
 			// Give back what the batch's later reservations took, too.
 			for j := i + 1; j < len(answers); j++ {
 				if hd := answers[j].Hold; hd != nil {
-					_ = h.Engine.Settle(context.WithoutCancel(c.Request().Context()), tenantID(c), *hd, -*body.Checks[j].Reserve, now, now)
+					h.giveBack(c, tenantID(c), hd, reservations[j].estimate, now)
 				}
 			}
 			return err
@@ -186,7 +189,7 @@ func (h *handler) checkBatch(c echo.Context) error {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = appendAnswer(out, &answers[i])
+		out = appendAnswer(out, &answers[i], recs[i])
 	}
 	out = append(out, "]}"...)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
@@ -285,7 +288,7 @@ func appendLimitItems(b []byte, limits []engine.LimitStatus, policy bool) []byte
 
 // appendAnswer encodes an answer as API.md's JSON without reflection: this
 // is the hot path. Every string it writes is escaped.
-func appendAnswer(b []byte, a *engine.Answer) []byte {
+func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, a.Allowed)
 	b = append(b, `,"reason":`...)
@@ -325,11 +328,11 @@ func appendAnswer(b []byte, a *engine.Answer) []byte {
 	if a.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
 	}
-	if a.Reservation != "" {
+	if rec.id != "" {
 		b = append(b, `,"reservation":`...)
-		b = appendString(b, a.Reservation)
+		b = appendString(b, rec.id)
 		b = append(b, `,"reservation_expires_at":"`...)
-		b = a.ReservationExpires.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = rec.expires.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
 	return append(b, '}')

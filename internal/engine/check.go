@@ -78,10 +78,6 @@ type Answer struct {
 	// consumed it (allowed, not shadow-denied, under some limit); nil
 	// otherwise.
 	Hold *reserve.Hold
-	// Reservation and ReservationExpires name the reservation recorded for
-	// Hold (the API records it); "" when none was.
-	Reservation        string
-	ReservationExpires time.Time
 }
 
 // validate fills defaults and rejects bad input, naming the field.

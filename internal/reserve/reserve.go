@@ -104,15 +104,15 @@ func (r Reservation) Difference() int64 {
 	return *r.Actual - r.Reserved
 }
 
-// ValidateRequest checks a check's reservation fields, naming the field.
-// cap 0 means the estimate; ttl 0 means DefaultTTL.
+// ValidateRequest checks a check's reservation, its defaults filled (cap
+// the estimate, ttl DefaultTTL), naming the field.
 func ValidateRequest(field string, reserved, cap int64, ttl time.Duration) error {
 	switch {
 	case reserved < 1 || reserved > MaxUnits:
 		return errs.Errorf(errs.Invalid, "%sreserve: must be an integer between 1 and %d", field, MaxUnits)
-	case cap != 0 && (cap < reserved || cap > MaxUnits):
+	case cap < reserved || cap > MaxUnits:
 		return errs.Errorf(errs.Invalid, "%sreserve_cap: must be at least reserve (%d) and at most %d", field, reserved, MaxUnits)
-	case ttl != 0 && (ttl < MinTTL || ttl > MaxTTL):
+	case ttl < MinTTL || ttl > MaxTTL:
 		return errs.Errorf(errs.Invalid, "%sreserve_ttl: must be between 1s and 24h", field)
 	}
 	return nil
