@@ -47,7 +47,7 @@ type Engine interface {
 	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
 	// Settle applies a settled reservation's difference, reserved at since,
 	// to its buckets.
-	Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, since, now time.Time) error
+	Settle(ctx context.Context, r reserve.Reservation, now time.Time) error
 }
 
 // Config wires the API.

@@ -58,13 +58,15 @@ func (h *handler) settle(c echo.Context) error {
 		return err
 	}
 	r := s.Reservation
-	if !s.Replayed {
-		if err := h.Engine.Settle(ctx, tenant, r.Hold, r.Difference(), r.CreatedAt, now); err != nil {
-			if rerr := h.Services.Reservations.Reopen(context.WithoutCancel(ctx), tenant, r.ID); rerr != nil {
-				h.Log.Warn("a settle that could not be applied stays recorded; its difference is lost", "tenant", tenant,
-					"reservation", r.ID, "difference", r.Difference(), "err", rerr)
-			}
+	if !s.Replayed || r.Unapplied {
+		if err := h.Engine.Settle(ctx, r, now); err != nil {
 			return err
+		}
+		if err := h.Services.Reservations.Applied(context.WithoutCancel(ctx), tenant, r.ID); err != nil {
+			// The difference landed; a repeat applies it again only at
+			// an owner that no longer remembers the settle's id.
+			h.Log.Warn("a settle's difference landed but could not be recorded as applied", "tenant", tenant,
+				"reservation", r.ID, "err", err)
 		}
 	}
 	return c.JSON(http.StatusOK, settleAnswer{Reservation: r.ID, Policy: r.Policy, Reserved: r.Reserved, Cap: r.Cap,

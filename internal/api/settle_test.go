@@ -1,9 +1,17 @@
 package api
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/service/servicetest"
 )
 
 // A tenant's reservations are bounded per second on one server; another
@@ -24,5 +32,72 @@ func TestReserveLimiter(t *testing.T) {
 	}
 	if err := l.allow("ten_a", 0); err != nil {
 		t.Fatalf("no reservation: %v", err)
+	}
+}
+
+// settleEngine applies settles to a ledger, failing those it is told to.
+type settleEngine struct {
+	Engine // only what settle uses is implemented
+	mu     sync.Mutex
+	fail   int // the next fail applies answer unavailable
+	landed map[string]int64
+}
+
+func (e *settleEngine) Ready() bool                                 { return true }
+func (e *settleEngine) TenantSuspended(string) bool                 { return false }
+func (e *settleEngine) TenantForServiceKey(k string) (string, bool) { return "ten_a", k == "sk_test" }
+func (e *settleEngine) Settle(_ context.Context, r reserve.Reservation, _ time.Time) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fail > 0 {
+		e.fail--
+		return errs.Errorf(errs.Unavailable, "hand-over")
+	}
+	e.landed[r.ID] += r.Difference()
+	return nil
+}
+
+// A settle whose difference could not be applied stays recorded and
+// answers 503; a repeat of it (the client's retry, from any server)
+// applies the difference, once, and only then answers success; repeats
+// after that only answer. A repeat never answers success for a
+// difference that has not landed.
+func TestSettleAnswersSuccessOnlyOnceLanded(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	mem := servicetest.New(func() time.Time { return now })
+	eng := &settleEngine{landed: map[string]int64{}}
+	srv := New(Config{Engine: eng, Services: mem.Services(), Now: func() time.Time { return now }})
+	if err := mem.Services().Reservations.Create(context.Background(), reserve.Reservation{ID: "rsv_1", TenantID: "ten_a",
+		Reserved: 100, Cap: 100, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	settle := func() (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/settle", strings.NewReader(`{"reservation":"rsv_1","actual":30}`))
+		req.Header.Set("Authorization", "Bearer sk_test")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	eng.fail = 2
+	for i := range 2 {
+		if code, body := settle(); code != http.StatusServiceUnavailable {
+			t.Fatalf("attempt %d while the apply fails: %d %s, want 503", i+1, code, body)
+		}
+	}
+	if len(eng.landed) != 0 {
+		t.Fatalf("landed %v while every apply failed", eng.landed)
+	}
+	code, body := settle()
+	if code != http.StatusOK || !strings.Contains(body, `"replayed":true`) || eng.landed["rsv_1"] != -70 {
+		t.Fatalf("the retry once the apply works: %d %s, landed %v (want -70 once)", code, body, eng.landed)
+	}
+	for range 3 {
+		if code, body := settle(); code != http.StatusOK || !strings.Contains(body, `"replayed":true`) {
+			t.Fatalf("a repeat after it landed: %d %s", code, body)
+		}
+	}
+	if eng.landed["rsv_1"] != -70 {
+		t.Fatalf("repeats after the settle landed applied it again: %v", eng.landed)
 	}
 }

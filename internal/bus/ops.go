@@ -94,6 +94,8 @@ var (
 	OpReservationCreate = configOp[reserve.Reservation, None]("reservation.create")
 	OpReservationSettle = configOp[reserve.Settle, reserve.Settled]("reservation.settle")
 	OpReservationReopen = configOp[TenantScoped, None]("reservation.reopen")
+	// OpReservationApplied records that a settle's difference landed.
+	OpReservationApplied = configOp[TenantScoped, None]("reservation.applied")
 
 	// OpUserSignIn checks a password on the worker (SignIn).
 	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
@@ -151,7 +153,7 @@ var ConfigOps = []AnyOp{
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
-	OpReservationCreate, OpReservationSettle, OpReservationReopen,
+	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationApplied,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,

@@ -207,8 +207,8 @@ func (r reservationsClient) Settle(ctx context.Context, s reserve.Settle) (reser
 	return Call(ctx, r.c, OpReservationSettle, s)
 }
 
-func (r reservationsClient) Reopen(ctx context.Context, tenantID, id string) error {
-	_, err := Call(ctx, r.c, OpReservationReopen, TenantScoped{TenantID: tenantID, ID: id})
+func (r reservationsClient) Applied(ctx context.Context, tenantID, id string) error {
+	_, err := Call(ctx, r.c, OpReservationApplied, TenantScoped{TenantID: tenantID, ID: id})
 	return err
 }
 

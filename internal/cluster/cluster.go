@@ -142,6 +142,10 @@ type lease struct {
 	FwdKey  string `json:"fwd_key,omitempty"`
 	FwdHost string `json:"fwd_host,omitempty"`
 	FwdCert string `json:"fwd_cert,omitempty"`
+	// FwdIDs says the listener reads forwarded items' ids (wire.go), so
+	// an owner remembers a repeated item; peers that do not say so get
+	// frames without them, which their decoders read.
+	FwdIDs bool `json:"fwd_ids,omitempty"`
 }
 
 // NodeTakenError is returned by Start when another live process holds this
@@ -474,7 +478,7 @@ func (c *Cluster) retryClaim(ctx context.Context, err error) error {
 func (c *Cluster) memberValue(now time.Time) []byte {
 	l := lease{Node: c.cfg.Node, Expires: now.Add(c.cfg.LeaseTTL).UnixMilli(), Instance: c.cfg.Instance, Holder: c.cfg.Holder}
 	if self := c.self.Load(); self != nil {
-		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert = self.Addr, self.Key, self.Host, self.Cert
+		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs = self.Addr, self.Key, self.Host, self.Cert, self.IDs
 	}
 	b, _ := json.Marshal(l)
 	return b
@@ -1037,7 +1041,7 @@ func (c *Cluster) liveMembers(ctx context.Context, now time.Time) int {
 		if l != nil && l.Expires > now.UnixMilli() {
 			live++
 			if l.Fwd != "" {
-				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert}
+				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert, IDs: l.FwdIDs}
 			}
 		}
 	}

@@ -116,6 +116,7 @@ type peerInfo struct {
 	Key  string // hex HMAC key
 	Host string
 	Cert string // hex SHA-256 of the listener's certificate; "" = plaintext
+	IDs  bool   // the listener reads items' ids (flagID)
 }
 
 // Rejection reasons, the label of sluice_cluster_peer_rejected_total.
@@ -285,7 +286,7 @@ func (c *Cluster) listenDirect(cfg *DirectConfig, decide func([]Item, []Result))
 	}
 	key := make([]byte, keyLen)
 	_, _ = rand.Read(key)
-	info := peerInfo{Addr: adv, Key: hex.EncodeToString(key), Host: cfg.Host}
+	info := peerInfo{Addr: adv, Key: hex.EncodeToString(key), Host: cfg.Host, IDs: true}
 	if cfg.TLS != nil {
 		if len(cfg.TLS.Certificates) == 0 || len(cfg.TLS.Certificates[0].Certificate) == 0 {
 			_ = ln.Close()
@@ -684,7 +685,7 @@ func (pc *peerConn) roundTrip(items []Item) (res []Result, sent bool, err error)
 	}
 
 	pc.wmu.Lock()
-	pc.wbuf = appendRequest(pc.wbuf[:0], id, items)
+	pc.wbuf = appendRequestFor(pc.wbuf[:0], id, items, pc.info.IDs)
 	if len(pc.wbuf)-4 > maxFrame {
 		pc.wmu.Unlock()
 		forget()

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -85,7 +86,8 @@ func TestWireRoundTrip(t *testing.T) {
 		{Key: "t1/p1/ip:10.0.0.1", Tenant: "t1", Policy: "p1", Tier: "anonymous", Cost: 1, Consume: true, Now: 1_700_000_000_000_000_000},
 		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: -3, Now: -1},
 		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: 7, Consume: true, Settle: true, Since: 8, Now: 9},
-		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: -7, Consume: true, Settle: true, Since: -1, Now: 9},
+		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: -7, Consume: true, Settle: true, Since: -1, Now: 9, ID: 1<<64 - 1},
+		{Key: "t1/p1/ip:10.0.0.2", Tenant: "t1", Policy: "p1", Cost: 2, Consume: true, Now: 3, ID: 12345},
 		{},
 	}
 	body := appendRequest(nil, 42, items)
@@ -105,6 +107,21 @@ func TestWireRoundTrip(t *testing.T) {
 	id, gotRes, err := decodeResponse(body[4:])
 	if err != nil || id != 7 || !reflect.DeepEqual(gotRes, res) {
 		t.Fatalf("response: id %d, %+v, %v", id, gotRes, err)
+	}
+	// To an owner that does not read ids (an older server), the frame
+	// carries none, and its flags are the ones such an owner knows.
+	noIDs := appendRequestFor(nil, 43, items, false)
+	if _, got, err := decodeRequest(noIDs[4:]); err != nil || got[3].ID != 0 || got[4].ID != 0 || got[4].Cost != 2 {
+		t.Fatalf("a request without ids: %+v, %v", got, err)
+	}
+	if bytes.Contains(noIDs, []byte{flagConsume | flagSettle | flagID}) {
+		t.Fatal("a frame for an owner without ids sets the id flag")
+	}
+	// An id of 0 is not sent with the flag: a frame that says so is refused.
+	bad := appendRequest(nil, 1, []Item{{Key: "k", Consume: true, ID: 5}})[4:]
+	bad[len(bad)-1] = 0
+	if _, _, err := decodeRequest(bad); err == nil {
+		t.Fatal("an item id of 0 decoded")
 	}
 	// Every truncation of a valid frame is refused, never half-read.
 	full := appendRequest(nil, 1, items)[4:]

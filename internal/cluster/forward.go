@@ -8,10 +8,20 @@ package cluster
 // decides every item in its own hot cache and answers them in order.
 // A batch goes over a direct connection to the owner when one is ready
 // (direct.go), and over NATS otherwise.
+//
+// Once means once. A forward whose answer does not come back may still
+// have been decided by the owner, so every item that moves a bucket
+// carries an id (Item.ID) and the owner remembers what it answered each id
+// for a while (the engine's applied table): an item sent again, late or
+// twice is answered as the first was and changes nothing. Errors tell the
+// two cases apart: one that wraps ErrNotSent means the owner cannot have
+// seen the item, so it may go anywhere, any other that it may have, so it
+// may only go again to the same owner, with the same id.
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -39,7 +49,14 @@ type Item struct {
 	// began by Since (unix ns), when the reservation was made.
 	Settle bool  `json:"s,omitempty"`
 	Since  int64 `json:"si,omitempty"`
+	// ID names the decision for the owner, which answers a repeat of it
+	// as it answered the first (0: no id, as from an older server).
+	ID uint64 `json:"id,omitempty"`
 }
+
+// ErrNotSent is wrapped by forward errors after which the owner cannot
+// have received the item: it was decided nowhere.
+var ErrNotSent = errors.New("not sent to the owner")
 
 // Result statuses.
 const (
@@ -105,13 +122,14 @@ type forwarder struct {
 func newForwarder(c *Cluster) *forwarder { return &forwarder{c: c, qs: map[string]*ownerQueue{}} }
 
 // Forward sends one item to owner and waits for its result, or until ctx
-// ends. An item whose ctx has ended is not sent. A caller that carries its
-// batch itself (the first forward to an idle owner) returns when that
-// batch's round trip ends (bounded by the transport's timeouts): the
-// batch may hold other callers' items.
+// ends. An item whose ctx has ended before it left is not sent (the error
+// wraps ErrNotSent and ctx's). A caller that carries its batch itself (the
+// first forward to an idle owner) returns when that batch's round trip
+// ends (bounded by the transport's timeouts): the batch may hold other
+// callers' items.
 func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, error) {
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	f := c.fwd
 	f.mu.Lock()
@@ -138,8 +156,24 @@ func (c *Cluster) Forward(ctx context.Context, owner string, it Item) (Result, e
 	case <-cl.done:
 		return cl.res, cl.err
 	case <-ctx.Done():
-		return Result{}, ctx.Err()
+		if q.withdraw(cl) {
+			return Result{}, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+		}
+		return Result{}, ctx.Err() // on its way: it may be decided
 	}
+}
+
+// withdraw takes cl out of q's pending calls if no batch took it yet.
+func (q *ownerQueue) withdraw(cl *call) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, p := range q.pending {
+		if p == cl {
+			q.pending = append(q.pending[:i], q.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // send drains q's pending calls in batches until none are left. With mine
@@ -221,10 +255,14 @@ func (f *forwarder) observe(transport string, start time.Time, n int) {
 func (f *forwarder) roundTrip(owner string, msg forwardMsg) ([]Result, error) {
 	data, err := json.Marshal(msg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	start := time.Now()
 	reply, err := f.c.nc.Request(bus.ForwardPrefix+owner, data, fwdTimeout)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Nobody subscribes to the owner's subject: nobody read it.
+		return nil, fmt.Errorf("forward to %s: %w: %w", owner, ErrNotSent, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("forward to %s: %w", owner, err)
 	}

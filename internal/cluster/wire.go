@@ -50,8 +50,15 @@ func appendBool(b []byte, v bool) []byte {
 	return append(b, 0)
 }
 
-// appendRequest appends a whole request frame, length prefix included.
+// appendRequest appends a whole request frame, length prefix included,
+// with the items' ids.
 func appendRequest(b []byte, id uint64, items []Item) []byte {
+	return appendRequestFor(b, id, items, true)
+}
+
+// appendRequestFor appends a request frame; without ids, for an owner
+// that does not read them, the items' ids are left out.
+func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 	at := len(b)
 	b = append(b, 0, 0, 0, 0, frameRequest)
 	b = binary.AppendUvarint(b, id)
@@ -71,10 +78,17 @@ func appendRequest(b []byte, id uint64, items []Item) []byte {
 		if it.Settle {
 			flags |= flagSettle
 		}
+		withID := ids && it.ID != 0
+		if withID {
+			flags |= flagID
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
 		if it.Settle {
 			b = binary.AppendVarint(b, it.Since)
+		}
+		if withID {
+			b = binary.AppendUvarint(b, it.ID)
 		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
@@ -113,6 +127,7 @@ type decoder struct{ bus.VarintReader }
 const (
 	flagConsume = 1 << 0
 	flagSettle  = 1 << 1
+	flagID      = 1 << 2
 )
 
 func (d *decoder) byte() byte {
@@ -180,13 +195,18 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagSettle) != 0 {
+		if flags&^(flagConsume|flagSettle|flagID) != 0 {
 			d.Bad = true
 		}
 		it.Consume, it.Settle = flags&flagConsume != 0, flags&flagSettle != 0
 		it.Now = d.Varint()
 		if it.Settle {
 			it.Since = d.Varint()
+		}
+		if flags&flagID != 0 {
+			if it.ID = d.Uvarint(); it.ID == 0 {
+				d.Bad = true
+			}
 		}
 	}
 	if d.Bad || len(d.B) != 0 {

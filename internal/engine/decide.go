@@ -8,6 +8,12 @@ package engine
 //     if its context ends first) and then answers 503 unavailable, so the
 //     tenant's SDK applies its fail-open or fail-closed choice; it never
 //     admits blindly.
+//     A forward that may have reached the owner without an answer coming
+//     back goes again only to that owner, with the same id, which the owner
+//     answers as before (applied.go); when the owner changed meanwhile the
+//     check answers 503, since the unit may have been taken. An owner
+//     whose config has no limits for the check yet (a policy made a moment
+//     ago) is asked again until it has: no other server decides for it.
 //   - local: this server decides from its own cache and tells the others what
 //     it admitted (LocalFlushInterval); they force that consumption into their
 //     own buckets, so overshoot is bounded by what the servers admit before
@@ -16,6 +22,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -75,6 +82,9 @@ type decision struct {
 	// counts the units.
 	settle bool
 	since  int64
+	// id names a moving decision for the owner (applied.go); 0 = decide()
+	// gives it one.
+	id uint64
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -105,33 +115,41 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	if c.Owns(p, e.cfg.Now()) {
 		return e.decideHere(d, out)
 	}
+	if d.id == 0 && d.consume {
+		d.id = e.ids.next()
+	}
 	// The wait for an owner is bounded on the wall clock, not on
 	// e.cfg.Now: it is a real wait on the network, and a clock a test
 	// stops must not make it endless. Leases are compared with e.cfg.Now,
 	// the clock the cluster's leases are written in.
 	wctx, cancel := context.WithTimeout(ctx, HandoverWait)
 	defer cancel()
+	// maybe is the owner a forward may have reached unanswered: d goes
+	// again only there.
+	var maybe string
 	for {
+		owner, known := c.Owner(p)
 		if c.Owns(p, e.cfg.Now()) {
+			if maybe != "" {
+				return false, 0, errMaybeDecided()
+			}
 			return e.decideHere(d, out)
 		}
-		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now})
-			if err == nil {
-				switch res.Status {
-				case cluster.StatusOK:
-					for i := range out {
-						if i < len(res.Outcomes) {
-							o := res.Outcomes[i]
-							out[i] = quota.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: time.Duration(o.Reset), RetryAfter: time.Duration(o.RetryAfter)}
-						}
-					}
-					return res.Allowed, res.Report, nil
-				case cluster.StatusNoLimits:
-					// The owner has not seen this policy version yet (< 1 s);
-					// decide here rather than fail.
-					return e.decideHere(d, out)
-				}
+		if maybe != "" && known && owner != maybe {
+			return false, 0, errMaybeDecided()
+		}
+		if known && owner != c.Node() {
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id})
+			switch {
+			case err == nil && res.Status == cluster.StatusOK:
+				fromWire(res.Outcomes, out)
+				return res.Allowed, res.Report, nil
+			case err == nil:
+				// Not decided there: not (yet) its owner, or its config
+				// has no limits for d yet (< 1 s); ask again.
+				maybe = ""
+			case !errors.Is(err, cluster.ErrNotSent) && d.consume:
+				maybe = owner
 			}
 		}
 		select {
@@ -143,13 +161,56 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if ctx.Err() != nil {
 				return false, 0, cancelled(ctx)
 			}
+			if maybe != "" {
+				return false, 0, errMaybeDecided()
+			}
 			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 	}
 }
 
+// errMaybeDecided answers a decision whose forward may have been decided by
+// an owner that no longer answers for it: asking another server could take
+// the units twice, so the caller hears 503 (as for a lost answer, the units
+// may have been taken).
+func errMaybeDecided() error {
+	return errs.Errorf(errs.Unavailable, "The server that owns this caller's bucket did not answer in time and may have counted this request; try again shortly.")
+}
+
+// fromWire copies a forwarded answer's outcomes into out.
+func fromWire(os []cluster.Outcome, out []quota.Outcome) {
+	for i := range out {
+		if i < len(os) {
+			o := os[i]
+			out[i] = quota.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: time.Duration(o.Reset), RetryAfter: time.Duration(o.RetryAfter)}
+		}
+	}
+}
+
+// toWire is fromWire's inverse.
+func toWire(out []quota.Outcome) []cluster.Outcome {
+	os := make([]cluster.Outcome, len(out))
+	for k, o := range out {
+		os[k] = cluster.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: int64(o.Reset), RetryAfter: int64(o.RetryAfter)}
+	}
+	return os
+}
+
 // decideHere decides d in this server's hot cache.
 func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
+	if d.settle && d.id != 0 {
+		// A settle's id is the same for every retry (settleID): one
+		// that reaches this server again is not applied again.
+		s := e.applied.lock(d.id, time.Now())
+		defer s.mu.Unlock()
+		if r, ok := s.get(d.id); ok {
+			fromWire(r.Outcomes, out)
+			return true, 0, nil
+		}
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		s.put(d.id, cluster.Result{Allowed: true, Outcomes: toWire(out)})
+		return true, 0, nil
+	}
 	if d.settle {
 		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
 		return true, 0, nil
@@ -179,40 +240,57 @@ func cancelled(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", errs.Errorf(errs.Unavailable, "The check was cancelled before it could be decided."), context.Cause(ctx))
 }
 
-// serveForward decides checks forwarded by other servers.
+// serveForward decides checks forwarded by other servers. An item that
+// moves a bucket and carries an id is answered from the applied table when
+// this server decided it before (its first answer was lost or late), even
+// if the partition has moved on since: it was decided once, here.
 func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 	v := e.view.Load()
-	var outs [MaxLimits]quota.Outcome
-	for i, it := range items {
-		if !e.cluster.Owns(bus.Partition([]byte(it.Key)), e.cfg.Now()) {
-			res[i].Status = cluster.StatusNotOwner
+	now := time.Now()
+	for i := range items {
+		it := &items[i]
+		if it.ID == 0 || !it.Consume {
+			res[i] = e.serveItem(v, it)
 			continue
 		}
-		limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
-		if len(limits) == 0 || len(limits) > MaxLimits {
-			res[i].Status = cluster.StatusNoLimits
-			continue
-		}
-		n := len(limits)
-		var allowed bool
-		var report int
-		if it.Settle {
-			var pv *policyView
-			if tv := v.tenant(it.Tenant); tv != nil {
-				pv = tv.byID[it.Policy]
+		s := e.applied.lock(it.ID, now)
+		r, seen := s.get(it.ID)
+		if !seen {
+			if r = e.serveItem(v, it); r.Status == cluster.StatusOK {
+				s.put(it.ID, r)
 			}
-			e.settleCache([]byte(it.Key), it.Tenant, pv, it.Tier, limits, it.Now, it.Cost, it.Since, outs[:n])
-			allowed = true
 		} else {
-			allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+			e.metrics.repeats.Inc()
 		}
-		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
-		for k := 0; k < n; k++ {
-			o := outs[k]
-			r.Outcomes[k] = cluster.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: int64(o.Reset), RetryAfter: int64(o.RetryAfter)}
-		}
+		s.mu.Unlock()
 		res[i] = r
 	}
+}
+
+// serveItem decides one forwarded item in this server's hot cache.
+func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
+	if !e.cluster.Owns(bus.Partition([]byte(it.Key)), e.cfg.Now()) {
+		return cluster.Result{Status: cluster.StatusNotOwner}
+	}
+	limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return cluster.Result{Status: cluster.StatusNoLimits}
+	}
+	var outs [MaxLimits]quota.Outcome
+	n := len(limits)
+	var allowed bool
+	var report int
+	if it.Settle {
+		var pv *policyView
+		if tv := v.tenant(it.Tenant); tv != nil {
+			pv = tv.byID[it.Policy]
+		}
+		e.settleCache([]byte(it.Key), it.Tenant, pv, it.Tier, limits, it.Now, it.Cost, it.Since, outs[:n])
+		allowed = true
+	} else {
+		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+	}
+	return cluster.Result{Allowed: allowed, Report: report, Outcomes: toWire(outs[:n])}
 }
 
 func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost int64) {

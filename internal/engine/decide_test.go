@@ -156,3 +156,39 @@ func TestOwnershipOnEngineClock(t *testing.T) {
 		t.Fatalf("check on an owned partition: %+v, %v", a, err)
 	}
 }
+
+// In a cluster, an exact policy's state is published only with the term of
+// the owner that decided it: a server that never owned the partition (it
+// decided the bucket while the policy was local, say) publishes nothing,
+// since a state of term 0 is fenced by nothing and would overwrite the
+// owner's. Local policies publish with term 0, and so does everything
+// while the worker predates terms.
+func TestExactStatesPublishOnlyWithATerm(t *testing.T) {
+	snap, _ := snapshot(t)
+	snap.Policies[2].Consistency = "local" // pol_3
+	e, _ := clusterEngine(t, snap, time.Now)
+	v := e.view.Load()
+	exact := BucketKey("ten_a", "pol_1", KindIP, "192.0.2.1")
+	local := BucketKey("ten_a", "pol_3", KindIP, "192.0.2.1")
+	steps := []struct {
+		name     string
+		fenced   bool
+		term     uint64
+		key, pol string
+		want     uint64
+		publish  bool
+	}{
+		{"exact, never owned, fencing worker", true, 0, exact, "pol_1", 0, false},
+		{"exact, owned under term 3", true, 3, exact, "pol_1", 3, true},
+		{"local", true, 0, local, "pol_3", 0, true},
+		{"exact, worker without terms", false, 0, exact, "pol_1", 0, true},
+	}
+	for _, s := range steps {
+		e.fencedStates.Store(s.fenced)
+		e.terms[bus.Partition([]byte(s.key))].Store(s.term)
+		term, ok := e.termOf(v, s.key, "ten_a", s.pol)
+		if term != s.want || ok != s.publish {
+			t.Errorf("%s: termOf = %d, %v; want %d, %v", s.name, term, ok, s.want, s.publish)
+		}
+	}
+}

@@ -103,6 +103,10 @@ type Engine struct {
 
 	cluster *cluster.Cluster
 	deltas  deltaAgg
+	// ids names this server's moving decisions; applied remembers what
+	// it answered others' (applied.go).
+	ids     *itemIDs
+	applied appliedTable
 	// terms[p] is the fencing token this server was given when it last
 	// loaded partition p as its owner (LoadPartition); states it decides
 	// for p carry it, and the worker refuses them once another server has
@@ -169,6 +173,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		resyncCh:      make(chan struct{}, 1),
 		deltas:        deltaAgg{m: map[string]*delta{}},
 		epoch:         time.Now().UnixNano(),
+		ids:           newItemIDs(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())

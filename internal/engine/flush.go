@@ -62,10 +62,14 @@ func (e *Engine) flushStates(ctx context.Context) bool {
 	e.cache.DrainDirty(func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
 		tenant, rest, _ := strings.Cut(key, "/")
 		policy, _, _ := strings.Cut(rest, "/")
+		term, ok := e.termOf(v, key, tenant, policy)
+		if !ok {
+			return
+		}
 		e.pendingStates[key] = bus.BucketRecord{
 			Key: key, TenantID: tenant,
 			Limits: bus.EncodeLimits(limits), States: bus.EncodeStates(states), FullAt: fullAt,
-			Term: e.termOf(v, key, tenant, policy),
+			Term: term,
 		}
 	})
 	e.pendingStatesPeak = max(e.pendingStatesPeak, len(e.pendingStates))
@@ -125,17 +129,23 @@ func (e *Engine) flushStates(ctx context.Context) bool {
 // worker never fences (a single server, a local-mode policy, whose every
 // server publishes its own view). A state drained after this server lost
 // the partition keeps the term it decided under, so the worker refuses it
-// once another owner has loaded the partition.
-func (e *Engine) termOf(v *view, key, tenant, policy string) uint64 {
+// once another owner has loaded the partition. An exact policy's state on
+// a server that never owned its partition (decided while the policy was
+// local, say) is not published at all (ok false): unfenced, it would
+// overwrite what the owner persisted. The owner's state is the one that
+// counts.
+func (e *Engine) termOf(v *view, key, tenant, policy string) (term uint64, ok bool) {
 	if e.cluster == nil {
-		return 0
+		return 0, true
 	}
 	if tv, ok := v.tenants.get(tenant); ok && tv != nil {
 		if pv := tv.byID[policy]; pv != nil && pv.consistency == "local" {
-			return 0
+			return 0, true
 		}
 	}
-	return e.terms[bus.Partition([]byte(key))].Load()
+	term = e.terms[bus.Partition([]byte(key))].Load()
+	// A worker that predates terms gives none (and fences nothing).
+	return term, term != 0 || !e.fencedStates.Load()
 }
 
 // statePublishTimeout is how long a state batch may wait for JetStream's

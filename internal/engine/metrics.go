@@ -27,6 +27,10 @@ type engineMetrics struct {
 	// crossingsDropped counts quota crossings never reported (quotaevents.go).
 	crossingsDropped prometheus.Counter
 	crossingsPending prometheus.GaugeFunc
+	// repeats counts forwarded items answered from the applied table
+	// (applied.go); appliedSize is that table's size.
+	repeats     prometheus.Counter
+	appliedSize prometheus.GaugeFunc
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -94,11 +98,17 @@ func newEngineMetrics(e *Engine) engineMetrics {
 		Name: "sluice_quota_crossings_pending", Help: "Quota crossings waiting to be published to the worker.",
 	}, func() float64 { return float64(e.pendingCrossings()) })
 	e.crossings.dropped = m.crossingsDropped
+	m.repeats = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_forward_repeats_total", Help: "Forwarded decisions that arrived again (a late or lost answer) and were answered as the first time, without moving a bucket twice.",
+	})
+	m.appliedSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
+	}, func() float64 { return float64(e.applied.size()) })
 	return m
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize}
 }
 
 // checkCounters resolves the label values once, so counting a decision on

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -69,7 +70,7 @@ func TestQuotaCrossings(t *testing.T) {
 	if a.Hold == nil {
 		t.Fatalf("no hold: %+v", a)
 	}
-	if err := e.Settle(context.Background(), "ten_a", *a.Hold, 39, at, at); err != nil {
+	if err := e.Settle(context.Background(), settled("ten_a", "rsv_1", *a.Hold, 39, at), at); err != nil {
 		t.Fatal(err)
 	}
 	p = pending()
@@ -77,13 +78,13 @@ func TestQuotaCrossings(t *testing.T) {
 		t.Fatalf("after a reserve and a charge: %+v", p)
 	}
 	// A refund passes nothing.
-	if err := e.Settle(context.Background(), "ten_a", *a.Hold, -5, at, at); err != nil {
+	if err := e.Settle(context.Background(), settled("ten_a", "rsv_2", *a.Hold, -5, at), at); err != nil {
 		t.Fatal(err)
 	}
 	if len(pending()) != 3 {
 		t.Fatal("a refund reported a crossing")
 	}
-	if err := e.Settle(context.Background(), "ten_b", *a.Hold, 5, at, at); err == nil {
+	if err := e.Settle(context.Background(), settled("ten_b", "rsv_3", *a.Hold, 5, at), at); err == nil {
 		t.Fatal("another tenant settled a hold of ten_a's")
 	}
 
@@ -108,4 +109,15 @@ func TestQuotaCrossings(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &b); err != nil || b.V != bus.WireVersion || len(b.Crossings) != 3 || b.Crossings[2].After != 200 {
 		t.Fatalf("stream message %+v, %v", b, err)
 	}
+}
+
+// settled is a reservation of h made at since whose settle changes its
+// buckets by diff.
+func settled(tenantID, id string, h reserve.Hold, diff int64, since time.Time) reserve.Reservation {
+	var actual int64
+	reserved := -diff
+	if diff > 0 {
+		reserved, actual = 0, diff
+	}
+	return reserve.Reservation{ID: id, TenantID: tenantID, Hold: h, Reserved: reserved, Actual: &actual, CreatedAt: since}
 }

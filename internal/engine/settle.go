@@ -19,8 +19,11 @@ import (
 // already used them. It runs where a check of the same bucket would (the
 // partition's owner in a cluster), so it is exact and persisted as checks
 // are, and that server counts the units for usage. A policy or key that no
-// longer limits the bucket leaves nothing to adjust.
-func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, diff int64, since, now time.Time) error {
+// longer limits the bucket leaves nothing to adjust. The apply's id is the
+// reservation's (settleID), so a retry of a settle whose answer was lost,
+// from any server, is applied once by an owner that saw it.
+func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Time) error {
+	tenantID, h, diff, since := r.TenantID, r.Hold, r.Difference(), r.CreatedAt
 	if diff == 0 {
 		return nil
 	}
@@ -44,7 +47,7 @@ func (e *Engine) Settle(ctx context.Context, tenantID string, h reserve.Hold, di
 	n := len(tl.limits)
 	nowNS := now.UnixNano()
 	if _, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
-		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano()}, outs[:n]); err != nil {
+		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano(), id: settleID(tenantID, r.ID)}, outs[:n]); err != nil {
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {

@@ -77,6 +77,12 @@ type Reservation struct {
 	State     string     `json:"state"`
 	Actual    *int64     `json:"actual,omitempty"`
 	SettledAt *time.Time `json:"settled_at,omitempty"`
+	// Unapplied marks a settled reservation whose difference is not known
+	// to have reached its buckets (the apply failed, or its answer was
+	// lost): a repeated settle applies it, and the bucket's owner applies
+	// a settle's difference once (its id is the same for every retry).
+	// A worker that predates it never sets it.
+	Unapplied bool `json:"unapplied,omitempty"`
 }
 
 // Settle asks to settle reservation ID of a tenant with Actual units at At.
@@ -89,7 +95,7 @@ type Settle struct {
 
 // Settled answers a settle: the reservation as it now stands, and whether
 // this settle repeated one recorded before (the buckets were adjusted by
-// the first; a replay must not adjust them again).
+// the first unless Reservation.Unapplied says the first never landed).
 type Settled struct {
 	Reservation Reservation `json:"reservation"`
 	Replayed    bool        `json:"replayed"`
@@ -175,15 +181,26 @@ func Do(ctx context.Context, tx *sql.Tx, s Settle) (Settled, error) {
 	if err := countClosed(ctx, tx, r.TenantID, 1); err != nil {
 		return Settled{}, err
 	}
-	r.State, r.Actual, r.SettledAt = StateSettled, &s.Actual, &at
+	r.State, r.Actual, r.SettledAt, r.Unapplied = StateSettled, &s.Actual, &at, true
 	return Settled{Reservation: r}, nil
 }
 
+// MarkApplied records that a settled reservation's difference reached its
+// buckets, so that a repeated settle only answers.
+func MarkApplied(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET applied = 1 WHERE tenant_id = ? AND id = ? AND state = 'settled'`, tenantID, id); err != nil {
+		return fmt.Errorf("mark settle applied: %w", err)
+	}
+	return nil
+}
+
 // Reopen undoes a settle whose difference could not be applied to the
-// buckets, so that the caller's retry settles it again.
+// buckets, so that the caller's retry settles it again. Servers no longer
+// ask for it (a failed apply stays recorded and Unapplied); the worker
+// still serves it for servers of the previous version during an upgrade.
 func Reopen(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
 	res, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'open', actual = NULL, settled_at = NULL
-		WHERE tenant_id = ? AND id = ? AND state = 'settled'`, tenantID, id)
+		WHERE tenant_id = ? AND id = ? AND state = 'settled' AND applied = 0`, tenantID, id)
 	if err != nil {
 		return fmt.Errorf("reopen reservation: %w", err)
 	}
@@ -263,10 +280,11 @@ func get(ctx context.Context, tx *sql.Tx, tenantID, id string) (Reservation, err
 	r := Reservation{ID: id, TenantID: tenantID}
 	var created, expires int64
 	var actual, settled sql.NullInt64
+	var applied bool
 	err := tx.QueryRowContext(ctx, `SELECT bucket_key, policy_id, policy, tier, key_id, identity_kind, identity_id,
-		reserved, cap, created_at, expires_at, state, actual, settled_at FROM reservations WHERE tenant_id = ? AND id = ?`, tenantID, id).
+		reserved, cap, created_at, expires_at, state, actual, settled_at, applied FROM reservations WHERE tenant_id = ? AND id = ?`, tenantID, id).
 		Scan(&r.BucketKey, &r.PolicyID, &r.Policy, &r.Tier, &r.KeyID, &r.IdentityKind, &r.IdentityID,
-			&r.Reserved, &r.Cap, &created, &expires, &r.State, &actual, &settled)
+			&r.Reserved, &r.Cap, &created, &expires, &r.State, &actual, &settled, &applied)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errs.Errorf(errs.NotFound, "reservation: no such reservation (settled or expired ones are forgotten after %s)", "7 days")
 	}
@@ -282,5 +300,6 @@ func get(ctx context.Context, tx *sql.Tx, tenantID, id string) (Reservation, err
 		t := time.UnixMilli(settled.Int64).UTC()
 		r.SettledAt = &t
 	}
+	r.Unapplied = r.State == StateSettled && !applied
 	return r, nil
 }

@@ -624,6 +624,8 @@ func (s memReservations) Settle(_ context.Context, q reserve.Settle) (reserve.Se
 	switch {
 	case !ok:
 		return reserve.Settled{}, errs.Errorf(errs.NotFound, "reservation: no such reservation")
+	case r.State == reserve.StateSettled && *r.Actual == q.Actual && r.Unapplied:
+		return reserve.Settled{Reservation: r, Replayed: true}, nil
 	case r.State == reserve.StateSettled && *r.Actual == q.Actual:
 		return reserve.Settled{Reservation: r, Replayed: true}, nil
 	case r.State == reserve.StateSettled:
@@ -634,17 +636,17 @@ func (s memReservations) Settle(_ context.Context, q reserve.Settle) (reserve.Se
 		return reserve.Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d", r.Cap)
 	}
 	a, at := q.Actual, q.At
-	r.State, r.Actual, r.SettledAt = reserve.StateSettled, &a, &at
+	r.State, r.Actual, r.SettledAt, r.Unapplied = reserve.StateSettled, &a, &at, true
 	m.reserved[q.TenantID+"/"+q.ID] = r
 	return reserve.Settled{Reservation: r}, nil
 }
 
-func (s memReservations) Reopen(_ context.Context, tenantID, id string) error {
+func (s memReservations) Applied(_ context.Context, tenantID, id string) error {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if r, ok := m.reserved[tenantID+"/"+id]; ok && r.State == reserve.StateSettled {
-		r.State, r.Actual, r.SettledAt = reserve.StateOpen, nil, nil
+		r.Unapplied = false
 		m.reserved[tenantID+"/"+id] = r
 	}
 	return nil

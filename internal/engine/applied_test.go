@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// ownerEngine is an engine whose cluster member owns every partition, its
+// forwarded decisions served through serve (which wraps serveForward, so
+// a test can lose or delay answers), and a second member on the same NATS
+// that forwards to it.
+func ownerEngine(t *testing.T, serve func(e *Engine) func([]cluster.Item, []cluster.Result)) (*Engine, *cluster.Cluster) {
+	t.Helper()
+	snap, _ := snapshot(t)
+	nc := bustest.InProcess(t, bus.EmbeddedConfig{DataDir: t.TempDir(), Name: "engine-test"})
+	e := engineOn(t, nc, snap)
+	c, err := cluster.New(cluster.Config{Node: "owner", Holder: "engine test"}, nc, cluster.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cluster = c
+	if err := c.Serve(serve(e)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	for deadline := time.Now().Add(15 * time.Second); c.OwnedCount() < bus.Partitions; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the owner holds %d partitions, want %d", c.OwnedCount(), bus.Partitions)
+		}
+		select {
+		case <-c.Changed():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	sender, err := cluster.New(cluster.Config{Node: "sender", Holder: "engine test"}, nc, cluster.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, sender
+}
+
+// remaining is what the anonymous tier of pol_1 (10 a minute) has left for
+// ip on e, looked at without taking anything.
+func remaining(t *testing.T, e *Engine, ip string) int64 {
+	t.Helper()
+	limits := e.view.Load().limitsFor("ten_a", "pol_1", "anonymous", "")
+	var out [MaxLimits]quota.Outcome
+	e.cache.CheckBytes([]byte(BucketKey("ten_a", "pol_1", KindIP, ip)), limits, t0.UnixNano(), 1, false, out[:1])
+	if out[0].Allowed {
+		return out[0].Remaining + 1
+	}
+	return out[0].Remaining
+}
+
+func item(ip string, id uint64, cost int64) cluster.Item {
+	return cluster.Item{Key: BucketKey("ten_a", "pol_1", KindIP, ip), Tenant: "ten_a", Policy: "pol_1", Tier: "anonymous",
+		Cost: cost, Consume: true, Now: t0.UnixNano(), ID: id}
+}
+
+// A forwarded decision whose answer comes back late is sent again with its
+// id, and the owner answers the repeat as it answered the first without
+// taking the units again; repeats arriving together, and a late copy, take
+// nothing either. Items without an id (an older sender) are decided each
+// time, which is what the table prevents.
+func TestForwardedRepeatsApplyOnce(t *testing.T) {
+	var mu sync.Mutex
+	late := map[uint64]bool{} // ids whose first answer is held past the forward timeout
+	e, sender := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) {
+		return func(items []cluster.Item, out []cluster.Result) {
+			e.serveForward(items, out)
+			mu.Lock()
+			hold := len(items) == 1 && late[items[0].ID]
+			delete(late, items[0].ID)
+			mu.Unlock()
+			if hold {
+				time.Sleep(2500 * time.Millisecond) // past the sender's timeout
+			}
+		}
+	})
+	ctx := t.Context()
+
+	// The first answer is late: the sender hears an error that does not
+	// say "not sent", and sends the same item again.
+	late[7] = true
+	_, err := sender.Forward(ctx, "owner", item("192.0.2.1", 7, 3))
+	if err == nil || errors.Is(err, cluster.ErrNotSent) {
+		t.Fatalf("a forward whose answer came too late: err = %v, want a timeout that may have been decided", err)
+	}
+	res, err := sender.Forward(ctx, "owner", item("192.0.2.1", 7, 3))
+	if err != nil || res.Status != cluster.StatusOK || !res.Allowed || res.Outcomes[0].Remaining != 7 {
+		t.Fatalf("the repeat: %+v, %v", res, err)
+	}
+	if got := remaining(t, e, "192.0.2.1"); got != 7 {
+		t.Fatalf("after a late answer and its repeat the bucket has %d of 10 left, want 7 (taken once)", got)
+	}
+
+	// Eight copies at once: one decision.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if r, err := sender.Forward(ctx, "owner", item("192.0.2.2", 8, 2)); err != nil || !r.Allowed || r.Outcomes[0].Remaining != 8 {
+				t.Errorf("a copy: %+v, %v", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := remaining(t, e, "192.0.2.2"); got != 8 {
+		t.Fatalf("eight copies of one decision left %d of 10, want 8", got)
+	}
+
+	// Without ids, every copy is a decision of its own.
+	for range 2 {
+		if _, err := sender.Forward(ctx, "owner", item("192.0.2.3", 0, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := remaining(t, e, "192.0.2.3"); got != 6 {
+		t.Fatalf("two decisions without ids left %d, want 6", got)
+	}
+	if n := e.applied.size(); n != 2 {
+		t.Fatalf("the applied table holds %d answers, want 2 (ids 7 and 8)", n)
+	}
+
+	// Nobody serves a node's subject: the error says the item went nowhere.
+	if _, err := sender.Forward(ctx, "gone", item("192.0.2.4", 9, 1)); !errors.Is(err, cluster.ErrNotSent) {
+		t.Fatalf("a forward to a node nobody serves: err = %v, want ErrNotSent", err)
+	}
+}
+
+// A model of the owner's side against a ledger: random forwarded items —
+// checks, peeks and settles (charges past the limit and refunds) — each
+// sent once or more, their copies late, duplicated and in batches with
+// other items. The owner's bucket must end exactly where a second cache
+// that saw only each item's first copy ends, and every copy must answer as
+// its first did. Without the applied table (serveForward deciding every
+// copy) it fails at once.
+func TestAppliedTableModel(t *testing.T) {
+	e, _ := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) { return e.serveForward })
+	limits := e.view.Load().limitsFor("ten_a", "pol_1", "default", "")
+	oracle := quota.NewCache()
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{BucketKey("ten_a", "pol_1", KindIP, "198.51.100.1"), BucketKey("ten_a", "pol_1", KindIP, "198.51.100.2")}
+	answers := map[uint64]cluster.Result{}
+	var sent []cluster.Item // items sent at least once, to repeat later
+	now := t0.UnixNano()
+	for i := range 3000 {
+		n := 1 + rng.IntN(4)
+		batch := make([]cluster.Item, 0, n)
+		for range n {
+			if len(sent) > 0 && rng.IntN(3) == 0 {
+				batch = append(batch, sent[rng.IntN(len(sent))]) // a late or duplicated copy
+				continue
+			}
+			it := cluster.Item{Key: keys[rng.IntN(len(keys))], Tenant: "ten_a", Policy: "pol_1", Tier: "default",
+				Cost: int64(1 + rng.IntN(5)), Consume: rng.IntN(8) != 0, Now: now, ID: uint64(i*8 + len(batch) + 1)}
+			if rng.IntN(5) == 0 {
+				it.Settle, it.Consume, it.Since = true, true, now
+				if rng.IntN(2) == 0 {
+					it.Cost = -it.Cost
+				}
+			}
+			sent = append(sent, it)
+			batch = append(batch, it)
+		}
+		res := make([]cluster.Result, len(batch))
+		e.serveForward(batch, res)
+		for k, it := range batch {
+			if res[k].Status != cluster.StatusOK {
+				t.Fatalf("item %+v: status %d", it, res[k].Status)
+			}
+			if !it.Consume {
+				continue
+			}
+			if first, seen := answers[it.ID]; seen {
+				if first.Allowed != res[k].Allowed || first.Outcomes[0] != res[k].Outcomes[0] {
+					t.Fatalf("a copy of %d answered %+v, its first %+v", it.ID, res[k], first)
+				}
+				continue
+			}
+			answers[it.ID] = res[k]
+			var out [1]quota.Outcome
+			switch {
+			case it.Settle && it.Cost > 0:
+				oracle.Force(it.Key, limits, now, it.Cost)
+			case it.Settle:
+				var given [1]float64
+				oracle.RefundSince([]byte(it.Key), limits, now, -it.Cost, it.Since, given[:])
+			default:
+				oracle.CheckBytes([]byte(it.Key), limits, now, it.Cost, true, out[:])
+			}
+		}
+	}
+	for _, k := range keys {
+		var got, want [1]quota.Outcome
+		e.cache.CheckBytes([]byte(k), limits, now, 0, false, got[:])
+		oracle.CheckBytes([]byte(k), limits, now, 0, false, want[:])
+		if got[0].Remaining != want[0].Remaining {
+			t.Fatalf("%s: the owner's bucket has %d left, the ledger of first decisions %d", k, got[0].Remaining, want[0].Remaining)
+		}
+	}
+}
