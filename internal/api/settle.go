@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -61,12 +60,6 @@ func (h *handler) settle(c echo.Context) error {
 	if !s.Replayed || r.Unapplied {
 		if err := h.Engine.Settle(ctx, r, now); err != nil {
 			return err
-		}
-		if err := h.Services.Reservations.Applied(context.WithoutCancel(ctx), tenant, r.ID); err != nil {
-			// The difference landed; a repeat applies it again only at
-			// an owner that no longer remembers the settle's id.
-			h.Log.Warn("a settle's difference landed but could not be recorded as applied", "tenant", tenant,
-				"reservation", r.ID, "err", err)
 		}
 	}
 	return c.JSON(http.StatusOK, settleAnswer{Reservation: r.ID, Policy: r.Policy, Reserved: r.Reserved, Cap: r.Cap,

@@ -38,6 +38,7 @@ func TestReserveLimiter(t *testing.T) {
 // settleEngine applies settles to a ledger, failing those it is told to.
 type settleEngine struct {
 	Engine // only what settle uses is implemented
+	mem    *servicetest.Memory
 	mu     sync.Mutex
 	fail   int // the next fail applies answer unavailable
 	landed map[string]int64
@@ -54,6 +55,7 @@ func (e *settleEngine) Settle(_ context.Context, r reserve.Reservation, _ time.T
 		return errs.Errorf(errs.Unavailable, "hand-over")
 	}
 	e.landed[r.ID] += r.Difference()
+	e.mem.Applied(r.TenantID, r.ID) // as the bucket's owner marks it
 	return nil
 }
 
@@ -65,7 +67,7 @@ func (e *settleEngine) Settle(_ context.Context, r reserve.Reservation, _ time.T
 func TestSettleAnswersSuccessOnlyOnceLanded(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	mem := servicetest.New(func() time.Time { return now })
-	eng := &settleEngine{landed: map[string]int64{}}
+	eng := &settleEngine{mem: mem, landed: map[string]int64{}}
 	srv := New(Config{Engine: eng, Services: mem.Services(), Now: func() time.Time { return now }})
 	if err := mem.Services().Reservations.Create(context.Background(), reserve.Reservation{ID: "rsv_1", TenantID: "ten_a",
 		Reserved: 100, Cap: 100, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {

@@ -94,8 +94,9 @@ var (
 	OpReservationCreate = configOp[reserve.Reservation, None]("reservation.create")
 	OpReservationSettle = configOp[reserve.Settle, reserve.Settled]("reservation.settle")
 	OpReservationReopen = configOp[TenantScoped, None]("reservation.reopen")
-	// OpReservationApplied records that a settle's difference landed.
-	OpReservationApplied = configOp[TenantScoped, None]("reservation.applied")
+	// OpReservationApply asks, for a bucket's owner, whether it is the one
+	// to apply a settle's difference (reserve.MarkApplied).
+	OpReservationApply = configOp[reserve.Apply, reserve.Applying]("reservation.apply")
 
 	// OpUserSignIn checks a password on the worker (SignIn).
 	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
@@ -153,7 +154,7 @@ var ConfigOps = []AnyOp{
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
-	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationApplied,
+	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationApply,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,

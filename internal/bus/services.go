@@ -207,11 +207,6 @@ func (r reservationsClient) Settle(ctx context.Context, s reserve.Settle) (reser
 	return Call(ctx, r.c, OpReservationSettle, s)
 }
 
-func (r reservationsClient) Applied(ctx context.Context, tenantID, id string) error {
-	_, err := Call(ctx, r.c, OpReservationApplied, TenantScoped{TenantID: tenantID, ID: id})
-	return err
-}
-
 type auditClient struct{ c *Client }
 
 func (a auditClient) List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {

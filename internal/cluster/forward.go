@@ -52,6 +52,9 @@ type Item struct {
 	// ID names the decision for the owner, which answers a repeat of it
 	// as it answered the first (0: no id, as from an older server).
 	ID uint64 `json:"id,omitempty"`
+	// Ref is a settle's reservation id, which the owner marks applied at
+	// the worker before it applies the difference.
+	Ref string `json:"rf,omitempty"`
 }
 
 // ErrNotSent is wrapped by forward errors after which the owner cannot
@@ -63,6 +66,10 @@ const (
 	StatusOK       = 0
 	StatusNotOwner = 1 // the receiver does not (or does not yet) decide for this partition
 	StatusNoLimits = 2 // the receiver's config has no limits for the item
+	// StatusRetry: the owner could not decide the item now (it could not
+	// reach the worker to mark a settle); nothing changed. Older senders
+	// ask again on any status but StatusOK and StatusNoLimits.
+	StatusRetry = 3
 )
 
 // Outcome is a quota.Outcome on the wire.

@@ -78,9 +78,12 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		if it.Settle {
 			flags |= flagSettle
 		}
-		withID := ids && it.ID != 0
+		withID, withRef := ids && it.ID != 0, ids && it.Ref != ""
 		if withID {
 			flags |= flagID
+		}
+		if withRef {
+			flags |= flagRef
 		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
@@ -89,6 +92,9 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		}
 		if withID {
 			b = binary.AppendUvarint(b, it.ID)
+		}
+		if withRef {
+			b = appendString(b, it.Ref)
 		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
@@ -128,6 +134,7 @@ const (
 	flagConsume = 1 << 0
 	flagSettle  = 1 << 1
 	flagID      = 1 << 2
+	flagRef     = 1 << 3
 )
 
 func (d *decoder) byte() byte {
@@ -195,7 +202,7 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagSettle|flagID) != 0 {
+		if flags&^(flagConsume|flagSettle|flagID|flagRef) != 0 {
 			d.Bad = true
 		}
 		it.Consume, it.Settle = flags&flagConsume != 0, flags&flagSettle != 0
@@ -205,6 +212,11 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		}
 		if flags&flagID != 0 {
 			if it.ID = d.Uvarint(); it.ID == 0 {
+				d.Bad = true
+			}
+		}
+		if flags&flagRef != 0 {
+			if it.Ref = d.string(); it.Ref == "" {
 				d.Bad = true
 			}
 		}

@@ -1,14 +1,20 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/reserve"
 )
 
 // appliedKeep is how long an owner remembers what it answered a forwarded
@@ -55,6 +61,20 @@ func (s *appliedStripe) get(id uint64) (cluster.Result, bool) {
 
 func (s *appliedStripe) put(id uint64, r cluster.Result) { s.cur[id] = r }
 
+// lookup is get under the stripe's lock.
+func (t *appliedTable) lookup(id uint64) (cluster.Result, bool) {
+	s := t.lock(id, time.Now())
+	defer s.mu.Unlock()
+	return s.get(id)
+}
+
+// record is put under the stripe's lock.
+func (t *appliedTable) record(id uint64, r cluster.Result) {
+	s := t.lock(id, time.Now())
+	s.put(id, r)
+	s.mu.Unlock()
+}
+
 // size is how many answers the table holds (metrics, tests).
 func (t *appliedTable) size() int {
 	n := 0
@@ -95,4 +115,64 @@ func (g *itemIDs) next() uint64 {
 func settleID(tenantID, reservation string) uint64 {
 	h := sha256.Sum256([]byte("settle\x00" + tenantID + "\x00" + reservation))
 	return binary.LittleEndian.Uint64(h[:8]) | 1
+}
+
+// errFenced answers a settle this server may no longer apply: another
+// server has loaded its partition since this one did.
+var errFenced = errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
+
+// markTimeout bounds an owner's wait for the worker's answer to a settle's
+// mark; the sender's forward waits longer (its timeout is 2 s).
+const markTimeout = time.Second
+
+// applySettle applies a settle in this server's hot cache, once (the
+// caller decided that this server decides d's bucket). A settle whose
+// reservation is named (d.ref) is first marked applied at the worker,
+// fenced by the partition's term, and applied only when the worker says
+// this owner is the one to apply it: the record survives hand-overs and
+// restarts, so a retry that reaches the next owner, or this one restarted,
+// finds it applied and changes nothing. Settles of one id are applied one
+// at a time (settleLocks), the worker's answer included; a repeat within
+// appliedKeep is answered from the applied table without asking again.
+// An owner killed between the mark and its next flush loses the
+// difference, as it loses its other unflushed decisions.
+func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
+	if d.id == 0 {
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		return nil
+	}
+	l := &e.settleLocks[d.id%uint64(len(e.settleLocks))]
+	l.Lock()
+	defer l.Unlock()
+	if r, ok := e.applied.lookup(d.id); ok {
+		e.metrics.repeats.Inc()
+		fromWire(r.Outcomes, out)
+		return nil
+	}
+	apply := true
+	if d.ref != "" {
+		_, rest, _ := strings.Cut(string(d.key), "/")
+		policy, _, _ := strings.Cut(rest, "/")
+		term, _ := e.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
+		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+		var a reserve.Applying
+		err := bus.Request(ctx, e.nc, bus.OpReservationApply.Subject(),
+			reserve.Apply{TenantID: d.tenantID, ID: d.ref, Partition: bus.Partition(d.key), Term: term, Node: e.cfg.Node}, &a)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if a.Fenced {
+			return errFenced
+		}
+		apply = a.Yes
+	}
+	if apply {
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+	} else {
+		e.metrics.repeats.Inc()
+		e.lookAt(d.key, d.limits, d.now, out)
+	}
+	e.applied.record(d.id, cluster.Result{Allowed: true, Outcomes: toWire(out)})
+	return nil
 }

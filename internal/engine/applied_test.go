@@ -2,16 +2,21 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/reserve"
 )
 
 // ownerEngine is an engine whose cluster member owns every partition, its
@@ -214,4 +219,31 @@ func TestAppliedTableModel(t *testing.T) {
 			t.Fatalf("%s: the owner's bucket has %d left, the ledger of first decisions %d", k, got[0].Remaining, want[0].Remaining)
 		}
 	}
+}
+
+// answerMarks answers settles' marks on e's NATS as a worker that has seen
+// each reservation settled and applied by nobody yet would: yes to the
+// first owner that asks for a reservation, no to any other (engine tests
+// run without a worker; the worker's side is internal/reserve's
+// TestMarkApplied).
+func answerMarks(t *testing.T, e *Engine) {
+	t.Helper()
+	var mu sync.Mutex
+	by := map[string]string{}
+	sub, err := e.nc.Subscribe(bus.OpReservationApply.Subject(), func(m *nats.Msg) {
+		var a reserve.Apply
+		_ = json.Unmarshal(m.Data, &a)
+		mu.Lock()
+		who := a.Node + "@" + strconv.FormatUint(a.Term, 10)
+		if by[a.TenantID+"/"+a.ID] == "" {
+			by[a.TenantID+"/"+a.ID] = who
+		}
+		yes := by[a.TenantID+"/"+a.ID] == who
+		mu.Unlock()
+		_ = m.Respond(bus.EncodeReply(reserve.Applying{Yes: yes}, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }

@@ -83,8 +83,9 @@ type decision struct {
 	settle bool
 	since  int64
 	// id names a moving decision for the owner (applied.go); 0 = decide()
-	// gives it one.
-	id uint64
+	// gives it one. ref is a settle's reservation id.
+	id  uint64
+	ref string
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -105,7 +106,10 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		return e.decideHere(d, out)
 	}
 	if d.pv.consistency == "local" {
-		allowed, report, _ := e.decideHere(d, out)
+		allowed, report, err := e.decideHere(d, out)
+		if err != nil {
+			return false, 0, err
+		}
 		if allowed && d.consume {
 			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
 		}
@@ -139,7 +143,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			return false, 0, errMaybeDecided()
 		}
 		if known && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id})
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref})
 			switch {
 			case err == nil && res.Status == cluster.StatusOK:
 				fromWire(res.Outcomes, out)
@@ -198,22 +202,8 @@ func toWire(out []quota.Outcome) []cluster.Outcome {
 
 // decideHere decides d in this server's hot cache.
 func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
-	if d.settle && d.id != 0 {
-		// A settle's id is the same for every retry (settleID): one
-		// that reaches this server again is not applied again.
-		s := e.applied.lock(d.id, time.Now())
-		defer s.mu.Unlock()
-		if r, ok := s.get(d.id); ok {
-			fromWire(r.Outcomes, out)
-			return true, 0, nil
-		}
-		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
-		s.put(d.id, cluster.Result{Allowed: true, Outcomes: toWire(out)})
-		return true, 0, nil
-	}
 	if d.settle {
-		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
-		return true, 0, nil
+		return true, 0, e.applySettle(d, out)
 	}
 	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
 	return allowed, report, nil
@@ -249,8 +239,8 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 	now := time.Now()
 	for i := range items {
 		it := &items[i]
-		if it.ID == 0 || !it.Consume {
-			res[i] = e.serveItem(v, it)
+		if it.ID == 0 || !it.Consume || it.Settle {
+			res[i] = e.serveItem(v, it) // a settle: applySettle keeps it once
 			continue
 		}
 		s := e.applied.lock(it.ID, now)
@@ -285,7 +275,15 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		if tv := v.tenant(it.Tenant); tv != nil {
 			pv = tv.byID[it.Policy]
 		}
-		e.settleCache([]byte(it.Key), it.Tenant, pv, it.Tier, limits, it.Now, it.Cost, it.Since, outs[:n])
+		d := decision{key: []byte(it.Key), tenantID: it.Tenant, pv: pv, tier: it.Tier, keyID: it.KeyID, limits: limits,
+			now: it.Now, cost: it.Cost, consume: true, settle: true, since: it.Since, id: it.ID, ref: it.Ref}
+		if err := e.applySettle(&d, outs[:n]); err != nil {
+			if errors.Is(err, errFenced) {
+				return cluster.Result{Status: cluster.StatusNotOwner} // a newer owner applies it
+			}
+			e.log.Warn("a forwarded settle could not be marked applied at the worker; the sender asks again", "err", err)
+			return cluster.Result{Status: cluster.StatusRetry}
+		}
 		allowed = true
 	} else {
 		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])

@@ -107,6 +107,8 @@ type Engine struct {
 	// it answered others' (applied.go).
 	ids     *itemIDs
 	applied appliedTable
+	// settleLocks apply settles of one id one at a time (applySettle).
+	settleLocks [64]sync.Mutex
 	// terms[p] is the fencing token this server was given when it last
 	// loaded partition p as its owner (LoadPartition); states it decides
 	// for p carry it, and the worker refuses them once another server has

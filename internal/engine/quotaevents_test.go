@@ -27,6 +27,7 @@ func TestQuotaCrossings(t *testing.T) {
 		{ConsumerKey: tenants.ConsumerKey{ID: "key_1", TenantID: "ten_a", Name: "k", Tier: "pro", Hash: hash}},
 	}
 	e := newTestEngine(t, snap)
+	answerMarks(t, e)
 	at := time.Date(2027, time.March, 5, 12, 0, 0, 0, ny)
 	check := func(req CheckRequest) Answer {
 		t.Helper()

@@ -47,7 +47,7 @@ func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Tim
 	n := len(tl.limits)
 	nowNS := now.UnixNano()
 	if _, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
-		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano(), id: settleID(tenantID, r.ID)}, outs[:n]); err != nil {
+		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano(), id: settleID(tenantID, r.ID), ref: r.ID}, outs[:n]); err != nil {
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
@@ -82,14 +82,7 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 		}
 		units = -int64(all + 0.5)
 	}
-	// A look at one unit answers one less than is left when it fits: the
-	// outcomes say what is left.
-	e.cache.CheckBytes(key, limits, now, 1, false, out)
-	for i := range out {
-		if out[i].Allowed {
-			out[i].Remaining++
-		}
-	}
+	e.lookAt(key, limits, now, out)
 	if units == 0 || pv == nil {
 		return
 	}
@@ -98,4 +91,16 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 		return
 	}
 	e.counters.addUnits(tenantID, pv.name, tier, kind, id, now, units)
+}
+
+// lookAt fills out with key's buckets as they are. A look at one unit
+// answers one less than is left when it fits: the outcomes say what is
+// left.
+func (e *Engine) lookAt(key []byte, limits []quota.Limit, now int64, out []quota.Outcome) {
+	e.cache.CheckBytes(key, limits, now, 1, false, out)
+	for i := range out {
+		if out[i].Allowed {
+			out[i].Remaining++
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
@@ -185,13 +186,57 @@ func Do(ctx context.Context, tx *sql.Tx, s Settle) (Settled, error) {
 	return Settled{Reservation: r}, nil
 }
 
-// MarkApplied records that a settled reservation's difference reached its
-// buckets, so that a repeated settle only answers.
-func MarkApplied(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
-	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET applied = 1 WHERE tenant_id = ? AND id = ? AND state = 'settled'`, tenantID, id); err != nil {
-		return fmt.Errorf("mark settle applied: %w", err)
+// Apply asks to apply a settled reservation's difference: the bucket's
+// owner asks it before it changes the bucket, naming itself (By: its node
+// and the partition's term), so that it applies the difference only when
+// the answer is yes. Partition and Term let the worker fence an owner that
+// has lost the partition (Term 0: a single server or a local-mode policy,
+// not fenced).
+type Apply struct {
+	TenantID  string `json:"tenant_id"`
+	ID        string `json:"id"`
+	Partition int    `json:"partition"`
+	Term      uint64 `json:"term"`
+	Node      string `json:"node"`
+}
+
+// Applying answers an Apply: Yes when this owner is the one to apply the
+// difference (the first to ask, or the same owner asking again after its
+// answer was lost); no when another did, or when there is nothing to apply
+// (the reservation is no longer settled). Fenced: the asking owner has lost
+// the partition; the next owner applies it.
+type Applying struct {
+	Yes    bool `json:"yes"`
+	Fenced bool `json:"fenced,omitempty"`
+}
+
+func (a Apply) by() string { return a.Node + "@" + strconv.FormatUint(a.Term, 10) }
+
+// MarkApplied records in tx that a's owner applies a settled reservation's
+// difference, once: the first owner to ask is answered yes, and so is its
+// own repeat; any other no. A reservation that is not settled (unknown,
+// open, expired, reopened by an older server) is answered no: there is
+// nothing to apply.
+func MarkApplied(ctx context.Context, tx *sql.Tx, a Apply) (Applying, error) {
+	var state, by string
+	var applied bool
+	err := tx.QueryRowContext(ctx, `SELECT state, applied, applied_by FROM reservations WHERE tenant_id = ? AND id = ?`, a.TenantID, a.ID).
+		Scan(&state, &applied, &by)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Applying{}, nil
+	case err != nil:
+		return Applying{}, fmt.Errorf("read reservation: %w", err)
+	case state != StateSettled:
+		return Applying{}, nil
+	case applied:
+		return Applying{Yes: by == a.by()}, nil
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET applied = 1, applied_by = ? WHERE tenant_id = ? AND id = ?`,
+		a.by(), a.TenantID, a.ID); err != nil {
+		return Applying{}, fmt.Errorf("mark settle applied: %w", err)
+	}
+	return Applying{Yes: true}, nil
 }
 
 // Reopen undoes a settle whose difference could not be applied to the

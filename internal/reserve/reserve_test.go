@@ -146,3 +146,51 @@ func TestOpenReservationsCapped(t *testing.T) {
 		t.Fatalf("after a settle freed room: %v", err)
 	}
 }
+
+// A settle's difference is marked applied by the first owner that asks; its
+// own repeat (its answer was lost) is answered yes again, another owner or
+// the same node under another term no. A settle stays Unapplied until the
+// mark, so a repeated settle knows to apply it; an open or unknown
+// reservation has nothing to apply.
+func TestMarkApplied(t *testing.T) {
+	st, tn := newStore(t)
+	if err := create(t, st, sample(tn, "rsv_m", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	mark := func(id, node string, term uint64) reserve.Applying {
+		t.Helper()
+		a, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (reserve.Applying, error) {
+			return reserve.MarkApplied(ctx, tx, reserve.Apply{TenantID: tn, ID: id, Partition: 3, Term: term, Node: node})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := mark("rsv_m", "a", 5); a.Yes {
+		t.Fatal("an open reservation marked applied")
+	}
+	if a := mark("rsv_none", "a", 5); a.Yes {
+		t.Fatal("an unknown reservation marked applied")
+	}
+	s, err := settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_m", Actual: 10, At: t0})
+	if err != nil || !s.Reservation.Unapplied {
+		t.Fatalf("a fresh settle: %+v, %v (want unapplied)", s, err)
+	}
+	if s, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_m", Actual: 10, At: t0}); err != nil || !s.Replayed || !s.Reservation.Unapplied {
+		t.Fatalf("a repeat before any owner applied it: %+v, %v", s, err)
+	}
+	steps := []struct {
+		node string
+		term uint64
+		yes  bool
+	}{{"a", 5, true}, {"a", 5, true}, {"b", 6, false}, {"a", 6, false}, {"a", 5, true}}
+	for _, s := range steps {
+		if a := mark("rsv_m", s.node, s.term); a.Yes != s.yes {
+			t.Fatalf("%s@%d: yes = %v, want %v", s.node, s.term, a.Yes, s.yes)
+		}
+	}
+	if s, err = settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_m", Actual: 10, At: t0}); err != nil || !s.Replayed || s.Reservation.Unapplied {
+		t.Fatalf("a repeat once applied: %+v, %v", s, err)
+	}
+}

@@ -145,8 +145,6 @@ type Reservations interface {
 	// Settle records a reservation's actual amount, once; a repeat with
 	// the same amount answers Replayed.
 	Settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error)
-	// Applied records that a settle's difference reached its buckets.
-	Applied(ctx context.Context, tenantID, id string) error
 }
 
 // Audit is the audit log (its entries are written by the writes above).

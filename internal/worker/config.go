@@ -177,9 +177,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpReservationReopen.Name: serve(w, bus.OpReservationReopen, func(ctx context.Context, r bus.TenantScoped) (none, error) {
 			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Reopen(ctx, tx, r.TenantID, r.ID) })
 		}),
-		bus.OpReservationApplied.Name: serve(w, bus.OpReservationApplied, func(ctx context.Context, r bus.TenantScoped) (none, error) {
-			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.MarkApplied(ctx, tx, r.TenantID, r.ID) })
-		}),
+		bus.OpReservationApply.Name: serve(w, bus.OpReservationApply, w.markSettleApplied),
 
 		bus.OpUserCreate.Name: serve(w, bus.OpUserCreate, func(ctx context.Context, r service.UserCreate) (tenants.User, error) {
 			return svc.Users.Create(ctx, r)

@@ -151,3 +151,22 @@ func (w *Worker) sweepReservations(ctx context.Context) {
 		w.log.Info("reservations swept", "expired_at_estimate", expired, "forgotten", deleted)
 	}
 }
+
+// markSettleApplied answers a bucket's owner asking to apply a settle's
+// difference (reserve.MarkApplied), fenced by the partition's term: an
+// owner whose partition another server has loaded since is refused, so it
+// leaves the difference to the new owner. It runs under the writer, as the
+// term raises do, so the two are ordered.
+func (w *Worker) markSettleApplied(ctx context.Context, a reserve.Apply) (reserve.Applying, error) {
+	var out reserve.Applying
+	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		if w.terms.stale(a.Partition, a.Term) {
+			out.Fenced = true
+			return nil
+		}
+		var err error
+		out, err = reserve.MarkApplied(ctx, tx, a)
+		return err
+	})
+	return out, err
+}

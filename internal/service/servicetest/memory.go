@@ -641,15 +641,15 @@ func (s memReservations) Settle(_ context.Context, q reserve.Settle) (reserve.Se
 	return reserve.Settled{Reservation: r}, nil
 }
 
-func (s memReservations) Applied(_ context.Context, tenantID, id string) error {
-	m := s.m
+// Applied marks a settled reservation as its owner's mark would
+// (reserve.MarkApplied).
+func (m *Memory) Applied(tenantID, id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if r, ok := m.reserved[tenantID+"/"+id]; ok && r.State == reserve.StateSettled {
 		r.Unapplied = false
 		m.reserved[tenantID+"/"+id] = r
 	}
-	return nil
 }
 
 type memBuckets struct{ m *Memory }
