@@ -751,17 +751,24 @@ type delayProxy struct {
 	target string
 	ln     net.Listener
 	slow   *atomic.Bool // delay only while set
+	delay  func(*rand.Rand) time.Duration
 	mu     sync.Mutex
 	conns  []net.Conn
 }
 
 func newDelayProxy(t testing.TB, target string, slow *atomic.Bool) *delayProxy {
 	t.Helper()
+	return newDelayProxyWith(t, target, slow, linkDelay)
+}
+
+// newDelayProxyWith is a delay proxy whose chunks wait delay each while slow is set.
+func newDelayProxyWith(t testing.TB, target string, slow *atomic.Bool, delay func(*rand.Rand) time.Duration) *delayProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &delayProxy{addr: ln.Addr().String(), target: target, ln: ln, slow: slow}
+	p := &delayProxy{addr: ln.Addr().String(), target: target, ln: ln, slow: slow, delay: delay}
 	t.Cleanup(p.close)
 	go func() {
 		for {
@@ -777,8 +784,8 @@ func newDelayProxy(t testing.TB, target string, slow *atomic.Bool) *delayProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go delayCopy(u, c, p.slow)
-			go delayCopy(c, u, p.slow)
+			go delayCopy(u, c, p.slow, p.delay)
+			go delayCopy(c, u, p.slow, p.delay)
 		}
 	}()
 	return p
@@ -803,9 +810,9 @@ func linkDelay(r *rand.Rand) time.Duration {
 	return d
 }
 
-// delayCopy copies src to dst, each chunk delayed by linkDelay while slow
-// is set, and none overtaking another.
-func delayCopy(dst, src net.Conn, slow *atomic.Bool) {
+// delayCopy copies src to dst, each chunk delayed by delay while slow is
+// set, and none overtaking another.
+func delayCopy(dst, src net.Conn, slow *atomic.Bool, delay func(*rand.Rand) time.Duration) {
 	type chunk struct {
 		due  time.Time
 		data []byte
@@ -821,7 +828,7 @@ func delayCopy(dst, src net.Conn, slow *atomic.Bool) {
 			if n > 0 {
 				due := time.Now()
 				if slow.Load() {
-					due = due.Add(linkDelay(r))
+					due = due.Add(delay(r))
 				}
 				if due.Before(last) {
 					due = last
@@ -880,6 +887,52 @@ func startSlowCluster(t *testing.T, slow *atomic.Bool) *faultCluster {
 	for i := range 3 {
 		listens[i] = freeAddr(t)
 		advs[i] = newDelayProxy(t, listens[i], slow).addr
+	}
+	fc.start(func(i int) (string, string) { return listens[i], advs[i] }, func(i int) string { return freeAddr(t) })
+	return fc
+}
+
+// stallDelay is one chunk's delay on a stalling link: one chunk in ten
+// waits 2.3–2.8 s, past the servers' 2 s forward timeout, the others none
+// (but they wait behind it: nothing overtakes).
+func stallDelay(r *rand.Rand) time.Duration {
+	if r.IntN(10) == 0 {
+		return 2300*time.Millisecond + time.Duration(r.Int64N(int64(500*time.Millisecond)))
+	}
+	return 0
+}
+
+// startStallingCluster starts the cluster on loopback with the servers'
+// direct forwarding connections through stalling proxies (stallDelay)
+// while stall is set; NATS links are direct, so leases hold and forwards
+// that fall back to NATS are not delayed.
+func startStallingCluster(t *testing.T, stall *atomic.Bool) *faultCluster {
+	t.Helper()
+	repeatFailures(t)
+	fc := &faultCluster{t: t, pki: newTestPKI(t)}
+	var specs []natsNodeSpec
+	var urls, routes []string
+	for i := range 3 {
+		s := natsNodeSpec{name: fmt.Sprintf("n%d", i+1), client: freeAddr(t), monitor: freeAddr(t), route: freeAddr(t), dir: t.TempDir()}
+		urls = append(urls, "nats://"+s.client)
+		routes = append(routes, s.route)
+		specs = append(specs, s)
+	}
+	for i := range specs {
+		for j, r := range routes {
+			if j != i {
+				specs[i].routes = append(specs[i].routes, r)
+			}
+		}
+		fc.nats = append(fc.nats, &faultNATS{spec: specs[i]})
+	}
+	fc.sluiceNATS = strings.Join(urls, ",")
+	fc.testNATS = fc.sluiceNATS
+	listens := make([]string, 3)
+	advs := make([]string, 3)
+	for i := range 3 {
+		listens[i] = freeAddr(t)
+		advs[i] = newDelayProxyWith(t, listens[i], stall, stallDelay).addr
 	}
 	fc.start(func(i int) (string, string) { return listens[i], advs[i] }, func(i int) string { return freeAddr(t) })
 	return fc
