@@ -45,7 +45,7 @@ type onceLedger struct {
 	sure, maybeLo, maybeHi int64
 	// moves are the answered movements with their time, to bound what a
 	// fault can make an owner forget.
-	moves []onceMove
+	moves                                  []onceMove
 	reserves, settles, retries, unanswered int
 }
 

@@ -55,6 +55,10 @@ type Item struct {
 	// Ref is a settle's reservation id, which the owner marks applied at
 	// the worker before it applies the difference.
 	Ref string `json:"rf,omitempty"`
+	// Units asks the owner to count what the item consumes for usage, where
+	// it consumes it, and to say so (Result.Counted): usage then counts
+	// what the bucket took, even when the answer is lost.
+	Units bool `json:"u,omitempty"`
 }
 
 // ErrNotSent is wrapped by forward errors after which the owner cannot
@@ -83,7 +87,10 @@ type Outcome struct {
 
 // Result answers one Item.
 type Result struct {
-	Status   int       `json:"st,omitempty"`
+	Status int `json:"st,omitempty"`
+	// Counted: the owner counted the item's units (Item.Units); an older
+	// owner does not, and the sender counts them.
+	Counted  bool      `json:"cu,omitempty"`
 	Allowed  bool      `json:"a,omitempty"`
 	Report   int       `json:"rp,omitempty"`
 	Outcomes []Outcome `json:"o,omitempty"`

@@ -9,6 +9,8 @@ package cluster
 //	flags:    bit 0 consume, bit 1 settle (since follows)
 //	response: type(2) id(uvarint) count(uvarint) result*
 //	result:   status(uvarint) allowed(1) report(varint) n(uvarint) outcome*n
+//	          (status bit 8: the owner counted the item's units; set only
+//	          for items that asked, which older senders never do)
 //	outcome:  allowed(1) limit remaining reset retry_after (varint each)
 //
 // Decoding checks every length against what is left and against fixed
@@ -85,6 +87,9 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		if withRef {
 			flags |= flagRef
 		}
+		if ids && it.Units {
+			flags |= flagUnits
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
 		if it.Settle {
@@ -109,7 +114,11 @@ func appendResponse(b []byte, id uint64, res []Result) []byte {
 	b = binary.AppendUvarint(b, uint64(len(res)))
 	for i := range res {
 		r := &res[i]
-		b = binary.AppendUvarint(b, uint64(r.Status))
+		st := uint64(r.Status)
+		if r.Counted {
+			st |= statusCounted
+		}
+		b = binary.AppendUvarint(b, st)
 		b = appendBool(b, r.Allowed)
 		b = binary.AppendVarint(b, int64(r.Report))
 		b = binary.AppendUvarint(b, uint64(len(r.Outcomes)))
@@ -135,6 +144,10 @@ const (
 	flagSettle  = 1 << 1
 	flagID      = 1 << 2
 	flagRef     = 1 << 3
+	flagUnits   = 1 << 4
+
+	// statusCounted marks a result's status: Result.Counted.
+	statusCounted = 1 << 8
 )
 
 func (d *decoder) byte() byte {
@@ -202,10 +215,10 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagSettle|flagID|flagRef) != 0 {
+		if flags&^(flagConsume|flagSettle|flagID|flagRef|flagUnits) != 0 {
 			d.Bad = true
 		}
-		it.Consume, it.Settle = flags&flagConsume != 0, flags&flagSettle != 0
+		it.Consume, it.Settle, it.Units = flags&flagConsume != 0, flags&flagSettle != 0, flags&flagUnits != 0
 		it.Now = d.Varint()
 		if it.Settle {
 			it.Since = d.Varint()
@@ -239,10 +252,10 @@ func decodeResponse(body []byte) (uint64, []Result, error) {
 	for i := range res {
 		r := &res[i]
 		st := d.Uvarint()
-		if st > 255 {
+		if st&^statusCounted > 255 {
 			d.Bad = true
 		}
-		r.Status = int(st)
+		r.Status, r.Counted = int(st&^statusCounted), st&statusCounted != 0
 		r.Allowed = d.bool()
 		r.Report = int(d.Varint())
 		if k := d.count(maxOutcomes, 5); k > 0 {

@@ -261,8 +261,9 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	k = append(k, a.IdentityKind...)
 	k = append(k, ':')
 	k = append(k, a.IdentityID...)
-	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
-		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek}, outs[:n])
+	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
+		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
+	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
 		e.noteCrossings(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
 	}
@@ -290,7 +291,11 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	for i := 0; i < n; i++ {
 		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 	}
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, req.Cost)
+	units := req.Cost
+	if d.counted {
+		units = 0 // counted where the bucket took them
+	}
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
 	if !allowed && pv.shadow {
 		// Shadow mode: decided and recorded as a denial, answered as allowed.
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0

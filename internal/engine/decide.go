@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +87,17 @@ type decision struct {
 	// gives it one. ref is a settle's reservation id.
 	id  uint64
 	ref string
+	// units asks a partition's owner to count what d consumes for usage
+	// where the bucket takes it (so usage is what the buckets took,
+	// answered or not); counted says it did, and the caller counts no
+	// units itself. A decision made on this server is counted by its
+	// caller.
+	units, counted bool
+}
+
+// item is d as it is forwarded to its owner.
+func (d *decision) item() cluster.Item {
+	return cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref, Units: d.units}
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -143,10 +155,11 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			return false, 0, errMaybeDecided()
 		}
 		if known && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref})
+			res, err := c.Forward(wctx, owner, d.item())
 			switch {
 			case err == nil && res.Status == cluster.StatusOK:
 				fromWire(res.Outcomes, out)
+				d.counted = res.Counted
 				return res.Allowed, res.Report, nil
 			case err == nil:
 				// Not decided there: not (yet) its owner, or its config
@@ -166,12 +179,40 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 				return false, 0, cancelled(ctx)
 			}
 			if maybe != "" {
-				return false, 0, errMaybeDecided()
+				// The wait ran out on a forward that may have been
+				// decided: its owner remembers the answer, so one more
+				// ask there usually gets it back.
+				return e.askAgain(ctx, d, maybe, out)
 			}
 			return false, 0, errs.Errorf(errs.Unavailable, "The owner of this caller's bucket is changing hands; try again shortly.")
 		}
 	}
 }
+
+// askAgain sends d once more to owner, which a forward of d may have
+// reached, with a wait of its own (lastAsk): it answers as the first
+// did if it decided d, and decides it now if not and it still owns the
+// partition. Anything else is errMaybeDecided.
+func (e *Engine) askAgain(ctx context.Context, d *decision, owner string, out []quota.Outcome) (bool, int, error) {
+	c := e.cluster
+	if now, known := c.Owner(bus.Partition(d.key)); !known || now != owner {
+		return false, 0, errMaybeDecided()
+	}
+	actx, cancel := context.WithTimeout(ctx, lastAsk)
+	defer cancel()
+	res, err := c.Forward(actx, owner, d.item())
+	if err != nil || res.Status != cluster.StatusOK {
+		return false, 0, errMaybeDecided()
+	}
+	fromWire(res.Outcomes, out)
+	d.counted = res.Counted
+	return res.Allowed, res.Report, nil
+}
+
+// lastAsk bounds askAgain's wait. A sender therefore asks an owner about a
+// decision for at most HandoverWait + lastAsk + the forward timeout after
+// the first ask, well inside appliedKeep.
+const lastAsk = 2 * time.Second
 
 // errMaybeDecided answers a decision whose forward may have been decided by
 // an owner that no longer answers for it: asking another server could take
@@ -205,6 +246,7 @@ func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error)
 	if d.settle {
 		return true, 0, e.applySettle(d, out)
 	}
+	// Units decided here are counted by the caller, on this server too.
 	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
 	return allowed, report, nil
 }
@@ -221,6 +263,31 @@ func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, 
 		return true, report
 	}
 	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
+}
+
+// countUnits counts units a bucket took (or, negative, gave back) for
+// usage, under the caller its key names, and reports whether it could.
+func (e *Engine) countUnits(key []byte, tenantID, policy, tier string, now, units int64) bool {
+	kind, id, ok := strings.Cut(string(key[min(len(key), bucketKeyCallerAt(key)):]), ":")
+	if !ok {
+		return false
+	}
+	e.counters.addUnits(tenantID, policy, tier, kind, id, now, units)
+	return true
+}
+
+// bucketKeyCallerAt is where the caller ("kind:id") starts in a bucket key
+// ("tenant/policy/kind:id").
+func bucketKeyCallerAt(key []byte) int {
+	slashes := 0
+	for i, c := range key {
+		if c == '/' {
+			if slashes++; slashes == 2 {
+				return i + 1
+			}
+		}
+	}
+	return len(key)
 }
 
 // cancelled is the error of a check whose ctx ended while it waited:
@@ -288,7 +355,13 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	} else {
 		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
 	}
-	return cluster.Result{Allowed: allowed, Report: report, Outcomes: toWire(outs[:n])}
+	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: toWire(outs[:n])}
+	if allowed && it.Consume && it.Units && !it.Settle {
+		if tv := v.tenant(it.Tenant); tv != nil && tv.byID[it.Policy] != nil {
+			r.Counted = e.countUnits([]byte(it.Key), it.Tenant, tv.byID[it.Policy].name, it.Tier, it.Now, it.Cost)
+		}
+	}
+	return r
 }
 
 func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost int64) {
