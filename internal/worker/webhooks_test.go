@@ -45,6 +45,7 @@ type receiver struct {
 type received struct {
 	ID, Type string
 	Data     map[string]any
+	At       time.Time // when it arrived
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -107,7 +108,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		if err := json.Unmarshal(body, &ev); err != nil {
 			r.t.Errorf("delivery %s: body %s: %v", id, body, err)
 		}
-		ev.ID = id
+		ev.ID, ev.At = id, time.Now()
 		r.mu.Lock()
 		r.got = append(r.got, ev)
 		r.mu.Unlock()
