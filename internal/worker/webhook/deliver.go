@@ -595,6 +595,9 @@ func describe(err error, timeout time.Duration) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, errRefused):
+		// The dial error around it names the address.
+		return errRefused.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "no answer within " + timeout.String()
 	}
