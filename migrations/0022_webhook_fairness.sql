@@ -103,7 +103,14 @@ CREATE TRIGGER webhook_outbox_out AFTER DELETE ON webhook_deliveries BEGIN
 END;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+CREATE TRIGGER webhook_outbox_tenant_out AFTER DELETE ON tenants BEGIN
+    DELETE FROM webhook_outbox WHERE tenant_id = OLD.id;
+END;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP TRIGGER webhook_outbox_tenant_out;
 DROP TRIGGER webhook_outbox_out;
 DROP TRIGGER webhook_outbox_set;
 DROP TRIGGER webhook_outbox_in;

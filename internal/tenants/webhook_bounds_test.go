@@ -68,8 +68,13 @@ func TestWebhookDueReadsUseTheirIndexes(t *testing.T) {
 	crossings(t, s, b.ID, 0, 2, t0)
 
 	eps, err := s.DueWebhookEndpoints(ctx, t0)
-	if err != nil || len(eps) != 2 || eps[0].WebhookID != dead.ID || eps[1].WebhookID != other.ID {
-		t.Fatalf("due endpoints %v %v", eps, err)
+	// By tenant.
+	want := []tenants.DueEndpoint{{WebhookID: dead.ID, TenantID: a.ID}, {WebhookID: other.ID, TenantID: b.ID}}
+	if b.ID < a.ID {
+		want[0], want[1] = want[1], want[0]
+	}
+	if err != nil || fmt.Sprint(eps) != fmt.Sprint(want) {
+		t.Fatalf("due endpoints %v %v, want %v", eps, err, want)
 	}
 	qs, err := s.DueWebhookQueues(ctx, dead.ID, t0, 8)
 	if err != nil || len(qs) != 8 {
@@ -411,5 +416,36 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 	}
 	if n := len(deliveries(t, s, a.ID, paused.ID)); n <= before {
 		t.Fatal("a resumed endpoint got nothing")
+	}
+}
+
+// An outbox far over its bounds (its bounds just lowered, or grown before
+// they existed) comes back within them over a few enqueues, at most 1024
+// rows each, never in one long transaction. A deleted tenant's counts go
+// with it.
+func TestWebhookOutboxCatchesUpInSteps(t *testing.T) {
+	ctx := context.Background()
+	s, _ := webhookStoreDB(t)
+	a := mustTenant(t, s, "acme")
+	thresholdHook(t, s, a.ID)
+	crossings(t, s, a.ID, 0, 3000, t0)
+	if err := s.SetWebhookOutboxLimits(ctx, a.ID, tenants.OutboxLimits{PendingRows: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{1024, 2048, 2993} {
+		crossings(t, s, a.ID, 10_000+i, 1, t0)
+		u, err := s.WebhookOutbox(ctx, a.ID)
+		if err != nil || u.Dropped != want {
+			t.Fatalf("after enqueue %d: %+v %v, want %d dropped", i+1, u, err, want)
+		}
+	}
+	if u, _ := s.WebhookOutbox(ctx, a.ID); u.PendingRows != 10 {
+		t.Fatalf("pending %d, want 10", u.PendingRows)
+	}
+	if _, _, err := s.DeleteTenant(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if drops, _ := s.WebhookOutboxDrops(ctx); len(drops) != 0 {
+		t.Fatalf("a deleted tenant's drops: %v", drops)
 	}
 }

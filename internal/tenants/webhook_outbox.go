@@ -14,7 +14,10 @@ package tenants
 //     dropped delivery is deleted.
 // Each drop or deletion is paid for by an insert, so the work stays linear
 // in what the tenant enqueues, and one tenant's outbox never grows past its
-// bounds whatever it does.
+// bounds whatever it does. One enqueue drops or deletes at most
+// boundSteps rows, so that an outbox far over its bounds (one that grew
+// before they existed, or whose bounds were just lowered) comes back
+// within them over the next enqueues rather than in one long transaction.
 
 import (
 	"context"
@@ -170,10 +173,14 @@ func prepareOutboxBounds(ctx context.Context, tx *sql.Tx) (*outboxBounds, error)
 	return b, nil
 }
 
+// boundSteps is the most rows one enqueue drops or deletes: enough for a
+// 64 KiB event to make room among the smallest ones.
+const boundSteps = 1024
+
 // bound brings the tenant's outbox back within its bounds (see the top of
-// this file).
+// this file), by at most boundSteps rows.
 func (q *outbox) bound(ctx context.Context, tenantID string, now time.Time) error {
-	for {
+	for range boundSteps {
 		u, ok, err := outboxUsage(ctx, q.tx, tenantID)
 		if err != nil || !ok {
 			return err
@@ -219,4 +226,5 @@ func (q *outbox) bound(ctx context.Context, tenantID string, now time.Time) erro
 			return errs.Errorf(errs.Internal, "webhook outbox of tenant %s: over its bounds with nothing to delete", tenantID)
 		}
 	}
+	return nil
 }
