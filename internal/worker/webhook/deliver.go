@@ -100,20 +100,10 @@ type Deliverer struct {
 	results chan tenants.Attempt
 	metrics metrics
 
-	mu sync.Mutex
-	// inflight holds each queue in flight, with its tenant.
-	inflight    map[tenants.DueQueue]string
-	perEndpoint map[string]int
-	perTenant   map[string]int
-	// lastTenant is the tenant whose turn came last: the next claim
-	// starts after it.
-	lastTenant  string
+	slots *slots
+
+	mu          sync.Mutex
 	secretCache map[string]cachedSecrets
-	// released counts releases; releasedAt is each queue's last, so that
-	// a claim does not start a delivery it read before its queue was
-	// released (the delivery it read may be the one just recorded).
-	released   uint64
-	releasedAt map[tenants.DueQueue]uint64
 
 	// drops is each tenant's count of dropped deliveries at the last look
 	// (housekeeping's alone).
@@ -173,9 +163,8 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 	}
 	d := &Deliverer{
 		cfg: cfg, store: st, kick: make(chan struct{}, 1), results: make(chan tenants.Attempt, cfg.Concurrency),
-		client:   &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		inflight: map[tenants.DueQueue]string{}, perEndpoint: map[string]int{}, perTenant: map[string]int{}, secretCache: map[string]cachedSecrets{},
-		releasedAt: map[tenants.DueQueue]uint64{},
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		slots:  newSlots(cfg.Concurrency, cfg.PerEndpoint, cfg.PerTenant), secretCache: map[string]cachedSecrets{},
 	}
 	d.metrics = metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_webhook_attempts_total",
@@ -252,23 +241,12 @@ func (d *Deliverer) Run(ctx context.Context) {
 // the bounds per tenant and per endpoint allow, the tenants taking turns.
 func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 	now := d.cfg.Now()
-	d.mu.Lock()
-	free := d.cfg.Concurrency - len(d.inflight)
-	readAt := d.released
-	d.mu.Unlock()
+	free, mark := d.slots.read()
 	if free <= 0 {
 		return
 	}
-	defer func() {
-		// Releases before the read are in what it read.
-		d.mu.Lock()
-		for q, at := range d.releasedAt {
-			if at <= readAt {
-				delete(d.releasedAt, q)
-			}
-		}
-		d.mu.Unlock()
-	}()
+	// Releases before the read are in what it read.
+	defer d.slots.forget(mark)
 	eps, err := d.store.DueWebhookEndpoints(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -276,7 +254,7 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 		}
 		return
 	}
-	turns := d.turns(eps)
+	turns := turnsAfter(eps, d.slots.after())
 	for free > 0 && len(turns) > 0 {
 		// One round: each tenant with something due starts at most one
 		// delivery.
@@ -285,11 +263,8 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 			if free == 0 {
 				break
 			}
-			if d.startOne(ctx, t, now, readAt, attempts) {
+			if d.startOne(ctx, t, now, mark, attempts) {
 				free--
-				d.mu.Lock()
-				d.lastTenant = t.tenantID
-				d.mu.Unlock()
 			}
 			if len(t.endpoints) > 0 {
 				next = append(next, t)
@@ -312,9 +287,9 @@ type dueEndpoint struct {
 	read   bool
 }
 
-// turns groups due endpoints by tenant (eps are by tenant), in the order
-// tenants take turns: starting after the tenant served last.
-func (d *Deliverer) turns(eps []tenants.DueEndpoint) []*tenantTurn {
+// turnsAfter groups due endpoints by tenant (eps are by tenant), in the
+// order tenants take turns: starting after last, the tenant served last.
+func turnsAfter(eps []tenants.DueEndpoint, last string) []*tenantTurn {
 	var ts []*tenantTurn
 	for _, e := range eps {
 		if len(ts) == 0 || ts[len(ts)-1].tenantID != e.TenantID {
@@ -323,9 +298,6 @@ func (d *Deliverer) turns(eps []tenants.DueEndpoint) []*tenantTurn {
 		t := ts[len(ts)-1]
 		t.endpoints = append(t.endpoints, &dueEndpoint{id: e.WebhookID})
 	}
-	d.mu.Lock()
-	last := d.lastTenant
-	d.mu.Unlock()
 	first := 0
 	for first < len(ts) && ts[first].tenantID <= last {
 		first++
@@ -336,17 +308,14 @@ func (d *Deliverer) turns(eps []tenants.DueEndpoint) []*tenantTurn {
 // startOne starts one delivery of the tenant's, taking its endpoints in
 // turn, and reports whether it did. Endpoints with nothing startable left
 // are removed from t.
-func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, readAt uint64, attempts *sync.WaitGroup) bool {
+func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, mark uint64, attempts *sync.WaitGroup) bool {
 	for len(t.endpoints) > 0 {
-		d.mu.Lock()
-		tenantFull := d.perTenant[t.tenantID] >= d.cfg.PerTenant
-		d.mu.Unlock()
-		if tenantFull {
+		if d.slots.tenantFull(t.tenantID) {
 			t.endpoints = nil
 			return false
 		}
 		e := t.endpoints[0]
-		q, ok := d.nextQueue(ctx, e, now, readAt)
+		q, ok := d.nextQueue(ctx, e, now, mark)
 		if !ok {
 			t.endpoints = t.endpoints[1:]
 			continue
@@ -368,11 +337,9 @@ func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, 
 			}
 			continue
 		}
-		d.mu.Lock()
-		d.inflight[q] = t.tenantID
-		d.perEndpoint[q.WebhookID]++
-		d.perTenant[t.tenantID]++
-		d.mu.Unlock()
+		if !d.slots.take(q, t.tenantID) {
+			continue
+		}
 		attempts.Go(func() {
 			a, ok := d.attempt(ctx, head)
 			if !ok {
@@ -390,19 +357,17 @@ func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, 
 	return false
 }
 
-// nextQueue answers the endpoint's next due queue that is not in flight,
-// reading, at its first call in a claim, as many of its due queues as it
-// may start plus those in flight (which are still due).
-func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time, readAt uint64) (tenants.DueQueue, bool) {
+// nextQueue answers the endpoint's next due queue that may start,
+// reading, at its first call in a claim, as many of its due queues as may
+// start plus those in flight (which are still due).
+func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time, mark uint64) (tenants.DueQueue, bool) {
 	if !e.read {
 		e.read = true
-		d.mu.Lock()
-		n := d.perEndpoint[e.id]
-		d.mu.Unlock()
-		if n >= d.cfg.PerEndpoint {
+		inflight, room := d.slots.endpointRoom(e.id)
+		if room == 0 {
 			return tenants.DueQueue{}, false
 		}
-		qs, err := d.store.DueWebhookQueues(ctx, e.id, now, d.cfg.PerEndpoint+n)
+		qs, err := d.store.DueWebhookQueues(ctx, e.id, now, inflight+room)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Log.Warn("reading due webhook deliveries failed; will retry", "webhook", e.id, "err", err)
@@ -411,16 +376,10 @@ func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time
 		}
 		e.queues = qs
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.perEndpoint[e.id] >= d.cfg.PerEndpoint {
-		return tenants.DueQueue{}, false
-	}
 	for len(e.queues) > 0 {
 		q := e.queues[0]
 		e.queues = e.queues[1:]
-		_, busy := d.inflight[q]
-		if !busy && d.releasedAt[q] <= readAt {
+		if d.slots.startable(q, mark) {
 			return q, true
 		}
 	}
@@ -429,23 +388,8 @@ func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time
 
 // release lets the loop take the attempts' queues again.
 func (d *Deliverer) release(as []tenants.Attempt) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, a := range as {
-		q := tenants.DueQueue{WebhookID: a.WebhookID, OrderKey: a.OrderKey}
-		tenantID, ok := d.inflight[q]
-		if !ok {
-			continue
-		}
-		delete(d.inflight, q)
-		d.released++
-		d.releasedAt[q] = d.released
-		if d.perEndpoint[a.WebhookID]--; d.perEndpoint[a.WebhookID] <= 0 {
-			delete(d.perEndpoint, a.WebhookID)
-		}
-		if d.perTenant[tenantID]--; d.perTenant[tenantID] <= 0 {
-			delete(d.perTenant, tenantID)
-		}
+		d.slots.release(tenants.DueQueue{WebhookID: a.WebhookID, OrderKey: a.OrderKey})
 	}
 }
 
