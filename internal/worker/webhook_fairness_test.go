@@ -221,3 +221,46 @@ func TestWebhookDropsCountedAndLogged(t *testing.T) {
 		t.Fatalf("no warning logged:\n%s", logs.String())
 	}
 }
+
+// A paused endpoint's pending deliveries wait, and it gets no new events;
+// resumed, what was pending goes.
+func TestPausedWebhookHoldsItsDeliveries(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, webhookConfig(t))
+	e.run(t)
+	tn := e.tenant(t, "acme")
+	r := newReceiver(t)
+	wh := e.hook(t, tn.ID, r, tenants.EventKeyCreated)
+	addr := r.addr
+	r.stop()
+	svc, keys := e.w.config.Services().Webhooks, e.w.config.Services().Keys
+	var pending []string
+	for i := range 3 {
+		k, err := keys.Create(ctx, serviceKeyCreate(tn.ID, "before-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, k.Result.Key.ID)
+	}
+	if _, err := svc.Update(ctx, tn.ID, wh.ID, tenants.WebhookBody{Paused: ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Create(ctx, serviceKeyCreate(tn.ID, "while-paused")); err != nil {
+		t.Fatal(err)
+	}
+	r.start(addr)
+	time.Sleep(time.Second) // retries are due within 100–300 ms
+	if got := r.events(); len(got) != 0 {
+		t.Fatalf("a paused endpoint received %d deliveries", len(got))
+	}
+	if _, err := svc.Update(ctx, tn.ID, wh.ID, tenants.WebhookBody{Paused: ptr(false)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "what was pending, delivered", func() bool {
+		return slices.Equal(keyIDs(r.events(), tenants.EventKeyCreated), sorted(pending))
+	})
+	time.Sleep(300 * time.Millisecond) // a few more polls
+	if got := keyIDs(r.events(), tenants.EventKeyCreated); !slices.Equal(got, sorted(pending)) {
+		t.Fatalf("received %v, want only what was pending before the pause %v", got, sorted(pending))
+	}
+}
