@@ -105,7 +105,7 @@ func RegisterWebhookFlags(fs *flag.FlagSet, o *WebhookOptions, getenv func(strin
 	fs.StringVar(&o.CAFile, "webhook-ca-file", getenv("SLUICE_WEBHOOK_CA_FILE"), "PEM certificates webhook endpoints are verified against besides the system's (SLUICE_WEBHOOK_CA_FILE)")
 	fs.DurationVar(&o.Timeout, "webhook-timeout", timeout, "how long one webhook delivery attempt may take (SLUICE_WEBHOOK_TIMEOUT)")
 	fs.IntVar(&o.Slots, "webhook-slots", slots, "how many webhook deliveries may be in flight at once (SLUICE_WEBHOOK_SLOTS)")
-	fs.IntVar(&o.TenantSlots, "webhook-tenant-slots", tenantSlots, "how many of them one tenant's endpoints may hold, so that endpoints that never answer cannot stall other tenants' deliveries (SLUICE_WEBHOOK_TENANT_SLOTS)")
+	fs.IntVar(&o.TenantSlots, "webhook-tenant-slots", tenantSlots, "how many of them one tenant's endpoints may hold, so that endpoints that never answer cannot stall other tenants' deliveries; the last this many free slots go only to tenants with none in flight (SLUICE_WEBHOOK_TENANT_SLOTS)")
 	return errors.Join(bad...)
 }
 

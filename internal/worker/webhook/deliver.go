@@ -7,10 +7,11 @@
 // due queues of each, takes each queue's first pending delivery and sends
 // it on a pool of Concurrency goroutines. At most one delivery of a queue
 // is in flight, at most PerEndpoint of one endpoint and at most PerTenant
-// of one tenant's endpoints, and free slots go round the tenants with
-// something due, one at a time, starting after the tenant served last: a
-// tenant whose endpoints never answer holds its share of the pool and
-// never the others', and the order among tenants is fair, not oldest
+// of one tenant's endpoints, the last PerTenant free slots going only to
+// tenants with none in flight (slots.go); free slots go round the tenants
+// with something due, one at a time, starting after the tenant served
+// last: a tenant whose endpoints never answer holds its share of the pool
+// and never the others', and the order among tenants is fair, not oldest
 // first. A poll reads one row per due endpoint and at most as many queues
 // of each as it may start, whatever an endpoint's backlog. Outcomes are
 // written in batches by one goroutine (the store's one writer), and a

@@ -10,8 +10,13 @@ import (
 // against the pool's bounds, and remembers which queues were released
 // since a claim's read and whose turn came last. It is safe for
 // concurrent use.
+//
+// A tenant holds at most perTenant slots, and the last reserve free slots
+// go only to tenants that hold none: however many tenants fill their
+// share with endpoints that never answer, a tenant with nothing in flight
+// still gets a slot as long as fewer than total-reserve are held by them.
 type slots struct {
-	total, perEndpoint, perTenant int
+	total, perEndpoint, perTenant, reserve int
 
 	mu       sync.Mutex
 	inflight map[tenants.DueQueue]string // the queues in flight, with their tenant
@@ -28,7 +33,7 @@ type slots struct {
 }
 
 func newSlots(total, perEndpoint, perTenant int) *slots {
-	return &slots{total: total, perEndpoint: perEndpoint, perTenant: perTenant,
+	return &slots{total: total, perEndpoint: perEndpoint, perTenant: perTenant, reserve: min(perTenant, total-perTenant),
 		inflight: map[tenants.DueQueue]string{}, endpoint: map[string]int{}, tenant: map[string]int{},
 		releasedAt: map[tenants.DueQueue]uint64{}}
 }
@@ -53,11 +58,17 @@ func (s *slots) forget(mark uint64) {
 	}
 }
 
-// tenantFull reports whether the tenant holds its share.
+// tenantFull reports whether the tenant may take no slot now: it holds
+// its share, or it holds some and only the reserve is left.
 func (s *slots) tenantFull(tenantID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tenant[tenantID] >= s.perTenant
+	return s.fullLocked(tenantID)
+}
+
+func (s *slots) fullLocked(tenantID string) bool {
+	held, free := s.tenant[tenantID], s.total-len(s.inflight)
+	return free <= 0 || held >= s.perTenant || held > 0 && free-1 < s.reserve
 }
 
 // endpointRoom answers how many of an endpoint's deliveries are in flight
@@ -83,7 +94,7 @@ func (s *slots) startable(q tenants.DueQueue, mark uint64) bool {
 func (s *slots) take(q tenants.DueQueue, tenantID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, busy := s.inflight[q]; busy || len(s.inflight) >= s.total || s.tenant[tenantID] >= s.perTenant || s.endpoint[q.WebhookID] >= s.perEndpoint {
+	if _, busy := s.inflight[q]; busy || s.fullLocked(tenantID) || s.endpoint[q.WebhookID] >= s.perEndpoint {
 		return false
 	}
 	s.inflight[q] = tenantID

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -11,6 +12,7 @@ import (
 // tenant's share across its endpoints, the pool; a release frees each.
 func TestSlotsBounds(t *testing.T) {
 	s := newSlots(5, 2, 3)
+	s.reserve = 0 // TestSlotsReserve
 	q := func(wh, key string) tenants.DueQueue { return tenants.DueQueue{WebhookID: wh, OrderKey: key} }
 	for i, step := range []struct {
 		take    bool // take, or release
@@ -45,11 +47,55 @@ func TestSlotsBounds(t *testing.T) {
 			t.Fatalf("step %d (%s %v %s): %v, want %v", i, map[bool]string{true: "take", false: "release"}[step.take], step.q, step.comment, got, step.want)
 		}
 	}
+	if !s.tenantFull("B") {
+		t.Fatal("a full pool leaves room")
+	}
+	s.release(q("b1", "k1"))
 	if !s.tenantFull("A") || s.tenantFull("B") {
-		t.Fatal("tenantFull")
+		t.Fatal("tenantFull: A holds its share, B does not")
 	}
 	if n, room := s.endpointRoom("a1"); n != 1 || room != 1 {
 		t.Fatalf("endpoint a1: %d in flight, room %d", n, room)
+	}
+}
+
+// The last slots of the pool go only to tenants holding none: tenants
+// filling their share with endpoints that never answer leave a slot to
+// each other tenant in turn.
+func TestSlotsReserve(t *testing.T) {
+	s := newSlots(32, 8, 8)
+	if s.reserve != 8 {
+		t.Fatalf("reserve %d, want 8", s.reserve)
+	}
+	q := func(tenant string, i int) tenants.DueQueue {
+		return tenants.DueQueue{WebhookID: tenant + "-" + strconv.Itoa(i%4), OrderKey: strconv.Itoa(i)}
+	}
+	// Three noisy tenants take their 8 each; a fourth, 0 of its 8: the
+	// last 8 slots are the reserve.
+	for _, tn := range []string{"A", "B", "C"} {
+		for i := range 8 {
+			if !s.take(q(tn, i), tn) {
+				t.Fatalf("%s's slot %d refused", tn, i)
+			}
+		}
+	}
+	if s.take(q("D", 0), "D") != true || s.take(q("D", 1), "D") != false || !s.tenantFull("D") {
+		t.Fatal("a tenant holding one took more of the reserve")
+	}
+	// Seven more tenants get one each; then the pool is full.
+	for i := range 7 {
+		tn := "Q" + strconv.Itoa(i)
+		if !s.take(q(tn, 0), tn) {
+			t.Fatalf("%s refused with %d free", tn, 32-len(s.inflight))
+		}
+	}
+	if s.take(q("Z", 0), "Z") || !s.tenantFull("Z") {
+		t.Fatal("took a slot of a full pool")
+	}
+	// Pool and share equal: no reserve, one tenant may take them all.
+	one := newSlots(2, 2, 2)
+	if !one.take(q("A", 0), "A") || !one.take(q("A", 1), "A") {
+		t.Fatal("a share equal to the pool")
 	}
 }
 
