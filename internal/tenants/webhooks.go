@@ -554,7 +554,7 @@ func enqueue(ctx context.Context, tx *sql.Tx, w Webhook, ev outboxEvent, now tim
 type outbox struct {
 	tx              *sql.Tx
 	delivery, queue *sql.Stmt
-	bounds          *outboxBounds // outbox.go
+	bounds          *outboxBounds // webhook_outbox.go
 }
 
 func (q *outbox) close() {
