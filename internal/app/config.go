@@ -83,8 +83,8 @@ type Config struct {
 	// --tenant-max-blocks, --tenant-max-members (SLUICE_TENANT_MAX_*).
 	Caps tenants.Caps
 	// Webhooks tunes the embedded worker's webhook delivery:
-	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout
-	// (SLUICE_WEBHOOK_*). Its KeyFile, when empty, is webhook.key in Data.
+	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout,
+	// --webhook-slots, --webhook-tenant-slots (SLUICE_WEBHOOK_*). Its KeyFile, when empty, is webhook.key in Data.
 	Webhooks worker.WebhookOptions
 
 	// Operator bootstrap, from the environment only (secrets stay out of

@@ -315,7 +315,8 @@ func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string, now 
 }
 
 // DeleteUser removes one of a tenant's users; their sessions end on every
-// server with the announced change. The tenant's last owner cannot be
+// server with the announced change, and the webhook endpoints they added
+// are paused (webhook_lifecycle.go). The tenant's last owner cannot be
 // removed (errs.Conflict).
 func (s *Store) DeleteUser(ctx context.Context, tenantID, id string, now time.Time) (User, []Change, error) {
 	var u User
@@ -335,6 +336,9 @@ func (s *Store) DeleteUser(ctx context.Context, tenantID, id string, now time.Ti
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE id = ? AND tenant_id = ?`, id, tenantID); err != nil {
 			return nil, fmt.Errorf("delete user: %w", err)
+		}
+		if err := pauseWebhooksOf(ctx, tx, tenantID, id, now); err != nil {
+			return nil, err
 		}
 		err = recordAudit(ctx, tx, userEntry(u, now, ActionRemoved, []FieldChange{{Field: "email", Before: u.Email}, {Field: "role", Before: u.Role}}))
 		if err != nil {

@@ -83,6 +83,9 @@ const (
 	DeliveryPending   = "pending"
 	DeliveryDelivered = "delivered"
 	DeliveryFailed    = "failed"
+	// DeliveryDropped is a delivery dropped, unsent, to keep its tenant's
+	// outbox within its bounds (OutboxLimits); its payload is not kept.
+	DeliveryDropped = "dropped"
 )
 
 // Webhook is one endpoint of a tenant. Its secret is never part of it.
@@ -99,9 +102,24 @@ type Webhook struct {
 	// PreviousSecretUntil is, after a rotation, when deliveries stop
 	// being signed with the previous secret too.
 	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
-	CreatedAt           time.Time  `json:"created_at"`
-	UpdatedAt           time.Time  `json:"updated_at"`
+	// CreatedBy is the id of the dashboard user who added the endpoint;
+	// empty when a service key, the operator or an unknown actor did.
+	CreatedBy string `json:"created_by,omitempty"`
+	// Paused, when set, says why the endpoint gets no events and its
+	// pending deliveries are held (PausedCreatorRemoved); an owner
+	// resumes it (WebhookBody.Paused).
+	Paused    string    `json:"paused,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// PausedCreatorRemoved is why an endpoint is paused when the dashboard
+// user who added it was removed from the tenant: an owner looks at where
+// it points and resumes it, or deletes it.
+const PausedCreatorRemoved = "creator_removed"
+
+// PausedByOwner is why an endpoint is paused when an owner paused it.
+const PausedByOwner = "paused"
 
 // Wants reports whether w subscribes to event.
 func (w Webhook) Wants(event string) bool { return slices.Contains(w.Events, event) }
@@ -114,6 +132,8 @@ type WebhookBody struct {
 	Description *string   `json:"description,omitempty"`
 	Events      *[]string `json:"events,omitempty"`
 	Thresholds  *[]int    `json:"thresholds,omitempty"`
+	// Paused false resumes a paused endpoint; true pauses it by hand.
+	Paused *bool `json:"paused,omitempty"`
 }
 
 // WebhookCreated is a new endpoint, or one whose secret was rotated, with
@@ -228,13 +248,13 @@ func NewWebhookSecret() string {
 
 func secretPrefix(secret string) string { return secret[:min(len(secret), len("whsec_")+4)] }
 
-const webhookColumns = `id, tenant_id, url, description, events, thresholds, secret_prefix, old_secret_until, created_at, updated_at`
+const webhookColumns = `id, tenant_id, url, description, events, thresholds, secret_prefix, old_secret_until, created_by, paused, created_at, updated_at`
 
 func scanWebhook(sc scanner) (Webhook, error) {
 	var w Webhook
 	var events, thresholds string
 	var oldUntil, created, updated int64
-	if err := sc.Scan(&w.ID, &w.TenantID, &w.URL, &w.Description, &events, &thresholds, &w.SecretPrefix, &oldUntil, &created, &updated); err != nil {
+	if err := sc.Scan(&w.ID, &w.TenantID, &w.URL, &w.Description, &events, &thresholds, &w.SecretPrefix, &oldUntil, &w.CreatedBy, &w.Paused, &created, &updated); err != nil {
 		return Webhook{}, err
 	}
 	if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
@@ -253,7 +273,7 @@ func scanWebhook(sc scanner) (Webhook, error) {
 
 func getWebhook(ctx context.Context, q querier, tenantID, id string) (Webhook, error) {
 	return queryOne(ctx, q, scanWebhook, "webhook not found",
-		`SELECT `+webhookColumns+` FROM webhooks WHERE id = ? AND tenant_id = ?`, id, tenantID)
+		`SELECT `+webhookColumns+` FROM webhooks WHERE id = ? AND tenant_id = ? AND deleted_at = 0`, id, tenantID)
 }
 
 func webhookFields(w Webhook) []field {
@@ -279,6 +299,9 @@ func (s *Store) CreateWebhook(ctx context.Context, tenantID string, b WebhookBod
 	if err := b.apply(&w); err != nil {
 		return WebhookCreated{}, err
 	}
+	if b.Paused != nil && *b.Paused {
+		w.Paused = PausedByOwner
+	}
 	secret, sealed, err := s.newWebhookSecret()
 	if err != nil {
 		return WebhookCreated{}, err
@@ -290,17 +313,21 @@ func (s *Store) CreateWebhook(ctx context.Context, tenantID string, b WebhookBod
 		if err := requireTenant(ctx, tx, tenantID); err != nil {
 			return err
 		}
+		var err error
+		if w.CreatedBy, err = requireWebhookOwner(ctx, tx, tenantID); err != nil {
+			return err
+		}
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhooks WHERE tenant_id = ?`, tenantID).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhooks WHERE tenant_id = ? AND deleted_at = 0`, tenantID).Scan(&n); err != nil {
 			return fmt.Errorf("count webhooks: %w", err)
 		}
 		if n >= MaxWebhooks {
 			return errs.Errorf(errs.Conflict, "webhooks: this tenant has %d endpoints, the most it may have; delete one first", MaxWebhooks)
 		}
 		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO webhooks (id, tenant_id, url, description, events, thresholds, secret, secret_prefix, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			w.ID, tenantID, w.URL, w.Description, events, thresholds, sealed, w.SecretPrefix, toMS(now), toMS(now)); err != nil {
+			INSERT INTO webhooks (id, tenant_id, url, description, events, thresholds, secret, secret_prefix, created_by, paused, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			w.ID, tenantID, w.URL, w.Description, events, thresholds, sealed, w.SecretPrefix, w.CreatedBy, w.Paused, toMS(now), toMS(now)); err != nil {
 			return fmt.Errorf("create webhook: %w", err)
 		}
 		return recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionCreated, ObjectType: AuditWebhook,
@@ -322,7 +349,7 @@ func (s *Store) ListWebhooks(ctx context.Context, tenantID string) ([]Webhook, e
 	if err := requireTenant(ctx, s.db, tenantID); err != nil {
 		return nil, err
 	}
-	out, err := queryAll(ctx, s.db, scanWebhook, `SELECT `+webhookColumns+` FROM webhooks WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+	out, err := queryAll(ctx, s.db, scanWebhook, `SELECT `+webhookColumns+` FROM webhooks WHERE tenant_id = ? AND deleted_at = 0 ORDER BY created_at, id`, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("list webhooks: %w", err)
 	}
@@ -338,7 +365,10 @@ func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b Webhoo
 	now = normTime(now)
 	var w Webhook
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
+		actor, err := requireWebhookOwner(ctx, tx, tenantID)
+		if err != nil {
+			return err
+		}
 		if w, err = getWebhook(ctx, tx, tenantID, id); err != nil {
 			return err
 		}
@@ -347,6 +377,18 @@ func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b Webhoo
 			return err
 		}
 		changes := diffFields(webhookFields(before), webhookFields(w))
+		if b.Paused != nil {
+			switch {
+			case *b.Paused && w.Paused == "":
+				w.Paused = PausedByOwner
+			case !*b.Paused && w.Paused != "":
+				// Whoever resumes it vouches for where it points.
+				w.Paused, w.CreatedBy = "", actor
+			}
+			if w.Paused != before.Paused {
+				changes = append(changes, FieldChange{Field: "paused", Before: before.Paused, After: w.Paused})
+			}
+		}
 		if len(changes) == 0 {
 			w = before
 			return nil
@@ -354,8 +396,10 @@ func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b Webhoo
 		w.UpdatedAt = now
 		events, _ := toJSON(w.Events)
 		thresholds, _ := toJSON(w.Thresholds)
-		if _, err := tx.ExecContext(ctx, `UPDATE webhooks SET url = ?, description = ?, events = ?, thresholds = ?, updated_at = ? WHERE id = ? AND tenant_id = ?`,
-			w.URL, w.Description, events, thresholds, toMS(now), id, tenantID); err != nil {
+		if _, err := tx.ExecContext(ctx, `
+			UPDATE webhooks SET url = ?, description = ?, events = ?, thresholds = ?, paused = ?, created_by = ?, updated_at = ?
+			WHERE id = ? AND tenant_id = ?`,
+			w.URL, w.Description, events, thresholds, w.Paused, w.CreatedBy, toMS(now), id, tenantID); err != nil {
 			return fmt.Errorf("update webhook: %w", err)
 		}
 		return recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionUpdated, ObjectType: AuditWebhook,
@@ -365,16 +409,21 @@ func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b Webhoo
 }
 
 // DeleteWebhook removes an endpoint with its deliveries, pending ones
-// included.
+// included: it is gone at once, and its deliveries are deleted afterwards
+// in batches (PurgeDeletedWebhooks), so that a long backlog does not make
+// one long write transaction.
 func (s *Store) DeleteWebhook(ctx context.Context, tenantID, id string, now time.Time) (Webhook, error) {
 	now = normTime(now)
 	var w Webhook
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := requireWebhookOwner(ctx, tx, tenantID); err != nil {
+			return err
+		}
 		var err error
 		if w, err = getWebhook(ctx, tx, tenantID, id); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM webhooks WHERE id = ? AND tenant_id = ?`, id, tenantID); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE webhooks SET deleted_at = ? WHERE id = ? AND tenant_id = ?`, max(toMS(now), 1), id, tenantID); err != nil {
 			return fmt.Errorf("delete webhook: %w", err)
 		}
 		return recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: now, Action: ActionDeleted, ObjectType: AuditWebhook,
@@ -407,6 +456,9 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, tenantID, id string, ov
 	}
 	var w Webhook
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := requireWebhookOwner(ctx, tx, tenantID); err != nil {
+			return err
+		}
 		var err error
 		if w, err = getWebhook(ctx, tx, tenantID, id); err != nil {
 			return err
@@ -437,7 +489,7 @@ func (s *Store) WebhookSecrets(ctx context.Context, webhookID string, now time.T
 	}
 	var cur, old []byte
 	var oldUntil int64
-	err = s.db.QueryRowContext(ctx, `SELECT secret, old_secret, old_secret_until FROM webhooks WHERE id = ?`, webhookID).Scan(&cur, &old, &oldUntil)
+	err = s.db.QueryRowContext(ctx, `SELECT secret, old_secret, old_secret_until FROM webhooks WHERE id = ? AND deleted_at = 0`, webhookID).Scan(&cur, &old, &oldUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errs.Errorf(errs.NotFound, "webhook not found")
 	}
@@ -477,9 +529,10 @@ type outboxEvent struct {
 	data      any
 }
 
-// tenantWebhooks answers the tenant's endpoints as the outbox needs them.
+// tenantWebhooks answers the tenant's endpoints as the outbox needs them:
+// those not deleted or paused.
 func tenantWebhooks(ctx context.Context, tx *sql.Tx, tenantID string) ([]Webhook, error) {
-	ws, err := queryAll(ctx, tx, scanWebhook, `SELECT `+webhookColumns+` FROM webhooks WHERE tenant_id = ?`, tenantID)
+	ws, err := queryAll(ctx, tx, scanWebhook, `SELECT `+webhookColumns+` FROM webhooks WHERE tenant_id = ? AND deleted_at = 0 AND paused = ''`, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks of tenant: %w", err)
 	}
@@ -501,6 +554,7 @@ func enqueue(ctx context.Context, tx *sql.Tx, w Webhook, ev outboxEvent, now tim
 type outbox struct {
 	tx              *sql.Tx
 	delivery, queue *sql.Stmt
+	bounds          *outboxBounds // webhook_outbox.go
 }
 
 func (q *outbox) close() {
@@ -508,6 +562,9 @@ func (q *outbox) close() {
 		if st != nil {
 			st.Close()
 		}
+	}
+	if q.bounds != nil {
+		q.bounds.close()
 	}
 }
 
@@ -548,7 +605,7 @@ func (q *outbox) enqueue(ctx context.Context, w Webhook, ev outboxEvent, now tim
 	if _, err = q.queue.ExecContext(ctx, w.ID, ev.orderKey, avail); err != nil {
 		return false, fmt.Errorf("enqueue webhook delivery: queue: %w", err)
 	}
-	return true, nil
+	return true, q.bound(ctx, w.TenantID, now)
 }
 
 // keyEventData is a consumer key as its events describe it: never its
@@ -707,7 +764,7 @@ func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quot
 
 // WebhookTenants answers the tenants with an endpoint that wants event.
 func (s *Store) WebhookTenants(ctx context.Context, event string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT w.tenant_id FROM webhooks w, json_each(w.events) e WHERE e.value = ?`, event)
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT w.tenant_id FROM webhooks w, json_each(w.events) e WHERE w.deleted_at = 0 AND w.paused = '' AND e.value = ?`, event)
 	if err != nil {
 		return nil, fmt.Errorf("webhook tenants: %w", err)
 	}
@@ -820,15 +877,19 @@ type DeliveryPage struct {
 	Next       int64             `json:"next,omitempty"`
 }
 
-const deliveryColumns = `id, msg_id, webhook_id, event, status, attempts, response_code, latency_ms, last_error, created_at, last_attempt_at, next_at, available_at, payload`
+const deliveryColumns = `id, msg_id, webhook_id, event, status, attempts, response_code, latency_ms, last_error, created_at, last_attempt_at, next_at, available_at, payload, dropped`
 
 func scanDelivery(sc scanner) (int64, WebhookDelivery, error) {
 	var d WebhookDelivery
 	var rowID, created, last, next, avail int64
 	var payload []byte
+	var dropped bool
 	if err := sc.Scan(&rowID, &d.ID, &d.WebhookID, &d.Event, &d.Status, &d.Attempts, &d.ResponseCode, &d.LatencyMS, &d.LastError,
-		&created, &last, &next, &avail, &payload); err != nil {
+		&created, &last, &next, &avail, &payload, &dropped); err != nil {
 		return 0, WebhookDelivery{}, err
+	}
+	if dropped {
+		d.Status = DeliveryDropped
 	}
 	d.CreatedAt = fromMS(created)
 	if last > 0 {
@@ -892,16 +953,23 @@ func (s *Store) ResendWebhookDelivery(ctx context.Context, tenantID, webhookID, 
 	now = normTime(now)
 	var d WebhookDelivery
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := requireWebhookOwner(ctx, tx, tenantID); err != nil {
+			return err
+		}
 		if _, err := getWebhook(ctx, tx, tenantID, webhookID); err != nil {
 			return err
 		}
 		var orderKey string
-		err := tx.QueryRowContext(ctx, `SELECT order_key FROM webhook_deliveries WHERE msg_id = ? AND webhook_id = ?`, deliveryID, webhookID).Scan(&orderKey)
+		var dropped bool
+		err := tx.QueryRowContext(ctx, `SELECT order_key, dropped FROM webhook_deliveries WHERE msg_id = ? AND webhook_id = ?`, deliveryID, webhookID).Scan(&orderKey, &dropped)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errs.Errorf(errs.NotFound, "delivery not found")
 		}
 		if err != nil {
 			return fmt.Errorf("resend delivery: %w", err)
+		}
+		if dropped {
+			return errs.Errorf(errs.Conflict, "this delivery was dropped when the tenant's webhook outbox was full; its event is no longer kept")
 		}
 		// A resent delivery takes its place after what is already
 		// pending for its key (available_at orders them).
@@ -910,6 +978,11 @@ func (s *Store) ResendWebhookDelivery(ctx context.Context, tenantID, webhookID, 
 				available_at = CASE WHEN status = 'pending' THEN available_at ELSE ? END
 			WHERE msg_id = ?`, toMS(now), toMS(now), deliveryID); err != nil {
 			return fmt.Errorf("resend delivery: %w", err)
+		}
+		ob := outbox{tx: tx}
+		defer ob.close()
+		if err := ob.bound(ctx, tenantID, now); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO webhook_queues (webhook_id, order_key, next_at) VALUES (?, ?, ?)
@@ -927,26 +1000,49 @@ type DueQueue struct {
 	WebhookID, OrderKey string
 }
 
-// DueWebhookQueues answers up to limit queues due at now, the longest due
-// first, leaving out the endpoints of skip.
-func (s *Store) DueWebhookQueues(ctx context.Context, now time.Time, limit int, skip []string) ([]DueQueue, error) {
-	query := `SELECT webhook_id, order_key FROM webhook_queues WHERE next_at <= ?`
-	args := []any{toMS(now)}
-	if len(skip) > 0 {
-		query += ` AND webhook_id NOT IN (?` + strings.Repeat(`, ?`, len(skip)-1) + `)`
-		for _, id := range skip {
-			args = append(args, id)
-		}
+// DueEndpoint is an endpoint with a queue due.
+type DueEndpoint struct {
+	WebhookID, TenantID string
+}
+
+// DueWebhookEndpoints answers the endpoints, not deleted or paused, with
+// a queue due at now, by tenant. It reads one row per endpoint
+// (webhooks.next_due), however many queues each has.
+func (s *Store) DueWebhookEndpoints(ctx context.Context, now time.Time) ([]DueEndpoint, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT id, tenant_id FROM webhooks INDEXED BY webhooks_due
+		WHERE next_due IS NOT NULL AND deleted_at = 0 AND paused = '' AND next_due <= ?
+		ORDER BY tenant_id, id`, toMS(now))
+	if err != nil {
+		return nil, fmt.Errorf("due webhook endpoints: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, query+` ORDER BY next_at LIMIT ?`, append(args, limit)...)
+	defer rows.Close()
+	var out []DueEndpoint
+	for rows.Next() {
+		var e DueEndpoint
+		if err := rows.Scan(&e.WebhookID, &e.TenantID); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// DueWebhookQueues answers up to limit of an endpoint's queues due at
+// now, the longest due first: it reads limit rows of the endpoint's index
+// (webhook_id, next_at), whatever the endpoint's backlog.
+func (s *Store) DueWebhookQueues(ctx context.Context, webhookID string, now time.Time, limit int) ([]DueQueue, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT order_key FROM webhook_queues INDEXED BY webhook_queues_endpoint
+		WHERE webhook_id = ? AND next_at <= ? ORDER BY next_at LIMIT ?`, webhookID, toMS(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("due webhook queues: %w", err)
 	}
 	defer rows.Close()
 	var out []DueQueue
 	for rows.Next() {
-		var q DueQueue
-		if err := rows.Scan(&q.WebhookID, &q.OrderKey); err != nil {
+		q := DueQueue{WebhookID: webhookID}
+		if err := rows.Scan(&q.OrderKey); err != nil {
 			return nil, err
 		}
 		out = append(out, q)
@@ -977,7 +1073,7 @@ func (s *Store) QueueHead(ctx context.Context, q DueQueue) (d OutboxDelivery, ok
 	qh.once.Do(func() {
 		qh.stmt, qh.err = s.db.PrepareContext(context.Background(), `
 			SELECT d.id, d.msg_id, d.webhook_id, d.tenant_id, d.order_key, d.event, w.url, d.payload, d.step, d.next_at, d.available_at
-			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.deleted_at = 0 AND w.paused = ''
 			WHERE d.webhook_id = ? AND d.order_key = ? AND d.status = 'pending'
 			ORDER BY d.available_at, d.id LIMIT 1`)
 	})
@@ -1111,10 +1207,11 @@ func (s *Store) RefreshWebhookQueue(ctx context.Context, q DueQueue) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error { return refreshQueue(ctx, tx, q.WebhookID, q.OrderKey) })
 }
 
-// PendingDeliveries counts the deliveries not yet delivered or failed.
+// PendingDeliveries counts the deliveries not yet delivered or failed,
+// from the tenants' outbox counts.
 func (s *Store) PendingDeliveries(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(pending_rows), 0) FROM webhook_outbox`).Scan(&n)
 	return n, err
 }
 
@@ -1126,7 +1223,7 @@ func (s *Store) PruneWebhookDeliveries(ctx context.Context, cut, now time.Time, 
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 			DELETE FROM webhook_deliveries WHERE id IN (
-				SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND done_at < ? LIMIT ?)`, toMS(cut), batch)
+				SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND done_at < ? ORDER BY done_at, id LIMIT ?)`, toMS(cut), batch)
 		if err != nil {
 			return fmt.Errorf("prune deliveries: %w", err)
 		}

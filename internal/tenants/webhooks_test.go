@@ -227,7 +227,10 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	}
 	// Only the 50 % crossing is due now; the others wait their turn
 	// behind it (one key), the reset until the period ends.
-	q, err := s.DueWebhookQueues(ctx, t0, 10, nil)
+	if eps, err := s.DueWebhookEndpoints(ctx, t0); err != nil || len(eps) != 1 || eps[0] != (tenants.DueEndpoint{WebhookID: w.Webhook.ID, TenantID: a.ID}) {
+		t.Fatalf("due endpoints %v %v", eps, err)
+	}
+	q, err := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10)
 	if err != nil || len(q) != 1 {
 		t.Fatalf("due queues %v %v", q, err)
 	}
@@ -252,7 +255,7 @@ func TestWebhookDeliveriesPruned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	qs, err := s.DueWebhookQueues(ctx, t0, 10, nil)
+	qs, err := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10)
 	if err != nil || len(qs) != 3 {
 		t.Fatalf("queues %v %v", qs, err)
 	}
@@ -264,7 +267,7 @@ func TestWebhookDeliveriesPruned(t *testing.T) {
 	if err := s.RecordAttempts(ctx, as); err != nil {
 		t.Fatal(err)
 	}
-	if qs, _ := s.DueWebhookQueues(ctx, t0, 10, nil); len(qs) != 1 {
+	if qs, _ := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10); len(qs) != 1 {
 		t.Fatalf("%d queues left, want the one pending", len(qs))
 	}
 	n, err := s.PruneWebhookDeliveries(ctx, t0.Add(time.Hour), t0, 100)

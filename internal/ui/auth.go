@@ -147,6 +147,17 @@ func requireOwner(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// requireWebhookOwner lets a tenant's owner, or the operator in a tenant's
+// dashboard, change its webhooks; the worker refuses a member too.
+func requireWebhookOwner(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if r := mustSession(c).Role; r != tenants.RoleOwner && r != tenants.RoleOperator {
+			return errs.Errorf(errs.Forbidden, "Only the tenant's owners may change webhooks.")
+		}
+		return next(c)
+	}
+}
+
 func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if mustSession(c).Role != tenants.RoleOperator {

@@ -177,6 +177,9 @@ func Register(e *echo.Echo, d Deps) error {
 	signedIn := []echo.MiddlewareFunc{gate.session, gate.formToken}
 	tenant := append(signedIn[:len(signedIn):len(signedIn)], requireTenant)
 	owner := append(signedIn[:len(signedIn):len(signedIn)], requireOwner)
+	// Webhook changes are the owners' (and the operator's, in a tenant's
+	// dashboard); members see endpoints and deliveries.
+	hookOwner := append(tenant[:len(tenant):len(tenant)], requireWebhookOwner)
 	operator := append(signedIn[:len(signedIn):len(signedIn)], requireOperator)
 	// Routes that make the worker hash a password are limited per user.
 	pwLimit := newPasswordWorkLimiter(d.PasswordWorkLimit, d.Now).middleware
@@ -218,12 +221,14 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/usage/csv", usage.csv, tenant...)
 	e.GET("/ui/audit", audit.show, tenant...)
 	e.GET("/ui/webhooks", hooks.list, tenant...)
-	e.POST("/ui/webhooks", hooks.create, tenant...)
+	e.POST("/ui/webhooks", hooks.create, hookOwner...)
 	e.GET("/ui/webhooks/:id", hooks.show, tenant...)
-	e.POST("/ui/webhooks/:id", hooks.update, tenant...)
-	e.POST("/ui/webhooks/:id/rotate", hooks.rotate, tenant...)
-	e.POST("/ui/webhooks/:id/delete", hooks.delete, tenant...)
-	e.POST("/ui/webhooks/:id/deliveries/:delivery_id/resend", hooks.resend, tenant...)
+	e.POST("/ui/webhooks/:id", hooks.update, hookOwner...)
+	e.POST("/ui/webhooks/:id/rotate", hooks.rotate, hookOwner...)
+	e.POST("/ui/webhooks/:id/pause", hooks.pause, hookOwner...)
+	e.POST("/ui/webhooks/:id/resume", hooks.resume, hookOwner...)
+	e.POST("/ui/webhooks/:id/delete", hooks.delete, hookOwner...)
+	e.POST("/ui/webhooks/:id/deliveries/:delivery_id/resend", hooks.resend, hookOwner...)
 
 	e.GET("/ui/members", mem.show, owner...)
 	e.POST("/ui/members", mem.invite, hashing(owner)...)
@@ -353,6 +358,8 @@ var flashes = map[string]string{
 	"webhook-saved":   "Webhook saved.",
 	"webhook-rotated": "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",
 	"webhook-deleted": "Webhook deleted, with its deliveries.",
+	"webhook-paused":  "Webhook paused: it gets no events, and its pending deliveries wait.",
+	"webhook-resumed": "Webhook resumed: its pending deliveries go now, and new events are sent to it.",
 	"webhook-resent":  "Delivery queued to be sent again.",
 
 	"service-key-created": "Service key added. Deploy it, then revoke the key it replaces.",

@@ -34,7 +34,7 @@ func webhookRow(w tenants.Webhook) views.WebhookRow {
 		ts[i] = strconv.Itoa(t) + " %"
 	}
 	return views.WebhookRow{ID: w.ID, URL: w.URL, Description: w.Description, SecretPrefix: w.SecretPrefix,
-		Events: w.Events, Thresholds: strings.Join(ts, ", "), CreatedAt: w.CreatedAt, PreviousSecretUntil: w.PreviousSecretUntil}
+		Events: w.Events, Thresholds: strings.Join(ts, ", "), CreatedAt: w.CreatedAt, PreviousSecretUntil: w.PreviousSecretUntil, Paused: w.Paused}
 }
 
 // webhookForm reads the endpoint form: url, description, the events
@@ -184,6 +184,19 @@ func (h *webhookHandler) rotate(c echo.Context) error {
 	}
 	c.SetCookie(h.cookie(c, h.sess.seal(mustSession(c).SID, w.Secret), 300))
 	return seeOther(c, webhookURL(w.Webhook.ID), "webhook-rotated")
+}
+
+func (h *webhookHandler) pause(c echo.Context) error { return h.setPaused(c, true, "webhook-paused") }
+
+func (h *webhookHandler) resume(c echo.Context) error {
+	return h.setPaused(c, false, "webhook-resumed")
+}
+
+func (h *webhookHandler) setPaused(c echo.Context, paused bool, flash string) error {
+	if _, err := h.config.Webhooks.Update(c.Request().Context(), mustSession(c).TenantID, c.Param("id"), tenants.WebhookBody{Paused: &paused}); err != nil {
+		return err
+	}
+	return seeOther(c, webhookURL(c.Param("id")), flash)
 }
 
 func (h *webhookHandler) delete(c echo.Context) error {

@@ -91,3 +91,78 @@ func TestWebhookPages(t *testing.T) {
 		t.Fatal("the endpoint is still listed")
 	}
 }
+
+// Webhooks are the owners': a member sees the endpoints and their
+// deliveries but no form, and each change a member posts is refused. An
+// endpoint added by a user who is then removed is paused, shown so, and
+// an owner resumes it.
+func TestWebhooksAreOwnersOnly(t *testing.T) {
+	s := bootSiteWith(t, func(c *app.Config) { c.Webhooks.AllowPrivate = true })
+	tn := s.tenant("team")
+	owner := s.asOwner(tn)
+	owner.get("/ui/members")
+	want(t, owner.post("/ui/members", url.Values{"email": {"mia@team.test"}, "password": {"mia's first password"}}), http.StatusCreated, "invite")
+	owner.get("/ui/webhooks")
+	p := want(t, owner.post("/ui/webhooks", url.Values{"url": {"https://127.0.0.1:9/owner"}, "events": {"key.created"}, "thresholds": {"80"}}), http.StatusSeeOther, "owner adds")
+	ownerHook := strings.Split(p.location, "?")[0]
+	s.api("POST", "/v1/keys", tn.key, map[string]any{"name": "mobile", "tier": "pro"})
+	var delivery string
+	waitFor(t, 10*time.Second, "a delivery listed", func() bool {
+		delivery = owner.get(ownerHook).attr("delivery-row", "data-delivery-id")
+		return delivery != ""
+	})
+
+	mia := s.agent()
+	mia.signIn("mia@team.test", "mia's first password")
+	p = want(t, mia.get("/ui/webhooks"), http.StatusOK, "the list as a member")
+	if !p.has("webhook-row") || p.has("webhook-create") || !p.has("webhook-owners-only") {
+		t.Fatal("a member's list shows the add form or not the endpoint")
+	}
+	p = want(t, mia.get(ownerHook), http.StatusOK, "an endpoint as a member")
+	for _, id := range []string{"webhook-save", "webhook-rotate", "webhook-delete", "webhook-pause", "delivery-resend"} {
+		if p.has(id) {
+			t.Errorf("a member's endpoint page has %s", id)
+		}
+	}
+	if !p.has("delivery-row") || !p.has("webhook-settings") {
+		t.Fatal("a member does not see the endpoint's settings and deliveries")
+	}
+	for path, form := range map[string]url.Values{
+		"/ui/webhooks":        {"url": {"https://127.0.0.1:9/mia"}, "events": {"key.created"}},
+		ownerHook:             {"url": {"https://127.0.0.1:9/elsewhere"}, "events": {"key.created"}},
+		ownerHook + "/rotate": nil, ownerHook + "/pause": nil, ownerHook + "/delete": nil,
+		ownerHook + "/deliveries/" + delivery + "/resend": nil,
+	} {
+		want(t, mia.post(path, form), http.StatusForbidden, "a member's POST "+path)
+	}
+	if p := owner.get(ownerHook); p.status != http.StatusOK || !strings.Contains(p.text("webhook-secret-prefix"), "whsec_") {
+		t.Fatal("the owner's endpoint changed")
+	}
+
+	// Mia, made an owner, adds an endpoint, then is removed.
+	var miaID string
+	for _, r := range want(t, owner.get("/ui/members"), http.StatusOK, "members").testID("member-row") {
+		if attrOf(r, "data-email") == "mia@team.test" {
+			miaID = attrOf(r, "data-user-id")
+		}
+	}
+	want(t, owner.post("/ui/members/"+miaID+"/role", url.Values{"role": {"owner"}}), http.StatusSeeOther, "promote")
+	mia.signIn("mia@team.test", "mia's first password")
+	mia.get("/ui/webhooks")
+	p = want(t, mia.post("/ui/webhooks", url.Values{"url": {"https://127.0.0.1:9/mia"}, "events": {"key.created"}, "thresholds": {"80"}}), http.StatusSeeOther, "Mia adds as an owner")
+	miaHook := strings.Split(p.location, "?")[0]
+	owner.get("/ui/members")
+	want(t, owner.post("/ui/members/"+miaID+"/remove", nil), http.StatusSeeOther, "remove Mia")
+	p = want(t, owner.get("/ui/webhooks"), http.StatusOK, "the list after the removal")
+	if n := len(p.testID("webhook-paused")); n != 1 {
+		t.Fatalf("%d endpoints shown paused, want Mia's", n)
+	}
+	p = want(t, owner.get(miaHook), http.StatusOK, "Mia's endpoint")
+	if !strings.Contains(p.text("webhook-paused-notice"), "was removed") || !p.has("webhook-resume") {
+		t.Fatalf("paused notice %q", p.text("webhook-paused-notice"))
+	}
+	want(t, owner.post(miaHook+"/resume", nil), http.StatusSeeOther, "resume")
+	if p = owner.get(miaHook); p.has("webhook-paused-notice") || !p.has("webhook-pause") {
+		t.Fatal("still paused after resuming")
+	}
+}

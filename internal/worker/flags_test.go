@@ -73,6 +73,12 @@ func TestParseFlags(t *testing.T) {
 			map[string]string{"SLUICE_WEBHOOK_ALLOW_PRIVATE": "true", "SLUICE_WEBHOOK_TIMEOUT": "3s"}, func(o Options) bool {
 				return !o.Webhooks.AllowPrivate && o.Webhooks.Timeout == 20*time.Second && o.Webhooks.Key == nil
 			}, ""},
+		{"webhook slots", []string{"--webhook-slots", "64"}, map[string]string{"SLUICE_WEBHOOK_SLOTS": "16", "SLUICE_WEBHOOK_TENANT_SLOTS": "4"}, func(o Options) bool {
+			return o.Webhooks.Slots == 64 && o.Webhooks.TenantSlots == 4
+		}, ""},
+		{"webhook slots by default", nil, nil, func(o Options) bool { return o.Webhooks.Slots == 32 && o.Webhooks.TenantSlots == 8 }, ""},
+		{"webhook tenant slots above the pool", []string{"--webhook-slots", "8", "--webhook-tenant-slots", "9"}, nil, nil, "--webhook-tenant-slots 9: must be between 1 and --webhook-slots (8)"},
+		{"webhook slots not a number", nil, map[string]string{"SLUICE_WEBHOOK_TENANT_SLOTS": "many"}, nil, `SLUICE_WEBHOOK_TENANT_SLOTS: "many" is not a whole number`},
 		{"webhook key not hex", nil, map[string]string{"SLUICE_WEBHOOK_KEY": "short"}, nil, "SLUICE_WEBHOOK_KEY must be 64 hex characters"},
 		{"webhook timeout", []string{"--webhook-timeout", "1ms"}, nil, nil, "--webhook-timeout 1ms: must be between 100ms and 5m"},
 		{"webhook CA file missing", []string{"--webhook-ca-file", filepath.Join(dir, "none.pem")}, nil, nil, "--webhook-ca-file"},

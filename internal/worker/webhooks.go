@@ -39,6 +39,11 @@ type WebhookOptions struct {
 	// Timeout (--webhook-timeout, SLUICE_WEBHOOK_TIMEOUT) bounds one
 	// delivery attempt.
 	Timeout time.Duration
+	// Slots (--webhook-slots, SLUICE_WEBHOOK_SLOTS) is how many
+	// deliveries are in flight at most, and TenantSlots
+	// (--webhook-tenant-slots, SLUICE_WEBHOOK_TENANT_SLOTS) how many of
+	// them one tenant's endpoints may hold.
+	Slots, TenantSlots int
 	// Key (SLUICE_WEBHOOK_KEY, 64 hex characters) seals endpoints'
 	// secrets; workers that take over from each other (a standby) must
 	// share it. Without it, KeyFile is used.
@@ -47,11 +52,14 @@ type WebhookOptions struct {
 	// made on first use: webhook.key in the data directory. Empty keeps a
 	// key in memory only (tests): secrets are then lost with the process.
 	KeyFile string
-	// Schedule, Poll and TopOffenderInterval are for tests: the retry
-	// schedule (webhook.DefaultSchedule), how often due deliveries are
-	// looked for, and how often top offenders are (default 1m).
+	// Schedule, Poll, Housekeeping and TopOffenderInterval are for tests:
+	// the retry schedule (webhook.DefaultSchedule), how often due
+	// deliveries are looked for, how often the deliverer's housekeeping
+	// runs (webhook.Config), and how often top offenders are looked for
+	// (default 1m).
 	Schedule            []time.Duration
 	Poll                time.Duration
+	Housekeeping        time.Duration
 	TopOffenderInterval time.Duration
 }
 
@@ -76,6 +84,16 @@ func RegisterWebhookFlags(fs *flag.FlagSet, o *WebhookOptions, getenv func(strin
 		}
 		timeout = d
 	}
+	slots, tenantSlots := 32, 8
+	for name, dst := range map[string]*int{"SLUICE_WEBHOOK_SLOTS": &slots, "SLUICE_WEBHOOK_TENANT_SLOTS": &tenantSlots} {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				bad = append(bad, fmt.Errorf("%s: %q is not a whole number", name, v))
+			}
+			*dst = n
+		}
+	}
 	if v := getenv("SLUICE_WEBHOOK_KEY"); v != "" {
 		k, err := hex.DecodeString(v)
 		if err != nil || len(k) != 32 {
@@ -86,6 +104,8 @@ func RegisterWebhookFlags(fs *flag.FlagSet, o *WebhookOptions, getenv func(strin
 	fs.BoolVar(&o.AllowPrivate, "webhook-allow-private", allow, "let webhook endpoints point at loopback, private and link-local addresses; off, they are refused when stored and when connecting (SLUICE_WEBHOOK_ALLOW_PRIVATE)")
 	fs.StringVar(&o.CAFile, "webhook-ca-file", getenv("SLUICE_WEBHOOK_CA_FILE"), "PEM certificates webhook endpoints are verified against besides the system's (SLUICE_WEBHOOK_CA_FILE)")
 	fs.DurationVar(&o.Timeout, "webhook-timeout", timeout, "how long one webhook delivery attempt may take (SLUICE_WEBHOOK_TIMEOUT)")
+	fs.IntVar(&o.Slots, "webhook-slots", slots, "how many webhook deliveries may be in flight at once (SLUICE_WEBHOOK_SLOTS)")
+	fs.IntVar(&o.TenantSlots, "webhook-tenant-slots", tenantSlots, "how many of them one tenant's endpoints may hold, so that endpoints that never answer cannot stall other tenants' deliveries; the last this many free slots go only to tenants with none in flight (SLUICE_WEBHOOK_TENANT_SLOTS)")
 	return errors.Join(bad...)
 }
 
@@ -93,6 +113,12 @@ func RegisterWebhookFlags(fs *flag.FlagSet, o *WebhookOptions, getenv func(strin
 func (o WebhookOptions) Validate() error {
 	if o.Timeout != 0 && (o.Timeout < 100*time.Millisecond || o.Timeout > 5*time.Minute) {
 		return fmt.Errorf("--webhook-timeout %s: must be between 100ms and 5m", o.Timeout)
+	}
+	if o.Slots < 0 || o.Slots > 4096 {
+		return fmt.Errorf("--webhook-slots %d: must be between 1 and 4096", o.Slots)
+	}
+	if o.TenantSlots < 0 || o.Slots > 0 && o.TenantSlots > o.Slots {
+		return fmt.Errorf("--webhook-tenant-slots %d: must be between 1 and --webhook-slots (%d)", o.TenantSlots, o.Slots)
 	}
 	if _, err := webhook.LoadRoots(o.CAFile); err != nil {
 		return err
@@ -128,7 +154,8 @@ func (w *Worker) setUpWebhooks() error {
 		return err
 	}
 	w.webhooks = webhook.New(webhook.Config{AllowPrivate: o.AllowPrivate, RootCAs: roots, Timeout: o.Timeout, Schedule: o.Schedule,
-		Poll: o.Poll, Now: w.cfg.Now, Log: w.log.With("component", "webhooks")}, w.store)
+		Concurrency: o.Slots, PerTenant: o.TenantSlots, Poll: o.Poll, Housekeeping: o.Housekeeping,
+		Now: w.cfg.Now, Log: w.log.With("component", "webhooks")}, w.store)
 	return nil
 }
 

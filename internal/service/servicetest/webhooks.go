@@ -38,6 +38,12 @@ func applyWebhookBody(w *tenants.Webhook, b tenants.WebhookBody) error {
 	if b.Thresholds != nil {
 		w.Thresholds = slices.Clone(*b.Thresholds)
 	}
+	if b.Paused != nil {
+		w.Paused = ""
+		if *b.Paused {
+			w.Paused = tenants.PausedByOwner
+		}
+	}
 	return nil
 }
 

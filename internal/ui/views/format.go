@@ -83,7 +83,7 @@ func statusClass(status string) string {
 	switch status {
 	case "active", "delivered":
 		return "badge badge-ok"
-	case "revoked", "failed":
+	case "revoked", "failed", "dropped":
 		return "badge badge-denied"
 	default:
 		return "badge badge-muted"
@@ -202,4 +202,19 @@ func eventHint(e string) string {
 		return "any configuration change (its audit log entry)"
 	}
 	return ""
+}
+
+// ManagesWebhooks reports whether the signed-in user may change the
+// tenant's webhooks: its owners, and the operator in its dashboard.
+func ManagesWebhooks(p Page) bool { return p.User.Owner || p.User.Operator }
+
+// pausedWhy says why an endpoint is paused.
+func pausedWhy(reason string) string {
+	switch reason {
+	case "creator_removed":
+		return "The dashboard user who added this endpoint was removed from the tenant; an owner checks where it points and resumes it, or deletes it."
+	case "paused":
+		return "An owner paused this endpoint."
+	}
+	return "This endpoint is paused."
 }

@@ -752,6 +752,8 @@ type WebhookRow struct {
 	Thresholds                         string // "80 %, 100 %"
 	CreatedAt                          time.Time
 	PreviousSecretUntil                *time.Time
+	// Paused says why the endpoint is paused, "" when it is not.
+	Paused string
 }
 
 // WebhookForm is the endpoint form as submitted.

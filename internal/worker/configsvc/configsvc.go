@@ -493,7 +493,12 @@ func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.W
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.Webhook{}, err
 	}
-	return w.s.store.UpdateWebhook(ctx, tenantID, id, b, w.s.now())
+	wh, err := w.s.store.UpdateWebhook(ctx, tenantID, id, b, w.s.now())
+	if err == nil && b.Paused != nil && !*b.Paused && w.s.hooks.WebhookQueued != nil {
+		// A resumed endpoint's pending deliveries are due now.
+		w.s.hooks.WebhookQueued()
+	}
+	return wh, err
 }
 
 func (w webhookSvc) Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {

@@ -2,16 +2,23 @@
 // tenants' endpoints: the worker runs one Deliverer while it is the
 // active worker.
 //
-// The loop. Every Poll, or when kicked, the deliverer reads the queues due
-// (one per endpoint and ordering key), takes each one's first pending
-// delivery and sends it on a pool of Concurrency goroutines: at most one
-// delivery of a queue is in flight, and at most PerEndpoint of one
-// endpoint, so an endpoint that is down or slow holds a few of the pool's
-// slots and never the others'. Outcomes are written in batches by one
-// goroutine (the store's one writer), and a queue is taken again only once
-// its last outcome is committed: that is what keeps deliveries of a key in
-// order. A delivery that fails is retried on Schedule; after the last retry
-// it is marked failed and the next of its key goes.
+// The loop. Every Poll, or when kicked, the deliverer reads the endpoints
+// with a queue due (one queue per endpoint and ordering key), then a few
+// due queues of each, takes each queue's first pending delivery and sends
+// it on a pool of Concurrency goroutines. At most one delivery of a queue
+// is in flight, at most PerEndpoint of one endpoint and at most PerTenant
+// of one tenant's endpoints, the last PerTenant free slots going only to
+// tenants with none in flight (slots.go); free slots go round the tenants
+// with something due, one at a time, starting after the tenant served
+// last: a tenant whose endpoints never answer holds its share of the pool
+// and never the others', and the order among tenants is fair, not oldest
+// first. A poll reads one row per due endpoint and at most as many queues
+// of each as it may start, whatever an endpoint's backlog. Outcomes are
+// written in batches by one goroutine (the store's one writer), and a
+// queue is taken again only once its last outcome is committed: that is
+// what keeps deliveries of a key in order. A delivery that fails is
+// retried on Schedule; after the last retry it is marked failed and the
+// next of its key goes.
 //
 // Nothing is lost across restarts: the outbox is in SQLite. An attempt in
 // flight when the worker stops is not recorded and is made again: delivery
@@ -65,8 +72,15 @@ type Config struct {
 	// PerEndpoint is how many of them may be to one endpoint (each of a
 	// different ordering key). Default 8.
 	PerEndpoint int
+	// PerTenant is how many of them may be to one tenant's endpoints.
+	// Default a quarter of Concurrency.
+	PerTenant int
 	// Poll is how often due deliveries are looked for. Default 200ms.
 	Poll time.Duration
+	// Housekeeping is how often the pending gauge and the tenants' dropped
+	// deliveries are read, and deleted endpoints' deliveries removed.
+	// Default 5s.
+	Housekeeping time.Duration
 	// Retention is how long delivered and failed deliveries are kept.
 	// Default 30 days.
 	Retention time.Duration
@@ -87,21 +101,21 @@ type Deliverer struct {
 	results chan tenants.Attempt
 	metrics metrics
 
+	slots *slots
+
 	mu          sync.Mutex
-	inflight    map[tenants.DueQueue]bool
-	perEndpoint map[string]int
 	secretCache map[string]cachedSecrets
-	// released counts releases; releasedAt is each queue's last, so that
-	// a claim does not start a delivery it read before its queue was
-	// released (the delivery it read may be the one just recorded).
-	released   uint64
-	releasedAt map[tenants.DueQueue]uint64
+
+	// drops is each tenant's count of dropped deliveries at the last look
+	// (housekeeping's alone).
+	drops map[string]int64
 }
 
 type metrics struct {
 	outcomes *prometheus.CounterVec
 	pending  prometheus.Gauge
 	latency  prometheus.Histogram
+	dropped  prometheus.Counter
 }
 
 // New returns a deliverer of st's outbox.
@@ -118,9 +132,16 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 	if cfg.PerEndpoint <= 0 {
 		cfg.PerEndpoint = 8
 	}
-	cfg.PerEndpoint = min(cfg.PerEndpoint, cfg.Concurrency)
+	if cfg.PerTenant <= 0 {
+		cfg.PerTenant = max(1, cfg.Concurrency/4)
+	}
+	cfg.PerTenant = min(cfg.PerTenant, cfg.Concurrency)
+	cfg.PerEndpoint = min(cfg.PerEndpoint, cfg.PerTenant)
 	if cfg.Poll <= 0 {
 		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.Housekeeping <= 0 {
+		cfg.Housekeeping = 5 * time.Second
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
@@ -143,9 +164,8 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 	}
 	d := &Deliverer{
 		cfg: cfg, store: st, kick: make(chan struct{}, 1), results: make(chan tenants.Attempt, cfg.Concurrency),
-		client:   &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		inflight: map[tenants.DueQueue]bool{}, perEndpoint: map[string]int{}, secretCache: map[string]cachedSecrets{},
-		releasedAt: map[tenants.DueQueue]uint64{},
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		slots:  newSlots(cfg.Concurrency, cfg.PerEndpoint, cfg.PerTenant), secretCache: map[string]cachedSecrets{},
 	}
 	d.metrics = metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_webhook_attempts_total",
@@ -154,13 +174,15 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 			Help: "Webhook deliveries not yet delivered or failed for good, due or waiting for a retry."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_webhook_attempt_seconds",
 			Help: "Time of one webhook delivery attempt, until the response or the failure.", Buckets: prometheus.DefBuckets}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_webhook_dropped_total",
+			Help: "Pending webhook deliveries dropped unsent because their tenant's outbox was at its bound."}),
 	}
 	return d
 }
 
 // Collectors are the deliverer's metrics.
 func (d *Deliverer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics.outcomes, d.metrics.pending, d.metrics.latency}
+	return []prometheus.Collector{d.metrics.outcomes, d.metrics.pending, d.metrics.latency, d.metrics.dropped}
 }
 
 // LoadRoots answers the system's certificates with those of the PEM file
@@ -197,11 +219,8 @@ func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { d.record(ctx) })
 	wg.Go(func() {
-		tick.Every(ctx, 5*time.Second, func() {
-			if n, err := d.store.PendingDeliveries(ctx); err == nil {
-				d.metrics.pending.Set(float64(n))
-			}
-		})
+		d.drops, _ = d.store.WebhookOutboxDrops(ctx)
+		tick.Every(ctx, d.cfg.Housekeeping, func() { d.housekeep(ctx) })
 	})
 	wg.Go(func() { tick.Every(ctx, 10*time.Minute, func() { d.prune(ctx) }) })
 	t := time.NewTicker(d.cfg.Poll)
@@ -219,56 +238,92 @@ func (d *Deliverer) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// claim starts the first delivery of each due queue, as far as the pool
-// and the per-endpoint bound allow.
+// claim starts the first delivery of due queues, as far as the pool and
+// the bounds per tenant and per endpoint allow, the tenants taking turns.
 func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 	now := d.cfg.Now()
-	d.mu.Lock()
-	free := d.cfg.Concurrency - len(d.inflight)
-	busy := len(d.inflight)
-	readAt := d.released
-	var full []string
-	for id, n := range d.perEndpoint {
-		if n >= d.cfg.PerEndpoint {
-			full = append(full, id)
-		}
-	}
-	d.mu.Unlock()
+	free, mark := d.slots.read()
 	if free <= 0 {
 		return
 	}
-	defer func() {
-		// Releases before the read are in what it read.
-		d.mu.Lock()
-		for q, at := range d.releasedAt {
-			if at <= readAt {
-				delete(d.releasedAt, q)
-			}
-		}
-		d.mu.Unlock()
-	}()
-	// Queues of endpoints at their bound are left out of the read, so
-	// that a down endpoint's many keys do not hide other endpoints' due
-	// deliveries behind them.
-	// The queues' keys are read first, from an index alone: most of the
-	// due queues are often in flight, and their deliveries are not read.
-	qs, err := d.store.DueWebhookQueues(ctx, now, busy+4*free, full)
+	// Releases before the read are in what it read.
+	defer d.slots.forget(mark)
+	eps, err := d.store.DueWebhookEndpoints(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Log.Warn("reading due webhook deliveries failed; will retry", "err", err)
 		}
 		return
 	}
-	for _, q := range qs {
-		if free == 0 {
-			return
+	turns := turnsAfter(eps, d.slots.after())
+	for free > 0 && len(turns) > 0 {
+		// One round: each tenant with something due starts at most one
+		// delivery.
+		next := turns[:0]
+		for _, t := range turns {
+			if free == 0 {
+				break
+			}
+			if d.startOne(ctx, t, now, mark, attempts) {
+				free--
+			}
+			if len(t.endpoints) > 0 {
+				next = append(next, t)
+			}
 		}
-		d.mu.Lock()
-		taken := d.inflight[q] || d.perEndpoint[q.WebhookID] >= d.cfg.PerEndpoint || d.releasedAt[q] > readAt
-		d.mu.Unlock()
-		if taken {
+		turns = next
+	}
+}
+
+// tenantTurn is a tenant's due endpoints in a claim, each with the
+// queues read of it so far.
+type tenantTurn struct {
+	tenantID  string
+	endpoints []*dueEndpoint
+}
+
+type dueEndpoint struct {
+	id     string
+	queues []tenants.DueQueue
+	read   bool
+}
+
+// turnsAfter groups due endpoints by tenant (eps are by tenant), in the
+// order tenants take turns: starting after last, the tenant served last.
+func turnsAfter(eps []tenants.DueEndpoint, last string) []*tenantTurn {
+	var ts []*tenantTurn
+	for _, e := range eps {
+		if len(ts) == 0 || ts[len(ts)-1].tenantID != e.TenantID {
+			ts = append(ts, &tenantTurn{tenantID: e.TenantID})
+		}
+		t := ts[len(ts)-1]
+		t.endpoints = append(t.endpoints, &dueEndpoint{id: e.WebhookID})
+	}
+	first := 0
+	for first < len(ts) && ts[first].tenantID <= last {
+		first++
+	}
+	return append(ts[first:len(ts):len(ts)], ts[:first]...)
+}
+
+// startOne starts one delivery of the tenant's, taking its endpoints in
+// turn, and reports whether it did. Endpoints with nothing startable left
+// are removed from t.
+func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, mark uint64, attempts *sync.WaitGroup) bool {
+	for len(t.endpoints) > 0 {
+		if d.slots.tenantFull(t.tenantID) {
+			t.endpoints = nil
+			return false
+		}
+		e := t.endpoints[0]
+		q, ok := d.nextQueue(ctx, e, now, mark)
+		if !ok {
+			t.endpoints = t.endpoints[1:]
 			continue
 		}
+		// The endpoint goes to the back: the tenant's next turn is
+		// another endpoint's, if it has one.
+		t.endpoints = append(t.endpoints[1:], e)
 		head, ok, err := d.store.QueueHead(ctx, q)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -283,11 +338,9 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 			}
 			continue
 		}
-		d.mu.Lock()
-		d.inflight[q] = true
-		d.perEndpoint[q.WebhookID]++
-		d.mu.Unlock()
-		free--
+		if !d.slots.take(q, t.tenantID) {
+			continue
+		}
 		attempts.Go(func() {
 			a, ok := d.attempt(ctx, head)
 			if !ok {
@@ -300,24 +353,44 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 				d.release([]tenants.Attempt{a})
 			}
 		})
+		return true
 	}
+	return false
+}
+
+// nextQueue answers the endpoint's next due queue that may start,
+// reading, at its first call in a claim, as many of its due queues as may
+// start plus those in flight (which are still due).
+func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time, mark uint64) (tenants.DueQueue, bool) {
+	if !e.read {
+		e.read = true
+		inflight, room := d.slots.endpointRoom(e.id)
+		if room == 0 {
+			return tenants.DueQueue{}, false
+		}
+		qs, err := d.store.DueWebhookQueues(ctx, e.id, now, inflight+room)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Log.Warn("reading due webhook deliveries failed; will retry", "webhook", e.id, "err", err)
+			}
+			return tenants.DueQueue{}, false
+		}
+		e.queues = qs
+	}
+	for len(e.queues) > 0 {
+		q := e.queues[0]
+		e.queues = e.queues[1:]
+		if d.slots.startable(q, mark) {
+			return q, true
+		}
+	}
+	return tenants.DueQueue{}, false
 }
 
 // release lets the loop take the attempts' queues again.
 func (d *Deliverer) release(as []tenants.Attempt) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, a := range as {
-		q := tenants.DueQueue{WebhookID: a.WebhookID, OrderKey: a.OrderKey}
-		if !d.inflight[q] {
-			continue
-		}
-		delete(d.inflight, q)
-		d.released++
-		d.releasedAt[q] = d.released
-		if d.perEndpoint[a.WebhookID]--; d.perEndpoint[a.WebhookID] <= 0 {
-			delete(d.perEndpoint, a.WebhookID)
-		}
+		d.slots.release(tenants.DueQueue{WebhookID: a.WebhookID, OrderKey: a.OrderKey})
 	}
 }
 
@@ -467,11 +540,49 @@ func describe(err error, timeout time.Duration) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, errRefused):
+		// The dial error around it names the address.
+		return errRefused.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "no answer within " + timeout.String()
 	}
 	return err.Error()
 }
+
+// housekeep sets the pending gauge, reports the deliveries tenants'
+// bounds dropped since its last look, and removes deleted endpoints'
+// deliveries, a batch per transaction.
+func (d *Deliverer) housekeep(ctx context.Context) {
+	if n, err := d.store.PendingDeliveries(ctx); err == nil {
+		d.metrics.pending.Set(float64(n))
+	}
+	if drops, err := d.store.WebhookOutboxDrops(ctx); err == nil {
+		for tenantID, n := range drops {
+			if more := n - d.drops[tenantID]; more > 0 && d.drops != nil {
+				d.metrics.dropped.Add(float64(more))
+				d.cfg.Log.Warn("a tenant's webhook outbox is full: its oldest pending deliveries were dropped unsent",
+					"tenant", tenantID, "dropped", more, "dropped_total", n)
+			}
+		}
+		d.drops = drops
+	}
+	for ctx.Err() == nil {
+		n, err := d.store.PurgeDeletedWebhooks(ctx, purgeBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Log.Warn("removing a deleted webhook's deliveries failed; will retry", "err", err)
+			}
+			return
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// purgeBatch is how many rows of a deleted endpoint one transaction
+// removes.
+const purgeBatch = 1000
 
 // prune deletes deliveries done before the retention, in batches.
 func (d *Deliverer) prune(ctx context.Context) {

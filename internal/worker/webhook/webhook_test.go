@@ -2,11 +2,14 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
 )
@@ -30,7 +33,15 @@ func TestForbidden(t *testing.T) {
 		"169.254.169.254": true, "fe80::1": true, "fc00::1": true, "fd12::1": true, "0.0.0.0": true, "::": true,
 		"100.64.0.1": true, "224.0.0.1": true, "ff02::1": true, "::ffff:127.0.0.1": true, "::ffff:10.0.0.1": true,
 		"64:ff9b::a00:1": true, "255.255.255.255": true,
-		"93.184.215.14": false, "2606:2800:21f:cb07:6820:80da:af6b:8b2c": false, "8.8.8.8": false,
+		// IPv6 transition forms, whatever they embed: IPv4-compatible,
+		// IPv4-translated, 6to4, Teredo, local-use NAT64, site-local.
+		"::a00:1": true, "::5db8:d70e": true, "::ffff:0:a00:1": true, "2002:a00:1::1": true, "2002:5db8:d70e::1": true,
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2": true, "64:ff9b:1::a00:1": true, "64:ff9b:1::5db8:d70e": true, "fec0::1": true,
+		// Documentation, benchmarking and reserved ranges.
+		"192.0.2.1": true, "198.51.100.7": true, "203.0.113.9": true, "240.0.0.1": true, "2001:db8::1": true, "100::1": true,
+		// Public, also through the well-known NAT64 prefix.
+		"93.184.215.14": false, "2606:2800:21f:cb07:6820:80da:af6b:8b2c": false, "8.8.8.8": false, "64:ff9b::5db8:d70e": false,
+		"2001:4860:4860::8888": false,
 	} {
 		if got := Forbidden(netip.MustParseAddr(addr)) != ""; got != forbidden {
 			t.Errorf("%s: forbidden %v, want %v", addr, got, forbidden)
@@ -54,17 +65,27 @@ func TestCheckURL(t *testing.T) {
 		"localhost":         {netip.MustParseAddr("127.0.0.1")},
 	}
 	ctx := context.Background()
+	notPublic := "url: the host does not resolve to public addresses only"
 	for raw, want := range map[string]string{
-		"https://hooks.example.com/sluice": "",
-		"http://hooks.example.com/sluice":  "url: must be https",
-		"https://internal.example/":        "url: internal.example resolves to 10.0.0.7, a private address",
-		"https://localhost:8443/":          "url: localhost resolves to 127.0.0.1, a loopback address",
-		"https://127.0.0.1/":               "a loopback address",
-		"https://[::1]/":                   "a loopback address",
-		"https://169.254.169.254/latest":   "a link-local address",
-		"https://nowhere.invalid/":         "url: the host nowhere.invalid does not resolve",
-		"https://u:p@hooks.example.com/":   "url: must not hold a user name or password",
-		"ftp://hooks.example.com/":         "url: must be https",
+		"https://hooks.example.com/sluice":      "",
+		"https://hooks.example.com:443/sluice":  "",
+		"https://hooks.example.com:8443/sluice": "",
+		"http://hooks.example.com/sluice":       "url: must be https",
+		"https://internal.example/":             notPublic,
+		"https://localhost:8443/":               notPublic,
+		"https://nowhere.invalid/":              notPublic,
+		"https://127.0.0.1/":                    "url: 127.0.0.1 is a loopback address",
+		"https://[::1]/":                        "a loopback address",
+		"https://169.254.169.254/latest":        "a link-local address",
+		"https://[2002:a00:1::1]/":              "an IPv6 transition address",
+		"https://u:p@hooks.example.com/":        "url: must not hold a user name or password",
+		"ftp://hooks.example.com/":              "url: must be https",
+		// Other ports of a public host are not probed.
+		"https://hooks.example.com:22/":    "url: the port must be 443 or 8443",
+		"https://hooks.example.com:6379/":  "url: the port must be 443 or 8443",
+		"https://hooks.example.com:80/":    "url: the port must be 443 or 8443",
+		"https://93.184.215.14:10250/x":    "url: the port must be 443 or 8443",
+		"https://hooks.example.com:65535/": "url: the port must be 443 or 8443",
 	} {
 		err := CheckURL(ctx, r, raw, false)
 		switch {
@@ -72,6 +93,10 @@ func TestCheckURL(t *testing.T) {
 			t.Errorf("%s: %v", raw, err)
 		case want != "" && (!errs.Is(err, errs.Invalid) || !strings.Contains(errs.Message(err), want)):
 			t.Errorf("%s: %v, want an invalid_request with %q", raw, err, want)
+		}
+		// No answer about a name tells where it resolves.
+		if err != nil && strings.Contains(raw, ".example") && (strings.Contains(errs.Message(err), "10.0.0.7") || strings.Contains(errs.Message(err), "127.0.0.1")) {
+			t.Errorf("%s: the error names the resolved address: %v", raw, err)
 		}
 	}
 	// The operator may allow private addresses; https stays required.
@@ -87,14 +112,20 @@ func TestCheckURL(t *testing.T) {
 // name resolved to when the URL was stored.
 func TestDialerRefusesForbiddenAddresses(t *testing.T) {
 	check := control(false)
-	if err := check("tcp", "127.0.0.1:443", nil); err == nil || !strings.Contains(err.Error(), "loopback") {
-		t.Fatalf("loopback: %v", err)
+	for _, addr := range []string{"127.0.0.1:443", "[fd00::1]:443", "[2002:a00:1::1]:443", "[::a00:1]:443", "93.184.215.14:22", "93.184.215.14:6443"} {
+		err := check("tcp", addr, nil)
+		if !errors.Is(err, errRefused) {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		// What the tenant sees of it names no address.
+		if d := describe(&net.OpError{Op: "dial", Net: "tcp", Err: err}, time.Second); d != errRefused.Error() {
+			t.Fatalf("%s described as %q", addr, d)
+		}
 	}
-	if err := check("tcp", "[fd00::1]:443", nil); err == nil {
-		t.Fatal("ULA allowed")
-	}
-	if err := check("tcp", "93.184.215.14:443", nil); err != nil {
-		t.Fatalf("public: %v", err)
+	for _, addr := range []string{"93.184.215.14:443", "93.184.215.14:8443", "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:443"} {
+		if err := check("tcp", addr, nil); err != nil {
+			t.Fatalf("public %s: %v", addr, err)
+		}
 	}
 	if err := control(true)("tcp", "127.0.0.1:443", nil); err != nil {
 		t.Fatalf("allowed: %v", err)
