@@ -12,11 +12,19 @@ package engine
 //     it admitted (LocalFlushInterval); they force that consumption into their
 //     own buckets, so overshoot is bounded by what the servers admit before
 //     they hear of each other.
+//
+// A decision that counts its cost whether or not it is allowed (count, the
+// reference rate limit server's way: rls.go) reaches the owner with its
+// tier marked (countTier). A server of an earlier version finds no limits
+// for such a tier and answers so; the sender then decides here, as for a
+// policy the owner has not seen yet, so mixed versions stay available
+// while an upgrade rolls.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +83,21 @@ type decision struct {
 	// counts the units.
 	settle bool
 	since  int64
+	// count takes the cost even when it is denied, and decides on the
+	// usage with it (quota.Cache.CountBytes): the reference's counting.
+	count bool
+}
+
+// tierCountSuffix marks a forwarded decision's tier as a count
+// (decision.count); no tier name holds a '+'.
+const tierCountSuffix = "+count"
+
+// countTier is the tier a decision is forwarded under.
+func countTier(tier string, count bool) string {
+	if count {
+		return tier + tierCountSuffix
+	}
+	return tier
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -96,7 +119,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	}
 	if d.pv.consistency == "local" {
 		allowed, report, _ := e.decideHere(d, out)
-		if allowed && d.consume {
+		if (allowed || d.count) && d.consume && d.cost > 0 {
 			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
 		}
 		return allowed, report, nil
@@ -116,7 +139,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			return e.decideHere(d, out)
 		}
 		if owner, ok := c.Owner(p); ok && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now})
+			res, err := c.Forward(wctx, owner, cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: countTier(d.tier, d.count), KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now})
 			if err == nil {
 				switch res.Status {
 				case cluster.StatusOK:
@@ -154,20 +177,27 @@ func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error)
 		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
 		return true, 0, nil
 	}
-	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
+	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, d.count, out)
 	return allowed, report, nil
 }
 
 // decideCache decides in the hot cache. A negative cost is a refund (a
 // descriptor's is_negative_hits, rls.go): it gives the units back and
-// answers the bucket as it then is, allowed.
-func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
+// answers the bucket as it then is, allowed. With count the cost is taken
+// whether or not it is allowed (quota.Cache.CountBytes).
+func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume, count bool, out []quota.Outcome) (bool, int) {
 	if cost < 0 {
 		if consume {
 			e.cache.Refund(key, limits, now, -cost)
 		}
 		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
 		return true, report
+	}
+	if count {
+		if !consume {
+			cost = 0
+		}
+		return e.cache.CountBytes(key, limits, now, cost, out)
 	}
 	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
 }
@@ -188,7 +218,8 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			res[i].Status = cluster.StatusNotOwner
 			continue
 		}
-		limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
+		tier, count := strings.CutSuffix(it.Tier, tierCountSuffix)
+		limits := v.limitsFor(it.Tenant, it.Policy, tier, it.KeyID)
 		if len(limits) == 0 || len(limits) > MaxLimits {
 			res[i].Status = cluster.StatusNoLimits
 			continue
@@ -201,10 +232,10 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			if tv := v.tenant(it.Tenant); tv != nil {
 				pv = tv.byID[it.Policy]
 			}
-			e.settleCache([]byte(it.Key), it.Tenant, pv, it.Tier, limits, it.Now, it.Cost, it.Since, outs[:n])
+			e.settleCache([]byte(it.Key), it.Tenant, pv, tier, limits, it.Now, it.Cost, it.Since, outs[:n])
 			allowed = true
 		} else {
-			allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+			allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, count, outs[:n])
 		}
 		r := cluster.Result{Allowed: allowed, Report: report, Outcomes: make([]cluster.Outcome, n)}
 		for k := 0; k < n; k++ {
