@@ -17,6 +17,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sync"
@@ -316,6 +318,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	k = append(k, pv.id...)
 	k = append(k, "/d:"...)
 	k = appendCounterKey(k, domain, l, d.Entries)
+	k = boundCounterKey(k, len(k)-counterKeyLen(domain, l, d.Entries))
 	cost, consume := d.Hits, d.Hits > 0
 	if d.Refund {
 		cost, consume = -d.Hits, d.Hits > 0
@@ -458,6 +461,37 @@ func rlsIdentity(es []RLSEntry) (kind, id string) {
 
 // maxIdentityBytes bounds a descriptor identity in analytics.
 const maxIdentityBytes = 200
+
+// maxCounterKeyBytes bounds the counter part of a bucket key: a longer
+// one (long values, deep descriptors) stands for its SHA-256, so a bucket
+// costs the same memory whatever a caller sends, and distinct counters
+// stay distinct.
+const maxCounterKeyBytes = 256
+
+// counterKeyLen is the length appendCounterKey appends.
+func counterKeyLen(domain string, l *rlsconf.Limit, es []RLSEntry) int {
+	n := len(domain) + 1
+	for i, e := range es {
+		n += len(e.Key) + 2
+		if p, ok := l.SharePattern(i); ok {
+			n += len(p)
+		} else {
+			n += len(e.Value)
+		}
+	}
+	return n
+}
+
+// boundCounterKey replaces the counter key that starts at b[at:] by "#"
+// and its SHA-256 in hex when it is longer than maxCounterKeyBytes.
+func boundCounterKey(b []byte, at int) []byte {
+	if len(b)-at <= maxCounterKeyBytes {
+		return b
+	}
+	sum := sha256.Sum256(b[at:])
+	b = append(b[:at], '#')
+	return hex.AppendEncode(b, sum[:])
+}
 
 // appendCounterKey appends the reference's counter key of a match
 // (rlsconf.Limit.CounterKey) to b without a string of its own.

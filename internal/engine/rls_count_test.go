@@ -3,8 +3,12 @@ package engine
 import (
 	"context"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 const countYAML = `domain: edge
@@ -111,5 +115,33 @@ func TestShouldRateLimitResetPastLimit(t *testing.T) {
 		if !st.OverLimit || st.ResetAfter != 15*time.Second {
 			t.Fatalf("%s: %d hits: %+v, want over resetting in 15s", key, d.Hits, st)
 		}
+	}
+}
+
+// Oversized input is decided, with bounded memory: values far past 1 KiB
+// are matched and counted, each bucket's key standing for its counter by
+// a hash, and distinct values keep distinct counters.
+func TestShouldRateLimitLongValues(t *testing.T) {
+	e := rlsEngineWith(t, countYAML+`  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	at := time.Unix(1_800_000_000-1_800_000_000%60+1, 0)
+	const n, size = 200, 64 << 10
+	for i := range n {
+		v := strings.Repeat("x", size) + strconv.Itoa(i)
+		if st := rlsCall(t, e, at, desc("user", v)); st.OverLimit || st.Limit == nil {
+			t.Fatalf("value %d: %+v, want OK under the user rule", i, st)
+		}
+		if st := rlsCall(t, e, at, desc("user", v)); !st.OverLimit {
+			t.Fatalf("value %d again: %+v, want over (its own counter)", i, st)
+		}
+	}
+	keys, bytes := 0, 0
+	e.cache.DrainDirty(func(key string, _ []quota.Limit, _ []quota.State, _ int64) {
+		keys++
+		bytes += len(key)
+	})
+	if keys != n || bytes > n*(maxCounterKeyBytes+64) {
+		t.Fatalf("%d buckets of %d key bytes in all for %d values of %d bytes, want %d of at most %d each", keys, bytes, n, size, n, maxCounterKeyBytes+64)
 	}
 }
