@@ -52,6 +52,9 @@ const (
 	// MaxDescriptors bounds the descriptors of one call (the HTTP batch's
 	// bound); Envoy sends one per matching rate_limits action set.
 	MaxDescriptors = 1000
+	// maxHits bounds a descriptor's own hits_addend (a UInt64), so that
+	// counts stay exact: a call of more is a call of this many.
+	maxHits = 1 << 53
 )
 
 // Decider is what the service needs of the engine.
@@ -245,7 +248,8 @@ func request(req *pb.RateLimitRequest) (*engine.RLSRequest, error) {
 		// hits_addend: the descriptor's own when set (0 allowed: a check
 		// that counts nothing), else the request's, where 0 means 1.
 		if h := d.GetHitsAddend(); h != nil {
-			out.Hits = int64(h.GetValue())
+			// A UInt64; counts stay exact up to 2^53.
+			out.Hits = int64(min(h.GetValue(), maxHits))
 		} else {
 			out.Hits = int64(max(1, req.GetHitsAddend()))
 		}

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -203,9 +204,14 @@ func TestOversizedInputDecided(t *testing.T) {
 	if err != nil || len(r.GetStatuses()) != 2 {
 		t.Fatalf("oversized call: %v %v", r, err)
 	}
-	got := d.last.Descriptors
-	if d.last.Domain != long || got[0].Entries[0].Value != long || got[0].Hits != 4294967295 || len(got[1].Entries) != 200 || got[1].Hits != 4294967295 {
-		t.Fatalf("the engine got domain of %d bytes, %+v", len(d.last.Domain), got[1])
+	got, domain := d.last.Descriptors, d.last.Domain
+	huge := desc("a", "1")
+	huge.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+	if _, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{huge}}); err != nil || d.last.Descriptors[0].Hits != maxHits {
+		t.Fatalf("hits_addend 2^64-1: %v, hits %d, want %d", err, d.last.Descriptors[0].Hits, int64(maxHits))
+	}
+	if domain != long || got[0].Entries[0].Value != long || got[0].Hits != 4294967295 || len(got[1].Entries) != 200 || got[1].Hits != 4294967295 {
+		t.Fatalf("the engine got a domain of %d bytes, hits %d and %d, %d entries", len(domain), got[0].Hits, got[1].Hits, len(got[1].Entries))
 	}
 }
 
