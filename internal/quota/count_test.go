@@ -99,3 +99,29 @@ func TestCountBytesCountsDenials(t *testing.T) {
 		t.Fatal("token bucket: the forced cost did not count")
 	}
 }
+
+// CountBytes (its fast path for a cost that fits included) answers and
+// counts as Limit.Count on a lone State, call for call.
+func TestCountBytesMatchesCount(t *testing.T) {
+	base := int64(1_700_000_000 * time.Second)
+	for _, l := range []Limit{
+		{Algorithm: FixedWindow, Limit: 10, Period: time.Second},
+		{Algorithm: TokenBucket, Limit: 10, Period: time.Second},
+		{Algorithm: FixedWindow, Limit: 0, Period: time.Second},
+	} {
+		c := NewCache()
+		ls := []Limit{l}
+		var s State
+		out := make([]Outcome, 1)
+		now := base
+		for i := range 2000 {
+			now += int64(i%7) * int64(time.Millisecond) * 37
+			cost := int64((i * 7919) % 13)
+			want := l.Count(&s, now, cost)
+			ok, _ := c.CountBytes([]byte("k"), ls, now, cost, out)
+			if ok != want.Allowed || out[0].Remaining != want.Remaining || out[0].Reset != want.Reset {
+				t.Fatalf("%v, call %d (cost %d): cache %v %+v, Count %+v", l.Algorithm, i, cost, ok, out[0], want)
+			}
+		}
+	}
+}
