@@ -602,8 +602,9 @@ func TestRLSAgainstReference(t *testing.T) {
 		time.Sleep(now.Truncate(time.Second).Add(time.Second + frac).Sub(now))
 	}
 
-	calls, mismatches, over, limited := 0, 0, 0, 0
-	deadline := time.Now().Add(30 * time.Second)
+	calls, mismatches, over, limited, straddled := 0, 0, 0, 0, 0
+	deadline := time.Now().Add(25 * time.Second)
+streams:
 	for round := 0; time.Now().Before(deadline); round++ {
 		untilSecond(100 * time.Millisecond)
 		if rng.IntN(4) == 0 {
@@ -617,8 +618,16 @@ func TestRLSAgainstReference(t *testing.T) {
 			d := domains[rng.IntN(len(domains))]
 			req := genCall(rng, d, pools[d])
 			refR, slR := both(req)
-			if time.Now().Unix() != sec {
-				t.Fatalf("a call crossed a window edge (the machine stalled): the servers may count it in different windows")
+			if end := time.Now(); end.Unix() != sec {
+				// The machine stalled and the call crossed a window edge:
+				// the servers may have counted it in different windows.
+				// Second windows start afresh with the next burst; a
+				// minute's counters could stay apart, so the streams end.
+				straddled++
+				if end.Truncate(time.Minute) != time.Unix(sec, 0).Truncate(time.Minute) {
+					break streams
+				}
+				break
 			}
 			calls++
 			if refR.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
@@ -640,7 +649,10 @@ func TestRLSAgainstReference(t *testing.T) {
 	if mismatches > 0 {
 		t.Fatalf("%d of %d calls answered differently (seed %d)", mismatches, calls, seed)
 	}
-	t.Logf("%d calls (%d over the limit, %d statuses under a limit), every answer the same", calls, over, limited)
+	if calls < 100 {
+		t.Fatalf("only %d calls compared (%d crossed a window edge): the machine is too slow for the streams", calls, straddled)
+	}
+	t.Logf("%d calls (%d over the limit, %d statuses under a limit), every answer the same; %d left uncompared at a window edge", calls, over, limited, straddled)
 
 	// The token-quota pattern of the reference's example: look with
 	// hits_addend 0 before serving, charge the response's tokens when it
