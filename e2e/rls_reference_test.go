@@ -143,6 +143,83 @@ descriptors:
   - key: probe
     rate_limit: {unit: second, requests_per_unit: 1000}
 `,
+	"shadow.yaml": `domain: shadow
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 2}
+      - key: subkey1
+        value: subvalue1
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: key2
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key2
+    value: value2
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: probe
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`,
+	"share.yaml": `domain: share
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: nested
+    value: parent
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: files
+    value: top/*
+    share_threshold: true
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        descriptors:
+          - key: action
+            rate_limit: {unit: second, requests_per_unit: 2}
+  - key: file
+    value: test1
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: probe
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`,
 	"wildcard.yaml": `domain: wild
 descriptors:
   - key: path
@@ -188,6 +265,15 @@ var rlsReferencePools = map[string][][]string{
 		{"source_cluster", "proxy", "destination_cluster", "override"}, {"source_cluster", "proxy", "destination_cluster", "fake"},
 		{"foo", "f"}, {"foo", "f", "bar", "b"}, {"foo", "f", "bar", "bkthomps"}, {"foo", "f", "bar", "banned"}, {"foo", "f", "baz", "z"},
 		{"foo", "f", "baz", "not-so-shady"}, {"foo", "f", "baz", "shady"}, {"foo", "f", "bay", "y"}, {"unspec", "u"}, {"qux", "q"}, {"model", "m"},
+	},
+	"shadow": {
+		{"key1", "value1", "subkey1", "a"}, {"key1", "value1", "subkey1", "subvalue1"}, {"key2", "v"}, {"key2", "value2"}, {"key2", "value3"},
+	},
+	"share": {
+		{"files", "files/a"}, {"files", "files/b"}, {"files", "other"}, {"nested", "parent", "files", "nested/x"}, {"nested", "parent", "files", "nested/y"},
+		{"files", "top/1", "files", "nested/1"}, {"files", "top/2", "files", "nested/2"}, {"route", "api/v1", "method", "GET"}, {"route", "api/v2", "method", "POST"},
+		{"user", "user/1", "resource", "res/a", "action", "read"}, {"user", "user/2", "resource", "res/b", "action", "read"},
+		{"file", "test1"}, {"file", "test2"}, {"file", "test3"}, {"wild", "foo1"}, {"wild", "foo"}, {"wild", "fo"}, {"nestedWild", "val1", "wild", "goo1"},
 	},
 	"wild": {
 		{"path", "/api/v1/x"}, {"path", "/api/v1/"}, {"path", "/api/v2"}, {"path", "/api/v1/exact"}, {"path", "/other"}, {"path", "/api"},
