@@ -116,6 +116,11 @@ descriptors:
     rate_limit:
       unit: month
       requests_per_unit: 3
+  # LLM tokens: looked at before a request, charged when its response ends
+  - key: model
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000
 `
 
 type rlsClient struct {
@@ -356,6 +361,26 @@ func TestRLSSingleServer(t *testing.T) {
 		t.Fatalf("reflection: %v %v", lr, err)
 	}
 	rc.CloseSend()
+
+	// The token-quota pattern (Envoy's apply_on_stream_done): look with
+	// hits_addend 0, serve, charge the response's 1 500 tokens against
+	// 1 000 an hour. The client is served once of ten, as by the
+	// reference, not ten times.
+	served := 0
+	for range 10 {
+		look := rd("model", "client-1")
+		look.HitsAddend = wrapperspb.UInt64(0)
+		if c.must("billing", look).GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		served++
+		charge := rd("model", "client-1")
+		charge.HitsAddend = wrapperspb.UInt64(1500)
+		c.must("billing", charge)
+	}
+	if served != 1 {
+		t.Fatalf("token quota: %d of 10 served with 1 500-token responses and 1 000 tokens an hour, want 1", served)
+	}
 
 	// A month quota survives a restart: two of three used before, one after.
 	c.must("billing", rd("customer", "c1"))
