@@ -575,3 +575,18 @@ descriptors:
   - {key: c, rate_limit: *m}
 `)
 }
+
+// sluice.denied is counted (the reference's way) or uncounted.
+func TestParseDenied(t *testing.T) {
+	f, err := Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n    sluice: {denied: Uncounted}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Descriptors[0]; d.Sluice == nil || d.Sluice.Denied != DeniedUncounted || d.RateLimit.RequestsPerUnit != 0 {
+		t.Fatalf("parsed %+v", d)
+	}
+	_, err = Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    sluice: {denied: sometimes}\n"))
+	if err == nil || !strings.Contains(err.Error(), `sluice.denied: must be counted or uncounted, not "sometimes"`) {
+		t.Fatalf("denied: sometimes: %v", err)
+	}
+}
