@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -143,5 +145,26 @@ func TestShouldRateLimitLongValues(t *testing.T) {
 	})
 	if keys != n || bytes > n*(maxCounterKeyBytes+64) {
 		t.Fatalf("%d buckets of %d key bytes in all for %d values of %d bytes, want %d of at most %d each", keys, bytes, n, size, n, maxCounterKeyBytes+64)
+	}
+}
+
+// The statistics split a call that crosses the limit as the reference
+// does: 7 of 10 used, a call of 5 is 2 over and 2 near (past 8).
+func TestShouldRateLimitStatsAcrossTheLimit(t *testing.T) {
+	e := rlsEngineWith(t, countYAML)
+	at := time.Unix(1_800_000_000-1_800_000_000%60+1, 0)
+	d := desc("strict", "s")
+	d.Hits = 7
+	rlsCall(t, e, at, d)
+	d.Hits = 5
+	if st := rlsCall(t, e, at, d); !st.OverLimit {
+		t.Fatalf("12 of 10: %+v", st)
+	}
+	m := e.metrics.rls
+	over := testutil.ToFloat64(m.overLimit.WithLabelValues("ten_a", "edge", "strict"))
+	near := testutil.ToFloat64(m.nearLimit.WithLabelValues("ten_a", "edge", "strict"))
+	total := testutil.ToFloat64(m.totalHits.WithLabelValues("ten_a", "edge", "strict"))
+	if over != 2 || near != 2 || total != 12 {
+		t.Fatalf("over %v near %v total %v, want 2, 2, 12", over, near, total)
 	}
 }

@@ -13,9 +13,12 @@ import (
 //
 // For a fixed window this is the reference's INCRBY and compare exactly:
 // Remaining is the limit less the count (0 past it), Reset the time to the
-// window's end, also when the count is 0. The other algorithms take the
-// cost when it fits and force it (Force) when it does not; for them a cost
-// of 0 is allowed when at least one unit is left.
+// window's end, also when the count is 0. A denial's Remaining is what was
+// left before its cost counted, as a denied Check describes the bucket it
+// did not change (the reference's statistics split such a cost between
+// near and over the limit by it). The other algorithms take the cost when
+// it fits and force it (Force) when it does not; for them a cost of 0 is
+// allowed when at least one unit is left.
 func (l *Limit) Count(s *State, now int64, cost int64) Outcome {
 	var o Outcome
 	l.count(s, now, max(cost, 0), &o)
@@ -39,6 +42,9 @@ func (l *Limit) count(s *State, now, cost int64, o *Outcome) {
 		default:
 			o.RetryAfter = time.Duration(end - now)
 		}
+		if !o.Allowed && cost > 0 {
+			o.Remaining = floorUnits(lim - count)
+		}
 		if cost > 0 {
 			s.Tokens, s.At = after, start
 		}
@@ -54,7 +60,7 @@ func (l *Limit) count(s *State, now, cost int64, o *Outcome) {
 	l.decide(s, now, cost, true, o)
 	if !o.Allowed {
 		l.Force(s, now, cost)
-		o.Remaining, o.Reset = l.status(s, now)
+		_, o.Reset = l.status(s, now)
 	}
 }
 

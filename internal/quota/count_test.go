@@ -21,14 +21,14 @@ func TestCountAsTheReference(t *testing.T) {
 	}{
 		{0, 0, true, 3, time.Second}, // a look at an empty bucket: the whole window to go
 		{sec / 4, 2, true, 1, 750 * time.Millisecond},
-		{sec / 2, 2, false, 0, 500 * time.Millisecond}, // 4 > 3: over, and counted
+		{sec / 2, 2, false, 1, 500 * time.Millisecond}, // 4 > 3: over (1 was left before it), and counted
 		{sec / 2, 0, false, 0, 500 * time.Millisecond}, // the look sees the 4
 		{sec / 2, 5, false, 0, 500 * time.Millisecond}, // more than the limit at once: over, with the reset
 		{sec, 0, true, 3, time.Second},                 // a new window
 		{sec, 3, true, 0, time.Second},
 		{sec, 0, true, 0, time.Second}, // at the limit, not past it
 		{sec, 1, false, 0, time.Second},
-		{2 * sec, 4294967295, false, 0, time.Second},
+		{2 * sec, 4294967295, false, 3, time.Second}, // all 3 were left before it
 	}
 	var s State
 	for i, st := range steps {
