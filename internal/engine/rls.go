@@ -317,8 +317,8 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	k = append(k, '/')
 	k = append(k, pv.id...)
 	k = append(k, "/d:"...)
-	k = appendCounterKey(k, domain, l, d.Entries)
-	k = boundCounterKey(k, len(k)-counterKeyLen(domain, l, d.Entries))
+	at := len(k)
+	k = boundCounterKey(appendCounterKey(k, domain, l, d.Entries), at)
 	cost, consume := d.Hits, d.Hits > 0
 	if d.Refund {
 		cost, consume = -d.Hits, d.Hits > 0
@@ -467,20 +467,6 @@ const maxIdentityBytes = 200
 // costs the same memory whatever a caller sends, and distinct counters
 // stay distinct.
 const maxCounterKeyBytes = 256
-
-// counterKeyLen is the length appendCounterKey appends.
-func counterKeyLen(domain string, l *rlsconf.Limit, es []RLSEntry) int {
-	n := len(domain) + 1
-	for i, e := range es {
-		n += len(e.Key) + 2
-		if p, ok := l.SharePattern(i); ok {
-			n += len(p)
-		} else {
-			n += len(e.Value)
-		}
-	}
-	return n
-}
 
 // boundCounterKey replaces the counter key that starts at b[at:] by "#"
 // and its SHA-256 in hex when it is longer than maxCounterKeyBytes.
