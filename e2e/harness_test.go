@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir)
 	}
+	if referenceBin.dir != "" {
+		os.RemoveAll(referenceBin.dir)
+	}
 	os.Exit(code)
 }
 

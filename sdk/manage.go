@@ -55,6 +55,13 @@ type DescriptorRule struct {
 	ShareThreshold  bool              `json:"share_threshold,omitempty"`
 	Metadata        string            `json:"metadata,omitempty"` // JSON
 	Extras          bool              `json:"extras,omitempty"`   // limits use Sluice's own fields
+	// DeniedUncounted: a request over the node's limits counts nothing;
+	// without it every request's hits count, allowed or not, as in the
+	// reference.
+	DeniedUncounted bool `json:"denied_uncounted,omitempty"`
+	// Order is a wildcard node's place among its wildcard siblings (0
+	// first): the first that matches a value wins.
+	Order int `json:"order,omitempty"`
 }
 
 // DescriptorEntry is one level of a descriptor.

@@ -14,14 +14,27 @@ import (
 
 // isReferenceConfig reports whether data is a configuration file of
 // Envoy's reference rate limit server rather than a limits file: its top
-// level is a mapping with a "domain" key (docs/ENVOY.md).
+// level is a mapping with a "domain" or a "descriptors" key (docs/ENVOY.md).
+// A file without a domain is the reference's, refused for its empty
+// domain, not a limits file with unknown fields. The keys are read from
+// the document's nodes, so a key given twice (which the reference's parser
+// takes) does not hide them.
 func isReferenceConfig(data []byte) bool {
-	var top map[string]yaml.Node
-	if err := yaml.Unmarshal(data, &top); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
 		return false
 	}
-	_, ok := top["domain"]
-	return ok
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		switch top.Content[i].Value {
+		case "domain", "descriptors":
+			return true
+		}
+	}
+	return false
 }
 
 // applyReference applies a reference configuration file: the file is the

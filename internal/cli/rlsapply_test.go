@@ -99,3 +99,29 @@ func TestApplyReferenceProblems(t *testing.T) {
 		t.Errorf("a refused file made policy %s", name)
 	}
 }
+
+// A reference file is told from a limits file by its top-level keys, also
+// when it has no domain (refused for that, by name) or repeats a key; a
+// limits file stays one.
+func TestIsReferenceConfig(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want bool
+	}{
+		{"domain: edge\ndescriptors: []\n", true},
+		{"domain: \"\"\n", true},
+		{"descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n", true},
+		{"domain: a\ndomain: b\n", true},
+		{"version: 1\npolicies: []\n", false},
+		{"- a\n", false},
+		{"", false},
+	} {
+		if got := isReferenceConfig([]byte(c.text)); got != c.want {
+			t.Errorf("%q: reference %v, want %v", c.text, got, c.want)
+		}
+	}
+	_, err := rlsconf.Parse("nodomain.yaml", []byte("descriptors:\n  - key: a\n"))
+	if err == nil || !strings.Contains(err.Error(), "empty domain") {
+		t.Fatalf("a file without a domain: %v, want the empty domain named", err)
+	}
+}

@@ -59,6 +59,10 @@ type Item struct {
 	// it consumes it, and to say so (Result.Counted): usage then counts
 	// what the bucket took, even when the answer is lost.
 	Units bool `json:"u,omitempty"`
+	// Count takes the cost even when it is denied (the reference's
+	// counting, for Envoy's hits). An older owner ignores it and counts
+	// only what it allows.
+	Count bool `json:"cn,omitempty"`
 }
 
 // ErrNotSent is wrapped by forward errors after which the owner cannot

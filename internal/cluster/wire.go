@@ -90,6 +90,9 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		if ids && it.Units {
 			flags |= flagUnits
 		}
+		if ids && it.Count {
+			flags |= flagCount
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
 		if it.Settle {
@@ -145,6 +148,7 @@ const (
 	flagID      = 1 << 2
 	flagRef     = 1 << 3
 	flagUnits   = 1 << 4
+	flagCount   = 1 << 5
 
 	// statusCounted marks a result's status: Result.Counted.
 	statusCounted = 1 << 8
@@ -215,10 +219,10 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagSettle|flagID|flagRef|flagUnits) != 0 {
+		if flags&^(flagConsume|flagSettle|flagID|flagRef|flagUnits|flagCount) != 0 {
 			d.Bad = true
 		}
-		it.Consume, it.Settle, it.Units = flags&flagConsume != 0, flags&flagSettle != 0, flags&flagUnits != 0
+		it.Consume, it.Settle, it.Units, it.Count = flags&flagConsume != 0, flags&flagSettle != 0, flags&flagUnits != 0, flags&flagCount != 0
 		it.Now = d.Varint()
 		if it.Settle {
 			it.Since = d.Varint()

@@ -18,6 +18,12 @@ package engine
 //     it admitted (LocalFlushInterval); they force that consumption into their
 //     own buckets, so overshoot is bounded by what the servers admit before
 //     they hear of each other.
+//
+// A decision that counts its cost whether or not it is allowed (count, the
+// reference rate limit server's way: rls.go) reaches the owner with
+// Item.Count set. An owner of an earlier version ignores it and counts only
+// what it allows, so mixed versions stay available while an upgrade rolls,
+// and are exact again once it is done.
 
 import (
 	"context"
@@ -93,11 +99,14 @@ type decision struct {
 	// units itself. A decision made on this server is counted by its
 	// caller.
 	units, counted bool
+	// count takes the cost even when it is denied, and decides on the
+	// usage with it (quota.Cache.CountBytes): the reference's counting.
+	count bool
 }
 
 // item is d as it is forwarded to its owner.
 func (d *decision) item() cluster.Item {
-	return cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref, Units: d.units}
+	return cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref, Units: d.units, Count: d.count}
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -122,7 +131,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		if err != nil {
 			return false, 0, err
 		}
-		if allowed && d.consume {
+		if (allowed || d.count) && d.consume && d.cost > 0 {
 			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
 		}
 		return allowed, report, nil
@@ -247,20 +256,27 @@ func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error)
 		return true, 0, e.applySettle(d, out)
 	}
 	// Units decided here are counted by the caller, on this server too.
-	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, out)
+	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, d.count, out)
 	return allowed, report, nil
 }
 
 // decideCache decides in the hot cache. A negative cost is a refund (a
 // descriptor's is_negative_hits, rls.go): it gives the units back and
-// answers the bucket as it then is, allowed.
-func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume bool, out []quota.Outcome) (bool, int) {
+// answers the bucket as it then is, allowed. With count the cost is taken
+// whether or not it is allowed (quota.Cache.CountBytes).
+func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume, count bool, out []quota.Outcome) (bool, int) {
 	if cost < 0 {
 		if consume {
 			e.cache.Refund(key, limits, now, -cost)
 		}
 		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
 		return true, report
+	}
+	if count {
+		if !consume {
+			cost = 0
+		}
+		return e.cache.CountBytes(key, limits, now, cost, out)
 	}
 	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
 }
@@ -353,7 +369,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		}
 		allowed = true
 	} else {
-		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, outs[:n])
+		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, it.Count, outs[:n])
 	}
 	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: toWire(outs[:n])}
 	if allowed && it.Consume && it.Units && !it.Settle {

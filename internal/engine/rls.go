@@ -10,13 +10,15 @@ package engine
 // blocks and analytics as for /v1/check.
 //
 // As in the reference, every descriptor is decided on its own: one over
-// its limit does not keep another from counting. Unlike the reference, a
-// denied descriptor counts nothing (the reference's counters go on
-// increasing past the limit), which only ever admits a caller sooner,
-// never beyond its limit.
+// its limit does not keep another from counting, and its hits count
+// whether or not it is over (so that usage reported after a response,
+// Envoy's apply_on_stream_done, always counts). A rule with sluice.denied:
+// uncounted counts only what it allows instead.
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sync"
@@ -315,11 +317,15 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	k = append(k, '/')
 	k = append(k, pv.id...)
 	k = append(k, "/d:"...)
-	k = appendCounterKey(k, domain, l, d.Entries)
+	at := len(k)
+	k = boundCounterKey(appendCounterKey(k, domain, l, d.Entries), at)
 	cost, consume := d.Hits, d.Hits > 0
 	if d.Refund {
 		cost, consume = -d.Hits, d.Hits > 0
 	}
+	// Every call's hits count, allowed or not, as in the reference,
+	// unless the rule says a denial counts nothing. A refund gives back.
+	count := !d.Refund && (l.Sluice == nil || l.Sluice.Denied != rlsconf.DeniedUncounted)
 	var outs [MaxLimits]quota.Outcome
 	n := len(lims)
 	refunded := int64(0)
@@ -342,21 +348,27 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 		}
 	}
 	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
-		limits: lims, now: nowNS, cost: cost, consume: consume}, outs[:n])
+		limits: lims, now: nowNS, cost: cost, consume: consume, count: count}, outs[:n])
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {
 		return false, err
 	}
 	r := outs[max(report, 0)]
-	if d.Hits == 0 || d.Refund {
-		// A check that takes nothing (or gives back) is never over: it
+	if !count && (d.Hits == 0 || d.Refund) {
+		// Where a denial counts nothing, usage never passes the limit: a
+		// check that takes nothing (or gives back) is never over, and
 		// reports what is left now. The cache answered a look at one
 		// unit, which leaves one less when it fits.
 		if r.Allowed {
 			r.Remaining++
 		}
 		allowed = true
+	}
+	if !allowed && r.Reset == 0 {
+		// More hits than the limit at once on an unused window: the
+		// reference still answers the time until the window turns.
+		r.Reset = windowReset(lims[max(report, 0)], nowNS)
 	}
 	rl.RequestsPerUnit = uint32(min(r.Limit, math.MaxUint32))
 	rl.Window = lims[max(report, 0)].Period
@@ -375,6 +387,10 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	if !d.Refund {
 		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, d.Hits)
+		if count && !allowed && d.Hits > 0 {
+			// Counted though denied: it is usage against the limit.
+			e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, d.Hits)
+		}
 		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
 	} else if refunded > 0 {
 		// A refund is no decision, but gives units back, in the minute it
@@ -385,6 +401,23 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	// descriptors' answers, as in the reference.
 	st.OverLimit = !allowed && !pv.shadow
 	return st.OverLimit, nil
+}
+
+// windowReset is the time from now until l's window turns: its fixed
+// window's end, or a period for the other algorithms.
+func windowReset(l quota.Limit, now int64) time.Duration {
+	if l.Algorithm != quota.FixedWindow {
+		return l.Period
+	}
+	if l.Calendar != nil {
+		_, end := l.Calendar.Window(now)
+		return time.Duration(end - now)
+	}
+	p := int64(l.Period)
+	if p <= 0 {
+		return 0
+	}
+	return time.Duration(p - ((now%p)+p)%p)
 }
 
 // unitOf names a window as a reference unit, "" when it is none.
@@ -428,6 +461,23 @@ func rlsIdentity(es []RLSEntry) (kind, id string) {
 
 // maxIdentityBytes bounds a descriptor identity in analytics.
 const maxIdentityBytes = 200
+
+// maxCounterKeyBytes bounds the counter part of a bucket key: a longer
+// one (long values, deep descriptors) stands for its SHA-256, so a bucket
+// costs the same memory whatever a caller sends, and distinct counters
+// stay distinct.
+const maxCounterKeyBytes = 256
+
+// boundCounterKey replaces the counter key that starts at b[at:] by "#"
+// and its SHA-256 in hex when it is longer than maxCounterKeyBytes.
+func boundCounterKey(b []byte, at int) []byte {
+	if len(b)-at <= maxCounterKeyBytes {
+		return b
+	}
+	sum := sha256.Sum256(b[at:])
+	b = append(b[:at], '#')
+	return hex.AppendEncode(b, sum[:])
+}
 
 // appendCounterKey appends the reference's counter key of a match
 // (rlsconf.Limit.CounterKey) to b without a string of its own.

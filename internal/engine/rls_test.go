@@ -47,7 +47,13 @@ descriptors:
 // domain of rlsYAML, decided at fixed instants.
 func rlsEngine(t *testing.T) *Engine {
 	t.Helper()
-	f, err := rlsconf.Parse("edge.yaml", []byte(rlsYAML))
+	return rlsEngineWith(t, rlsYAML)
+}
+
+// rlsEngineWith is rlsEngine with a domain of its own.
+func rlsEngineWith(t *testing.T, yaml string) *Engine {
+	t.Helper()
+	f, err := rlsconf.Parse("edge.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +166,8 @@ func TestShouldRateLimitReset(t *testing.T) {
 	}
 }
 
-// hits_addend: 0 takes nothing, n takes n, and a refund gives back, never
-// beyond the limit; a descriptor's own limit (Envoy's override) counts
+// hits_addend: 0 takes nothing, n takes n (counted past the limit, as in
+// the reference), and a refund gives back, never beyond the limit; a descriptor's own limit (Envoy's override) counts
 // with that limit.
 func TestShouldRateLimitHits(t *testing.T) {
 	e := rlsEngine(t)
@@ -186,22 +192,28 @@ func TestShouldRateLimitHits(t *testing.T) {
 	if st := call(d); !st.OverLimit || st.Remaining != 0 {
 		t.Fatalf("hits 60 more: %+v, want over", st)
 	}
+	// The denied 60 counted, as in the reference: 120 of 100 used, and a
+	// look is over.
+	d.Hits = 0
+	if st := call(d); !st.OverLimit || st.Remaining != 0 {
+		t.Fatalf("look past the limit: %+v, want over", st)
+	}
 	d.Hits, d.Refund = 30, true
-	if st := call(d); st.OverLimit || st.Remaining != 70 {
-		t.Fatalf("refund 30: %+v, want 70 remaining", st)
+	if st := call(d); st.OverLimit || st.Remaining != 10 {
+		t.Fatalf("refund 30: %+v, want 10 remaining", st)
 	}
 	d.Hits = 500
 	if st := call(d); st.Remaining != 100 {
 		t.Fatalf("refund past full: %+v, want 100 remaining", st)
 	}
-	// Usage: 60 taken, the denial nothing, the refunds 30 and then the 30
-	// left, not the 500 asked.
+	// Usage: 60 taken, the denied 60 counted, the refunds 30 and then the
+	// 90 left, not the 500 asked.
 	var units int64
 	for _, r := range e.counters.drain() {
 		units += r.Units
 	}
 	if units != 0 {
-		t.Fatalf("usage after the refunds: %d units, want 60 - 30 - 30", units)
+		t.Fatalf("usage after the refunds: %d units, want 120 - 30 - 90", units)
 	}
 	d.Hits, d.Refund = 10, true // nothing left to give back
 	call(d)

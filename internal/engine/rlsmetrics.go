@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -12,8 +15,9 @@ import (
 // maxRLSSeries bounds the label sets of the descriptor statistics, in all
 // and per tenant: a rule with detailed_metric or value_to_metric names a
 // series per value, which callers choose. Past a bound, hits count under
-// the key "_overflow", so one tenant's callers cannot crowd out another's
-// series.
+// one series of the tenant's, domain and key "_overflow", so one tenant's
+// callers cannot crowd out another's series; each label is bounded in
+// bytes (boundLabel).
 const (
 	maxRLSSeries          = 10_000
 	maxRLSSeriesPerTenant = 1_000
@@ -78,11 +82,12 @@ func (m *rlsMetrics) vecs() []*prometheus.CounterVec {
 // past a bound, a new key counts under "_overflow", found with the read
 // lock as every known key is.
 func (m *rlsMetrics) of(tenant, domain, statsKey string) *rlsSeries {
-	key := strings.TrimPrefix(strings.TrimPrefix(statsKey, domain), ".")
+	key := boundLabel(strings.TrimPrefix(strings.TrimPrefix(statsKey, domain), "."))
+	domain = boundLabel(domain)
 	m.mu.RLock()
 	s := m.series[[3]string{tenant, domain, key}]
 	if s == nil && m.full(tenant) {
-		s = m.series[[3]string{tenant, domain, overflowKey}]
+		s = m.series[[3]string{tenant, overflowKey, overflowKey}]
 	}
 	m.mu.RUnlock()
 	if s != nil {
@@ -91,7 +96,8 @@ func (m *rlsMetrics) of(tenant, domain, statsKey string) *rlsSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.full(tenant) {
-		key = overflowKey
+		// One overflow series a tenant, whatever its domains.
+		domain, key = overflowKey, overflowKey
 	}
 	if s := m.series[[3]string{tenant, domain, key}]; s != nil {
 		return s
@@ -112,8 +118,27 @@ func (m *rlsMetrics) full(tenant string) bool {
 	return len(m.series) >= maxRLSSeries || m.byTenant[tenant] >= maxRLSSeriesPerTenant
 }
 
-// overflowKey is the key hits past the series bound count under.
+// overflowKey is the domain and key hits past the series bound count
+// under.
 const overflowKey = "_overflow"
+
+// maxLabelBytes bounds a statistics label: a longer domain or key (a long
+// value under detailed_metric or value_to_metric) keeps its first bytes
+// and ends with "~" and 16 hex digits of its SHA-256, so a series costs
+// bounded memory and distinct keys stay apart.
+const maxLabelBytes = 256
+
+func boundLabel(s string) string {
+	if len(s) <= maxLabelBytes {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	cut := maxLabelBytes - 17
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut-- // keep the label valid UTF-8
+	}
+	return s[:cut] + "~" + hex.EncodeToString(sum[:8])
+}
 
 // observe counts one decided descriptor as the reference counts it: hits
 // over the limit, and hits past the near-limit threshold, split where a

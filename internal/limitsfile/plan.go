@@ -304,6 +304,8 @@ func descriptorFields(d *tenants.DescriptorRule) []field {
 	add("share_threshold", strconv.FormatBool(d.ShareThreshold))
 	add("metadata", d.Metadata)
 	add("extras", strconv.FormatBool(d.Extras))
+	add("denied_uncounted", strconv.FormatBool(d.DeniedUncounted))
+	add("order", strconv.Itoa(d.Order))
 	return out
 }
 

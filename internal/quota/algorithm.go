@@ -107,7 +107,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 type Limit struct {
 	Name      string        // "" for a tier's single unnamed limit
 	Algorithm Algorithm     //
-	Limit     int64         // units per Period (per calendar window with a Calendar), >= 1
+	Limit     int64         // units per Period (per calendar window with a Calendar), >= 1; 0 admits nothing (fixed_window only)
 	Period    time.Duration // >= MinPeriod
 	Burst     int64         // token bucket capacity; 0 means Limit. Ignored by other algorithms.
 	// Calendar, when set, makes a FixedWindow count in its windows (a local
@@ -145,8 +145,8 @@ func (l Limit) Validate() error {
 		return fe("calendar", "needs algorithm fixed_window")
 	case l.Calendar != nil && !l.Calendar.valid():
 		return fe("calendar", "must be made by NewCalendar")
-	case l.Limit < 1:
-		return fe("limit", "must be at least 1")
+	case l.Limit < 1 && !l.banned():
+		return fe("limit", "must be at least 1 (0 only for a fixed_window without a calendar)")
 	case l.Limit > MaxLimit:
 		return fe("limit", "must be at most "+strconv.FormatInt(MaxLimit, 10))
 	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
@@ -163,9 +163,15 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// banned reports a fixed window of limit 0: it counts, and admits nothing
+// (the reference's requests_per_unit: 0).
+func (l *Limit) banned() bool {
+	return l.Limit == 0 && l.Algorithm == FixedWindow && l.Calendar == nil
+}
+
 // usable is Validate without the error values, cheap enough for every decision.
 func (l *Limit) usable() bool {
-	return l.Algorithm.Valid() && l.Limit >= 1 && l.Limit <= MaxLimit &&
+	return l.Algorithm.Valid() && (l.Limit >= 1 || l.banned()) && l.Limit <= MaxLimit &&
 		(l.Algorithm != SlidingLog || l.Limit <= MaxLogLimit) &&
 		l.Period >= MinPeriod && l.Period <= MaxPeriod && l.Burst >= 0 && l.Burst <= MaxLimit &&
 		(l.Calendar == nil || l.Algorithm == FixedWindow && l.Calendar.valid())

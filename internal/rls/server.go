@@ -40,6 +40,11 @@ import (
 )
 
 // Bounds on one call: what an outsider can make a server parse and decide.
+// Within them every call is decided as the reference decides it: a long
+// domain, key or value, a deep descriptor or a hits_addend up to
+// 4294967295 is an answer, never an error (Envoy would let an erroring
+// call through). The engine keeps what a long value costs bounded: its
+// bucket key and statistics labels stand for it by a hash.
 const (
 	// MaxMessageBytes bounds a request message, as the HTTP API bounds a
 	// body (1 MiB).
@@ -47,14 +52,9 @@ const (
 	// MaxDescriptors bounds the descriptors of one call (the HTTP batch's
 	// bound); Envoy sends one per matching rate_limits action set.
 	MaxDescriptors = 1000
-	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries = 64
-	// MaxEntryBytes bounds an entry's key or value.
-	MaxEntryBytes = 1024
-	// MaxDomainBytes bounds the domain, as a descriptor policy bounds it.
-	MaxDomainBytes = 1024
-	// MaxHits bounds hits_addend, as cost is bounded on /v1/check.
-	MaxHits = 1_000_000
+	// maxHits bounds a descriptor's own hits_addend (a UInt64), so that
+	// counts stay exact: a call of more is a call of this many.
+	maxHits = 1 << 53
 )
 
 // Decider is what the service needs of the engine.
@@ -225,18 +225,12 @@ func request(req *pb.RateLimitRequest) (*engine.RLSRequest, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.Unknown, "rate limit domain must not be empty")
 	}
-	if len(req.GetDomain()) > MaxDomainBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "domain: longer than %d bytes", MaxDomainBytes)
-	}
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
 	}
 	if len(ds) > MaxDescriptors {
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: more than %d", MaxDescriptors)
-	}
-	if req.GetHitsAddend() > MaxHits {
-		return nil, status.Errorf(codes.InvalidArgument, "hits_addend: more than %d", MaxHits)
 	}
 	r := &engine.RLSRequest{Domain: req.GetDomain(), Descriptors: make([]engine.RLSDescriptor, len(ds))}
 	entries := 0
@@ -245,15 +239,8 @@ func request(req *pb.RateLimitRequest) (*engine.RLSRequest, error) {
 	}
 	all := make([]engine.RLSEntry, 0, entries)
 	for i, d := range ds {
-		es := d.GetEntries()
-		if len(es) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: more than %d", i, MaxEntries)
-		}
 		start := len(all)
-		for j, e := range es {
-			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key or value longer than %d bytes", i, j, MaxEntryBytes)
-			}
+		for _, e := range d.GetEntries() {
 			all = append(all, engine.RLSEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		out := &r.Descriptors[i]
@@ -261,10 +248,8 @@ func request(req *pb.RateLimitRequest) (*engine.RLSRequest, error) {
 		// hits_addend: the descriptor's own when set (0 allowed: a check
 		// that counts nothing), else the request's, where 0 means 1.
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() > MaxHits {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend: more than %d", i, MaxHits)
-			}
-			out.Hits = int64(h.GetValue())
+			// A UInt64; counts stay exact up to 2^53.
+			out.Hits = int64(min(h.GetValue(), maxHits))
 		} else {
 			out.Hits = int64(max(1, req.GetHitsAddend()))
 		}

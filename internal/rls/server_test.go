@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -151,10 +152,6 @@ func TestRefusals(t *testing.T) {
 	for i := range many {
 		many[i] = desc("a", "1")
 	}
-	deep := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i <= MaxEntries; i++ {
-		deep.Entries = append(deep.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
-	}
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context
@@ -168,10 +165,6 @@ func TestRefusals(t *testing.T) {
 		{"empty domain", good, &pb.RateLimitRequest{Descriptors: one}, codes.Unknown, "rate limit domain must not be empty"},
 		{"no descriptors", good, &pb.RateLimitRequest{Domain: "edge"}, codes.Unknown, "rate limit descriptor list must not be empty"},
 		{"too many descriptors", good, &pb.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument, "descriptors: more than"},
-		{"too many entries", good, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{deep}}, codes.InvalidArgument, "entries: more than"},
-		{"long value", good, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("a", strings.Repeat("x", MaxEntryBytes+1))}}, codes.InvalidArgument, "longer than"},
-		{"long domain", good, &pb.RateLimitRequest{Domain: strings.Repeat("d", MaxDomainBytes+1), Descriptors: one}, codes.InvalidArgument, "domain"},
-		{"huge hits", good, &pb.RateLimitRequest{Domain: "edge", HitsAddend: MaxHits + 1, Descriptors: one}, codes.InvalidArgument, "hits_addend"},
 		{"unknown override unit", good, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{bad}}, codes.InvalidArgument, "unit"},
 	} {
 		d.last = nil
@@ -191,6 +184,34 @@ func TestRefusals(t *testing.T) {
 	d.suspended, d.ready = false, false
 	if _, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: "edge", Descriptors: one}); status.Code(err) != codes.Unavailable {
 		t.Errorf("not ready: %v", err)
+	}
+}
+
+// Input the reference decides is decided, not refused: a domain, key or
+// value far past 1 KiB, a descriptor deeper than any rule, and hits_addend
+// up to 4294967295 reach the engine as sent.
+func TestOversizedInputDecided(t *testing.T) {
+	d := &fakeDecider{ready: true}
+	c := serve(t, d, Options{})
+	good := withKey("authorization", "Bearer sk_good")
+	long := strings.Repeat("x", 256<<10)
+	deep := &rlcommon.RateLimitDescriptor{HitsAddend: wrapperspb.UInt64(4294967295)}
+	for range 200 {
+		deep.Entries = append(deep.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	r, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: long, HitsAddend: 4294967295,
+		Descriptors: []*rlcommon.RateLimitDescriptor{desc(long, long), deep}})
+	if err != nil || len(r.GetStatuses()) != 2 {
+		t.Fatalf("oversized call: %v %v", r, err)
+	}
+	got, domain := d.last.Descriptors, d.last.Domain
+	huge := desc("a", "1")
+	huge.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+	if _, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{huge}}); err != nil || d.last.Descriptors[0].Hits != maxHits {
+		t.Fatalf("hits_addend 2^64-1: %v, hits %d, want %d", err, d.last.Descriptors[0].Hits, int64(maxHits))
+	}
+	if domain != long || got[0].Entries[0].Value != long || got[0].Hits != 4294967295 || len(got[1].Entries) != 200 || got[1].Hits != 4294967295 {
+		t.Fatalf("the engine got a domain of %d bytes, hits %d and %d, %d entries", len(domain), got[0].Hits, got[1].Hits, len(got[1].Entries))
 	}
 }
 

@@ -24,6 +24,7 @@
 //	      algorithm: token_bucket   # fixed_window (default), sliding_window, token_bucket, sliding_log
 //	      burst: 40                 # token_bucket's capacity; only token_bucket takes one
 //	      consistency: local        # exact (default) or local
+//	      denied: uncounted         # counted (default, the reference's) or uncounted
 //	      limits:                   # more limits of the rule; all must allow
 //	        - {name: daily, requests_per_unit: 10000, unit: day}
 //

@@ -197,7 +197,26 @@ type Extras struct {
 	Limits []Spec
 	// Consistency is "" (exact) or ConsistencyLocal.
 	Consistency Consistency
+	// Denied is what a request over the rule's limits counts: "" or
+	// DeniedCounted, its hits (the reference's counting), or
+	// DeniedUncounted, nothing.
+	Denied Denied
 }
+
+// Denied says whether a denied request's hits count.
+type Denied string
+
+// The choices: "" means DeniedCounted.
+const (
+	// DeniedCounted counts every request's hits, allowed or not, as the
+	// reference does: a caller over its limit stays over until the
+	// window turns, and usage reported after a response (Envoy's
+	// apply_on_stream_done) always counts.
+	DeniedCounted Denied = "counted"
+	// DeniedUncounted counts only what is allowed: a denied request takes
+	// nothing, so a caller is admitted again as soon as what it asks fits.
+	DeniedUncounted Denied = "uncounted"
+)
 
 // Spec is one limit a rule enforces: its rate_limit, or one of its
 // sluice.limits.

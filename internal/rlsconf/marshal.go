@@ -131,6 +131,9 @@ func extrasNode(e *Extras) *yaml.Node {
 	if e.Consistency != "" {
 		add(n, "consistency", strNode(string(e.Consistency)))
 	}
+	if e.Denied != "" {
+		add(n, "denied", strNode(string(e.Denied)))
+	}
 	if len(e.Limits) > 0 {
 		ls := seqNode()
 		for _, s := range e.Limits {

@@ -16,6 +16,7 @@ package rlsconf
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -242,6 +243,20 @@ func ruleLimits(d *Descriptor) (*RateLimit, []Spec) {
 // it is never in shadow or quota mode. Lookup costs O(entries × wildcard
 // patterns at each level it walks).
 func (c *Config) Lookup(domain string, d RequestDescriptor) *Limit {
+	budget := int64(math.MaxInt64)
+	return c.lookup(domain, d, &budget)
+}
+
+// MatchBudget bounds the wildcard matching of one request (Plan): the
+// bytes of descriptor values compared with wildcard patterns, each test
+// charged its value's length. A request that would compare more (say a
+// thousand descriptors against a thousand sibling wildcards each) matches
+// its later values by exact value and bare key only, so one call's
+// matching costs bounded time whatever the file and the call.
+const MatchBudget = 4 << 20
+
+// lookup is Lookup charging its wildcard tests to budget.
+func (c *Config) lookup(domain string, d RequestDescriptor, budget *int64) *Limit {
 	root := c.domains[domain]
 	if root == nil {
 		return nil
@@ -269,6 +284,10 @@ func (c *Config) Lookup(domain string, d RequestDescriptor) *Limit {
 		wild := false
 		if next == nil {
 			for j := range cur.wild {
+				if *budget < int64(len(kv)) {
+					break
+				}
+				*budget -= int64(len(kv)) + 1
 				if cur.wild[j].match(kv) {
 					next, wild = cur.wild[j].node, true
 					break

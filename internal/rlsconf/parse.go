@@ -692,7 +692,7 @@ func (s scalar) printed() (key, id string) {
 // Sluice's extras.
 
 var (
-	extrasKeys = []string{"algorithm", "burst", "limits", "consistency"}
+	extrasKeys = []string{"algorithm", "burst", "limits", "consistency", "denied"}
 	specKeys   = []string{"name", "requests_per_unit", "unit", "calendar", "algorithm", "burst"}
 )
 
@@ -737,6 +737,8 @@ func (p *parser) decodeExtras(v *yaml.Node, at *path) *Extras {
 			e.Burst = p.count32(v, f)
 		case "consistency":
 			e.Consistency = Consistency(p.word(v, f))
+		case "denied":
+			e.Denied = Denied(p.word(v, f))
 		case "limits":
 			v = follow(v)
 			if v.Kind != yaml.SequenceNode {

@@ -486,7 +486,7 @@ descriptors:
     sluice: [token_bucket]
 `)
 	want2 := []string{
-		"rl.yaml:4: descriptors[0].sluice.mode: unknown field (known: algorithm, burst, limits, consistency)",
+		"rl.yaml:4: descriptors[0].sluice.mode: unknown field (known: algorithm, burst, limits, consistency, denied)",
 		`rl.yaml:4: descriptors[0].sluice.consistency: must be exact or local, not "eventual"`,
 		`rl.yaml:4: descriptors[0].sluice.algorithm: must be one of fixed_window, sliding_window, token_bucket, sliding_log, not "leaky"`,
 		"rl.yaml:4: descriptors[0].sluice.burst: only token_bucket takes a burst",
@@ -501,7 +501,7 @@ descriptors:
 		"rl.yaml:20: descriptors[4].sluice.limits[0].requests_per_unit: must be at least 1",
 		`rl.yaml:21: descriptors[4].sluice.limits[1].name: "x" is used twice (also descriptors[4].rate_limit.name)`,
 		"rl.yaml:21: descriptors[4].sluice.limits[1].burst: only token_bucket takes a burst",
-		"rl.yaml:23: descriptors[5].sluice: must be a mapping of algorithm, burst, limits, consistency, not a list",
+		"rl.yaml:23: descriptors[5].sluice: must be a mapping of algorithm, burst, limits, consistency, denied, not a list",
 	}
 	if !reflect.DeepEqual(got, want2) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want2, "\n"))
@@ -574,4 +574,19 @@ descriptors:
   - {key: b, rate_limit: *m}
   - {key: c, rate_limit: *m}
 `)
+}
+
+// sluice.denied is counted (the reference's way) or uncounted.
+func TestParseDenied(t *testing.T) {
+	f, err := Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n    sluice: {denied: Uncounted}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Descriptors[0]; d.Sluice == nil || d.Sluice.Denied != DeniedUncounted || d.RateLimit.RequestsPerUnit != 0 {
+		t.Fatalf("parsed %+v", d)
+	}
+	_, err = Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    sluice: {denied: sometimes}\n"))
+	if err == nil || !strings.Contains(err.Error(), `sluice.denied: must be counted or uncounted, not "sometimes"`) {
+		t.Fatalf("denied: sometimes: %v", err)
+	}
 }

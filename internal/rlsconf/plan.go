@@ -8,12 +8,14 @@ import "strconv"
 // checked: it is answered OK with math.MaxUint32 remaining. A match whose
 // rate_limit.name another match of the request replaces is not checked
 // either; the replacing match's own limit still is, even when unlimited.
+// The request's wildcard matching is bounded by MatchBudget.
 func Plan(cfg *Config, domain string, ds []RequestDescriptor) (limits []*Limit, unlimited []bool) {
 	limits = make([]*Limit, len(ds))
 	unlimited = make([]bool, len(ds))
 	var replacing map[string]bool
+	budget := int64(MatchBudget)
 	for i, d := range ds {
-		l := cfg.Lookup(domain, d)
+		l := cfg.lookup(domain, d, &budget)
 		if l == nil {
 			continue
 		}

@@ -1,8 +1,10 @@
 package rlsconf
 
 import (
+	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -163,5 +165,40 @@ func TestUnitNames(t *testing.T) {
 	}
 	if Week.String() != "WEEK" || Unit(math.MaxInt32).String() != "Unit(2147483647)" || Year != 6 || Week != 7 {
 		t.Error("unit names and numbers are the proto enum's")
+	}
+}
+
+// One request's wildcard matching is bounded: against a thousand sibling
+// wildcards, a thousand descriptors stop being compared with them once the
+// request has compared MatchBudget bytes, instead of 10^6 tests.
+func TestPlanMatchBudget(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range 999 {
+		fmt.Fprintf(&b, "  - key: k\n    value: \"nomatch%d*\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+	}
+	b.WriteString("  - key: k\n    value: \"v*\"\n    rate_limit: {unit: second, requests_per_unit: 7}\n")
+	f, err := Parse("d.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Compile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]RequestDescriptor, 1000)
+	for i := range ds {
+		ds[i] = RequestDescriptor{Entries: []Entry{{Key: "k", Value: fmt.Sprintf("v%04d", i)}}}
+	}
+	limits, _ := Plan(cfg, "d", ds)
+	if limits[0] == nil || limits[0].RequestsPerUnit != 7 {
+		t.Fatalf("first descriptor: %+v, want the last wildcard's limit", limits[0])
+	}
+	if limits[len(ds)-1] != nil {
+		t.Fatalf("last descriptor matched %+v: the request's matching was not bounded", limits[len(ds)-1])
+	}
+	// Each descriptor alone still matches as the reference does.
+	if l := cfg.Lookup("d", ds[len(ds)-1]); l == nil || l.RequestsPerUnit != 7 {
+		t.Fatalf("Lookup alone: %+v", l)
 	}
 }

@@ -209,6 +209,9 @@ func (v *validator) extras(d *Descriptor, df string) {
 	if e.Consistency != "" && e.Consistency != ConsistencyExact && e.Consistency != ConsistencyLocal {
 		v.report(d, df, "sluice.consistency", "must be exact or local, not %q", clip(string(e.Consistency), 64))
 	}
+	if e.Denied != "" && e.Denied != DeniedCounted && e.Denied != DeniedUncounted {
+		v.report(d, df, "sluice.denied", "must be counted or uncounted, not %q", clip(string(e.Denied), 64))
+	}
 	if len(e.Limits) > maxSpecs {
 		v.report(d, df, "sluice.limits", "holds %d limits; a rule holds at most %d", len(e.Limits), maxSpecs)
 		return

@@ -15,22 +15,30 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/rlsconf"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // Policies lists the policies of f's tree, one per node, parents before
-// children, in the file's order.
+// children, in the file's order. Each wildcard node records its place
+// among its wildcard siblings (DescriptorRule.Order), since the first of
+// them to match a value wins.
 func Policies(f *rlsconf.File) ([]tenants.Policy, error) {
 	var out []tenants.Policy
 	var walk func(path []tenants.DescriptorEntry, ds []*rlsconf.Descriptor) error
 	walk = func(path []tenants.DescriptorEntry, ds []*rlsconf.Descriptor) error {
+		wild := 0
 		for _, d := range ds {
 			p := append(slices.Clip(path), tenants.DescriptorEntry{Key: d.Key, Value: d.Value})
 			pol, err := policyOf(f.Domain, p, d)
 			if err != nil {
 				return err
+			}
+			if isWildcard(d.Key, d.Value) {
+				pol.Descriptor.Order = wild
+				wild++
 			}
 			out = append(out, pol)
 			if err := walk(p, d.Descriptors); err != nil {
@@ -43,6 +51,12 @@ func Policies(f *rlsconf.File) ([]tenants.Policy, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// isWildcard reports whether a node's key and value, as the reference
+// joins them, hold a '*': the reference tries such nodes in order.
+func isWildcard(key, value string) bool {
+	return strings.Contains(key, "*") || strings.Contains(value, "*")
 }
 
 // policyOf is one node as a policy.
@@ -75,6 +89,7 @@ func policyOf(domain string, path []tenants.DescriptorEntry, d *rlsconf.Descript
 	if x := d.Sluice; x != nil {
 		r.Extras = true
 		r.Limited = true
+		r.DeniedUncounted = x.Denied == rlsconf.DeniedUncounted
 		specs = append(specs, x.Limits...)
 		if x.Consistency == rlsconf.ConsistencyLocal {
 			p.Consistency = tenants.ConsistencyLocal
@@ -120,6 +135,7 @@ func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
 		key, value string
 	}
 	nodes := map[nodeKey]*rlsconf.Descriptor{}
+	order := map[*rlsconf.Descriptor]int{}
 	child := func(parent *rlsconf.Descriptor, e tenants.DescriptorEntry) *rlsconf.Descriptor {
 		k := nodeKey{parent, e.Key, e.Value}
 		if d := nodes[k]; d != nil {
@@ -146,7 +162,27 @@ func FromPolicies(domain string, ps []tenants.Policy) (*rlsconf.File, error) {
 		if err := fill(d, &p); err != nil {
 			return nil, err
 		}
+		order[d] = r.Order
 	}
+	// Wildcard siblings in their stored order, whatever order the
+	// policies came in (equal places keep it), in the places wildcards
+	// hold among their siblings.
+	var sortLevel func(ds []*rlsconf.Descriptor)
+	sortLevel = func(ds []*rlsconf.Descriptor) {
+		var at []int
+		var wild []*rlsconf.Descriptor
+		for i, d := range ds {
+			if isWildcard(d.Key, d.Value) {
+				at, wild = append(at, i), append(wild, d)
+			}
+			sortLevel(d.Descriptors)
+		}
+		slices.SortStableFunc(wild, func(a, b *rlsconf.Descriptor) int { return order[a] - order[b] })
+		for k, i := range at {
+			ds[i] = wild[k]
+		}
+	}
+	sortLevel(f.Descriptors)
 	return f, nil
 }
 
@@ -171,6 +207,9 @@ func fill(d *rlsconf.Descriptor, p *tenants.Policy) error {
 		return nil
 	}
 	x := &rlsconf.Extras{}
+	if r.DeniedUncounted {
+		x.Denied = rlsconf.DeniedUncounted
+	}
 	if p.Consistency == tenants.ConsistencyLocal {
 		x.Consistency = rlsconf.ConsistencyLocal
 	}

@@ -3,6 +3,7 @@ package rlspolicy
 import (
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,7 @@ descriptors:
       algorithm: token_bucket
       burst: 900
       consistency: local
+      denied: uncounted
       limits:
         - {name: daily, unit: day, requests_per_unit: 50000, algorithm: sliding_window}
   - key: tenant
@@ -175,5 +177,82 @@ func TestOrphanNode(t *testing.T) {
 	b, _ := rlsconf.Marshal(back)
 	if !strings.Contains(string(b), "key: user") {
 		t.Fatalf("the orphan is gone:\n%s", b)
+	}
+}
+
+// Wildcard siblings are tried in the file's order, so that order is
+// stored: policies read back in any order make the file's order again, and
+// a file that only reorders its wildcards changes the domain.
+func TestWildcardOrder(t *testing.T) {
+	const first = `domain: api
+descriptors:
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 15}
+  - key: path
+    value: /health
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api/v1/*/items
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	const reordered = `domain: api
+descriptors:
+  - key: path
+    value: /api/v1/*/items
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: /health
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 15}
+`
+	f1, err := rlsconf.Parse("a.yaml", []byte(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := rlsconf.Parse("b.yaml", []byte(reordered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Policies(f1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ps {
+		ps[i].Normalize()
+	}
+	plan, err := Diff(f2, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, change, _, _ := plan.Counts(); change != 2 {
+		t.Fatalf("reordering two wildcards changed %d nodes, want 2", change)
+	}
+	want, err := Policies(f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Created in the first file's order, changed to the second's.
+	slices.Reverse(want)
+	back, err := FromPolicies("api", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rlsconf.Compile(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Lookup("api", rlsconf.RequestDescriptor{Entries: []rlsconf.Entry{{Key: "path", Value: "/api/v1//items"}}})
+	if l == nil || l.RequestsPerUnit != 5 {
+		t.Fatalf("after the reorder, /api/v1//items matched %+v, want /api/v1/*/items (5 a minute), the file's first", l)
+	}
+	cfg1, err := rlsconf.Compile(f1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg1.Lookup("api", rlsconf.RequestDescriptor{Entries: []rlsconf.Entry{{Key: "path", Value: "/api/v1//items"}}}); l == nil || l.RequestsPerUnit != 15 {
+		t.Fatalf("first file: %+v", l)
 	}
 }

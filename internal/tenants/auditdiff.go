@@ -166,7 +166,7 @@ func descriptorFields(d *DescriptorRule) []field {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{d.QuotaMode, "quota_mode"}, {d.DetailedMetric, "detailed_metric"}, {d.ValueToMetric, "value_to_metric"}, {d.ShareThreshold, "share_threshold"}} {
+	}{{d.QuotaMode, "quota_mode"}, {d.DetailedMetric, "detailed_metric"}, {d.ValueToMetric, "value_to_metric"}, {d.ShareThreshold, "share_threshold"}, {d.DeniedUncounted, "denied_uncounted"}} {
 		if f.on {
 			flags = append(flags, f.name)
 		}
@@ -174,6 +174,9 @@ func descriptorFields(d *DescriptorRule) []field {
 	fs = append(fs, field{"descriptor" + pathSep + "options", strings.Join(flags, ", ")})
 	if d.Metadata != "" {
 		fs = append(fs, field{"descriptor" + pathSep + "metadata", d.Metadata})
+	}
+	if d.Order != 0 {
+		fs = append(fs, field{"descriptor" + pathSep + "order", strconv.Itoa(d.Order)})
 	}
 	return fs
 }

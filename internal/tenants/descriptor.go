@@ -22,6 +22,8 @@ const (
 	MaxDescriptorNameLength = 4096
 	maxReplaces             = 16
 	maxMetadataBytes        = 4096
+	// maxDescriptorOrder bounds Order: a file holds at most 10 000 nodes.
+	maxDescriptorOrder = 100_000
 )
 
 // DescriptorRule makes a policy one node of a domain's descriptor tree in
@@ -59,6 +61,15 @@ type DescriptorRule struct {
 	// (an algorithm, several limits): Tiers holds them, and an export to
 	// the reference's format cannot say them.
 	Extras bool `json:"extras,omitempty"`
+	// DeniedUncounted: a request over the node's limits counts nothing
+	// (sluice.denied: uncounted). Without it every request's hits count,
+	// allowed or not, as in the reference.
+	DeniedUncounted bool `json:"denied_uncounted,omitempty"`
+	// Order is a wildcard node's place among its parent's wildcard nodes
+	// (0 first): a descriptor value is tried against them in this order,
+	// the file's, and the first that matches wins. Nodes of equal Order
+	// keep the order they were created in.
+	Order int `json:"order,omitempty"`
 }
 
 // DescriptorEntry is one level of a descriptor: a key and its value.
@@ -150,6 +161,12 @@ func (r *DescriptorRule) problems(p *Policy) []error {
 	if r.ShareThreshold && len(r.Path) > 0 && !strings.Contains(r.Path[len(r.Path)-1].Key+"_"+r.Path[len(r.Path)-1].Value, "*") {
 		add("share_threshold", "can only be used with wildcard values (containing '*')")
 	}
+	if r.Order < 0 || r.Order > maxDescriptorOrder {
+		add("order", "must be between 0 and %d", maxDescriptorOrder)
+	}
+	if r.DeniedUncounted && !r.Limited {
+		add("denied_uncounted", "needs a node with a rate limit")
+	}
 	if len(r.Metadata) > maxMetadataBytes {
 		add("metadata", "must be at most %d bytes of JSON", maxMetadataBytes)
 	}
@@ -237,6 +254,13 @@ func (p Policy) descriptorProblems() []error {
 	}
 	out = append(out, p.Descriptor.problems(&p)...)
 	if ls, ok := p.Tiers[TierDefault]; ok {
+		if r := p.Descriptor; r.Unit != "" && r.RequestsPerUnit == 0 && len(ls) > 0 &&
+			ls[0].Limit == 0 && ls[0].Algorithm == FixedWindow && ls[0].Calendar == "" {
+			// requests_per_unit: 0, which the reference loads: a rule that
+			// counts and admits nothing.
+			ls = slices.Clone(ls)
+			ls[0].Limit = 1
+		}
 		out = append(out, limitsProblems("tiers."+TierDefault, ls)...)
 	}
 	return out

@@ -60,6 +60,14 @@ func TestDescriptorPolicyProblems(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid policy refused: %v", err)
 	}
+	// requests_per_unit: 0, the reference's banned rule: a fixed window of
+	// limit 0.
+	banned := descriptorPolicy(tenants.DescriptorEntry{Key: "k", Value: "v"})
+	banned.Descriptor.RequestsPerUnit, banned.Descriptor.DeniedUncounted, banned.Descriptor.Order = 0, true, 3
+	banned.Tiers[tenants.TierDefault][0].Limit = 0
+	if err := banned.Validate(); err != nil {
+		t.Fatalf("banned rule refused: %v", err)
+	}
 	for _, tc := range []struct {
 		name  string
 		edit  func(p *tenants.Policy)
@@ -80,6 +88,16 @@ func TestDescriptorPolicyProblems(t *testing.T) {
 			p.Descriptor = &tenants.DescriptorRule{Domain: "edge", Path: p.Descriptor.Path}
 		}, "tiers"},
 		{"no limits with a rate limit", func(p *tenants.Policy) { p.Tiers = nil }, "tiers"},
+		{"limit 0 without requests_per_unit 0", func(p *tenants.Policy) { p.Tiers[tenants.TierDefault][0].Limit = 0 }, "tiers.default.limit"},
+		{"limit 0 in a token bucket", func(p *tenants.Policy) {
+			p.Descriptor.RequestsPerUnit = 0
+			p.Tiers[tenants.TierDefault] = tenants.Limits{{Algorithm: tenants.TokenBucket, Limit: 0, Period: "60s"}}
+		}, "tiers.default.limit"},
+		{"denied_uncounted without a rate limit", func(p *tenants.Policy) {
+			p.Descriptor = &tenants.DescriptorRule{Domain: "edge", Path: p.Descriptor.Path, DeniedUncounted: true}
+			p.Tiers = nil
+		}, "descriptor.denied_uncounted"},
+		{"negative order", func(p *tenants.Policy) { p.Descriptor.Order = -1 }, "descriptor.order"},
 		{"too deep", func(p *tenants.Policy) {
 			for len(p.Descriptor.Path) <= tenants.MaxDescriptorDepth {
 				p.Descriptor.Path = append(p.Descriptor.Path, tenants.DescriptorEntry{Key: "k"})
