@@ -345,7 +345,7 @@ func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error
 		hooks.KeyFile = worker.WebhookKeyFile(m.Config.Data)
 	}
 	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas,
-		Webhooks: hooks, Now: m.clock}, db, wnc)
+		Webhooks: hooks, WriteLimits: m.Config.WriteLimits, Now: m.clock}, db, wnc)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -100,6 +101,9 @@ type Config struct {
 	Name string
 	// Webhooks tunes webhook delivery.
 	Webhooks WebhookOptions
+	// WriteLimits bounds each tenant's settles, reservations and config
+	// writes across the cluster; zero fields take their defaults.
+	WriteLimits WriteLimits
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -130,8 +134,12 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
-	// reservations groups reservation writes (reservations.go).
-	reservations reserveBatcher
+	// reservations and settles group their writes (reservations.go);
+	// writeLimits bounds each tenant's (writelimit.go).
+	reservations *groupQueue[reserve.Reservation, none]
+	settles      *groupQueue[reserve.Settle, reserve.Settled]
+	writeLimits  *writeLimiter
+	configTurns  *tenantTurns
 
 	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
@@ -216,6 +224,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err := cfg.Webhooks.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if err := cfg.WriteLimits.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -224,7 +235,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch)}}
+		writeLimits: newWriteLimiter(cfg.WriteLimits), configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting)}
+	w.reservations, w.settles = newReservationQueues()
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -353,7 +365,7 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	})
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
-	wg.Go(func() { w.reserveLoop(ctx) })
+	wg.Go(func() { w.groupLoops(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
@@ -414,7 +426,11 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 				}
 			}
 			if err == nil {
-				res, err = fn(ctx, req)
+				var release func()
+				if release, err = w.admitConfigWrite(ctx, op, r.Data()); err == nil {
+					res, err = fn(ctx, req)
+					release()
+				}
 			}
 			if err != nil && diskFull(err) {
 				w.log.Error("SQLite disk is full: a config write or query failed; free space under --data", "op", op, "err", err)
