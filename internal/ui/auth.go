@@ -162,11 +162,14 @@ type authHandler struct {
 	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
-	trusted []netip.Prefix // proxies whose X-Forwarded-For names the client
-	revoker Revoker
-	now     func() time.Time
-	sleep   func(ctx context.Context, d time.Duration) error
-	log     *slog.Logger
+	// setupLooks bounds openings of the setup page per client address
+	// (setup.go).
+	setupLooks *userLimiter
+	trusted    []netip.Prefix // proxies whose X-Forwarded-For names the client
+	revoker    Revoker
+	now        func() time.Time
+	sleep      func(ctx context.Context, d time.Duration) error
+	log        *slog.Logger
 }
 
 // maxCredential bounds what a sign-in may make the server hash.

@@ -81,6 +81,10 @@ type Deps struct {
 	// the client to the sign-in limiter, as for forward-auth; without them
 	// the connection's peer is the client.
 	TrustedProxies []netip.Prefix
+	// SetupLookLimit bounds how often one client address may open the
+	// first-run setup page; 20 per 5 minutes when zero (only Limit and
+	// Period are read).
+	SetupLookLimit quota.Limit
 	// PasswordWorkLimit bounds each user's invites and changes of password
 	// or email, which make the worker hash; 20 per 10 minutes when zero.
 	PasswordWorkLimit quota.Limit
@@ -133,6 +137,9 @@ func Register(e *echo.Echo, d Deps) error {
 	if d.LoginIPLimit.Algorithm == 0 {
 		d.LoginIPLimit = defaultIPLimit
 	}
+	if d.SetupLookLimit.Algorithm == 0 {
+		d.SetupLookLimit = defaultSetupLookLimit
+	}
 	if d.PasswordWorkLimit.Algorithm == 0 {
 		d.PasswordWorkLimit = defaultPasswordWorkLimit
 	}
@@ -147,7 +154,8 @@ func Register(e *echo.Echo, d Deps) error {
 	sess.transport = d.Transport
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
-	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
+	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries),
+		setupLooks: newUserLimiter(d.SetupLookLimit, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
