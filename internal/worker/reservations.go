@@ -45,11 +45,25 @@ func (w *Worker) settleReservation(ctx context.Context, s reserve.Settle) (reser
 	if err := w.writeLimits.take(s.TenantID, writeSettle, 1, w.cfg.Now()); err != nil {
 		return reserve.Settled{}, err
 	}
-	out, write, err := reserve.Check(ctx, w.db, s)
+	out, write, err := w.readSettle(ctx, s)
 	if err != nil || !write {
 		return out, err
 	}
 	return w.settles.do(ctx, s.TenantID, s)
+}
+
+// readSettle is reserve.Check, one at a time: settles arrive by the
+// thousand, and reads side by side would each take a connection of their
+// own, opened and closed again past the pool's few idle ones (opening one
+// costs far more than the read).
+func (w *Worker) readSettle(ctx context.Context, s reserve.Settle) (reserve.Settled, bool, error) {
+	select {
+	case w.settleReads <- struct{}{}:
+	case <-ctx.Done():
+		return reserve.Settled{}, false, ctx.Err()
+	}
+	defer func() { <-w.settleReads }()
+	return reserve.Check(ctx, w.db, s)
 }
 
 // groupLoops commits reservations and settles in groups until ctx ends.

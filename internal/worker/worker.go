@@ -138,6 +138,7 @@ type Worker struct {
 	// writeLimits bounds each tenant's (writelimit.go).
 	reservations *groupQueue[reserve.Reservation, none]
 	settles      *groupQueue[reserve.Settle, reserve.Settled]
+	settleReads  chan struct{} // one slot: a settle's read (readSettle)
 	writeLimits  *writeLimiter
 	configTurns  *tenantTurns
 
@@ -235,7 +236,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-		writeLimits: newWriteLimiter(cfg.WriteLimits), configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting)}
+		writeLimits: newWriteLimiter(cfg.WriteLimits), configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting),
+		settleReads: make(chan struct{}, 1)}
 	w.reservations, w.settles = newReservationQueues()
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
