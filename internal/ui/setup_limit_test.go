@@ -157,3 +157,16 @@ func TestSetupWrongTokensDoNotSlowTheClaim(t *testing.T) {
 		t.Fatalf("%d claims reached the worker, want 50 guesses and the real one", claims)
 	}
 }
+
+// A dashboard write the worker refuses past the tenant's write limit
+// answers a 429 page with the worker's retry time as Retry-After.
+func TestRateLimitedPageCarriesRetryAfter(t *testing.T) {
+	u := newTestUI(t, 5, 20)
+	u.e.GET("/ui/limited-for-test", func(echo.Context) error {
+		return errs.Limited(1500*time.Millisecond, "config write: more than 20 a second for this tenant across the cluster")
+	})
+	w := u.do(http.MethodGet, "/ui/limited-for-test", nil)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "2" {
+		t.Fatalf("%d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -412,6 +413,9 @@ func renderError(c echo.Context, err error, log *slog.Logger) {
 			status, title, msg = http.StatusServiceUnavailable, "Temporarily unavailable", "Sluice's worker is not reachable right now. Try again in a moment."
 		case errs.RateLimited:
 			status, title, msg = http.StatusTooManyRequests, "Too many requests", errs.Message(err)
+			if wait := errs.RetryAfter(err); wait > 0 && c.Response().Header().Get("Retry-After") == "" {
+				c.Response().Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+			}
 		case errs.Unauthenticated:
 			status, title, msg = http.StatusUnauthorized, "Sign in again", errs.Message(err)
 		case errs.TooLarge:
