@@ -155,3 +155,43 @@ func TestNoisyTenantLeavesOthersWritesFast(t *testing.T) {
 		t.Errorf("B's config writes and settles: p99 %s, want under 1s", p99)
 	}
 }
+
+// Past its tenant's reservation limit across the cluster, a check with
+// reserve answers 429 with Retry-After and holds nothing: the first
+// refusal gives back the estimate it took, and the server refuses the
+// next ones before taking anything.
+func TestReserveLimitTakesNothing(t *testing.T) {
+	m := bootWith(t, func(c *Config) {
+		c.WriteLimits = worker.WriteLimits{Reserves: 3, BurstSeconds: 1}
+	})
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "res", "owner_email": "o@res.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "tokens", "path": "/v1/chat",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "fixed_window", "limit": 1000, "calendar": "month"}}})
+	body := func(extra map[string]any) map[string]any {
+		extra["ip"], extra["path"] = "203.0.113.7", "/v1/chat"
+		return extra
+	}
+	waitUntil(t, 2*time.Second, "the policy on the server", func() bool {
+		return do(t, m, "POST", "/v1/check", sk, body(map[string]any{"peek": true}))["policy"] == "tokens"
+	})
+	admitted, refused := 0, 0
+	for range 10 {
+		status, h, out := callHeader(t, m, "POST", "/v1/check", sk, body(map[string]any{"reserve": 10}))
+		switch {
+		case status == http.StatusOK && out["reservation"] != nil:
+			admitted++
+		case status == http.StatusTooManyRequests && h.Get("Retry-After") != "" && strings.Contains(errMessage(out), "reserve"):
+			refused++
+		default:
+			t.Fatalf("reserve: %d %v", status, out)
+		}
+	}
+	if admitted != 3 || refused != 7 {
+		t.Fatalf("%d admitted, %d refused; want the burst of 3 and 7 refused", admitted, refused)
+	}
+	left := do(t, m, "POST", "/v1/check", sk, body(map[string]any{"peek": true}))["remaining"].(float64) + 1
+	if left != 1000-3*10 {
+		t.Fatalf("%v left, want %d: a refused reservation held units", left, 1000-3*10)
+	}
+}
