@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -162,14 +163,19 @@ type authHandler struct {
 	gate    *gate
 	sess    *sessions
 	limiter *loginLimiter
+	trusted []netip.Prefix // proxies whose X-Forwarded-For names the client
+	revoker Revoker
+	now     func() time.Time
+	sleep   func(ctx context.Context, d time.Duration) error
+	log     *slog.Logger
+
 	// setupLooks bounds openings of the setup page per client address
 	// (setup.go).
 	setupLooks *userLimiter
-	trusted    []netip.Prefix // proxies whose X-Forwarded-For names the client
-	revoker    Revoker
-	now        func() time.Time
-	sleep      func(ctx context.Context, d time.Duration) error
-	log        *slog.Logger
+	// setupClosed says the setup link is dead everywhere (Deps.SetupClosed);
+	// claimed is set once a claim succeeded through this server.
+	setupClosed func() bool
+	claimed     atomic.Bool
 }
 
 // maxCredential bounds what a sign-in may make the server hash.

@@ -71,7 +71,7 @@ func (h *authHandler) setupForm(c echo.Context) error {
 		c.Response().Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
 		return errs.Errorf(errs.RateLimited, "Too many attempts. Try again in %s.", humanWait(wait))
 	}
-	if !setupTokenShape(token) {
+	if !setupTokenShape(token) || h.setupDead() {
 		return h.renderSetup(c, http.StatusGone, views.SetupView{Dead: true})
 	}
 	err := h.config.Setup.Check(c.Request().Context(), token)
@@ -109,7 +109,7 @@ func (h *authHandler) setup(c echo.Context) error {
 		v.Errors = fe
 		return h.renderSetup(c, http.StatusBadRequest, v)
 	}
-	if !setupTokenShape(v.Token) {
+	if !setupTokenShape(v.Token) || h.setupDead() {
 		return h.renderSetup(c, http.StatusGone, views.SetupView{Dead: true})
 	}
 	w, err := h.config.Setup.Claim(c.Request().Context(), v.Token, v.Email, password)
@@ -127,6 +127,7 @@ func (h *authHandler) setup(c echo.Context) error {
 	case err != nil:
 		return err
 	}
+	h.claimed.Store(true)
 	rec := w.Result
 	u := session{UserID: rec.User.ID, Role: rec.User.Role, Email: rec.User.Email, Version: rec.SessionVersion}
 	if !h.waitKnown(c.Request().Context(), u.UserID, u.Version) {
@@ -139,6 +140,14 @@ func (h *authHandler) setup(c echo.Context) error {
 	c.SetCookie(h.sess.cookie(c.Request(), loginCookie, "", -1))
 	h.log.Info("operator login created with the setup link", "user", u.UserID)
 	return seeOther(c, "/ui/admin/tenants", "operator-created")
+}
+
+// setupDead reports whether this server knows the setup link is dead on
+// every server: an operator login existed when it offered its own, or a
+// claim succeeded through it. Operator logins are never all removed, so
+// the link never comes back.
+func (h *authHandler) setupDead() bool {
+	return h.claimed.Load() || h.setupClosed != nil && h.setupClosed()
 }
 
 // setupAttempt charges one attempt to the client's address; when it has

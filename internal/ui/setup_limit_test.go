@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ type countingSetup struct {
 	mu             sync.Mutex
 	checks, claims int
 	claimed        bool
+	closed         atomic.Bool // what the server learnt at its start (Deps.SetupClosed)
 }
 
 func (s *countingSetup) Offer(context.Context, string) (bool, error) { return true, nil }
@@ -71,6 +73,7 @@ func newSetupUI(t *testing.T, setup *countingSetup, looks int64) *testUI {
 		LoginLimit:     quota.Limit{Algorithm: quota.TokenBucket, Limit: 5, Period: 5 * time.Minute},
 		LoginIPLimit:   quota.Limit{Algorithm: quota.TokenBucket, Limit: 20, Period: 5 * time.Minute},
 		SetupLookLimit: quota.Limit{Algorithm: quota.TokenBucket, Limit: looks, Period: 5 * time.Minute},
+		SetupClosed:    setup.closed.Load,
 		Now:            func() time.Time { return u.now },
 		Sleep: func(_ context.Context, d time.Duration) error {
 			u.slept = append(u.slept, d)
@@ -168,5 +171,41 @@ func TestRateLimitedPageCarriesRetryAfter(t *testing.T) {
 	w := u.do(http.MethodGet, "/ui/limited-for-test", nil)
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "2" {
 		t.Fatalf("%d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+// Once the server knows the link is dead everywhere (an operator login
+// existed at its start, or a claim succeeded through it), the page and
+// the form answer 410 without asking the worker.
+func TestSetupDeadLinkAnsweredWithoutTheWorker(t *testing.T) {
+	setup := &countingSetup{}
+	u := newSetupUI(t, setup, 100)
+	w := u.do(http.MethodGet, "/ui/setup?token="+liveSetupToken, nil)
+	if w.Code != http.StatusOK {
+		t.Fatalf("the live link: %d", w.Code)
+	}
+	f := url.Values{"token": {liveSetupToken}, "email": {"op@sluice.test"}, "password": {"operator passphrase"},
+		"password_again": {"operator passphrase"}, csrfField: {formTokenIn(t, w.Body.String())}}
+	if code := u.do(http.MethodPost, "/ui/setup", f, cookieNamed(w, loginCookie)).Code; code != http.StatusSeeOther {
+		t.Fatalf("the claim: %d", code)
+	}
+	checks, claims := setup.counts()
+	for _, tok := range []string{liveSetupToken, "st_AAAAAAAAAAAAAAAAAAAAAAAAAA"} {
+		if w := u.do(http.MethodGet, "/ui/setup?token="+tok, nil); w.Code != http.StatusGone {
+			t.Fatalf("after the claim, %s: %d", tok, w.Code)
+		}
+	}
+	if c, _ := setup.counts(); c != checks {
+		t.Fatalf("the worker was asked %d more times after the claim", c-checks)
+	}
+
+	setup = &countingSetup{}
+	setup.closed.Store(true)
+	u = newSetupUI(t, setup, 100)
+	if w := u.do(http.MethodGet, "/ui/setup?token="+liveSetupToken, nil); w.Code != http.StatusGone {
+		t.Fatalf("an operator login exists: %d", w.Code)
+	}
+	if c, cl := setup.counts(); c != 0 || cl != 0 || claims != 1 {
+		t.Fatalf("asked the worker: %d checks, %d claims", c, cl)
 	}
 }

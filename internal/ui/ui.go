@@ -82,6 +82,10 @@ type Deps struct {
 	// the client to the sign-in limiter, as for forward-auth; without them
 	// the connection's peer is the client.
 	TrustedProxies []netip.Prefix
+	// SetupClosed, when set and true, says the first-run setup link is dead
+	// on every server (an operator login exists): the setup page answers
+	// so without asking the worker.
+	SetupClosed func() bool
 	// SetupLookLimit bounds how often one client address may open the
 	// first-run setup page; 20 per 5 minutes when zero (only Limit and
 	// Period are read).
@@ -156,7 +160,7 @@ func Register(e *echo.Echo, d Deps) error {
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
 	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries),
-		setupLooks: newUserLimiter(d.SetupLookLimit, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
+		setupLooks: newUserLimiter(d.SetupLookLimit, defaultMaxEntries), setupClosed: d.SetupClosed, trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
