@@ -18,6 +18,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/errs"
 )
@@ -29,7 +30,18 @@ type groupReq[Req, Res any] struct {
 	res    Res
 	err    error
 	done   chan struct{}
+	// state is reqQueued until the loop takes the write into a group
+	// (reqTaken) or its caller gives up first (reqAbandoned): an abandoned
+	// write is never committed, and a taken one's caller waits for its
+	// answer, so no write commits unanswered.
+	state atomic.Int32
 }
+
+const (
+	reqQueued = iota
+	reqTaken
+	reqAbandoned
+)
 
 // groupQueue queues writes per tenant and commits them in groups with
 // apply (run for each write in the group's transaction). Its loop runs
@@ -70,8 +82,12 @@ func (q *groupQueue[Req, Res]) do(ctx context.Context, tenant string, req Req) (
 	case <-g.done:
 		return g.res, g.err
 	case <-ctx.Done():
-		var zero Res
-		return zero, ctx.Err()
+		if g.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			var zero Res
+			return zero, ctx.Err()
+		}
+		<-g.done // in a group already: its commit is under way
+		return g.res, g.err
 	}
 }
 
@@ -104,7 +120,11 @@ func (q *groupQueue[Req, Res]) next(batch []*groupReq[Req, Res]) []*groupReq[Req
 	for len(batch) < q.maxGroup && len(q.ring) > 0 {
 		t := q.ring[0]
 		qs := q.queues[t]
-		batch = append(batch, qs[0])
+		if qs[0].state.CompareAndSwap(reqQueued, reqTaken) {
+			batch = append(batch, qs[0])
+		} else {
+			close(qs[0].done) // abandoned: nobody waits for it
+		}
 		qs[0] = nil
 		q.queued--
 		q.ring = q.ring[1:]
@@ -150,8 +170,9 @@ func (q *groupQueue[Req, Res]) run(ctx context.Context, write func(ctx context.C
 }
 
 // commit writes one group in one transaction. A write's own refusal (an
-// *errs.Error that is not internal) is its answer and the others commit;
-// any other error fails the whole group.
+// *errs.Error that is not internal) is its answer and the others commit,
+// so apply must refuse before it writes anything; any other error fails
+// the whole group.
 func (q *groupQueue[Req, Res]) commit(ctx context.Context, batch []*groupReq[Req, Res], write func(ctx context.Context, fn func(tx *sql.Tx) error) error, onFail func(n int, err error)) {
 	err := write(ctx, func(tx *sql.Tx) error {
 		for _, g := range batch {

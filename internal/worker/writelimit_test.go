@@ -346,3 +346,48 @@ func TestWriteLimitsAtTheWorker(t *testing.T) {
 		t.Fatalf("the operator's write: %v", err)
 	}
 }
+
+// A write whose caller gave up before its group was taken is never
+// committed (its answer would reach nobody); one already in a group is
+// waited for, so no write commits unanswered.
+func TestGroupQueueAbandonedWritesAreNotCommitted(t *testing.T) {
+	q := newGroupQueue("settle", 4, 5, 8, func(context.Context, *sql.Tx, string) (string, error) { return "", nil })
+	q.running = true
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := q.do(ctx, "a", "gone"); err == nil {
+		t.Fatal("a write whose caller gave up answered")
+	}
+	if err := q.push(&groupReq[string, string]{tenant: "a", req: "kept", done: make(chan struct{})}); err != nil {
+		t.Fatal(err)
+	}
+	g := q.next(nil)
+	if len(g) != 1 || g[0].req != "kept" || q.queued != 0 {
+		t.Fatalf("group %v, %d left queued", g, q.queued)
+	}
+	// Taken into a group, then its caller gives up: it still gets the
+	// commit's answer.
+	ctx, cancel = context.WithCancel(context.Background())
+	answered := make(chan string, 1)
+	go func() {
+		res, err := q.do(ctx, "b", "taken")
+		answered <- fmt.Sprint(res, err)
+	}()
+	eventually(t, time.Second, "queued", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.queued == 1
+	})
+	g = q.next(nil)
+	cancel()
+	select {
+	case a := <-answered:
+		t.Fatalf("answered %q before its group committed", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g[0].res = "committed"
+	close(g[0].done)
+	if a := <-answered; a != "committed<nil>" {
+		t.Fatalf("answered %q, want the commit's answer", a)
+	}
+}
