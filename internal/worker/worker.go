@@ -6,7 +6,9 @@
 // hydration pages and syncs. It serves the operation table (bus.Op) over
 // NATS request/reply by decoding each request's wire form and calling
 // configsvc (config) or analytics (queries); repl decides whether this
-// worker is the active one. cmd/worker runs it as its own process;
+// worker is the active one. Each tenant's settles, reservations and config
+// writes are limited here, once for the cluster (writelimit.go), and
+// reservations and settles are committed in groups (groups.go). cmd/worker runs it as its own process;
 // cmd/server runs the same code in-process by default.
 //
 // It must never write SQLite outside the store's one writer, act while repl
