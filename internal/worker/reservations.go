@@ -21,35 +21,50 @@ const (
 	maxGroupQueued    = 8 * maxReserveBatch
 )
 
-func newReservationQueues() (*groupQueue[reserve.Reservation, none], *groupQueue[reserve.Settle, reserve.Settled]) {
-	creates := newGroupQueue("reservation", maxReserveBatch, maxGroupPerTenant, maxGroupQueued,
-		func(ctx context.Context, tx *sql.Tx, r reserve.Reservation) (none, error) {
-			return none{}, reserve.Create(ctx, tx, r)
-		})
-	settles := newGroupQueue("settle", maxReserveBatch, maxGroupPerTenant, maxGroupQueued, reserve.Do)
-	return creates, settles
+// tenantWrites is how the worker takes tenants' small, frequent writes:
+// each tenant's limited (writelimit.go), reservations and settles queued
+// per tenant and committed in groups (groups.go).
+type tenantWrites struct {
+	limits       *writeLimiter
+	configTurns  *tenantTurns
+	reservations *groupQueue[reserve.Reservation, none]
+	settles      *groupQueue[reserve.Settle, reserve.Settled]
+	settleReads  chan struct{} // one slot: a settle's read (readSettle)
+}
+
+func newTenantWrites(l WriteLimits) tenantWrites {
+	return tenantWrites{
+		limits:      newWriteLimiter(l),
+		configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting),
+		reservations: newGroupQueue("reservation", maxReserveBatch, maxGroupPerTenant, maxGroupQueued,
+			func(ctx context.Context, tx *sql.Tx, r reserve.Reservation) (none, error) {
+				return none{}, reserve.Create(ctx, tx, r)
+			}),
+		settles:     newGroupQueue("settle", maxReserveBatch, maxGroupPerTenant, maxGroupQueued, reserve.Do),
+		settleReads: make(chan struct{}, 1),
+	}
 }
 
 // createReservation records r in the next group and waits for its commit.
 func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
-	if err := w.writeLimits.take(r.TenantID, writeReserve, 1, w.cfg.Now()); err != nil {
+	if err := w.writes.limits.take(r.TenantID, writeReserve, 1, w.cfg.Now()); err != nil {
 		return err
 	}
-	_, err := w.reservations.do(ctx, r.TenantID, r)
+	_, err := w.writes.reservations.do(ctx, r.TenantID, r)
 	return err
 }
 
 // settleReservation settles s: from a read when that answers it, else in
 // the next group.
 func (w *Worker) settleReservation(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
-	if err := w.writeLimits.take(s.TenantID, writeSettle, 1, w.cfg.Now()); err != nil {
+	if err := w.writes.limits.take(s.TenantID, writeSettle, 1, w.cfg.Now()); err != nil {
 		return reserve.Settled{}, err
 	}
 	out, write, err := w.readSettle(ctx, s)
 	if err != nil || !write {
 		return out, err
 	}
-	return w.settles.do(ctx, s.TenantID, s)
+	return w.writes.settles.do(ctx, s.TenantID, s)
 }
 
 // readSettle is reserve.Check, one at a time: settles arrive by the
@@ -58,11 +73,11 @@ func (w *Worker) settleReservation(ctx context.Context, s reserve.Settle) (reser
 // costs far more than the read).
 func (w *Worker) readSettle(ctx context.Context, s reserve.Settle) (reserve.Settled, bool, error) {
 	select {
-	case w.settleReads <- struct{}{}:
+	case w.writes.settleReads <- struct{}{}:
 	case <-ctx.Done():
 		return reserve.Settled{}, false, ctx.Err()
 	}
-	defer func() { <-w.settleReads }()
+	defer func() { <-w.writes.settleReads }()
 	return reserve.Check(ctx, w.db, s)
 }
 
@@ -70,12 +85,12 @@ func (w *Worker) readSettle(ctx context.Context, s reserve.Settle) (reserve.Sett
 func (w *Worker) groupLoops(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		w.reservations.run(ctx, w.store.WriteTx, func(n int, err error) {
+		w.writes.reservations.run(ctx, w.store.WriteTx, func(n int, err error) {
 			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", n, "err", err)
 		})
 	})
 	wg.Go(func() {
-		w.settles.run(ctx, w.store.WriteTx, func(n int, err error) {
+		w.writes.settles.run(ctx, w.store.WriteTx, func(n int, err error) {
 			w.log.Warn("settles not recorded; their callers may retry them", "settles", n, "err", err)
 		})
 	})

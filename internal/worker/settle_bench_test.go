@@ -92,11 +92,11 @@ func BenchmarkSettleAtTheWorker(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
-	e.w.settles.mu.Lock()
-	if g := e.w.settles.groups; g > 0 {
+	e.w.writes.settles.mu.Lock()
+	if g := e.w.writes.settles.groups; g > 0 {
 		b.ReportMetric(float64(len(known))/float64(g), "settles/group")
 	}
-	e.w.settles.mu.Unlock()
+	e.w.writes.settles.mu.Unlock()
 	for _, l := range []struct {
 		name string
 		lat  []time.Duration

@@ -8,8 +8,9 @@
 // configsvc (config) or analytics (queries); repl decides whether this
 // worker is the active one. Each tenant's settles, reservations and config
 // writes are limited here, once for the cluster (writelimit.go), and
-// reservations and settles are committed in groups (groups.go). cmd/worker runs it as its own process;
-// cmd/server runs the same code in-process by default.
+// reservations and settles are committed in groups (groups.go).
+// cmd/worker runs it as its own process; cmd/server runs the same code
+// in-process by default.
 //
 // It must never write SQLite outside the store's one writer, act while repl
 // says it is not active, or answer a request whose wire version it does
@@ -37,7 +38,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -136,13 +136,9 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
-	// reservations and settles group their writes (reservations.go);
-	// writeLimits bounds each tenant's (writelimit.go).
-	reservations *groupQueue[reserve.Reservation, none]
-	settles      *groupQueue[reserve.Settle, reserve.Settled]
-	settleReads  chan struct{} // one slot: a settle's read (readSettle)
-	writeLimits  *writeLimiter
-	configTurns  *tenantTurns
+	// writes limits tenants' writes and groups their reservations and
+	// settles (reservations.go).
+	writes tenantWrites
 
 	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
@@ -238,9 +234,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-		writeLimits: newWriteLimiter(cfg.WriteLimits), configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting),
-		settleReads: make(chan struct{}, 1)}
-	w.reservations, w.settles = newReservationQueues()
+		writes: newTenantWrites(cfg.WriteLimits)}
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

@@ -229,10 +229,10 @@ func (w *Worker) admitConfigWrite(ctx context.Context, op string, data []byte) (
 	if json.Unmarshal(data, &scope) != nil || scope.TenantID == "" {
 		return func() {}, nil // the operation itself refuses it
 	}
-	if err := w.writeLimits.take(scope.TenantID, writeConfig, 1, w.cfg.Now()); err != nil {
+	if err := w.writes.limits.take(scope.TenantID, writeConfig, 1, w.cfg.Now()); err != nil {
 		return nil, err
 	}
-	return w.configTurns.acquire(ctx, scope.TenantID)
+	return w.writes.configTurns.acquire(ctx, scope.TenantID)
 }
 
 // tenantTurns gives each tenant at most perTenant turns at once; more

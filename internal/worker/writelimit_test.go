@@ -259,13 +259,13 @@ func TestSettleReadsFirstAndCommitsInGroups(t *testing.T) {
 			t.Fatalf("a settle answered while the writer was held: %v", err)
 		default:
 		}
-		e.w.settles.mu.Lock()
-		defer e.w.settles.mu.Unlock()
-		return e.w.settles.queued+e.w.settles.committing == n-1
+		e.w.writes.settles.mu.Lock()
+		defer e.w.writes.settles.mu.Unlock()
+		return e.w.writes.settles.queued+e.w.writes.settles.committing == n-1
 	})
-	e.w.settles.mu.Lock()
-	groups0 := e.w.settles.groups
-	e.w.settles.mu.Unlock()
+	e.w.writes.settles.mu.Lock()
+	groups0 := e.w.writes.settles.groups
+	e.w.writes.settles.mu.Unlock()
 	var commits0 int64
 	if err := e.db.QueryRow(`SELECT COUNT(*) FROM reservations WHERE state = 'settled'`).Scan(&commits0); err != nil {
 		t.Fatal(err)
@@ -283,9 +283,9 @@ func TestSettleReadsFirstAndCommitsInGroups(t *testing.T) {
 	if commits0 != 1 || settled != n {
 		t.Fatalf("settled %d before the writer was free, %d after; want 1 and %d", commits0, settled, n)
 	}
-	e.w.settles.mu.Lock()
-	groups := e.w.settles.groups - groups0
-	e.w.settles.mu.Unlock()
+	e.w.writes.settles.mu.Lock()
+	groups := e.w.writes.settles.groups - groups0
+	e.w.writes.settles.mu.Unlock()
 	// The group that took the writer's turn first, then the rest at once.
 	if groups > 2 {
 		t.Fatalf("%d settles took %d transactions, want at most 2", n-1, groups)
