@@ -37,6 +37,15 @@ func TestClientRetriesRateLimited(t *testing.T) {
 	if n.Load() != 3 || !slices.Equal(waits, []time.Duration{time.Second, time.Second}) {
 		t.Fatalf("%d requests, waits %v", n.Load(), waits)
 	}
+	// Refused every time: sent maxRetries times more, then the refusal.
+	n.Store(-100)
+	waits = nil
+	if _, err := c.do(context.Background(), "POST", "/v1/policies", map[string]any{"name": "p"}, &out); err == nil {
+		t.Fatal("refused every time, yet answered")
+	}
+	if n.Load() != -100+maxRetries+1 || len(waits) != maxRetries {
+		t.Fatalf("%d requests, %d waits; want %d and %d", n.Load()+100, len(waits), maxRetries+1, maxRetries)
+	}
 	for _, tc := range []struct{ retryAfter, code string }{{"60", "rate_limited"}, {"1", "unavailable"}, {"", "rate_limited"}} {
 		n.Store(0)
 		waits = nil
