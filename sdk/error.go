@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Error codes of the API's error envelope.
@@ -27,10 +28,23 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the answer's Retry-After, when it has one: on a
+	// rate_limited answer (Sluice's own limits, such as a tenant's settles
+	// a second), when the same request may be sent again.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
 	return "sluice: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + e.Message
+}
+
+// retryAfter reads a Retry-After of whole seconds, or 0.
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }
 
 // errorFromResponse builds an *Error from a non-2xx answer.

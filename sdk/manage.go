@@ -373,7 +373,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		return fmt.Errorf("sluice: %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return errorFromResponse(resp.StatusCode, data)
+		e := errorFromResponse(resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header)
+		return e
 	}
 	if out != nil && len(bytes.TrimSpace(data)) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {

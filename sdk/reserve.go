@@ -100,12 +100,17 @@ func (c *Client) Reserve(ctx context.Context, req CheckRequest, estimate int64, 
 // unavailable Sluice: a settle is idempotent, so asking again is safe.
 const settleAttempts = 3
 
+// maxSettleWait is the longest Retry-After of a rate_limited settle that
+// Settle waits out before asking again; a longer one is the caller's.
+const maxSettleWait = 2 * time.Second
+
 // Settle settles a reservation with the units the request really used:
 // Sluice gives back the difference (actual below the estimate) or charges
 // it (above, up to the reservation's cap). It is idempotent: a repeat
 // with the same actual answers Replayed and changes nothing, so Settle
 // asks again, up to three times, when Sluice is unavailable or
-// unreachable. A reservation with no ID (nothing was reserved) needs no
+// unreachable, or refused it past the tenant's settles a second (after the
+// answer's Retry-After, when that is at most 2 s). A reservation with no ID (nothing was reserved) needs no
 // settle; Settle answers a zero Settlement for it.
 func (c *Client) Settle(ctx context.Context, r Reservation, actual int64) (Settlement, error) {
 	var s Settlement
@@ -119,13 +124,19 @@ func (c *Client) Settle(ctx context.Context, r Reservation, actual int64) (Settl
 	var err error
 	for attempt := 1; attempt <= settleAttempts; attempt++ {
 		err = c.do(ctx, http.MethodPost, "/v1/settle", nil, body, &s)
+		wait := time.Duration(attempt) * 100 * time.Millisecond
 		var apiErr *Error
-		if err == nil || (errors.As(err, &apiErr) && apiErr.Status < 500) || ctx.Err() != nil || attempt == settleAttempts {
+		if errors.As(err, &apiErr) && apiErr.Code == CodeRateLimited && apiErr.RetryAfter > 0 && apiErr.RetryAfter <= maxSettleWait {
+			wait = apiErr.RetryAfter // refused before anything was done: safe to send again
+		} else if err == nil || (apiErr != nil && apiErr.Status < 500) {
+			break
+		}
+		if ctx.Err() != nil || attempt == settleAttempts {
 			break
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 	return s, err

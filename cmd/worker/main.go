@@ -76,7 +76,7 @@ func run() error {
 	op := o.Operator
 	op.Out = os.Stdout
 	w, err := worker.New(worker.Config{Log: log, Registerer: reg, Analytics: o.Analytics, Caps: o.Caps, Operator: op, Streams: o.Streams, Replicas: o.Replicas,
-		Recorder: rec, LeaseTTL: o.LeaseTTL, Name: o.Name, Webhooks: o.Webhooks}, db, nc)
+		Recorder: rec, LeaseTTL: o.LeaseTTL, Name: o.Name, Webhooks: o.Webhooks, WriteLimits: o.WriteLimits}, db, nc)
 	if err != nil {
 		return err
 	}

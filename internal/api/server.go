@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +73,7 @@ type Config struct {
 type handler struct {
 	Config
 	reserves reserveLimiter
+	settles  heldOff
 }
 
 // New returns the Echo instance serving the API. Other packages (the
@@ -84,6 +86,10 @@ func New(cfg Config) *echo.Echo {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{Config: cfg}
+	h.reserves.now, h.reserves.held.what, h.settles.what = cfg.Now, "reserve", "settle"
+	if cfg.Services.Reservations != nil {
+		h.Services.Reservations = heldReservations{Reservations: cfg.Services.Reservations, creates: &h.reserves.held, settles: &h.settles}
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = h.errorHandler
@@ -413,6 +419,9 @@ func (h *handler) errorHandler(err error, c echo.Context) {
 	if status >= 500 && code != errs.Unavailable {
 		h.Log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		msg = "An internal error occurred."
+	}
+	if code == errs.RateLimited && c.Response().Header().Get("Retry-After") == "" {
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(errs.RetryAfter(err)), 1), 10))
 	}
 	body := map[string]any{"error": map[string]string{"code": code, "message": msg}}
 	if c.Request().Method == http.MethodHead {

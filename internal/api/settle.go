@@ -73,10 +73,14 @@ func (h *handler) settle(c echo.Context) error {
 const ReservesPerSecond = 5000
 
 // reserveLimiter holds a token bucket per tenant; tenants are authenticated
-// and capped by the operator, so the map is bounded.
+// and capped by the operator, so the map is bounded. In front of it, held
+// refuses a tenant the worker's cluster-wide limit refused lately
+// (writelimit.go).
 type reserveLimiter struct {
-	mu sync.Mutex
-	m  map[string]*rate.Limiter
+	now  func() time.Time
+	held heldOff
+	mu   sync.Mutex
+	m    map[string]*rate.Limiter
 }
 
 // allow takes n reservations from tenant's bucket, or refuses with the
@@ -84,6 +88,13 @@ type reserveLimiter struct {
 func (l *reserveLimiter) allow(tenant string, n int) error {
 	if n == 0 {
 		return nil
+	}
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	if err := l.held.check(tenant, now()); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	lim := l.m[tenant]

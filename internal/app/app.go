@@ -84,6 +84,10 @@ type Main struct {
 	// and the worker decide and count by (a test's month boundary); the
 	// dashboard, NATS and the sessions keep the real time.
 	clock func() time.Time
+	// setupClosed is set when this server's setup offer found an operator
+	// login: the setup link is dead on every server for good, and the
+	// setup page says so without asking the worker (firstrun.go).
+	setupClosed atomic.Bool
 }
 
 // NewMain returns a Main for cfg.
@@ -195,7 +199,8 @@ func (m *Main) Run(ctx context.Context) error {
 	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log})
 	revoked := newLazyRevoker()
 	m.revoked = revoked
-	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log}); err != nil {
+	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log,
+		SetupClosed: m.setupClosed.Load}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -345,7 +350,7 @@ func (m *Main) startWorker(ctx context.Context, url string, auth bus.Auth) error
 		hooks.KeyFile = worker.WebhookKeyFile(m.Config.Data)
 	}
 	w, err := worker.New(worker.Config{Log: m.Log, Registerer: m.registry, Analytics: m.Config.Analytics, Caps: m.Config.Caps, Operator: op, Streams: m.Config.Streams, Replicas: m.Config.NatsReplicas,
-		Webhooks: hooks, Now: m.clock}, db, wnc)
+		Webhooks: hooks, WriteLimits: m.Config.WriteLimits, Now: m.clock}, db, wnc)
 	if err != nil {
 		return err
 	}

@@ -86,6 +86,12 @@ type Config struct {
 	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout,
 	// --webhook-slots, --webhook-tenant-slots (SLUICE_WEBHOOK_*). Its KeyFile, when empty, is webhook.key in Data.
 	Webhooks worker.WebhookOptions
+	// WriteLimits bounds each tenant's settles, reservations and config
+	// writes across the cluster, enforced by the worker:
+	// --tenant-settles-per-second, --tenant-reserves-per-second,
+	// --tenant-config-writes-per-second, --tenant-write-burst-seconds
+	// (SLUICE_TENANT_*).
+	WriteLimits worker.WriteLimits
 
 	// Operator bootstrap, from the environment only (secrets stay out of
 	// process listings).
@@ -190,6 +196,9 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	if err := worker.RegisterWebhookFlags(fs, &c.Webhooks, getenv); err != nil {
 		return err
 	}
+	if err := worker.RegisterWriteLimitFlags(fs, &c.WriteLimits, getenv); err != nil {
+		return err
+	}
 	streams := worker.StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -271,6 +280,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Webhooks.Validate(); err != nil {
+		return err
+	}
+	if err := c.WriteLimits.Validate(); err != nil {
 		return err
 	}
 	if err := bus.ValidateReplicas(c.NatsReplicas); err != nil {

@@ -7,7 +7,9 @@ package app
 //
 // The setup link carries a random token; only its hash goes to the worker
 // (bus.OpSetupOffer), which keeps it while no operator login exists, the
-// newest offer replacing older ones. The token appears on this process's
+// newest offer replacing older ones. An offer refused because an operator
+// login exists tells this server the link is dead for good: its setup page
+// then answers so without asking the worker. The token appears on this process's
 // standard output only, never in its logs: the banner is the terminal of
 // whoever started the server, and whoever reads it could sign in as the
 // operator anyway (it shows where the data directory is).
@@ -44,6 +46,7 @@ func (m *Main) announce(ctx context.Context, client *bus.Client, base string) {
 	for {
 		res, err := bus.Call(ctx, client, bus.OpSetupOffer, offer)
 		if err == nil {
+			m.setupClosed.Store(!res.Open)
 			link := ""
 			if res.Open {
 				link = base + "/ui/setup?token=" + token

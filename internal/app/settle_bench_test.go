@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // trips against the real server started in-process, through the SDK: a
 // plain check (for comparison), a reserve (a check plus the worker's write
 // of the reservation), and a settle (the worker's write plus the bucket
-// adjustment). Reports p50 and p99 per call.
+// adjustment), one at a time (p50 and p99 per call) and from several
+// callers at once (throughput).
 //
 //	go test ./internal/app -run '^$' -bench BenchmarkReserveSettle -benchtime 3000x
 func BenchmarkReserveSettle(b *testing.B) {
@@ -90,5 +92,31 @@ func BenchmarkReserveSettle(b *testing.B) {
 			i++
 		}
 		report(b, lat)
+	})
+	// Eight callers settling at once: throughput (settles/s), what the
+	// worker's grouping of settles is for.
+	b.Run("settle-parallel", func(b *testing.B) {
+		rs := make([]sdk.Reservation, b.N)
+		for i := range rs {
+			_, r, err := c.Reserve(ctx, req, 1000, sdk.ReserveOptions{Cap: 4000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs[i] = r
+		}
+		var next atomic.Int64
+		b.SetParallelism(4)
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := next.Add(1) - 1
+				if _, err := c.Settle(ctx, rs[i], i%4000); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "settles/s")
 	})
 }

@@ -231,6 +231,9 @@ func DecodeStates(ws []StateWire) []quota.State {
 type WireError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RetryAfterMs is a rate_limited error's errs.Error.RetryAfter; a
+	// reader that does not know it ignores it.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Reply is the envelope of every request/reply answer: exactly one of
@@ -284,7 +287,7 @@ func EncodeParts(id string, count int) []byte {
 func EncodeReply(result any, err error) []byte {
 	r := Reply{V: WireVersion}
 	if err != nil {
-		r.Error = &WireError{Code: errs.Code(err), Message: errs.Message(err)}
+		r.Error = &WireError{Code: errs.Code(err), Message: errs.Message(err), RetryAfterMs: (errs.RetryAfter(err) + time.Millisecond - 1).Milliseconds()}
 	} else if result != nil {
 		b, merr := json.Marshal(result)
 		if merr != nil {
@@ -308,7 +311,7 @@ func DecodeReply(data []byte, out any) error {
 		return fmt.Errorf("decode reply: unknown wire version %d", r.V)
 	}
 	if r.Error != nil {
-		return &errs.Error{Code: r.Error.Code, Message: r.Error.Message}
+		return &errs.Error{Code: r.Error.Code, Message: r.Error.Message, RetryAfter: time.Duration(r.Error.RetryAfterMs) * time.Millisecond}
 	}
 	if out != nil && len(r.Result) > 0 {
 		if err := json.Unmarshal(r.Result, out); err != nil {

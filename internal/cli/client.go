@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,10 +24,52 @@ type client struct {
 	// ("the service key (SLUICE_SERVICE_KEY)").
 	credential string
 	hc         *http.Client
+	// sleep waits d or until ctx ends; a timer unless a test sets it.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 func newClient(base, token, credential string, timeout time.Duration) *client {
-	return &client{base: strings.TrimRight(base, "/"), token: token, credential: credential, hc: &http.Client{Timeout: timeout}}
+	return &client{base: strings.TrimRight(base, "/"), token: token, credential: credential, hc: &http.Client{Timeout: timeout}, sleep: sleepCtx}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Sluice's own limits (a tenant's config writes a second, say) refuse a
+// request with 429 rate_limited before doing anything, so it is safe to
+// send again: do waits the answer's Retry-After, if it is at most
+// maxRetryWait, up to maxRetries times.
+const (
+	maxRetries   = 5
+	maxRetryWait = 10 * time.Second
+)
+
+// do sends one request as once does, again after a rate_limited refusal
+// that says when.
+func (c *client) do(ctx context.Context, method, path string, in, out any) (http.Header, error) {
+	for attempt := 0; ; attempt++ {
+		h, err := c.once(ctx, method, path, in, out)
+		var ae *APIError
+		if attempt == maxRetries || !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.Code != "rate_limited" {
+			return h, err
+		}
+		secs, perr := strconv.Atoi(h.Get("Retry-After"))
+		wait := time.Duration(secs) * time.Second
+		if perr != nil || secs < 0 || wait > maxRetryWait {
+			return h, err
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return h, err
+		}
+	}
 }
 
 // APIError is a non-2xx answer of the server, in the API's error envelope.
@@ -65,10 +108,10 @@ func (e *errRefused) Error() string {
 
 func (e *errRefused) Unwrap() error { return e.api }
 
-// do sends one request with the client's bearer token. in, when not nil,
+// once sends one request with the client's bearer token. in, when not nil,
 // is sent as JSON; a 2xx answer is decoded into out when out is not nil.
 // The answer's headers are returned for the callers that show them.
-func (c *client) do(ctx context.Context, method, path string, in, out any) (http.Header, error) {
+func (c *client) once(ctx context.Context, method, path string, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)

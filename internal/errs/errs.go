@@ -11,6 +11,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Codes, as the public API names them.
@@ -32,6 +33,10 @@ const (
 type Error struct {
 	Code    string
 	Message string
+	// RetryAfter, on a RateLimited error, is how long until the same
+	// request would be admitted (0: not known). It travels with the error
+	// over NATS and becomes the answer's Retry-After.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -39,6 +44,22 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 // Errorf returns an *Error with a formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Limited returns a RateLimited *Error whose request may be retried after
+// wait.
+func Limited(wait time.Duration, format string, args ...any) *Error {
+	return &Error{Code: RateLimited, Message: fmt.Sprintf(format, args...), RetryAfter: wait}
+}
+
+// RetryAfter returns the RetryAfter of the first *Error in err's chain,
+// or 0.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 // Code returns the code of the first *Error in err's chain, or Internal.

@@ -156,23 +156,8 @@ func Do(ctx context.Context, tx *sql.Tx, s Settle) (Settled, error) {
 	if err != nil {
 		return Settled{}, err
 	}
-	switch r.State {
-	case StateSettled:
-		if *r.Actual != s.Actual {
-			return Settled{}, errs.Errorf(errs.Conflict, "reservation: already settled with actual %d at %s", *r.Actual, r.SettledAt.Format(time.RFC3339))
-		}
-		return Settled{Reservation: r, Replayed: true}, nil
-	case StateExpired:
-		return Settled{}, expired(r)
-	}
-	if s.Actual < 0 || s.Actual > r.Cap {
-		if r.Cap == r.Reserved {
-			return Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d (the estimate; a check may raise the cap with reserve_cap)", r.Cap)
-		}
-		return Settled{}, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d", r.Cap)
-	}
-	if !s.At.Before(r.ExpiresAt) {
-		return Settled{}, expired(r) // the sweep closes it
+	if out, write, err := decide(r, s); err != nil || !write {
+		return out, err
 	}
 	at := time.UnixMilli(s.At.UnixMilli()).UTC()
 	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'settled', actual = ?, settled_at = ? WHERE tenant_id = ? AND id = ?`,
@@ -237,6 +222,48 @@ func MarkApplied(ctx context.Context, tx *sql.Tx, a Apply) (Applying, error) {
 		return Applying{}, fmt.Errorf("mark settle applied: %w", err)
 	}
 	return Applying{Yes: true}, nil
+}
+
+// Check answers a settle from a read of q when the settle writes nothing:
+// an unknown or foreign reservation, a replay, one settled with another
+// amount, an expired one or an actual amount past the cap. Otherwise write
+// is true and the settle is Do's, in a write transaction, which reads the
+// reservation again.
+func Check(ctx context.Context, q Querier, s Settle) (out Settled, write bool, err error) {
+	r, err := get(ctx, q, s.TenantID, s.ID)
+	if err != nil {
+		return Settled{}, false, err
+	}
+	return decide(r, s)
+}
+
+// Querier is what *sql.DB and *sql.Tx have in common that Check needs.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// decide answers settle s of reservation r when it writes nothing, else
+// says it must be written.
+func decide(r Reservation, s Settle) (Settled, bool, error) {
+	switch r.State {
+	case StateSettled:
+		if *r.Actual != s.Actual {
+			return Settled{}, false, errs.Errorf(errs.Conflict, "reservation: already settled with actual %d at %s", *r.Actual, r.SettledAt.Format(time.RFC3339))
+		}
+		return Settled{Reservation: r, Replayed: true}, false, nil
+	case StateExpired:
+		return Settled{}, false, expired(r)
+	}
+	if s.Actual < 0 || s.Actual > r.Cap {
+		if r.Cap == r.Reserved {
+			return Settled{}, false, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d (the estimate; a check may raise the cap with reserve_cap)", r.Cap)
+		}
+		return Settled{}, false, errs.Errorf(errs.Invalid, "actual: must be between 0 and the reservation's cap of %d", r.Cap)
+	}
+	if !s.At.Before(r.ExpiresAt) {
+		return Settled{}, false, expired(r) // the sweep closes it
+	}
+	return Settled{}, true, nil
 }
 
 // Reopen undoes a settle whose difference could not be applied to the
@@ -321,12 +348,12 @@ func expired(r Reservation) error {
 	return errs.Errorf(errs.Conflict, "reservation: expired at %s and stands at its estimate of %d", r.ExpiresAt.UTC().Format(time.RFC3339), r.Reserved)
 }
 
-func get(ctx context.Context, tx *sql.Tx, tenantID, id string) (Reservation, error) {
+func get(ctx context.Context, q Querier, tenantID, id string) (Reservation, error) {
 	r := Reservation{ID: id, TenantID: tenantID}
 	var created, expires int64
 	var actual, settled sql.NullInt64
 	var applied bool
-	err := tx.QueryRowContext(ctx, `SELECT bucket_key, policy_id, policy, tier, key_id, identity_kind, identity_id,
+	err := q.QueryRowContext(ctx, `SELECT bucket_key, policy_id, policy, tier, key_id, identity_kind, identity_id,
 		reserved, cap, created_at, expires_at, state, actual, settled_at, applied FROM reservations WHERE tenant_id = ? AND id = ?`, tenantID, id).
 		Scan(&r.BucketKey, &r.PolicyID, &r.Policy, &r.Tier, &r.KeyID, &r.IdentityKind, &r.IdentityID,
 			&r.Reserved, &r.Cap, &created, &expires, &r.State, &actual, &settled, &applied)

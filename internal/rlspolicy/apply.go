@@ -56,8 +56,11 @@ type Applied struct {
 
 // Apply makes a plan's changes, creating and changing nodes before it
 // deletes any (parents come before their children in a plan). It stops at
-// the first refusal and answers what it made so far with the error.
+// the first refusal and answers what it made so far with the error; a
+// write refused by the tenant's config write limit is made again after
+// the wait it names (paced).
 func Apply(ctx context.Context, svc PolicyService, tenantID string, plan limitsfile.Plan) (Applied, error) {
+	svc = paced{svc}
 	var a Applied
 	var deletes []limitsfile.Change
 	for _, c := range plan.Changes {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -178,6 +179,14 @@ type authHandler struct {
 	now     func() time.Time
 	sleep   func(ctx context.Context, d time.Duration) error
 	log     *slog.Logger
+
+	// setupLooks bounds openings of the setup page per client address
+	// (setup.go).
+	setupLooks *userLimiter
+	// setupClosed says the setup link is dead everywhere (Deps.SetupClosed);
+	// claimed is set once a claim succeeded through this server.
+	setupClosed func() bool
+	claimed     atomic.Bool
 }
 
 // maxCredential bounds what a sign-in may make the server hash.

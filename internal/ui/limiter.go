@@ -258,7 +258,8 @@ func (t *lruTable[V]) len() int { return t.order.Len() }
 
 // userLimiter is a token bucket per signed-in user, for dashboard actions
 // that answer something an attacker could use one attempt at a time (an
-// email change says, in the end, whether an address was free). It holds
+// email change says, in the end, whether an address was free), or per
+// client address, for the setup page. It holds
 // at most maxEntries users, evicting the least recently touched. Safe for
 // concurrent use.
 type userLimiter struct {

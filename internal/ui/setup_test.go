@@ -31,7 +31,8 @@ func (l *lockedBuffer) String() string {
 
 // The setup form shows every problem at once, and its submissions are
 // limited per client address as sign-ins are: the sixth within 5 minutes
-// answers 429, a wrong token included. Looking at the link is not charged.
+// answers 429, a wrong token included. Looking at the link is charged to
+// its own per-address bound (setup_limit_test.go in package ui).
 func TestSetupFormProblemsAndLimit(t *testing.T) {
 	var out lockedBuffer
 	s := bootSiteOut(t, func(c *app.Config) { c.OperatorEmail, c.OperatorPassword = "", "" }, &out)

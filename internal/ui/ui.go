@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +82,14 @@ type Deps struct {
 	// the client to the sign-in limiter, as for forward-auth; without them
 	// the connection's peer is the client.
 	TrustedProxies []netip.Prefix
+	// SetupClosed, when set and true, says the first-run setup link is dead
+	// on every server (an operator login exists): the setup page answers
+	// so without asking the worker.
+	SetupClosed func() bool
+	// SetupLookLimit bounds how often one client address may open the
+	// first-run setup page; 20 per 5 minutes when zero (only Limit and
+	// Period are read).
+	SetupLookLimit quota.Limit
 	// PasswordWorkLimit bounds each user's invites and changes of password
 	// or email, which make the worker hash; 20 per 10 minutes when zero.
 	PasswordWorkLimit quota.Limit
@@ -133,6 +142,9 @@ func Register(e *echo.Echo, d Deps) error {
 	if d.LoginIPLimit.Algorithm == 0 {
 		d.LoginIPLimit = defaultIPLimit
 	}
+	if d.SetupLookLimit.Algorithm == 0 {
+		d.SetupLookLimit = defaultSetupLookLimit
+	}
 	if d.PasswordWorkLimit.Algorithm == 0 {
 		d.PasswordWorkLimit = defaultPasswordWorkLimit
 	}
@@ -147,7 +159,8 @@ func Register(e *echo.Echo, d Deps) error {
 	sess.transport = d.Transport
 
 	gate := &gate{sess: sess, versions: d.Engine, revoker: d.Revocations}
-	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries), trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
+	auth := &authHandler{config: d.Services, gate: gate, sess: sess, limiter: newLoginLimiter(d.LoginLimit, d.LoginIPLimit, defaultDelay, defaultMaxEntries),
+		setupLooks: newUserLimiter(d.SetupLookLimit, defaultMaxEntries), setupClosed: d.SetupClosed, trusted: d.TrustedProxies, revoker: d.Revocations, now: d.Now, sleep: d.Sleep, log: d.Log}
 	over := &overviewHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
@@ -411,6 +424,9 @@ func renderError(c echo.Context, err error, log *slog.Logger) {
 			status, title, msg = http.StatusServiceUnavailable, "Temporarily unavailable", "Sluice's worker is not reachable right now. Try again in a moment."
 		case errs.RateLimited:
 			status, title, msg = http.StatusTooManyRequests, "Too many requests", errs.Message(err)
+			if wait := errs.RetryAfter(err); wait > 0 && c.Response().Header().Get("Retry-After") == "" {
+				c.Response().Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+			}
 		case errs.Unauthenticated:
 			status, title, msg = http.StatusUnauthorized, "Sign in again", errs.Message(err)
 		case errs.TooLarge:

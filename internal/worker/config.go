@@ -165,15 +165,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		bus.OpReservationCreate.Name: serve(w, bus.OpReservationCreate, func(ctx context.Context, r reserve.Reservation) (none, error) {
 			return none{}, w.createReservation(ctx, r)
 		}),
-		bus.OpReservationSettle.Name: serve(w, bus.OpReservationSettle, func(ctx context.Context, r reserve.Settle) (reserve.Settled, error) {
-			var out reserve.Settled
-			err := st.WriteTx(ctx, func(tx *sql.Tx) error {
-				var err error
-				out, err = reserve.Do(ctx, tx, r)
-				return err
-			})
-			return out, err
-		}),
+		bus.OpReservationSettle.Name: serve(w, bus.OpReservationSettle, w.settleReservation),
 		bus.OpReservationReopen.Name: serve(w, bus.OpReservationReopen, func(ctx context.Context, r bus.TenantScoped) (none, error) {
 			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Reopen(ctx, tx, r.TenantID, r.ID) })
 		}),

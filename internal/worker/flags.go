@@ -39,6 +39,7 @@ type Options struct {
 	Caps        tenants.Caps
 	Streams     bus.StreamLimits
 	Webhooks    WebhookOptions
+	WriteLimits WriteLimits // --tenant-settles-per-second and the like (writelimit.go)
 	// Operator is the bootstrap from SLUICE_OPERATOR_TOKEN,
 	// SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD (Out unset).
 	Operator Operator
@@ -107,6 +108,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Optio
 	if err := RegisterWebhookFlags(fs, &o.Webhooks, getenv); err != nil {
 		return o, err
 	}
+	if err := RegisterWriteLimitFlags(fs, &o.WriteLimits, getenv); err != nil {
+		return o, err
+	}
 	o.NatsAuth.RegisterFlags(fs, getenv)
 	streams := StreamLimitFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
@@ -171,6 +175,9 @@ func (o *Options) Validate() error {
 	}
 	if (o.Operator.Email == "") != (o.Operator.Password == "") {
 		return fmt.Errorf("set both SLUICE_OPERATOR_EMAIL and SLUICE_OPERATOR_PASSWORD, or neither")
+	}
+	if err := o.WriteLimits.Validate(); err != nil {
+		return err
 	}
 	return ValidateOperatorToken(o.Operator.Token)
 }

@@ -96,6 +96,16 @@ func TestParseFlags(t *testing.T) {
 		{"stream bound", []string{"--stream-max-bytes", "10"}, nil, nil, "--stream-max-bytes"},
 		{"analytics retention", []string{"--analytics-minutes", "1m"}, nil, nil, "--analytics-minutes"},
 		{"tenant cap", nil, map[string]string{"SLUICE_TENANT_MAX_POLICIES": "0"}, nil, "SLUICE_TENANT_MAX_POLICIES"},
+		{"write limits by default", nil, nil, func(o Options) bool {
+			return o.WriteLimits == WriteLimits{Settles: 5000, Reserves: 5000, ConfigWrites: 20, BurstSeconds: 5}
+		}, ""},
+		{"write limits from the environment, the flag winning", []string{"--tenant-settles-per-second", "9"},
+			map[string]string{"SLUICE_TENANT_SETTLES_PER_SECOND": "7", "SLUICE_TENANT_RESERVES_PER_SECOND": "8",
+				"SLUICE_TENANT_CONFIG_WRITES_PER_SECOND": "3", "SLUICE_TENANT_WRITE_BURST_SECONDS": "2"}, func(o Options) bool {
+				return o.WriteLimits == WriteLimits{Settles: 9, Reserves: 8, ConfigWrites: 3, BurstSeconds: 2}
+			}, ""},
+		{"write limit not a number", nil, map[string]string{"SLUICE_TENANT_SETTLES_PER_SECOND": "many"}, nil, "SLUICE_TENANT_SETTLES_PER_SECOND"},
+		{"write burst too long", []string{"--tenant-write-burst-seconds", "7200"}, nil, nil, "--tenant-write-burst-seconds 7200"},
 		{"two kinds of NATS credentials", nil, map[string]string{"SLUICE_NATS_TOKEN": "t", "SLUICE_NATS_USER": "u", "SLUICE_NATS_PASSWORD": "p"}, nil, "NATS"},
 		{"operator email alone", nil, map[string]string{"SLUICE_OPERATOR_EMAIL": "op@example.com"}, nil, "set both SLUICE_OPERATOR_EMAIL"},
 		{"short operator token", nil, map[string]string{"SLUICE_OPERATOR_TOKEN": "op_short"}, nil, "SLUICE_OPERATOR_TOKEN"},
@@ -138,6 +148,9 @@ func TestParseFlagsHelp(t *testing.T) {
 		"-analytics-minutes", "-analytics-hours", "-analytics-days", "-analytics-top-k", "-audit-retention",
 		"-tenant-max-policies", "-tenant-max-limits-per-policy", "-tenant-max-consumer-keys",
 		"-tenant-max-service-keys", "-tenant-max-blocks", "-tenant-max-members",
+		"-tenant-settles-per-second", "SLUICE_TENANT_SETTLES_PER_SECOND", "-tenant-reserves-per-second",
+		"SLUICE_TENANT_RESERVES_PER_SECOND", "-tenant-config-writes-per-second", "SLUICE_TENANT_CONFIG_WRITES_PER_SECOND",
+		"-tenant-write-burst-seconds", "SLUICE_TENANT_WRITE_BURST_SECONDS",
 	} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage does not name %s:\n%s", want, usage.String())

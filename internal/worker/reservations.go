@@ -5,118 +5,96 @@ import (
 	"database/sql"
 	"sync"
 
-	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
 )
 
-// Reservation writes are committed in groups: each reserving check waits
-// for its row, and under load one transaction carries every reservation
-// that arrived meanwhile (up to maxReserveBatch), so a tenant's burst of
-// reservations costs the worker's other writes a few transactions, not
-// one each.
-const maxReserveBatch = 1000
+// Reservations and settles are committed in groups (groups.go), each
+// tenant's limited first (writelimit.go). A settle is read before it is
+// queued: one that writes nothing (an unknown or foreign reservation, a
+// replay, one settled with another amount, an expired one) is answered
+// from the read, without a turn of the writer.
+const (
+	maxReserveBatch = 1000
+	// maxGroupPerTenant bounds one tenant's queued writes of each kind,
+	// maxGroupQueued all tenants'.
+	maxGroupPerTenant = 2 * maxReserveBatch
+	maxGroupQueued    = 8 * maxReserveBatch
+)
 
-type reserveReq struct {
-	r    reserve.Reservation
-	done chan error
+// tenantWrites is how the worker takes tenants' small, frequent writes:
+// each tenant's limited (writelimit.go), reservations and settles queued
+// per tenant and committed in groups (groups.go).
+type tenantWrites struct {
+	limits       *writeLimiter
+	configTurns  *tenantTurns
+	reservations *groupQueue[reserve.Reservation, none]
+	settles      *groupQueue[reserve.Settle, reserve.Settled]
+	settleReads  chan struct{} // one slot: a settle's read (readSettle)
 }
 
-type reserveBatcher struct {
-	in chan reserveReq
-	// mu orders sends against the loop's start and end: a request is
-	// queued only while a loop runs (a worker's loop runs once per term as
-	// the active worker), and the loop answers what is queued when it ends.
-	mu      sync.Mutex
-	running bool
+func newTenantWrites(l WriteLimits) tenantWrites {
+	return tenantWrites{
+		limits:      newWriteLimiter(l),
+		configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting),
+		reservations: newGroupQueue("reservation", maxReserveBatch, maxGroupPerTenant, maxGroupQueued,
+			func(ctx context.Context, tx *sql.Tx, r reserve.Reservation) (none, error) {
+				return none{}, reserve.Create(ctx, tx, r)
+			}),
+		settles:     newGroupQueue("settle", maxReserveBatch, maxGroupPerTenant, maxGroupQueued, reserve.Do),
+		settleReads: make(chan struct{}, 1),
+	}
 }
 
 // createReservation records r in the next group and waits for its commit.
 func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
-	b := &w.reservations
-	req := reserveReq{r: r, done: make(chan error, 1)}
-	b.mu.Lock()
-	queued := false
-	if b.running {
-		select {
-		case b.in <- req:
-			queued = true
-		default: // full: the loop is a whole group behind
-		}
-	}
-	b.mu.Unlock()
-	if !queued {
-		return errs.Errorf(errs.Unavailable, "The worker cannot record a reservation now; try again shortly.")
-	}
-	select {
-	case err := <-req.done:
+	if err := w.writes.limits.take(r.TenantID, writeReserve, 1, w.cfg.Now()); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	_, err := w.writes.reservations.do(ctx, r.TenantID, r)
+	return err
 }
 
-// reserveLoop commits reservations in groups until ctx ends.
-func (w *Worker) reserveLoop(ctx context.Context) {
-	b := &w.reservations
-	b.mu.Lock()
-	b.running = true
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.running = false
-		for {
-			select {
-			case q := <-b.in:
-				q.done <- errs.Errorf(errs.Unavailable, "The worker is stopping; try again shortly.")
-			default:
-				return
-			}
-		}
-	}()
-	batch := make([]reserveReq, 0, maxReserveBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-b.in:
-			batch = append(batch, r)
-		}
-	more:
-		for len(batch) < maxReserveBatch {
-			select {
-			case r := <-b.in:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		results := make([]error, len(batch))
-		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-			for i, q := range batch {
-				// A refusal (the tenant's cap) writes nothing and is that
-				// reservation's answer; any other error fails the group.
-				if err := reserve.Create(ctx, tx, q.r); err != nil {
-					if errs.Code(err) != errs.Conflict {
-						return err
-					}
-					results[i] = err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", len(batch), "err", err)
-		}
-		for i, q := range batch {
-			if err != nil {
-				q.done <- err
-			} else {
-				q.done <- results[i]
-			}
-		}
+// settleReservation settles s: from a read when that answers it, else in
+// the next group.
+func (w *Worker) settleReservation(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
+	if err := w.writes.limits.take(s.TenantID, writeSettle, 1, w.cfg.Now()); err != nil {
+		return reserve.Settled{}, err
 	}
+	out, write, err := w.readSettle(ctx, s)
+	if err != nil || !write {
+		return out, err
+	}
+	return w.writes.settles.do(ctx, s.TenantID, s)
+}
+
+// readSettle is reserve.Check, one at a time: settles arrive by the
+// thousand, and reads side by side would each take a connection of their
+// own, opened and closed again past the pool's few idle ones (opening one
+// costs far more than the read).
+func (w *Worker) readSettle(ctx context.Context, s reserve.Settle) (reserve.Settled, bool, error) {
+	select {
+	case w.writes.settleReads <- struct{}{}:
+	case <-ctx.Done():
+		return reserve.Settled{}, false, ctx.Err()
+	}
+	defer func() { <-w.writes.settleReads }()
+	return reserve.Check(ctx, w.db, s)
+}
+
+// groupLoops commits reservations and settles in groups until ctx ends.
+func (w *Worker) groupLoops(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w.writes.reservations.run(ctx, w.store.WriteTx, func(n int, err error) {
+			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", n, "err", err)
+		})
+	})
+	wg.Go(func() {
+		w.writes.settles.run(ctx, w.store.WriteTx, func(n int, err error) {
+			w.log.Warn("settles not recorded; their callers may retry them", "settles", n, "err", err)
+		})
+	})
+	wg.Wait()
 }
 
 // sweepBatch bounds one reservation sweep transaction.

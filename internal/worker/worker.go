@@ -6,8 +6,11 @@
 // hydration pages and syncs. It serves the operation table (bus.Op) over
 // NATS request/reply by decoding each request's wire form and calling
 // configsvc (config) or analytics (queries); repl decides whether this
-// worker is the active one. cmd/worker runs it as its own process;
-// cmd/server runs the same code in-process by default.
+// worker is the active one. Each tenant's settles, reservations and config
+// writes are limited here, once for the cluster (writelimit.go), and
+// reservations and settles are committed in groups (groups.go).
+// cmd/worker runs it as its own process; cmd/server runs the same code
+// in-process by default.
 //
 // It must never write SQLite outside the store's one writer, act while repl
 // says it is not active, or answer a request whose wire version it does
@@ -100,6 +103,9 @@ type Config struct {
 	Name string
 	// Webhooks tunes webhook delivery.
 	Webhooks WebhookOptions
+	// WriteLimits bounds each tenant's settles, reservations and config
+	// writes across the cluster; zero fields take their defaults.
+	WriteLimits WriteLimits
 }
 
 // Worker is the SQLite writer. Create it with New, start it with Run.
@@ -130,8 +136,9 @@ type Worker struct {
 
 	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
 
-	// reservations groups reservation writes (reservations.go).
-	reservations reserveBatcher
+	// writes limits tenants' writes and groups their reservations and
+	// settles (reservations.go).
+	writes tenantWrites
 
 	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
@@ -216,6 +223,9 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err := cfg.Webhooks.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if err := cfg.WriteLimits.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -224,7 +234,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-		reservations: reserveBatcher{in: make(chan reserveReq, maxReserveBatch)}}
+		writes: newTenantWrites(cfg.WriteLimits)}
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -353,7 +363,7 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	})
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
-	wg.Go(func() { w.reserveLoop(ctx) })
+	wg.Go(func() { w.groupLoops(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
@@ -414,7 +424,11 @@ func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context,
 				}
 			}
 			if err == nil {
-				res, err = fn(ctx, req)
+				var release func()
+				if release, err = w.admitConfigWrite(ctx, op, r.Data()); err == nil {
+					res, err = fn(ctx, req)
+					release()
+				}
 			}
 			if err != nil && diskFull(err) {
 				w.log.Error("SQLite disk is full: a config write or query failed; free space under --data", "op", op, "err", err)
