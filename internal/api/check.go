@@ -101,9 +101,7 @@ func (h *handler) recordReservation(c echo.Context, tenant string, res reservati
 // giveBack returns an estimate taken for a reservation that was never
 // recorded.
 func (h *handler) giveBack(c echo.Context, tenant string, hold *reserve.Hold, estimate int64, now time.Time) {
-	var none int64
-	r := reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *hold, Reserved: estimate, Actual: &none, CreatedAt: now}
-	if err := h.Engine.Settle(context.WithoutCancel(c.Request().Context()), r, now); err != nil {
+	if err := h.Engine.GiveBack(context.WithoutCancel(c.Request().Context()), tenant, *hold, estimate, now); err != nil {
 		h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", hold.Policy, "units", estimate, "err", err)
 	}
 }

@@ -49,6 +49,8 @@ type Engine interface {
 	// Settle applies a settled reservation's difference, reserved at since,
 	// to its buckets.
 	Settle(ctx context.Context, r reserve.Reservation, now time.Time) error
+	// GiveBack returns an estimate taken for a reservation never recorded.
+	GiveBack(ctx context.Context, tenantID string, h reserve.Hold, estimate int64, now time.Time) error
 }
 
 // Config wires the API.

@@ -23,7 +23,20 @@ import (
 // reservation's (settleID), so a retry of a settle whose answer was lost,
 // from any server, is applied once by an owner that saw it.
 func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Time) error {
-	tenantID, h, diff, since := r.TenantID, r.Hold, r.Difference(), r.CreatedAt
+	return e.adjust(ctx, r.TenantID, r.Hold, r.Difference(), r.CreatedAt, now, settleID(r.TenantID, r.ID), r.ID)
+}
+
+// GiveBack returns an estimate a check took for a reservation that was
+// never recorded (the worker refused or could not record it), as a settle
+// at 0 would, once.
+func (e *Engine) GiveBack(ctx context.Context, tenantID string, h reserve.Hold, estimate int64, now time.Time) error {
+	return e.adjust(ctx, tenantID, h, -estimate, now, now, e.ids.next(), "")
+}
+
+// adjust applies diff to h's buckets as a settle (Settle): id names it for
+// the owner, and ref, when set, is the reservation the owner marks applied
+// at the worker first.
+func (e *Engine) adjust(ctx context.Context, tenantID string, h reserve.Hold, diff int64, since, now time.Time, id uint64, ref string) error {
 	if diff == 0 {
 		return nil
 	}
@@ -47,7 +60,7 @@ func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Tim
 	n := len(tl.limits)
 	nowNS := now.UnixNano()
 	if _, _, err := e.decide(ctx, &decision{key: []byte(h.BucketKey), tenantID: tenantID, pv: pv, tier: h.Tier, keyID: h.KeyID,
-		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano(), id: settleID(tenantID, r.ID), ref: r.ID}, outs[:n]); err != nil {
+		limits: tl.limits, now: nowNS, cost: diff, consume: true, settle: true, since: since.UnixNano(), id: id, ref: ref}, outs[:n]); err != nil {
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
