@@ -151,36 +151,76 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 // A model of the owner's side against a ledger: random forwarded items —
 // checks, peeks and settles (charges past the limit and refunds) — each
 // sent once or more, their copies late, duplicated and in batches with
-// other items. The owner's bucket must end exactly where a second cache
-// that saw only each item's first copy ends, and every copy must answer as
-// its first did. Without the applied table (serveForward deciding every
-// copy) it fails at once.
+// other items, while the owner restarts or the partition changes hands (a
+// new term, the applied table forgotten). The owner's bucket must end
+// exactly where a second cache that saw only each item's first copy ends,
+// and every copy must answer as its first did. A check is sent again only
+// to the owner it was first sent to, within its wait, so its copies never
+// cross a restart (the documented bound); a settle's copies are the
+// client's retries and cross anything. Without the applied table, or
+// without the settles' marks (the owner's durable record of applied
+// settles), it fails at once.
 func TestAppliedTableModel(t *testing.T) {
 	e, _ := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) { return e.serveForward })
-	limits := e.view.Load().limitsFor("ten_a", "pol_1", "default", "")
+	answerMarks(t, e)
+	for p := range e.terms {
+		e.terms[p].Store(1)
+	}
+	// Two buckets that run out (100 a minute), where copies must answer
+	// as their first, and two that never do (10⁹), where every unit shows.
+	type bucket struct{ key, policy, tier string }
+	keys := []bucket{
+		{BucketKey("ten_a", "pol_1", KindIP, "198.51.100.1"), "pol_1", "default"},
+		{BucketKey("ten_a", "pol_1", KindIP, "198.51.100.2"), "pol_1", "default"},
+		{BucketKey("ten_a", "pol_3", KindIP, "198.51.100.3"), "pol_3", "anonymous"},
+		{BucketKey("ten_a", "pol_3", KindIP, "198.51.100.4"), "pol_3", "anonymous"},
+	}
+	limitsOf := func(b bucket) []quota.Limit { return e.view.Load().limitsFor("ten_a", b.policy, b.tier, "") }
+	byKey := map[string]bucket{}
+	for _, b := range keys {
+		byKey[b.key] = b
+	}
 	oracle := quota.NewCache()
 	rng := rand.New(rand.NewPCG(1, 2))
-	keys := []string{BucketKey("ten_a", "pol_1", KindIP, "198.51.100.1"), BucketKey("ten_a", "pol_1", KindIP, "198.51.100.2")}
 	answers := map[uint64]cluster.Result{}
-	var sent []cluster.Item // items sent at least once, to repeat later
+	type sentItem struct {
+		it    cluster.Item
+		epoch int
+	}
+	var sent []sentItem // items sent at least once, to repeat later
+	epoch, restarts := 0, 0
 	now := t0.UnixNano()
 	for i := range 3000 {
+		if rng.IntN(100) == 0 {
+			// A restart or a hand-over and back: the owner forgets its
+			// table and decides under a new term.
+			e.applied = appliedTable{}
+			for p := range e.terms {
+				e.terms[p].Add(1)
+			}
+			epoch++
+			restarts++
+		}
 		n := 1 + rng.IntN(4)
 		batch := make([]cluster.Item, 0, n)
 		for range n {
 			if len(sent) > 0 && rng.IntN(3) == 0 {
-				batch = append(batch, sent[rng.IntN(len(sent))]) // a late or duplicated copy
-				continue
+				if s := sent[rng.IntN(len(sent))]; s.epoch == epoch || s.it.Settle {
+					batch = append(batch, s.it) // a late or duplicated copy, or a client's retry
+					continue
+				}
 			}
-			it := cluster.Item{Key: keys[rng.IntN(len(keys))], Tenant: "ten_a", Policy: "pol_1", Tier: "default",
-				Cost: int64(1 + rng.IntN(5)), Consume: rng.IntN(8) != 0, Now: now, ID: uint64(i*8 + len(batch) + 1)}
+			id := uint64(i*8 + len(batch) + 1)
+			b := keys[rng.IntN(len(keys))]
+			it := cluster.Item{Key: b.key, Tenant: "ten_a", Policy: b.policy, Tier: b.tier,
+				Cost: int64(1 + rng.IntN(5)), Consume: rng.IntN(8) != 0, Now: now, ID: id}
 			if rng.IntN(5) == 0 {
-				it.Settle, it.Consume, it.Since = true, true, now
+				it.Settle, it.Consume, it.Since, it.Ref = true, true, now, "rsv_"+strconv.FormatUint(id, 10)
 				if rng.IntN(2) == 0 {
 					it.Cost = -it.Cost
 				}
 			}
-			sent = append(sent, it)
+			sent = append(sent, sentItem{it, epoch})
 			batch = append(batch, it)
 		}
 		res := make([]cluster.Result, len(batch))
@@ -193,13 +233,14 @@ func TestAppliedTableModel(t *testing.T) {
 				continue
 			}
 			if first, seen := answers[it.ID]; seen {
-				if first.Allowed != res[k].Allowed || first.Outcomes[0] != res[k].Outcomes[0] {
+				if !it.Settle && (first.Allowed != res[k].Allowed || first.Outcomes[0] != res[k].Outcomes[0]) {
 					t.Fatalf("a copy of %d answered %+v, its first %+v", it.ID, res[k], first)
 				}
 				continue
 			}
 			answers[it.ID] = res[k]
 			var out [1]quota.Outcome
+			limits := limitsOf(byKey[it.Key])
 			switch {
 			case it.Settle && it.Cost > 0:
 				oracle.Force(it.Key, limits, now, it.Cost)
@@ -211,12 +252,15 @@ func TestAppliedTableModel(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range keys {
+	if restarts == 0 {
+		t.Fatal("the model never restarted the owner")
+	}
+	for _, b := range keys {
 		var got, want [1]quota.Outcome
-		e.cache.CheckBytes([]byte(k), limits, now, 0, false, got[:])
-		oracle.CheckBytes([]byte(k), limits, now, 0, false, want[:])
+		e.cache.CheckBytes([]byte(b.key), limitsOf(b), now, 0, false, got[:])
+		oracle.CheckBytes([]byte(b.key), limitsOf(b), now, 0, false, want[:])
 		if got[0].Remaining != want[0].Remaining {
-			t.Fatalf("%s: the owner's bucket has %d left, the ledger of first decisions %d", k, got[0].Remaining, want[0].Remaining)
+			t.Fatalf("%s: the owner's bucket has %d left, the ledger of first decisions %d (%d restarts)", b.key, got[0].Remaining, want[0].Remaining, restarts)
 		}
 	}
 }
