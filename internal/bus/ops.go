@@ -94,6 +94,10 @@ var (
 	OpReservationCreate = configOp[reserve.Reservation, None]("reservation.create")
 	OpReservationSettle = configOp[reserve.Settle, reserve.Settled]("reservation.settle")
 	OpReservationReopen = configOp[TenantScoped, None]("reservation.reopen")
+	// OpReservationCreateAll records a batch's reservations, all or none;
+	// OpReservationCancel closes those whose estimates were given back.
+	OpReservationCreateAll = configOp[ReservationBatch, None]("reservation.create_all")
+	OpReservationCancel    = configOp[ReservationBatch, None]("reservation.cancel")
 
 	// OpUserSignIn checks a password on the worker (SignIn).
 	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
@@ -151,7 +155,7 @@ var ConfigOps = []AnyOp{
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
-	OpReservationCreate, OpReservationSettle, OpReservationReopen,
+	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationCreateAll, OpReservationCancel,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,

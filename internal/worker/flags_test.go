@@ -131,7 +131,7 @@ func TestParseFlagsHelp(t *testing.T) {
 		"-stream-max-bytes", "SLUICE_STREAM_MAX_BYTES", "-stream-max-age", "SLUICE_STREAM_MAX_AGE",
 		"-analytics-minutes", "-analytics-hours", "-analytics-days", "-analytics-top-k", "-audit-retention",
 		"-tenant-max-policies", "-tenant-max-limits-per-policy", "-tenant-max-consumer-keys",
-		"-tenant-max-service-keys", "-tenant-max-blocks", "-tenant-max-members",
+		"-tenant-max-service-keys", "-tenant-max-blocks", "-tenant-max-members", "-tenant-max-open-reservations",
 	} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage does not name %s:\n%s", want, usage.String())

@@ -9,15 +9,16 @@ import (
 	"github.com/sluicehq/sluice/internal/reserve"
 )
 
-// Reservation writes are committed in groups: each reserving check waits
-// for its row, and under load one transaction carries every reservation
-// that arrived meanwhile (up to maxReserveBatch), so a tenant's burst of
-// reservations costs the worker's other writes a few transactions, not
-// one each.
+// Reservation writes are committed in groups: each reserving check (or
+// batch of checks) waits for its rows, and under load one transaction
+// carries every reservation that arrived meanwhile (up to about
+// maxReserveBatch), so a tenant's burst of reservations costs the
+// worker's other writes a few transactions, not one each. A batch's
+// reservations are recorded all or none (reserve.CreateAll).
 const maxReserveBatch = 1000
 
 type reserveReq struct {
-	r    reserve.Reservation
+	rs   []reserve.Reservation
 	done chan error
 }
 
@@ -30,10 +31,17 @@ type reserveBatcher struct {
 	running bool
 }
 
-// createReservation records r in the next group and waits for its commit.
-func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
+// createReservations records rs, one tenant's, all or none, in the next
+// group and waits for its commit.
+func (w *Worker) createReservations(ctx context.Context, rs []reserve.Reservation) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if len(rs) > reserve.MaxBatch {
+		return errs.Errorf(errs.Invalid, "reservations: more than %d in one batch", reserve.MaxBatch)
+	}
 	b := &w.reservations
-	req := reserveReq{r: r, done: make(chan error, 1)}
+	req := reserveReq{rs: rs, done: make(chan error, 1)}
 	b.mu.Lock()
 	queued := false
 	if b.running {
@@ -77,27 +85,31 @@ func (w *Worker) reserveLoop(ctx context.Context) {
 	batch := make([]reserveReq, 0, maxReserveBatch)
 	for {
 		batch = batch[:0]
+		n := 0
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-b.in:
 			batch = append(batch, r)
+			n += len(r.rs)
 		}
 	more:
-		for len(batch) < maxReserveBatch {
+		for n < maxReserveBatch {
 			select {
 			case r := <-b.in:
 				batch = append(batch, r)
+				n += len(r.rs)
 			default:
 				break more
 			}
 		}
 		results := make([]error, len(batch))
+		max := w.store.Caps().OpenReservations
 		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
 			for i, q := range batch {
 				// A refusal (the tenant's cap) writes nothing and is that
-				// reservation's answer; any other error fails the group.
-				if err := reserve.Create(ctx, tx, q.r); err != nil {
+				// request's answer; any other error fails the group.
+				if err := reserve.CreateAll(ctx, tx, q.rs, max); err != nil {
 					if errs.Code(err) != errs.Conflict {
 						return err
 					}
@@ -107,7 +119,7 @@ func (w *Worker) reserveLoop(ctx context.Context) {
 			return nil
 		})
 		if err != nil {
-			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", len(batch), "err", err)
+			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", n, "err", err)
 		}
 		for i, q := range batch {
 			if err != nil {
