@@ -211,49 +211,15 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 	}
 	out := service.Usage{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Group: group, TimeZone: loc.String(),
 		Rows: []service.UsageRow{}, Paged: !whole}
-	// Pages are read in the order of the rows (keyset), from the cursor's
-	// day on, so a page costs its rows and one day's, however far into
-	// the range it is. Rows of 0 units are left out by the query itself,
-	// so they never take a page's room.
-	start := max(out.From, after[0])
-	var rows *sql.Rows
-	if group == service.UsageByKey {
-		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
-			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
-			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ? AND u.units <> 0 AND (u.day, u.key_id, u.policy) > (?, ?, ?)
-			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, q.TenantID, start, out.To, after[0], after[1], after[2], page+1)
-	} else {
-		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
-			WHERE tenant_id = ? AND day >= ? AND day <= ? AND (day, policy) > (?, ?)
-			GROUP BY day, policy HAVING SUM(units) <> 0 ORDER BY day, policy LIMIT ?`, q.TenantID, start, out.To, after[0], after[2], page+1)
-	}
+	more, err := w.usagePage(ctx, q.TenantID, &out, after, page)
 	if err != nil {
 		return service.Usage{}, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r service.UsageRow
-		if group == service.UsageByKey {
-			err = rows.Scan(&r.Day, &r.KeyID, &r.KeyName, &r.KeyPrefix, &r.Policy, &r.Units)
-		} else {
-			err = rows.Scan(&r.Day, &r.Policy, &r.Units)
+	if more {
+		if whole {
+			return service.Usage{}, errs.Errorf(errs.Invalid, "to: the range holds more than %d rows; ask for fewer days at a time", service.MaxUsageRows)
 		}
-		if err != nil {
-			return service.Usage{}, err
-		}
-		if len(out.Rows) == page {
-			if whole {
-				return service.Usage{}, errs.Errorf(errs.Invalid, "to: the range holds more than %d rows; ask for fewer days at a time", service.MaxUsageRows)
-			}
-			last := out.Rows[page-1]
-			out.NextCursor = encodeUsageCursor(group, last)
-			break
-		}
-		out.Rows = append(out.Rows, r)
-		out.Total += r.Units
-	}
-	if err := rows.Err(); err != nil {
-		return service.Usage{}, err
+		out.NextCursor = encodeUsageCursor(group, out.Rows[len(out.Rows)-1])
 	}
 	if whole {
 		return out, nil
@@ -262,6 +228,49 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 	err = w.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0) FROM usage_daily WHERE tenant_id = ? AND day >= ? AND day <= ?`,
 		q.TenantID, out.From, out.To).Scan(&out.Total)
 	return out, err
+}
+
+// usagePage reads into out (its range and grouping set) the rows after
+// the row after names, at most page of them, adding up their units, and
+// answers whether more follow. Pages are read in the order of the rows
+// (keyset), from after's day on, so a page costs its rows and one day's,
+// however far into the range it is. Rows of 0 units are left out by the
+// query itself, so they never take a page's room.
+func (w *Worker) usagePage(ctx context.Context, tenantID string, out *service.Usage, after [3]string, page int) (bool, error) {
+	start := max(out.From, after[0])
+	var rows *sql.Rows
+	var err error
+	if out.Group == service.UsageByKey {
+		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
+			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
+			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ? AND u.units <> 0 AND (u.day, u.key_id, u.policy) > (?, ?, ?)
+			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, tenantID, start, out.To, after[0], after[1], after[2], page+1)
+	} else {
+		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
+			WHERE tenant_id = ? AND day >= ? AND day <= ? AND (day, policy) > (?, ?)
+			GROUP BY day, policy HAVING SUM(units) <> 0 ORDER BY day, policy LIMIT ?`, tenantID, start, out.To, after[0], after[2], page+1)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if len(out.Rows) == page {
+			return true, nil
+		}
+		var r service.UsageRow
+		if out.Group == service.UsageByKey {
+			err = rows.Scan(&r.Day, &r.KeyID, &r.KeyName, &r.KeyPrefix, &r.Policy, &r.Units)
+		} else {
+			err = rows.Scan(&r.Day, &r.Policy, &r.Units)
+		}
+		if err != nil {
+			return false, err
+		}
+		out.Rows = append(out.Rows, r)
+		out.Total += r.Units
+	}
+	return false, rows.Err()
 }
 
 // maxUsageCursor bounds a cursor's length: a day, a key id and a policy
