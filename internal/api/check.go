@@ -81,21 +81,69 @@ func (b *checkBody) request(field string) (engine.CheckRequest, reservation, err
 	return r, res, nil
 }
 
+// newReservation is the reservation a check that took its estimate
+// (a.Hold) records.
+func newReservation(tenant string, res reservation, hold *reserve.Hold, now time.Time) reserve.Reservation {
+	return reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *hold, Reserved: res.estimate, Cap: res.cap,
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(res.ttl).UTC().Truncate(time.Millisecond)}
+}
+
 // recordReservation records the reservation of a check that took its
 // estimate (a.Hold) at the worker. When the worker cannot record it, the
-// estimate is given back and the check fails as unavailable: a
-// reservation the caller cannot settle must not hold units.
+// estimate is given back and the check fails: a reservation the caller
+// cannot settle must not hold units.
 func (h *handler) recordReservation(c echo.Context, tenant string, res reservation, a *engine.Answer, now time.Time) (recorded, error) {
 	if a.Hold == nil {
 		return recorded{}, nil
 	}
-	r := reserve.Reservation{ID: tenants.NewID("rsv_"), TenantID: tenant, Hold: *a.Hold, Reserved: res.estimate, Cap: res.cap,
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(res.ttl).UTC().Truncate(time.Millisecond)}
+	r := newReservation(tenant, res, a.Hold, now)
 	if err := h.Services.Reservations.Create(c.Request().Context(), r); err != nil {
-		h.giveBack(c, tenant, a.Hold, res.estimate, now)
+		h.undoReservations(c, tenant, []reserve.Reservation{r}, err, now)
 		return recorded{}, err
 	}
 	return recorded{id: r.ID, expires: r.ExpiresAt}, nil
+}
+
+// recordBatch records the reservations of a batch's checks that took
+// their estimates, all or none: when the worker cannot record them all,
+// every estimate is given back and the batch fails.
+func (h *handler) recordBatch(c echo.Context, tenant string, reservations []reservation, answers []engine.Answer, now time.Time) ([]recorded, error) {
+	recs := make([]recorded, len(answers))
+	var rs []reserve.Reservation
+	for i := range answers {
+		if hd := answers[i].Hold; hd != nil {
+			r := newReservation(tenant, reservations[i], hd, now)
+			rs = append(rs, r)
+			recs[i] = recorded{id: r.ID, expires: r.ExpiresAt}
+		}
+	}
+	if len(rs) == 0 {
+		return recs, nil
+	}
+	if err := h.Services.Reservations.CreateAll(c.Request().Context(), rs); err != nil {
+		h.undoReservations(c, tenant, rs, err, now)
+		return nil, err
+	}
+	return recs, nil
+}
+
+// undoReservations gives back the estimates of reservations whose record
+// failed with err. A refusal (the tenant's cap, a bad request) recorded
+// nothing; any other failure (a timeout, an unreachable worker) may have
+// recorded them all the same, so they are cancelled at the worker too,
+// lest they count as open until they expire.
+func (h *handler) undoReservations(c echo.Context, tenant string, rs []reserve.Reservation, err error, now time.Time) {
+	for i := range rs {
+		h.giveBack(c, tenant, &rs[i].Hold, rs[i].Reserved, now)
+	}
+	switch errs.Code(err) {
+	case errs.Conflict, errs.Invalid, errs.NotFound, errs.Unauthenticated, errs.Forbidden:
+		return
+	}
+	if cerr := h.Services.Reservations.Cancel(context.WithoutCancel(c.Request().Context()), rs); cerr != nil {
+		h.Log.Warn("reservations given back may stay open at the worker until they expire", "tenant", tenant,
+			"reservations", len(rs), "err", cerr)
+	}
 }
 
 // giveBack returns an estimate taken for a reservation that was never
@@ -170,19 +218,19 @@ func (h *handler) checkBatch(c echo.Context) error {
 	}
 	answers, err := h.Engine.CheckBatch(c.Request().Context(), tenantID(c), reqs, now)
 	if err != nil {
+		// The checks decided before the failure keep what they took, as
+		// any check's; their reservations' estimates go back, since the
+		// batch answers none of their ids.
+		for i := range answers {
+			if hd := answers[i].Hold; hd != nil {
+				h.giveBack(c, tenantID(c), hd, reservations[i].estimate, now)
+			}
+		}
 		return err
 	}
-	recs := make([]recorded, len(answers))
-	for i := range answers {
-		if recs[i], err = h.recordReservation(c, tenantID(c), reservations[i], &answers[i], now); err != nil {
-			// Give back what the batch's later reservations took, too.
-			for j := i + 1; j < len(answers); j++ {
-				if hd := answers[j].Hold; hd != nil {
-					h.giveBack(c, tenantID(c), hd, reservations[j].estimate, now)
-				}
-			}
-			return err
-		}
+	recs, err := h.recordBatch(c, tenantID(c), reservations, answers, now)
+	if err != nil {
+		return err
 	}
 	out := []byte(`{"results":[`)
 	for i := range answers {

@@ -3,6 +3,7 @@ package api
 import (
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +64,10 @@ func (h *handler) keyUsage(c echo.Context) error {
 }
 
 // usage answers the units the tenant's callers consumed per day, per key
-// or per policy, as JSON or as a CSV file.
+// or per policy, as JSON or as a CSV file, a page at a time: limit rows
+// (default and most service.MaxUsageRows), the next page named by a
+// cursor (next_cursor in JSON; a Link header and Sluice-Next-Cursor for
+// CSV).
 func (h *handler) usage(c echo.Context) error {
 	format := c.QueryParam("format")
 	switch format {
@@ -77,12 +81,32 @@ func (h *handler) usage(c echo.Context) error {
 	default:
 		return errs.Errorf(errs.Invalid, "group: must be %q or %q", service.UsageByKey, service.UsageByPolicy)
 	}
+	limit := service.MaxUsageRows
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > service.MaxUsageRows {
+			return errs.Errorf(errs.Invalid, "limit: must be an integer between 1 and %d", service.MaxUsageRows)
+		}
+		limit = n
+	}
+	cursor := c.QueryParam("cursor")
 	u, err := h.Services.Analytics.Usage(c.Request().Context(), service.UsageQuery{TenantID: tenantID(c),
-		From: c.QueryParam("from"), To: c.QueryParam("to"), Group: group})
+		From: c.QueryParam("from"), To: c.QueryParam("to"), Group: group, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return err
 	}
+	if !u.Paged && (cursor != "" || len(u.Rows) > limit) {
+		// A worker older than paging answered the whole range: it cannot
+		// read a cursor, nor cut a page.
+		return errs.Errorf(errs.Unavailable, "Paged usage is not available until the worker is upgraded; try again shortly.")
+	}
 	if format == "csv" {
+		if u.NextCursor != "" {
+			q := c.QueryParams()
+			q.Set("cursor", u.NextCursor)
+			c.Response().Header().Set("Link", "<"+c.Request().URL.Path+"?"+q.Encode()+">; rel=\"next\"")
+			c.Response().Header().Set(UsageNextCursorHeader, u.NextCursor)
+		}
 		return WriteUsageCSV(c, u)
 	}
 	rows := make([]map[string]any, len(u.Rows))
@@ -93,9 +117,15 @@ func (h *handler) usage(c echo.Context) error {
 			rows[i] = map[string]any{"day": r.Day, "key_id": r.KeyID, "key_name": r.KeyName, "key_prefix": r.KeyPrefix, "policy": r.Policy, "units": r.Units}
 		}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"from": u.From, "to": u.To, "group": u.Group, "time_zone": u.TimeZone,
-		"total": u.Total, "usage": rows})
+	out := map[string]any{"from": u.From, "to": u.To, "group": u.Group, "time_zone": u.TimeZone, "total": u.Total, "usage": rows}
+	if u.NextCursor != "" {
+		out["next_cursor"] = u.NextCursor
+	}
+	return c.JSON(http.StatusOK, out)
 }
+
+// UsageNextCursorHeader carries a CSV page's next cursor, beside its Link.
+const UsageNextCursorHeader = "Sluice-Next-Cursor"
 
 // WriteUsageCSV answers u as a CSV download; the dashboard answers its
 // download with it too.

@@ -22,9 +22,9 @@ func TestCapFlags(t *testing.T) {
 	if err != nil || c.Caps != (tenants.Caps{}).WithDefaults() {
 		t.Fatalf("defaults: %+v, %v", c.Caps, err)
 	}
-	c, err = parse([]string{"--tenant-max-policies", "7", "--tenant-max-members", "3"},
+	c, err = parse([]string{"--tenant-max-policies", "7", "--tenant-max-members", "3", "--tenant-max-open-reservations", "5"},
 		map[string]string{"SLUICE_TENANT_MAX_POLICIES": "9", "SLUICE_TENANT_MAX_CONSUMER_KEYS": "50", "SLUICE_TENANT_MAX_LIMITS_PER_POLICY": "4"})
-	if err != nil || c.Caps.Policies != 7 || c.Caps.Members != 3 || c.Caps.ConsumerKeys != 50 || c.Caps.LimitsPerPolicy != 4 ||
+	if err != nil || c.Caps.Policies != 7 || c.Caps.Members != 3 || c.Caps.OpenReservations != 5 || c.Caps.ConsumerKeys != 50 || c.Caps.LimitsPerPolicy != 4 ||
 		c.Caps.Blocks != tenants.DefaultMaxBlocks {
 		t.Fatalf("set: %+v, %v", c.Caps, err)
 	}

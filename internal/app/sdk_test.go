@@ -566,3 +566,67 @@ func TestSDKReserveAndSettle(t *testing.T) {
 		t.Fatalf("settling no reservation = %+v, %v", s, err)
 	}
 }
+
+// The SDK's usage and webhook calls against the real product: Usage
+// answers every key's units of the day (a key whose day adds up to 0 has
+// no row), per key and per policy, with the range's total; ListWebhooks
+// lists the tenant's endpoints without their secrets.
+func TestSDKUsageAndWebhooks(t *testing.T) {
+	m := bootWith(t, func(c *Config) { c.Webhooks.AllowPrivate = true })
+	ctx := context.Background()
+	c, _, sk := sdkTenant(t, m, "sdkbill", sdk.WithTimeout(2*time.Second))
+	if _, err := c.CreatePolicy(ctx, sdk.Policy{Name: "api", Path: "/api/*",
+		Tiers: map[string]sdk.Limits{"pro": {{Algorithm: "fixed_window", Limit: 1000, Calendar: "month"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []sdk.Key
+	for _, name := range []string{"zero", "one", "two"} {
+		k, err := c.CreateKey(ctx, sdk.NewKey{Name: name, Tier: "pro"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	waitUntil(t, 2*time.Second, "the policy on the server", func() bool {
+		d, _ := c.Peek(ctx, sdk.CheckRequest{APIKey: keys[0].Secret, Path: "/api/x"})
+		return d.Policy == "api"
+	})
+	_, r, err := c.Reserve(ctx, sdk.CheckRequest{APIKey: keys[0].Secret, Path: "/api/x"}, 7, sdk.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Settle(ctx, r, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys[1:] {
+		if d, err := c.Check(ctx, sdk.CheckRequest{APIKey: k.Secret, Path: "/api/x", Cost: 3 + i}); err != nil || !d.Allowed {
+			t.Fatalf("check: %+v, %v", d, err)
+		}
+	}
+	day := time.Now().UTC().Format(time.DateOnly)
+	var u sdk.Usage
+	waitUntil(t, 5*time.Second, "the units in the daily usage", func() bool {
+		u, err = c.Usage(ctx, day, day, "")
+		return err == nil && u.Total == 7
+	})
+	if len(u.Rows) != 2 || u.Group != sdk.UsageByKey || u.TimeZone != "UTC" ||
+		u.Rows[0].Units+u.Rows[1].Units != 7 || u.Rows[0].KeyID == keys[0].ID || u.Rows[1].KeyID == keys[0].ID {
+		t.Fatalf("Usage by key = %+v", u)
+	}
+	if p, err := c.Usage(ctx, day, day, sdk.UsageByPolicy); err != nil || len(p.Rows) != 1 || p.Rows[0] != (sdk.UsageRow{Day: day, Policy: "api", Units: 7}) {
+		t.Fatalf("Usage by policy = %+v, %v", p, err)
+	}
+	if _, err := c.Usage(ctx, day, "yesterday", ""); err == nil {
+		t.Fatal("a bad range answered")
+	}
+
+	if ws, err := c.ListWebhooks(ctx); err != nil || len(ws) != 0 {
+		t.Fatalf("ListWebhooks before any = %+v, %v", ws, err)
+	}
+	do(t, m, "POST", "/v1/webhooks", sk, map[string]any{"url": "https://127.0.0.1:9/hook", "events": []string{"quota.threshold"}})
+	ws, err := c.ListWebhooks(ctx)
+	if err != nil || len(ws) != 1 || ws[0].URL != "https://127.0.0.1:9/hook" || len(ws[0].Events) != 1 || len(ws[0].Thresholds) != 2 ||
+		!strings.HasPrefix(ws[0].SecretPrefix, "whsec_") || !strings.HasPrefix(ws[0].ID, "wh") {
+		t.Fatalf("ListWebhooks = %+v, %v", ws, err)
+	}
+}

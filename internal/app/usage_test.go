@@ -379,3 +379,96 @@ func TestDailyUsageAddsUpToTheMonthQuota(t *testing.T) {
 		}
 	}
 }
+
+// The usage export through the API is paged and never drops its tail: a
+// key whose day adds up to 0 units (a reservation settled at 0) has no
+// row and takes no room in a page, pages of one row follow next_cursor
+// to every other key's row, and CSV pages follow their Link header; every
+// page's total is the range's.
+func TestUsageExportPages(t *testing.T) {
+	m := boot(t)
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "pages", "owner_email": "o@pages.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "api", "path": "/api/*",
+		"tiers": map[string]any{"pro": map[string]any{"algorithm": "fixed_window", "limit": 1000, "calendar": "month"}}})
+	keys := map[string]string{} // key id → key
+	for _, name := range []string{"a", "b", "c", "d"} {
+		k := do(t, m, "POST", "/v1/keys", sk, map[string]any{"name": name, "tier": "pro"})
+		keys[k["id"].(string)] = k["key"].(string)
+	}
+	waitUntil(t, 2*time.Second, "the policy on the server", func() bool {
+		for _, ck := range keys {
+			return do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/api/x", "peek": true})["policy"] == "api"
+		}
+		return false
+	})
+	want := map[string]int64{} // key id → units
+	var zero string
+	var total int64
+	cost := int64(2)
+	for id, ck := range keys {
+		if zero == "" {
+			// Reserve 5, settle 0: the day's units add up to 0.
+			zero = id
+			r := do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/api/x", "reserve": 5})
+			if s := do(t, m, "POST", "/v1/settle", sk, map[string]any{"reservation": r["reservation"], "actual": 0}); s["difference"] != -5.0 {
+				t.Fatalf("settle 0 of 5: %v", s)
+			}
+			continue
+		}
+		do(t, m, "POST", "/v1/check", sk, map[string]any{"api_key": ck, "path": "/api/x", "cost": cost})
+		want[id], total = cost, total+cost
+		cost++
+	}
+	day := time.Now().UTC().Format(time.DateOnly)
+	q := "/v1/usage?from=" + day + "&to=" + day
+	waitUntil(t, 5*time.Second, "the units in the daily usage", func() bool {
+		return do(t, m, "GET", q, sk, nil)["total"] == float64(total)
+	})
+	got := map[string]int64{}
+	cursor, pages := "", 0
+	for {
+		u := do(t, m, "GET", q+"&limit=1&cursor="+cursor, sk, nil)
+		pages++
+		rows := u["usage"].([]any)
+		if u["total"] != float64(total) || len(rows) != 1 {
+			t.Fatalf("page %d: %v, want one row and the range's total %d", pages, u, total)
+		}
+		r := rows[0].(map[string]any)
+		got[r["key_id"].(string)] += int64(r["units"].(float64))
+		next, ok := u["next_cursor"].(string)
+		if !ok {
+			break
+		}
+		cursor = next
+	}
+	if pages != len(want) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%d pages of one row: %v, want %v without %s's 0", pages, got, want, zero)
+	}
+
+	csvGot := map[string]int64{}
+	path, pages := q+"&format=csv&limit=2", 0
+	for path != "" {
+		status, hdr, body := usageGet(t, m, path, sk)
+		pages++
+		recs, err := csv.NewReader(bytes.NewReader(body)).ReadAll()
+		if status != 200 || err != nil || len(recs) < 2 || len(recs) > 3 {
+			t.Fatalf("csv page %d: %d %v %q", pages, status, err, body)
+		}
+		for _, rec := range recs[1:] {
+			u, _ := strconv.ParseInt(rec[5], 10, 64)
+			csvGot[rec[1]] += u
+		}
+		path = ""
+		if link := hdr.Get("Link"); link != "" {
+			target, ok := strings.CutSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
+			if !ok || !strings.Contains(target, "cursor="+hdr.Get("Sluice-Next-Cursor")) || hdr.Get("Sluice-Next-Cursor") == "" {
+				t.Fatalf("csv page %d: Link %q, Sluice-Next-Cursor %q", pages, link, hdr.Get("Sluice-Next-Cursor"))
+			}
+			path = target
+		}
+	}
+	if pages != 2 || fmt.Sprint(csvGot) != fmt.Sprint(want) {
+		t.Fatalf("csv in %d pages of two rows: %v, want %v", pages, csvGot, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluicehq/sluice/internal/reserve"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -158,6 +159,14 @@ func LoadSnapshot(ctx context.Context, nc *nats.Conn) (tenants.Snapshot, error) 
 type PolicyRankRequest struct {
 	V int `json:"v"`
 	service.PolicyRankQuery
+}
+
+// ReservationBatch is OpReservationCreateAll's and OpReservationCancel's
+// request: reservations of one tenant. V is WireVersion; the worker
+// refuses a version it does not know.
+type ReservationBatch struct {
+	V            int                   `json:"v"`
+	Reservations []reserve.Reservation `json:"reservations"`
 }
 
 // UsageRequest is QueryUsage's request. V is WireVersion; the worker

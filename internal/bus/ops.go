@@ -97,6 +97,10 @@ var (
 	// OpReservationApply asks, for a bucket's owner, whether it is the one
 	// to apply a settle's difference (reserve.MarkApplied).
 	OpReservationApply = configOp[reserve.Apply, reserve.Applying]("reservation.apply")
+	// OpReservationCreateAll records a batch's reservations, all or none;
+	// OpReservationCancel closes those whose estimates were given back.
+	OpReservationCreateAll = configOp[ReservationBatch, None]("reservation.create_all")
+	OpReservationCancel    = configOp[ReservationBatch, None]("reservation.cancel")
 
 	// OpUserSignIn checks a password on the worker (SignIn).
 	OpUserSignIn      = configOp[SignIn, service.UserRecord]("user.sign_in")
@@ -154,7 +158,7 @@ var ConfigOps = []AnyOp{
 	OpPolicyCreate, OpPolicyGet, OpPolicyList, OpPolicyUpdate, OpPolicyDelete, OpPolicyNames,
 	OpKeyCreate, OpKeyGet, OpKeyList, OpKeyPage, OpKeyNames, OpKeyCount, OpKeyUpdate, OpKeyRevoke,
 	OpBlockCreate, OpBlockList, OpBlockDelete, OpBucketReset,
-	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationApply,
+	OpReservationCreate, OpReservationSettle, OpReservationReopen, OpReservationApply, OpReservationCreateAll, OpReservationCancel,
 	OpServiceKeyCreate, OpServiceKeyList, OpServiceKeyRevoke, OpServiceKeyUsed,
 	OpUserSignIn, OpUserCreate, OpUserList, OpUserRole, OpUserDelete, OpUserPassword, OpUserEmail, OpUserEndSessions,
 	OpAuditList, OpAuditGet,

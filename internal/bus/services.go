@@ -203,6 +203,16 @@ func (r reservationsClient) Create(ctx context.Context, res reserve.Reservation)
 	return err
 }
 
+func (r reservationsClient) CreateAll(ctx context.Context, rs []reserve.Reservation) error {
+	_, err := Call(ctx, r.c, OpReservationCreateAll, ReservationBatch{V: WireVersion, Reservations: rs})
+	return err
+}
+
+func (r reservationsClient) Cancel(ctx context.Context, rs []reserve.Reservation) error {
+	_, err := Call(ctx, r.c, OpReservationCancel, ReservationBatch{V: WireVersion, Reservations: rs})
+	return err
+}
+
 func (r reservationsClient) Settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
 	return Call(ctx, r.c, OpReservationSettle, s)
 }

@@ -1,6 +1,6 @@
 // Package cli is the sluice command: limits as code (apply and export a
 // limits file, docs/LIMITS.md) and a few everyday verbs (tenants, keys,
-// check), all through a running server's HTTP API.
+// check, usage), all through a running server's HTTP API.
 //
 // Credentials come from the environment (SLUICE_SERVICE_KEY for a tenant,
 // SLUICE_OPERATOR_TOKEN for the operator); flags exist for both but put
@@ -56,6 +56,8 @@ Everyday verbs:
   sluice keys [list]                 the tenant's consumer keys
   sluice keys create --name NAME --tier TIER [--expires-at 2027-01-01T00:00:00Z]
   sluice keys revoke ID
+  sluice usage --from 2027-01-01 [--to 2027-01-31] [--group key|policy] [--csv]
+                                     the units per day to bill from, every page of them
   sluice tenants [list]              every tenant (operator)
   sluice tenants create --name NAME --owner-email EMAIL
                                      (the owner's password from SLUICE_OWNER_PASSWORD)
@@ -90,6 +92,8 @@ func Run(ctx context.Context, args []string, io IO) int {
 		run = cmdKeys
 	case "tenants":
 		run = cmdTenants
+	case "usage":
+		run = cmdUsage
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(io.Stdout, usage)
 		return ExitOK

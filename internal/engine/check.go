@@ -121,7 +121,9 @@ func (e *Engine) Check(ctx context.Context, tenantID string, req *CheckRequest, 
 
 // CheckBatch decides several requests in order; an input error in any of
 // them fails the whole batch before anything is decided. It waits as Check
-// does, for each request in turn.
+// does, for each request in turn. When deciding one fails, it answers the
+// error with the answers decided before it: what they took stays taken,
+// and a caller that reserved gives their holds back.
 func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRequest, now time.Time) ([]Answer, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(batchField(i)); err != nil {
@@ -137,7 +139,7 @@ func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRe
 	for i := range reqs {
 		a, err := e.check(ctx, tenantID, &reqs[i], now, batchField(i))
 		if err != nil {
-			return nil, err
+			return out[:i], err
 		}
 		out[i] = a
 	}

@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,12 @@ type delta struct {
 	Tier   string `json:"ti,omitempty"`
 	KeyID  string `json:"ki,omitempty"`
 	Cost   int64  `json:"c"`
+	// Since is, for a settle's refund, when its reservation took the
+	// units (unix ns): the receiver gives nothing back to a window that
+	// began after it, as the sender did (quota.Limit.RefundSince). Absent
+	// (0) for consumption and other refunds, and from older servers,
+	// whose refunds are given back in the current window as before.
+	Since int64 `json:"s,omitempty"`
 }
 
 type deltaMsg struct {
@@ -131,8 +138,12 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		if err != nil {
 			return false, 0, err
 		}
-		if (allowed || d.count) && d.consume && d.cost > 0 {
-			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost)
+		if (allowed || d.count) && d.consume && d.cost != 0 {
+			var since int64
+			if d.settle && d.cost < 0 {
+				since = d.since
+			}
+			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost, since)
 		}
 		return allowed, report, nil
 	}
@@ -380,12 +391,19 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	return r
 }
 
-func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost int64) {
+// addDelta adds cost to what this server shares for key. A refund with a
+// since (a settle's) is summed apart, per since: adding it to the key's
+// consumption would give it back in whatever window the receiver is in.
+func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost, since int64) {
+	mk := key
+	if since != 0 {
+		mk = key + "\x00" + strconv.FormatInt(since, 10)
+	}
 	e.deltas.mu.Lock()
-	d := e.deltas.m[key]
+	d := e.deltas.m[mk]
 	if d == nil {
-		d = &delta{Key: key, Tenant: tenant, Policy: policy, Tier: tier, KeyID: keyID}
-		e.deltas.m[key] = d
+		d = &delta{Key: key, Tenant: tenant, Policy: policy, Tier: tier, KeyID: keyID, Since: since}
+		e.deltas.m[mk] = d
 	}
 	d.Cost += cost
 	e.deltas.mu.Unlock()
@@ -402,8 +420,17 @@ func (e *Engine) flushDeltas() {
 	e.deltas.m = make(map[string]*delta, len(m))
 	e.deltas.mu.Unlock()
 	msg := deltaMsg{V: bus.WireVersion, Node: e.cfg.Node, Deltas: make([]delta, 0, len(m))}
+	// Consumption first, then the settles' refunds, as they happened here
+	// for a refund of units consumed within the same flush.
 	for _, d := range m {
-		msg.Deltas = append(msg.Deltas, *d)
+		if d.Since == 0 {
+			msg.Deltas = append(msg.Deltas, *d)
+		}
+	}
+	for _, d := range m {
+		if d.Since != 0 {
+			msg.Deltas = append(msg.Deltas, *d)
+		}
 	}
 	data, err := json.Marshal(msg)
 	if err != nil {
@@ -430,8 +457,9 @@ func (e *Engine) onDeltas(m *nats.Msg) {
 			e.cache.Force(d.Key, limits, now, d.Cost)
 		case d.Cost < 0:
 			// Refunds (settles below their estimate, negative hits)
-			// outweighed consumption at the sender.
-			e.cache.Refund([]byte(d.Key), limits, now, -d.Cost)
+			// outweighed consumption at the sender; a settle's refund
+			// carries when its units were taken.
+			e.cache.RefundSince([]byte(d.Key), limits, now, -d.Cost, d.Since, nil)
 		}
 	}
 }

@@ -50,9 +50,12 @@ func (e *Engine) noteCrossings(tenantID, keyID, policy string, tl *tierLimits, o
 		if l.Calendar == nil || q <= 0 {
 			continue
 		}
-		// Past the quota what remains reads 0, so after is at most q and
-		// before may be lower than the true use: a report may repeat a
-		// percent already reported (the worker drops it), never miss one.
+		// A settle's charge past the quota answers how far past as a
+		// negative remaining (settleCache), so after and before are the
+		// real use, and a charge that starts past the quota crosses
+		// nothing again. An older owner's answer reads 0 there: before
+		// may then be understated and a report repeat a percent (the
+		// worker drops it), never miss one.
 		after := q - outs[i].Remaining
 		before := after - cost
 		if percentOf(after, q) <= percentOf(before, q) {

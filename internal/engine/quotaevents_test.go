@@ -64,9 +64,8 @@ func TestQuotaCrossings(t *testing.T) {
 		t.Fatalf("a denied check reported %+v", p[1:])
 	}
 	// A reservation of 10 whose settle charges 39 more: 161 → 171 → 210.
-	// Past the quota the use reads as the quota (what remains is 0), so the
-	// charge reports from 161: a threshold reported twice, which the worker
-	// drops, rather than one missed.
+	// The charge reports the real use before and after it, past the quota
+	// too, so it starts from 171 and no percent is reported twice.
 	a := check(CheckRequest{APIKey: plain, Cost: 10, Hold: true})
 	if a.Hold == nil {
 		t.Fatalf("no hold: %+v", a)
@@ -75,8 +74,15 @@ func TestQuotaCrossings(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = pending()
-	if len(p) != 3 || p[1].Before != 161 || p[1].After != 171 || p[2].Before != 161 || p[2].After != 200 {
+	if len(p) != 3 || p[1].Before != 161 || p[1].After != 171 || p[2].Before != 171 || p[2].After != 210 {
 		t.Fatalf("after a reserve and a charge: %+v", p)
+	}
+	// Another charge past the quota crosses nothing: 210 → 215.
+	if err := e.Settle(context.Background(), settled("ten_a", "rsv_4", *a.Hold, 5, at), at); err != nil {
+		t.Fatal(err)
+	}
+	if p := pending(); len(p) != 3 {
+		t.Fatalf("a charge from past the quota reported %+v", p[3:])
 	}
 	// A refund passes nothing.
 	if err := e.Settle(context.Background(), settled("ten_a", "rsv_2", *a.Hold, -5, at), at); err != nil {
@@ -107,7 +113,7 @@ func TestQuotaCrossings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bus.QuotaBatch
-	if err := json.Unmarshal(m.Data, &b); err != nil || b.V != bus.WireVersion || len(b.Crossings) != 3 || b.Crossings[2].After != 200 {
+	if err := json.Unmarshal(m.Data, &b); err != nil || b.V != bus.WireVersion || len(b.Crossings) != 3 || b.Crossings[2].After != 210 {
 		t.Fatalf("stream message %+v, %v", b, err)
 	}
 }

@@ -96,6 +96,18 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 		units = -int64(all + 0.5)
 	}
 	e.lookAt(key, limits, now, out)
+	if cost > 0 {
+		// Past the limit what is left reads 0: a charge's outcome says
+		// how far past instead, as a negative remaining, so that its
+		// quota crossings start from the real use (noteCrossings).
+		var used [MaxLimits]float64
+		e.cache.Used(key, limits, now, used[:len(limits)])
+		for i := range out {
+			if u := int64(used[i]); out[i].Remaining == 0 && u > out[i].Limit {
+				out[i].Remaining = out[i].Limit - u
+			}
+		}
+	}
 	if units == 0 || pv == nil {
 		return
 	}

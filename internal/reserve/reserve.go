@@ -40,6 +40,9 @@ const (
 	// tenant may hold: each is a row the worker writes, and one tenant's
 	// flood of them must not grow the database without bound.
 	MaxOpen = 100_000
+	// MaxBatch is the most reservations recorded together (CreateAll,
+	// Cancel): a check batch's size.
+	MaxBatch = 1000
 	// Keep is how long a settled or expired reservation is remembered, so
 	// that a repeated settle answers as the first did (or says it expired)
 	// rather than not_found.
@@ -51,6 +54,9 @@ const (
 	StateOpen    = "open"
 	StateSettled = "settled"
 	StateExpired = "expired"
+	// StateCancelled is a reservation given back before its id reached
+	// the caller (Cancel).
+	StateCancelled = "cancelled"
 )
 
 // Hold is where a reservation's units were taken: the bucket, and what a
@@ -125,25 +131,90 @@ func ValidateRequest(field string, reserved, cap int64, ttl time.Duration) error
 	return nil
 }
 
-// Create records an open reservation in tx, refusing a tenant at MaxOpen.
-func Create(ctx context.Context, tx *sql.Tx, r Reservation) error {
+// Create records an open reservation in tx, refusing a tenant that holds
+// max open ones already (MaxOpen when max is 0).
+func Create(ctx context.Context, tx *sql.Tx, r Reservation, max int) error {
+	return CreateAll(ctx, tx, []Reservation{r}, max)
+}
+
+// CreateAll records open reservations of one tenant in tx, all or none: a
+// tenant whose open reservations would pass max (MaxOpen when max is 0)
+// is refused before anything is written. A reservation cancelled before
+// it was recorded (Cancel) stays cancelled and is not counted.
+func CreateAll(ctx context.Context, tx *sql.Tx, rs []Reservation, max int) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if max <= 0 {
+		max = MaxOpen
+	}
+	tenant := rs[0].TenantID
+	for _, r := range rs {
+		if r.TenantID != tenant {
+			return errs.Errorf(errs.Invalid, "reservations: of more than one tenant")
+		}
+	}
 	var open int64
-	err := tx.QueryRowContext(ctx, `SELECT open FROM reservation_counts WHERE tenant_id = ?`, r.TenantID).Scan(&open)
+	err := tx.QueryRowContext(ctx, `SELECT open FROM reservation_counts WHERE tenant_id = ?`, tenant).Scan(&open)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("count reservations: %w", err)
 	}
-	if open >= MaxOpen {
-		return errs.Errorf(errs.Conflict, "reserve: the tenant holds %d open reservations, the most it may; settle some first", MaxOpen)
+	if open+int64(len(rs)) > int64(max) {
+		if len(rs) == 1 {
+			return errs.Errorf(errs.Conflict, "reserve: the tenant holds %d open reservations, the most it may; settle some first", max)
+		}
+		return errs.Errorf(errs.Conflict, "reserve: the tenant holds %d open reservations of the %d it may, too many for %d more; settle some first", open, max, len(rs))
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO reservations (tenant_id, id, bucket_key, policy_id, policy, tier, key_id,
-		identity_kind, identity_id, reserved, cap, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		r.TenantID, r.ID, r.BucketKey, r.PolicyID, r.Policy, r.Tier, r.KeyID, r.IdentityKind, r.IdentityID,
-		r.Reserved, r.Cap, r.CreatedAt.UnixMilli(), r.ExpiresAt.UnixMilli()); err != nil {
-		return fmt.Errorf("record reservation: %w", err)
+	var added int64
+	for _, r := range rs {
+		res, err := tx.ExecContext(ctx, `INSERT INTO reservations (tenant_id, id, bucket_key, policy_id, policy, tier, key_id,
+			identity_kind, identity_id, reserved, cap, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
+			ON CONFLICT (tenant_id, id) DO NOTHING`,
+			r.TenantID, r.ID, r.BucketKey, r.PolicyID, r.Policy, r.Tier, r.KeyID, r.IdentityKind, r.IdentityID,
+			r.Reserved, r.Cap, r.CreatedAt.UnixMilli(), r.ExpiresAt.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("record reservation: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		added += n
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_counts (tenant_id, open) VALUES (?, 1)
-		ON CONFLICT (tenant_id) DO UPDATE SET open = open + 1`, r.TenantID); err != nil {
+	if added == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_counts (tenant_id, open) VALUES (?, ?)
+		ON CONFLICT (tenant_id) DO UPDATE SET open = open + excluded.open`, tenant, added); err != nil {
 		return fmt.Errorf("count reservations: %w", err)
+	}
+	return nil
+}
+
+// Cancel closes reservations whose estimates were given back before their
+// ids reached the caller (a batch that failed part-way): an open one is
+// closed as cancelled; one not recorded yet, whose record may still be on
+// its way, is recorded cancelled so that its late Create leaves it so. A
+// settled or expired one is left as it is. A cancelled reservation is
+// unknown to Do, as its id was never answered.
+func Cancel(ctx context.Context, tx *sql.Tx, rs []Reservation, at time.Time) error {
+	ms := at.UnixMilli()
+	for _, r := range rs {
+		res, err := tx.ExecContext(ctx, `UPDATE reservations SET state = 'cancelled', settled_at = ? WHERE tenant_id = ? AND id = ? AND state = 'open'`,
+			ms, r.TenantID, r.ID)
+		if err != nil {
+			return fmt.Errorf("cancel reservation: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			if err := countClosed(ctx, tx, r.TenantID, 1); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO reservations (tenant_id, id, bucket_key, policy_id, policy, tier, key_id,
+			identity_kind, identity_id, reserved, cap, created_at, expires_at, state, settled_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'cancelled',?)
+			ON CONFLICT (tenant_id, id) DO NOTHING`,
+			r.TenantID, r.ID, r.BucketKey, r.PolicyID, r.Policy, r.Tier, r.KeyID, r.IdentityKind, r.IdentityID,
+			r.Reserved, r.Cap, r.CreatedAt.UnixMilli(), r.ExpiresAt.UnixMilli(), ms); err != nil {
+			return fmt.Errorf("cancel reservation: %w", err)
+		}
 	}
 	return nil
 }
@@ -253,6 +324,8 @@ func decide(r Reservation, s Settle) (Settled, bool, error) {
 		return Settled{Reservation: r, Replayed: true}, false, nil
 	case StateExpired:
 		return Settled{}, false, expired(r)
+	case StateCancelled:
+		return Settled{}, false, notFound()
 	}
 	if s.Actual < 0 || s.Actual > r.Cap {
 		if r.Cap == r.Reserved {
@@ -348,6 +421,10 @@ func expired(r Reservation) error {
 	return errs.Errorf(errs.Conflict, "reservation: expired at %s and stands at its estimate of %d", r.ExpiresAt.UTC().Format(time.RFC3339), r.Reserved)
 }
 
+func notFound() error {
+	return errs.Errorf(errs.NotFound, "reservation: no such reservation (settled or expired ones are forgotten after %s)", "7 days")
+}
+
 func get(ctx context.Context, q Querier, tenantID, id string) (Reservation, error) {
 	r := Reservation{ID: id, TenantID: tenantID}
 	var created, expires int64
@@ -358,7 +435,7 @@ func get(ctx context.Context, q Querier, tenantID, id string) (Reservation, erro
 		Scan(&r.BucketKey, &r.PolicyID, &r.Policy, &r.Tier, &r.KeyID, &r.IdentityKind, &r.IdentityID,
 			&r.Reserved, &r.Cap, &created, &expires, &r.State, &actual, &settled, &applied)
 	if errors.Is(err, sql.ErrNoRows) {
-		return r, errs.Errorf(errs.NotFound, "reservation: no such reservation (settled or expired ones are forgotten after %s)", "7 days")
+		return r, notFound()
 	}
 	if err != nil {
 		return r, fmt.Errorf("read reservation: %w", err)

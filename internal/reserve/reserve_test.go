@@ -43,7 +43,9 @@ func tx[T any](t *testing.T, st *tenants.Store, fn func(ctx context.Context, tx 
 }
 
 func create(t *testing.T, st *tenants.Store, r reserve.Reservation) error {
-	_, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (struct{}, error) { return struct{}{}, reserve.Create(ctx, tx, r) })
+	_, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+		return struct{}{}, reserve.Create(ctx, tx, r, 0)
+	})
 	return err
 }
 
@@ -144,6 +146,73 @@ func TestOpenReservationsCapped(t *testing.T) {
 	}
 	if err := create(t, st, sample(tn, "rsv_over", time.Minute)); err != nil {
 		t.Fatalf("after a settle freed room: %v", err)
+	}
+}
+
+// A batch of reservations is recorded whole or not at all: one that would
+// take the tenant past its cap writes none of them, and the count stays.
+// Cancel closes what was recorded and leaves a tombstone for what was
+// not, so that a late record of it stays cancelled; neither settles.
+func TestCreateAllAndCancel(t *testing.T) {
+	st, tn := newStore(t)
+	open := func() int64 {
+		t.Helper()
+		n, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			var n int64
+			err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(open), 0) FROM reservation_counts WHERE tenant_id = ?`, tn).Scan(&n)
+			return n, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	createAll := func(max int, rs ...reserve.Reservation) error {
+		_, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+			return struct{}{}, reserve.CreateAll(ctx, tx, rs, max)
+		})
+		return err
+	}
+	a, b, c := sample(tn, "rsv_a", time.Minute), sample(tn, "rsv_b", time.Minute), sample(tn, "rsv_c", time.Minute)
+	if err := createAll(4, a, b); err != nil || open() != 2 {
+		t.Fatalf("two under a cap of 4: %v, open %d", err, open())
+	}
+	c2, d := sample(tn, "rsv_c2", time.Minute), sample(tn, "rsv_d", time.Minute)
+	err := createAll(4, c, c2, d)
+	if errs.Code(err) != errs.Conflict || !strings.HasPrefix(errs.Message(err), "reserve:") {
+		t.Fatalf("three more past a cap of 4: %v", err)
+	}
+	if open() != 2 {
+		t.Fatalf("a refused batch counted: open %d", open())
+	}
+	for _, id := range []string{"rsv_c", "rsv_c2", "rsv_d"} {
+		if _, err := settle(t, st, reserve.Settle{TenantID: tn, ID: id, Actual: 1, At: t0}); errs.Code(err) != errs.NotFound {
+			t.Fatalf("%s of a refused batch: %v, want not found", id, err)
+		}
+	}
+	// a is recorded, c is not yet: both are cancelled; c's late record
+	// leaves it cancelled and uncounted.
+	if _, err := tx(t, st, func(ctx context.Context, tx *sql.Tx) (struct{}, error) {
+		return struct{}{}, reserve.Cancel(ctx, tx, []reserve.Reservation{a, c}, t0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if open() != 1 {
+		t.Fatalf("after cancelling one of two open: open %d", open())
+	}
+	if err := createAll(0, c); err != nil || open() != 1 {
+		t.Fatalf("a late record of a cancelled reservation: %v, open %d", err, open())
+	}
+	for _, id := range []string{"rsv_a", "rsv_c"} {
+		if _, err := settle(t, st, reserve.Settle{TenantID: tn, ID: id, Actual: 1, At: t0}); errs.Code(err) != errs.NotFound {
+			t.Fatalf("settling cancelled %s: %v, want not found", id, err)
+		}
+	}
+	if s, err := settle(t, st, reserve.Settle{TenantID: tn, ID: "rsv_b", Actual: 1, At: t0}); err != nil || s.Replayed {
+		t.Fatalf("the batch's other reservation: %+v, %v", s, err)
+	}
+	if open() != 0 {
+		t.Fatalf("after settling the last: open %d", open())
 	}
 }
 

@@ -142,6 +142,12 @@ type Buckets interface {
 type Reservations interface {
 	// Create records an open reservation (a check that took its estimate).
 	Create(ctx context.Context, r reserve.Reservation) error
+	// CreateAll records a batch's reservations (one tenant's), all or
+	// none.
+	CreateAll(ctx context.Context, rs []reserve.Reservation) error
+	// Cancel closes reservations whose estimates were given back before
+	// their ids were answered, recorded or not yet.
+	Cancel(ctx context.Context, rs []reserve.Reservation) error
 	// Settle records a reservation's actual amount, once; a repeat with
 	// the same amount answers Replayed.
 	Settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error)

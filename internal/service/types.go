@@ -167,11 +167,18 @@ type TopEntry struct {
 // date in the tenant's time zone. Group is "key" (per day, consumer key
 // and policy: what each key used of each policy's quotas) or "policy"
 // (per day and policy, every caller together).
+//
+// Limit asks for a page of at most that many rows (1 to MaxUsageRows),
+// Cursor for the page after the one whose NextCursor it is. A query
+// without Limit (a server older than paging) asks for the whole range in
+// one answer, which is refused past MaxUsageRows rows.
 type UsageQuery struct {
 	TenantID string `json:"tenant_id"`
 	From     string `json:"from"`
 	To       string `json:"to"`
 	Group    string `json:"group"`
+	Limit    int    `json:"limit,omitempty"`
+	Cursor   string `json:"cursor,omitempty"`
 }
 
 // UsageRow is one day's units of one key under one policy (KeyID ""
@@ -186,14 +193,21 @@ type UsageRow struct {
 }
 
 // Usage answers a UsageQuery: its days resolved in the tenant's time
-// zone, and the rows in day order, then by key id and policy name.
+// zone, and the rows in day order, then by key id and policy name. Rows
+// of 0 units (refunds that gave back all that was used) are left out.
+// Total is the units of the whole range, whichever page this is.
+// NextCursor, when not empty, is the Cursor of the next page; Paged says
+// the answer is a page (a worker older than paging answers the whole
+// range and leaves it false).
 type Usage struct {
-	From     string     `json:"from"`
-	To       string     `json:"to"`
-	Group    string     `json:"group"`
-	TimeZone string     `json:"time_zone"`
-	Rows     []UsageRow `json:"rows"`
-	Total    int64      `json:"total"`
+	From       string     `json:"from"`
+	To         string     `json:"to"`
+	Group      string     `json:"group"`
+	TimeZone   string     `json:"time_zone"`
+	Rows       []UsageRow `json:"rows"`
+	Total      int64      `json:"total"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+	Paged      bool       `json:"paged,omitempty"`
 }
 
 // Usage grouping.
@@ -206,6 +220,7 @@ const (
 // kept at least that long (UsageRetention).
 const MaxUsageDays = 400
 
-// MaxUsageRows bounds the rows of one Usage answer: a query that would
-// answer more is refused and asks for fewer days.
+// MaxUsageRows bounds the rows of one Usage answer: the largest page, and
+// what a query without Limit may answer (more is refused and asks for
+// fewer days).
 const MaxUsageRows = 100_000

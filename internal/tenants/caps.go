@@ -40,6 +40,9 @@ type Caps struct {
 	// Members is the most dashboard logins (owners and members) a tenant
 	// may have.
 	Members int
+	// OpenReservations is the most open (unsettled, unexpired)
+	// reservations a tenant may hold; package reserve checks it.
+	OpenReservations int
 }
 
 // Default caps.
@@ -50,16 +53,19 @@ const (
 	DefaultMaxServiceKeys     = 64
 	DefaultMaxBlocks          = 100_000
 	DefaultMaxMembers         = 1000
+	// DefaultMaxOpenReservations is reserve.MaxOpen.
+	DefaultMaxOpenReservations = 100_000
 )
 
 // Cap names, as error messages and flags name them.
 const (
-	CapPolicies        = "policies"
-	CapLimitsPerPolicy = "limits_per_policy"
-	CapConsumerKeys    = "consumer_keys"
-	CapServiceKeys     = "service_keys"
-	CapBlocks          = "blocks"
-	CapMembers         = "members"
+	CapPolicies         = "policies"
+	CapLimitsPerPolicy  = "limits_per_policy"
+	CapConsumerKeys     = "consumer_keys"
+	CapServiceKeys      = "service_keys"
+	CapBlocks           = "blocks"
+	CapMembers          = "members"
+	CapOpenReservations = "open_reservations"
 )
 
 // WithDefaults returns c with every zero field set to its default.
@@ -75,6 +81,7 @@ func (c Caps) WithDefaults() Caps {
 	def(&c.ServiceKeys, DefaultMaxServiceKeys)
 	def(&c.Blocks, DefaultMaxBlocks)
 	def(&c.Members, DefaultMaxMembers)
+	def(&c.OpenReservations, DefaultMaxOpenReservations)
 	return c
 }
 
@@ -99,6 +106,7 @@ func (c *Caps) fields() []capField {
 	return []capField{
 		{CapPolicies, &c.Policies}, {CapLimitsPerPolicy, &c.LimitsPerPolicy}, {CapConsumerKeys, &c.ConsumerKeys},
 		{CapServiceKeys, &c.ServiceKeys}, {CapBlocks, &c.Blocks}, {CapMembers, &c.Members},
+		{CapOpenReservations, &c.OpenReservations},
 	}
 }
 

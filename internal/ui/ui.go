@@ -165,7 +165,7 @@ func Register(e *echo.Echo, d Deps) error {
 	pol := &policyHandler{config: d.Services, engine: d.Engine, wait: d.Engine, now: d.Now}
 	keys := &keyHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, sess: sess, now: d.Now}
 	an := &analyticsHandler{config: d.Services, analytics: d.Services.Analytics, wait: d.Engine, now: d.Now}
-	usage := &usageHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now}
+	usage := &usageHandler{config: d.Services, analytics: d.Services.Analytics, now: d.Now, log: d.Log}
 	callers := &callerHandler{config: d.Services, analytics: d.Services.Analytics, engine: d.Engine, wait: d.Engine, now: d.Now}
 	mem := &memberHandler{config: d.Services, wait: d.Engine, auth: auth}
 	svcKeys := &serviceKeyHandler{config: d.Services, wait: d.Engine, sess: sess}

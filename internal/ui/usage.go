@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -23,6 +24,7 @@ type usageHandler struct {
 	config    service.Services
 	analytics service.Analytics
 	now       func() time.Time
+	log       *slog.Logger
 }
 
 // month reads a month ("2027-01"), by default the current month in the
@@ -62,36 +64,55 @@ func (h *usageHandler) show(c echo.Context) error {
 	v.Month = month
 	v.CSVByKey = "/ui/usage/csv?" + url.Values{"month": {month}, "group": {service.UsageByKey}}.Encode()
 	v.CSVByPolicy = "/ui/usage/csv?" + url.Values{"month": {month}, "group": {service.UsageByPolicy}}.Encode()
-	byKey, err := h.analytics.Usage(ctx, service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: service.UsageByKey})
+	var keys usageKeySums
+	err = service.UsagePages(ctx, h.analytics, service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: service.UsageByKey}, func(u service.Usage) error {
+		v.TimeZone, v.From, v.To, v.Total = u.TimeZone, u.From, u.To, u.Total
+		keys.add(u.Rows)
+		return nil
+	})
 	if err != nil {
 		v.Error = userMessage(err)
 		return render(c, http.StatusOK, views.Usage(page(c, "Usage", views.NavUsage), v))
 	}
-	v.TimeZone, v.From, v.To, v.Total = byKey.TimeZone, byKey.From, byKey.To, byKey.Total
-	v.Keys = usageKeyRows(byKey.Rows)
-	byPolicy, err := h.analytics.Usage(ctx, service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: service.UsageByPolicy})
+	v.Keys = keys.rows()
+	var policies []service.UsageRow
+	err = service.UsagePages(ctx, h.analytics, service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: service.UsageByPolicy}, func(u service.Usage) error {
+		policies = append(policies, u.Rows...) // a row per day and policy: at most 31 × the policies
+		return nil
+	})
 	if err != nil {
 		v.Error = userMessage(err)
 	}
-	v.Policies = usagePolicyRows(byPolicy.Rows)
+	v.Policies = usagePolicyRows(policies)
 	return render(c, http.StatusOK, views.Usage(page(c, "Usage", views.NavUsage), v))
 }
 
-// usageKeyRows sums a month's daily rows per key and policy, keys by name
-// (callers without a key last).
-func usageKeyRows(rows []service.UsageRow) []views.UsageKeyRow {
-	type k struct{ key, policy string }
-	idx := map[k]int{}
-	var out []views.UsageKeyRow
-	for _, r := range rows {
-		i, ok := idx[k{r.KeyID, r.Policy}]
-		if !ok {
-			i = len(out)
-			idx[k{r.KeyID, r.Policy}] = i
-			out = append(out, views.UsageKeyRow{KeyID: r.KeyID, Name: r.KeyName, Prefix: r.KeyPrefix, Policy: r.Policy})
-		}
-		out[i].Units += r.Units
+// usageKeySums sums a month's daily rows per key and policy, page after
+// page: it holds a row per key and policy, not per day.
+type usageKeySums struct {
+	idx map[[2]string]int
+	out []views.UsageKeyRow
+}
+
+func (a *usageKeySums) add(rows []service.UsageRow) {
+	if a.idx == nil {
+		a.idx = map[[2]string]int{}
 	}
+	for _, r := range rows {
+		k := [2]string{r.KeyID, r.Policy}
+		i, ok := a.idx[k]
+		if !ok {
+			i = len(a.out)
+			a.idx[k] = i
+			a.out = append(a.out, views.UsageKeyRow{KeyID: r.KeyID, Name: r.KeyName, Prefix: r.KeyPrefix, Policy: r.Policy})
+		}
+		a.out[i].Units += r.Units
+	}
+}
+
+// rows answers the sums, keys by name (callers without a key last).
+func (a *usageKeySums) rows() []views.UsageKeyRow {
+	out := a.out
 	slices.SortFunc(out, func(a, b views.UsageKeyRow) int {
 		if (a.KeyID == "") != (b.KeyID == "") {
 			if a.KeyID == "" {
@@ -127,20 +148,34 @@ func usagePolicyRows(rows []service.UsageRow) []views.UsagePolicyRow {
 	return out
 }
 
-// csv answers the month's daily usage as the API's CSV file.
+// csv answers the month's daily usage as the API's CSV file, every page
+// of it: the first page is read before anything is written, so that its
+// error is answered as one; a later page's error cuts the download short
+// (the client sees it end early) and is logged.
 func (h *usageHandler) csv(c echo.Context) error {
 	s := mustSession(c)
-	_, from, to, err := h.month(c.Request().Context(), s.TenantID, c.QueryParam("month"))
+	ctx := c.Request().Context()
+	_, from, to, err := h.month(ctx, s.TenantID, c.QueryParam("month"))
 	if err != nil {
 		return err
 	}
-	u, err := h.analytics.Usage(c.Request().Context(), service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: c.QueryParam("group")})
-	if err != nil {
+	var cw *service.UsageCSV
+	err = service.UsagePages(ctx, h.analytics, service.UsageQuery{TenantID: s.TenantID, From: from, To: to, Group: c.QueryParam("group")}, func(u service.Usage) error {
+		if cw == nil {
+			res := c.Response()
+			res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+			res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": service.UsageCSVName(u)}))
+			res.WriteHeader(http.StatusOK)
+			cw = service.NewUsageCSV(res)
+		}
+		return cw.Write(u.Rows)
+	})
+	if cw == nil {
 		return err
 	}
-	res := c.Response()
-	res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
-	res.Header().Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": service.UsageCSVName(u)}))
-	res.WriteHeader(http.StatusOK)
-	return service.WriteUsageCSV(res, u)
+	if err != nil {
+		h.log.Warn("a usage download was cut short", "tenant", s.TenantID, "err", err)
+		return nil
+	}
+	return cw.Flush()
 }

@@ -36,5 +36,6 @@ func RegisterCapFlags(fs *flag.FlagSet, c *tenants.Caps, getenv func(string) str
 	add(tenants.CapServiceKeys, &c.ServiceKeys, "most active service keys one tenant may have")
 	add(tenants.CapBlocks, &c.Blocks, "most blocks one tenant may have")
 	add(tenants.CapMembers, &c.Members, "most dashboard logins (owners and members) one tenant may have")
+	add(tenants.CapOpenReservations, &c.OpenReservations, "most open (unsettled, unexpired) reservations one tenant may hold")
 	return errors.Join(bad...)
 }

@@ -163,7 +163,22 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 		}),
 
 		bus.OpReservationCreate.Name: serve(w, bus.OpReservationCreate, func(ctx context.Context, r reserve.Reservation) (none, error) {
-			return none{}, w.createReservation(ctx, r)
+			return none{}, w.createReservations(ctx, []reserve.Reservation{r})
+		}),
+		bus.OpReservationCreateAll.Name: serve(w, bus.OpReservationCreateAll, func(ctx context.Context, r bus.ReservationBatch) (none, error) {
+			if r.V != bus.WireVersion {
+				return none{}, errs.Errorf(errs.Invalid, "reservations: wire version %d", r.V)
+			}
+			return none{}, w.createReservations(ctx, r.Reservations)
+		}),
+		bus.OpReservationCancel.Name: serve(w, bus.OpReservationCancel, func(ctx context.Context, r bus.ReservationBatch) (none, error) {
+			switch {
+			case r.V != bus.WireVersion:
+				return none{}, errs.Errorf(errs.Invalid, "reservations: wire version %d", r.V)
+			case len(r.Reservations) > reserve.MaxBatch:
+				return none{}, errs.Errorf(errs.Invalid, "reservations: more than %d in one batch", reserve.MaxBatch)
+			}
+			return none{}, st.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Cancel(ctx, tx, r.Reservations, w.cfg.Now()) })
 		}),
 		bus.OpReservationSettle.Name: serve(w, bus.OpReservationSettle, w.settleReservation),
 		bus.OpReservationReopen.Name: serve(w, bus.OpReservationReopen, func(ctx context.Context, r bus.TenantScoped) (none, error) {

@@ -147,7 +147,7 @@ func TestParseFlagsHelp(t *testing.T) {
 		"-stream-max-bytes", "SLUICE_STREAM_MAX_BYTES", "-stream-max-age", "SLUICE_STREAM_MAX_AGE",
 		"-analytics-minutes", "-analytics-hours", "-analytics-days", "-analytics-top-k", "-audit-retention",
 		"-tenant-max-policies", "-tenant-max-limits-per-policy", "-tenant-max-consumer-keys",
-		"-tenant-max-service-keys", "-tenant-max-blocks", "-tenant-max-members",
+		"-tenant-max-service-keys", "-tenant-max-blocks", "-tenant-max-members", "-tenant-max-open-reservations",
 		"-tenant-settles-per-second", "SLUICE_TENANT_SETTLES_PER_SECOND", "-tenant-reserves-per-second",
 		"SLUICE_TENANT_RESERVES_PER_SECOND", "-tenant-config-writes-per-second", "SLUICE_TENANT_CONFIG_WRITES_PER_SECOND",
 		"-tenant-write-burst-seconds", "SLUICE_TENANT_WRITE_BURST_SECONDS",

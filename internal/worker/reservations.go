@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"sync"
 
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
 )
 
@@ -27,30 +28,46 @@ const (
 type tenantWrites struct {
 	limits       *writeLimiter
 	configTurns  *tenantTurns
-	reservations *groupQueue[reserve.Reservation, none]
+	// reservations are a check's or a batch's, recorded all or none.
+	reservations *groupQueue[[]reserve.Reservation, none]
 	settles      *groupQueue[reserve.Settle, reserve.Settled]
 	settleReads  chan struct{} // one slot: a settle's read (readSettle)
 }
 
-func newTenantWrites(l WriteLimits) tenantWrites {
+// newTenantWrites makes the queues; maxOpen is the tenants' cap on open
+// reservations (the store's caps, read at each group).
+func newTenantWrites(l WriteLimits, maxOpen func() int) tenantWrites {
 	return tenantWrites{
 		limits:      newWriteLimiter(l),
 		configTurns: newTenantTurns(maxConfigInFlight, maxConfigWaiting),
 		reservations: newGroupQueue("reservation", maxReserveBatch, maxGroupPerTenant, maxGroupQueued,
-			func(ctx context.Context, tx *sql.Tx, r reserve.Reservation) (none, error) {
-				return none{}, reserve.Create(ctx, tx, r)
+			func(ctx context.Context, tx *sql.Tx, rs []reserve.Reservation) (none, error) {
+				return none{}, reserve.CreateAll(ctx, tx, rs, maxOpen())
 			}),
 		settles:     newGroupQueue("settle", maxReserveBatch, maxGroupPerTenant, maxGroupQueued, reserve.Do),
 		settleReads: make(chan struct{}, 1),
 	}
 }
 
-// createReservation records r in the next group and waits for its commit.
-func (w *Worker) createReservation(ctx context.Context, r reserve.Reservation) error {
-	if err := w.writes.limits.take(r.TenantID, writeReserve, 1, w.cfg.Now()); err != nil {
+// createReservations records rs, one tenant's, all or none, in the next
+// group and waits for its commit.
+func (w *Worker) createReservations(ctx context.Context, rs []reserve.Reservation) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if len(rs) > reserve.MaxBatch {
+		return errs.Errorf(errs.Invalid, "reservations: more than %d in one batch", reserve.MaxBatch)
+	}
+	tenant := rs[0].TenantID
+	for _, r := range rs[1:] {
+		if r.TenantID != tenant {
+			return errs.Errorf(errs.Invalid, "reservations: one tenant's in one batch")
+		}
+	}
+	if err := w.writes.limits.take(tenant, writeReserve, len(rs), w.cfg.Now()); err != nil {
 		return err
 	}
-	_, err := w.writes.reservations.do(ctx, r.TenantID, r)
+	_, err := w.writes.reservations.do(ctx, tenant, rs)
 	return err
 }
 

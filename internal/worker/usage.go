@@ -18,6 +18,8 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -190,42 +192,122 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 	if days := int(to.Sub(from).Hours()/24) + 1; days > service.MaxUsageDays {
 		return service.Usage{}, errs.Errorf(errs.Invalid, "to: at most %d days from from, not %d", service.MaxUsageDays, days)
 	}
-	out := service.Usage{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Group: group, TimeZone: loc.String(), Rows: []service.UsageRow{}}
-	var rows *sql.Rows
-	if group == service.UsageByKey {
-		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
-			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
-			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ?
-			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, q.TenantID, out.From, out.To, service.MaxUsageRows+1)
-	} else {
-		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
-			WHERE tenant_id = ? AND day >= ? AND day <= ?
-			GROUP BY day, policy ORDER BY day, policy LIMIT ?`, q.TenantID, out.From, out.To, service.MaxUsageRows+1)
+	if q.Limit < 0 || q.Limit > service.MaxUsageRows {
+		return service.Usage{}, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", service.MaxUsageRows)
 	}
+	// A query without Limit comes from a server older than paging: it
+	// gets the whole range or a refusal, never a cut answer.
+	whole := q.Limit == 0
+	page := q.Limit
+	if whole {
+		page = service.MaxUsageRows
+	}
+	after, err := decodeUsageCursor(q.Cursor, group)
 	if err != nil {
 		return service.Usage{}, err
 	}
+	if whole && q.Cursor != "" {
+		return service.Usage{}, errs.Errorf(errs.Invalid, "cursor: only with limit")
+	}
+	out := service.Usage{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Group: group, TimeZone: loc.String(),
+		Rows: []service.UsageRow{}, Paged: !whole}
+	more, err := w.usagePage(ctx, q.TenantID, &out, after, page)
+	if err != nil {
+		return service.Usage{}, err
+	}
+	if more {
+		if whole {
+			return service.Usage{}, errs.Errorf(errs.Invalid, "to: the range holds more than %d rows; ask for fewer days at a time", service.MaxUsageRows)
+		}
+		out.NextCursor = encodeUsageCursor(group, out.Rows[len(out.Rows)-1])
+	}
+	if whole {
+		return out, nil
+	}
+	// A page's total is the whole range's.
+	err = w.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0) FROM usage_daily WHERE tenant_id = ? AND day >= ? AND day <= ?`,
+		q.TenantID, out.From, out.To).Scan(&out.Total)
+	return out, err
+}
+
+// usagePage reads into out (its range and grouping set) the rows after
+// the row after names, at most page of them, adding up their units, and
+// answers whether more follow. Pages are read in the order of the rows
+// (keyset), from after's day on, so a page costs its rows and one day's,
+// however far into the range it is. Rows of 0 units are left out by the
+// query itself, so they never take a page's room.
+func (w *Worker) usagePage(ctx context.Context, tenantID string, out *service.Usage, after [3]string, page int) (bool, error) {
+	start := max(out.From, after[0])
+	var rows *sql.Rows
+	var err error
+	if out.Group == service.UsageByKey {
+		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
+			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
+			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ? AND u.units <> 0 AND (u.day, u.key_id, u.policy) > (?, ?, ?)
+			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, tenantID, start, out.To, after[0], after[1], after[2], page+1)
+	} else {
+		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
+			WHERE tenant_id = ? AND day >= ? AND day <= ? AND (day, policy) > (?, ?)
+			GROUP BY day, policy HAVING SUM(units) <> 0 ORDER BY day, policy LIMIT ?`, tenantID, start, out.To, after[0], after[2], page+1)
+	}
+	if err != nil {
+		return false, err
+	}
 	defer rows.Close()
 	for rows.Next() {
+		if len(out.Rows) == page {
+			return true, nil
+		}
 		var r service.UsageRow
-		if group == service.UsageByKey {
+		if out.Group == service.UsageByKey {
 			err = rows.Scan(&r.Day, &r.KeyID, &r.KeyName, &r.KeyPrefix, &r.Policy, &r.Units)
 		} else {
 			err = rows.Scan(&r.Day, &r.Policy, &r.Units)
 		}
 		if err != nil {
-			return service.Usage{}, err
-		}
-		if r.Units == 0 {
-			continue // refunds that gave back all that was used
-		}
-		if len(out.Rows) == service.MaxUsageRows {
-			return service.Usage{}, errs.Errorf(errs.Invalid, "to: the range holds more than %d rows; ask for fewer days at a time", service.MaxUsageRows)
+			return false, err
 		}
 		out.Rows = append(out.Rows, r)
 		out.Total += r.Units
 	}
-	return out, rows.Err()
+	return false, rows.Err()
+}
+
+// maxUsageCursor bounds a cursor's length: a day, a key id and a policy
+// name, encoded.
+const maxUsageCursor = 1024
+
+// encodeUsageCursor names the row a page ended on, for the next page to
+// start after: the grouping's letter, the day, the key id and the policy,
+// as JSON in URL-safe base64, opaque to callers.
+func encodeUsageCursor(group string, r service.UsageRow) string {
+	b, _ := json.Marshal([]string{group[:1], r.Day, r.KeyID, r.Policy})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeUsageCursor reads a cursor of group: the day, key id and policy
+// of the row to start after; all empty, before every row, for none.
+func decodeUsageCursor(c, group string) ([3]string, error) {
+	var after [3]string
+	if c == "" {
+		return after, nil
+	}
+	bad := errs.Errorf(errs.Invalid, "cursor: not one this query answered; start again without it")
+	if len(c) > maxUsageCursor {
+		return after, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return after, bad
+	}
+	var parts []string
+	if json.Unmarshal(b, &parts) != nil || len(parts) != 4 || parts[0] != group[:1] {
+		return after, bad
+	}
+	if _, err := time.Parse(time.DateOnly, parts[1]); err != nil {
+		return after, bad
+	}
+	return [3]string{parts[1], parts[2], parts[3]}, nil
 }
 
 // usageDay reads a usage range bound: a date, or an RFC 3339 time, which

@@ -163,3 +163,204 @@ func TestDailyUsageRowCap(t *testing.T) {
 		t.Fatalf("per policy: %+v, %v", byPolicy.Rows, err)
 	}
 }
+
+// insertUsage writes usage rows straight into usage_daily, as applied
+// counters would have left them.
+func insertUsage(t *testing.T, e *env, tenant string, rows []service.UsageRow) {
+	t.Helper()
+	tx, err := e.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tx.Prepare(`INSERT INTO usage_daily (tenant_id, day, policy, key_id, units) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if _, err := st.Exec(tenant, r.Day, r.Policy, r.KeyID, r.Units); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pages reads every page of q, checking each page's total, and answers
+// the rows and how many pages they took.
+func pages(t *testing.T, e *env, q service.UsageQuery, total int64) ([]service.UsageRow, int) {
+	t.Helper()
+	var all []service.UsageRow
+	n := 0
+	for {
+		u, err := e.w.usage(context.Background(), q)
+		if err != nil {
+			t.Fatalf("page %d: %v", n+1, err)
+		}
+		n++
+		if u.Total != total || !u.Paged || len(u.Rows) > q.Limit {
+			t.Fatalf("page %d: total %d, paged %v, %d rows; want the range's total %d and at most %d rows", n, u.Total, u.Paged, len(u.Rows), total, q.Limit)
+		}
+		all = append(all, u.Rows...)
+		if u.NextCursor == "" {
+			return all, n
+		}
+		if len(u.Rows) != q.Limit {
+			t.Fatalf("page %d: %d rows and a next cursor; a page is full before it has a next", n, len(u.Rows))
+		}
+		q.Cursor = u.NextCursor
+	}
+}
+
+// The export is paged and never drops its tail: rows of 0 units (refunds
+// that gave back all that was used) take no room in a page, every other
+// row comes exactly once in order, and every page's total is the range's.
+func TestDailyUsagePages(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	tn, _, _, err := e.w.store.CreateTenant(ctx, "paged", "owner@paged.test", "a long passphrase", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows, wantKey []service.UsageRow
+	perPolicy := map[[2]string]int64{}
+	var total int64
+	add := func(r service.UsageRow) {
+		rows = append(rows, r)
+		total += r.Units
+		if r.Units != 0 {
+			wantKey = append(wantKey, r)
+		}
+		perPolicy[[2]string{r.Day, r.Policy}] += r.Units
+	}
+	for d := 1; d <= 4; d++ {
+		day := fmt.Sprintf("2027-03-%02d", d)
+		for k := range 9 {
+			for _, p := range []string{"api", "search"} {
+				units := int64((d*k+len(p))%5) - 1 // -1 to 3, a fifth of them 0
+				add(service.UsageRow{Day: day, KeyID: fmt.Sprintf("key_%d", k), Policy: p, Units: units})
+			}
+		}
+	}
+	// The last day's search units add up to 0: no row by policy.
+	add(service.UsageRow{Day: "2027-03-05", KeyID: "key_0", Policy: "api", Units: 2})
+	add(service.UsageRow{Day: "2027-03-05", KeyID: "key_0", Policy: "search", Units: 4})
+	add(service.UsageRow{Day: "2027-03-05", KeyID: "key_1", Policy: "search", Units: -4})
+	insertUsage(t, e, tn.ID, rows)
+	var wantPolicy []service.UsageRow
+	for d := 1; d <= 5; d++ {
+		for _, p := range []string{"api", "search"} {
+			day := fmt.Sprintf("2027-03-%02d", d)
+			if u := perPolicy[[2]string{day, p}]; u != 0 {
+				wantPolicy = append(wantPolicy, service.UsageRow{Day: day, Policy: p, Units: u})
+			}
+		}
+	}
+	if len(wantKey) < 3*7 || len(wantKey) == len(rows) || len(wantPolicy) != 9 {
+		t.Fatalf("the fixture: %d rows with units of %d, %d by policy", len(wantKey), len(rows), len(wantPolicy))
+	}
+	q := service.UsageQuery{TenantID: tn.ID, From: "2027-03-01", To: "2027-03-05", Limit: 7}
+	got, n := pages(t, e, q, total)
+	if fmt.Sprint(got) != fmt.Sprint(wantKey) || n != (len(wantKey)+6)/7 {
+		t.Fatalf("by key in pages of 7: %d pages\n got %v\nwant %v", n, got, wantKey)
+	}
+	q.Group = service.UsageByPolicy
+	q.Limit = 3
+	if got, _ := pages(t, e, q, total); fmt.Sprint(got) != fmt.Sprint(wantPolicy) {
+		t.Fatalf("by policy in pages of 3:\n got %v\nwant %v", got, wantPolicy)
+	}
+
+	// Bad pages: each names its field.
+	first, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-03-01", To: "2027-03-05", Limit: 2})
+	if err != nil || first.NextCursor == "" {
+		t.Fatalf("a first page of 2: %+v, %v", first, err)
+	}
+	for _, c := range []struct {
+		q     service.UsageQuery
+		field string
+	}{
+		{service.UsageQuery{Limit: -1}, "limit"},
+		{service.UsageQuery{Limit: service.MaxUsageRows + 1}, "limit"},
+		{service.UsageQuery{Limit: 5, Cursor: "not a cursor"}, "cursor"},
+		{service.UsageQuery{Limit: 5, Cursor: strings.Repeat("A", 2000)}, "cursor"},
+		{service.UsageQuery{Limit: 5, Cursor: first.NextCursor, Group: service.UsageByPolicy}, "cursor"},
+		{service.UsageQuery{Cursor: first.NextCursor}, "cursor"},
+	} {
+		c.q.TenantID, c.q.From, c.q.To = tn.ID, "2027-03-01", "2027-03-05"
+		if _, err := e.w.usage(ctx, c.q); errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), c.field+":") {
+			t.Errorf("%+v: %v, want an invalid request naming %s", c.q, err, c.field)
+		}
+	}
+}
+
+// At the default page size (the API's, MaxUsageRows), a range whose rows
+// of 0 units come first still answers every other row: the whole-range
+// answer of a server older than paging holds all MaxUsageRows of them,
+// and one more row makes it refuse (never cut), while pages carry the
+// rest in a second page.
+func TestDailyUsageDefaultPageKeepsItsTail(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]service.UsageRow, 0, service.MaxUsageRows+2000)
+	var total int64
+	for i := range 2000 {
+		rows = append(rows, service.UsageRow{Day: "2027-01-01", KeyID: fmt.Sprintf("key_0_%06d", i), Policy: "api"})
+	}
+	for i := range service.MaxUsageRows {
+		day := "2027-01-01"
+		if i%2 == 1 {
+			day = "2027-01-02"
+		}
+		u := int64(i%3 + 1)
+		rows = append(rows, service.UsageRow{Day: day, KeyID: fmt.Sprintf("key_1_%06d", i), Policy: "api", Units: u})
+		total += u
+	}
+	insertUsage(t, e, tn.ID, rows)
+	whole, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"})
+	if err != nil || len(whole.Rows) != service.MaxUsageRows || whole.Total != total || whole.Paged || whole.NextCursor != "" {
+		t.Fatalf("the whole range: %d rows, total %d (%v), want %d rows and %d", len(whole.Rows), whole.Total, err, service.MaxUsageRows, total)
+	}
+	if last := whole.Rows[len(whole.Rows)-1]; last.Day != "2027-01-02" {
+		t.Fatalf("the whole range ends on %s, want its last day", last.Day)
+	}
+	insertUsage(t, e, tn.ID, []service.UsageRow{{Day: "2027-01-03", Policy: "api", Units: 5}})
+	total += 5
+	if _, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"}); errs.Code(err) != errs.Invalid {
+		t.Fatalf("the whole range past %d rows: %v, want a refusal", service.MaxUsageRows, err)
+	}
+	got, n := pages(t, e, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03", Limit: service.MaxUsageRows}, total)
+	var sum int64
+	for _, r := range got {
+		sum += r.Units
+	}
+	if n != 2 || len(got) != service.MaxUsageRows+1 || sum != total || got[len(got)-1].Day != "2027-01-03" {
+		t.Fatalf("pages of %d: %d pages, %d rows summing to %d, want 2 pages, %d rows and %d", service.MaxUsageRows, n, len(got), sum, service.MaxUsageRows+1, total)
+	}
+
+	// The dashboard's download: every page in one CSV file.
+	var file strings.Builder
+	cw := service.NewUsageCSV(&file)
+	if err := service.UsagePages(ctx, usageReader(e.w.usage), service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"},
+		func(u service.Usage) error { return cw.Write(u.Rows) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(file.String(), "\n"), "\n")
+	if len(lines) != service.MaxUsageRows+2 || lines[0] != strings.Join(service.UsageCSVHeader, ",") || lines[len(lines)-1] != "2027-01-03,,,,api,5" {
+		t.Fatalf("the download: %d lines, the last %q", len(lines), lines[len(lines)-1])
+	}
+}
+
+// usageReader serves service.UsagePages from the worker's own answer.
+type usageReader func(context.Context, service.UsageQuery) (service.Usage, error)
+
+func (f usageReader) Usage(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
+	return f(ctx, q)
+}

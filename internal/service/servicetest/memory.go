@@ -614,6 +614,27 @@ func (s memReservations) Create(_ context.Context, r reserve.Reservation) error 
 	return nil
 }
 
+// CreateAll records every reservation; Memory has no cap on them.
+func (s memReservations) CreateAll(ctx context.Context, rs []reserve.Reservation) error {
+	for _, r := range rs {
+		if err := s.Create(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Cancel forgets the reservations, as reserve.Do treats cancelled ones.
+func (s memReservations) Cancel(_ context.Context, rs []reserve.Reservation) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range rs {
+		delete(m.reserved, r.TenantID+"/"+r.ID)
+	}
+	return nil
+}
+
 // Settle follows reserve.Do: the first settle records, a repeat with the
 // same amount replays, an expired or unknown reservation is an error.
 func (s memReservations) Settle(_ context.Context, q reserve.Settle) (reserve.Settled, error) {
