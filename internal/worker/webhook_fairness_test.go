@@ -266,6 +266,10 @@ func TestPausedWebhookHoldsItsDeliveries(t *testing.T) {
 	if _, err := keys.Create(ctx, serviceKeyCreate(tn.ID, "while-paused")); err != nil {
 		t.Fatal(err)
 	}
+	// An attempt claimed before the pause may still be dialing (refused at
+	// once, but a loaded machine can take a while to get to it): let it end
+	// before the receiver is back.
+	time.Sleep(500 * time.Millisecond)
 	r.start(addr)
 	time.Sleep(time.Second) // retries are due within 100–300 ms
 	if got := r.events(); len(got) != 0 {
