@@ -72,14 +72,14 @@ func (l *onceLedger) maybe(units int64) {
 // forgettable is what a fault at each of faults could make an owner forget
 // of this key's answered movements: those in the loss window around it
 // (docs/GUARANTEES.md: an owner forgets at most what it decided in the 1 s
-// before it stopped deciding; counters for usage flush every second, so
-// the window is taken wide: 2 s before to 3 s after the fault).
+// before it stopped deciding, which is within 1 s of a pause or a cut;
+// usage counters flush every second; so 1.5 s either side of the fault).
 func (l *onceLedger) forgettable(faults []time.Time) (lo, hi int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, m := range l.moves {
 		for _, f := range faults {
-			if m.at.After(f.Add(-2*time.Second)) && m.at.Before(f.Add(3*time.Second)) {
+			if m.at.After(f.Add(-1500*time.Millisecond)) && m.at.Before(f.Add(1500*time.Millisecond)) {
 				// Forgetting a charge lowers the count, a refund raises it.
 				lo -= max(m.units, 0)
 				hi -= min(m.units, 0)
