@@ -24,13 +24,20 @@ import (
 // always finds the first answer.
 const appliedKeep = 10 * time.Second
 
+// appliedPerStripe bounds a stripe's current generation: past it the
+// generations turn early, so the table holds at most 2 × 64 × this many
+// answers (about 4 M, a few hundred MiB at worst) and keeps less than
+// appliedKeep only above about 200 000 moving forwards a second.
+const appliedPerStripe = 32 << 10
+
 // appliedTable remembers, per item id, what this server answered a
 // decision that moved a bucket (cluster/forward.go, "once means once"). A
 // stripe's lock is held from the look-up to the record, so two copies of
 // one item arriving at once are decided once. Entries live in two
-// generations per stripe that turn every appliedKeep, so the table holds
-// what the last 10–20 s of moving decisions answered, and nothing for
-// denied checks' peeks.
+// generations per stripe that turn every appliedKeep (or when full,
+// appliedPerStripe), so the table holds what the last 10–20 s of moving
+// decisions answered, and nothing for peeks and denials that took
+// nothing.
 type appliedTable struct {
 	stripes [64]appliedStripe
 }
@@ -45,7 +52,7 @@ type appliedStripe struct {
 func (t *appliedTable) lock(id uint64, now time.Time) *appliedStripe {
 	s := &t.stripes[id%uint64(len(t.stripes))]
 	s.mu.Lock()
-	if s.cur == nil || now.Sub(s.turned) >= appliedKeep {
+	if s.cur == nil || now.Sub(s.turned) >= appliedKeep || len(s.cur) >= appliedPerStripe {
 		s.prev, s.cur, s.turned = s.cur, map[uint64]cluster.Result{}, now
 	}
 	return s

@@ -153,8 +153,9 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 // sent once or more, their copies late, duplicated and in batches with
 // other items, while the owner restarts or the partition changes hands (a
 // new term, the applied table forgotten). The owner's bucket must end
-// exactly where a second cache that saw only each item's first copy ends,
-// and every copy must answer as its first did. A check is sent again only
+// exactly where a second cache that saw only each item's first copy ends
+// (or, for a denial that took nothing, its copies as new decisions), and
+// every copy of what moved a bucket must answer as its first did. A check is sent again only
 // to the owner it was first sent to, within its wait, so its copies never
 // cross a restart (the documented bound); a settle's copies are the
 // client's retries and cross anything. Without the applied table, or
@@ -232,12 +233,14 @@ func TestAppliedTableModel(t *testing.T) {
 			if !it.Consume {
 				continue
 			}
-			if first, seen := answers[it.ID]; seen {
+			if first, seen := answers[it.ID]; seen && (first.Allowed || it.Settle) {
 				if !it.Settle && (first.Allowed != res[k].Allowed || first.Outcomes[0] != res[k].Outcomes[0]) {
 					t.Fatalf("a copy of %d answered %+v, its first %+v", it.ID, res[k], first)
 				}
 				continue
 			}
+			// A first decision, or a copy of a denial that took nothing:
+			// that one was never remembered, and the copy is decided anew.
 			answers[it.ID] = res[k]
 			var out [1]quota.Outcome
 			limits := limitsOf(byKey[it.Key])
@@ -290,4 +293,25 @@ func answerMarks(t *testing.T, e *Engine) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// One stripe holds at most two generations of appliedPerStripe answers,
+// however fast they come: a full generation turns early.
+func TestAppliedTableBounded(t *testing.T) {
+	var tab appliedTable
+	now := time.Now()
+	n := uint64(len(tab.stripes))
+	for i := range uint64(5 * appliedPerStripe) {
+		s := tab.lock(i*n, now) // every id in stripe 0
+		s.put(i*n, cluster.Result{Allowed: true})
+		s.mu.Unlock()
+	}
+	if got := tab.size(); got > 2*appliedPerStripe {
+		t.Fatalf("stripe 0 holds %d answers, want at most %d", got, 2*appliedPerStripe)
+	}
+	// The newest generation is all there: a repeat within it is found.
+	last := uint64(5*appliedPerStripe-1) * n
+	if _, ok := tab.lookup(last); !ok {
+		t.Fatal("the last answer is gone")
+	}
 }

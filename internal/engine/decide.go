@@ -325,7 +325,7 @@ func cancelled(ctx context.Context) error {
 }
 
 // serveForward decides checks forwarded by other servers. An item that
-// moves a bucket and carries an id is answered from the applied table when
+// moved a bucket and carries an id is answered from the applied table when
 // this server decided it before (its first answer was lost or late), even
 // if the partition has moved on since: it was decided once, here.
 func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
@@ -340,7 +340,11 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 		s := e.applied.lock(it.ID, now)
 		r, seen := s.get(it.ID)
 		if !seen {
-			if r = e.serveItem(v, it); r.Status == cluster.StatusOK {
+			// Only what moved the bucket is remembered: a denial that
+			// took nothing may be decided afresh when a copy of it comes
+			// (its first answer reached nobody), and a flood of denials
+			// costs the table nothing.
+			if r = e.serveItem(v, it); r.Status == cluster.StatusOK && (r.Allowed || it.Count || it.Cost < 0) {
 				s.put(it.ID, r)
 			}
 		} else {
