@@ -26,8 +26,8 @@ const (
 // each tenant's limited (writelimit.go), reservations and settles queued
 // per tenant and committed in groups (groups.go).
 type tenantWrites struct {
-	limits       *writeLimiter
-	configTurns  *tenantTurns
+	limits      *writeLimiter
+	configTurns *tenantTurns
 	// reservations are a check's or a batch's, recorded all or none.
 	reservations *groupQueue[[]reserve.Reservation, none]
 	settles      *groupQueue[reserve.Settle, reserve.Settled]

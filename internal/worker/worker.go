@@ -233,8 +233,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64),
-	}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
 	w.writes = newTenantWrites(cfg.WriteLimits, func() int { return w.store.Caps().OpenReservations })
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
