@@ -15,8 +15,10 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/bus/bustest"
 	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // ownerEngine is an engine whose cluster member owns every partition, its
@@ -313,5 +315,79 @@ func TestAppliedTableBounded(t *testing.T) {
 	last := uint64(5*appliedPerStripe-1) * n
 	if _, ok := tab.lookup(last); !ok {
 		t.Fatal("the last answer is gone")
+	}
+}
+
+// An owner whose config has no limits for a check yet (a policy made a
+// moment ago, not yet applied there) is asked again until it has them: the
+// sender never decides the bucket in its own cache. If the owner never
+// gets them within the wait, the check answers unavailable, still
+// deciding nothing.
+func TestOwnerWithoutLimitsIsAskedAgain(t *testing.T) {
+	owner, _ := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) { return e.serveForward })
+	snap, _ := snapshot(t)
+	snap.Policies = append(snap.Policies, tenants.Policy{ID: "pol_new", TenantID: "ten_a", Name: "new", Method: "*", Path: "/new/*",
+		Consistency: "exact", CreatedAt: t0, Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 5, "60s")}})
+	sender := engineOn(t, owner.nc, snap)
+	sender.cfg.Node = "sender"
+	c, err := cluster.New(cluster.Config{Node: "sender", Holder: "engine test"}, owner.nc, cluster.Hooks{CanLoad: func() bool { return false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.SetCluster(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	key := func(ip string) []byte { return []byte(BucketKey("ten_a", "pol_new", KindIP, ip)) }
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if o, ok := c.Owner(bus.Partition(key("192.0.2.7"))); ok && o == "owner" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never learned the partition's owner")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check := func(ip string) (Answer, error) {
+		r := CheckRequest{IP: ip, Path: "/new/x"}
+		return sender.Check(t.Context(), "ten_a", &r, time.Now())
+	}
+	applied := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		v, err := viewFromSnapshot(snap)
+		if err != nil {
+			t.Error(err)
+		}
+		owner.view.Store(v)
+		close(applied)
+	}()
+	before := owner.view.Load()
+	a, err := check("192.0.2.7")
+	<-applied
+	if err != nil || !a.Allowed || a.Remaining != 4 {
+		t.Fatalf("a check the owner could decide once its config arrived: %+v, %v", a, err)
+	}
+	if sender.cache.Len() != 0 || owner.cache.Len() == 0 {
+		t.Fatalf("the sender's cache holds %d buckets and the owner's %d: the sender decided", sender.cache.Len(), owner.cache.Len())
+	}
+
+	owner.view.Store(before) // the owner never learns of pol_new now
+	start := time.Now()
+	if _, err := check("192.0.2.8"); !errs.Is(err, errs.Unavailable) {
+		t.Fatalf("a check the owner cannot decide: err = %v, want unavailable", err)
+	}
+	if took := time.Since(start); took < HandoverWait/2 {
+		t.Fatalf("gave up after %s, want about the hand-over wait (%s)", took, HandoverWait)
+	}
+	if sender.cache.Len() != 0 {
+		t.Fatal("the sender decided a bucket it does not own")
 	}
 }
