@@ -47,6 +47,9 @@ type onceLedger struct {
 	// fault can make an owner forget.
 	moves                                  []onceMove
 	reserves, settles, retries, unanswered int
+	// applied and maybeApplied count settles with a difference: answered,
+	// and never answered.
+	applied, maybeApplied int
 }
 
 type onceMove struct {
@@ -207,6 +210,15 @@ func onceClients(t *testing.T, servers func() []*server, tn tenant, keys []*once
 				} else {
 					k.ledger.maybe(diff)
 				}
+				if diff != 0 {
+					k.ledger.mu.Lock()
+					if landed {
+						k.ledger.applied++
+					} else {
+						k.ledger.maybeApplied++
+					}
+					k.ledger.mu.Unlock()
+				}
 			}
 		})
 	}
@@ -286,20 +298,26 @@ func onceCheck(t *testing.T, s *server, tn tenant, keys []*onceKey, faults []tim
 	t.Logf("in all: %d reserves, %d settle calls, %d retried, %d requests never answered", reserves, settles, retries, unanswered)
 }
 
-var repeatsRe = regexp.MustCompile(`(?m)^sluice_forward_repeats_total (\d+)`)
+var (
+	repeatsRe = regexp.MustCompile(`(?m)^sluice_forward_repeats_total (\d+)`)
+	settlesRe = regexp.MustCompile(`(?m)^sluice_settles_applied_total (\d+)`)
+)
 
-// forwardRepeats sums the servers' forwarded decisions answered as repeats.
-func forwardRepeats(t *testing.T, servers []*server) int {
+// sumMetric sums a counter over the servers.
+func sumMetric(t *testing.T, servers []*server, re *regexp.Regexp) int {
 	n := 0
 	for _, s := range servers {
 		r := call(t, "GET", s.base+"/metrics", operatorToken, nil)
-		if m := repeatsRe.FindSubmatch(r.Raw); m != nil {
+		if m := re.FindSubmatch(r.Raw); m != nil {
 			v, _ := strconv.Atoi(string(m[1]))
 			n += v
 		}
 	}
 	return n
 }
+
+// forwardRepeats sums the servers' forwarded decisions answered as repeats.
+func forwardRepeats(t *testing.T, servers []*server) int { return sumMetric(t, servers, repeatsRe) }
 
 // The links between servers stall: one chunk in ten of every forwarding
 // connection waits 2.3–2.8 s, past the 2 s forward timeout, and is then
@@ -313,6 +331,7 @@ func TestCountedOnceOverStallingLinks(t *testing.T) {
 	servers := fc.plainServers()
 	tn, keys := onceSetup(t, servers, "stalls")
 	before := forwardRepeats(t, servers)
+	appliedBefore := sumMetric(t, servers, settlesRe)
 	stop := make(chan struct{})
 	wg := onceClients(t, func() []*server { return servers }, tn, keys, stop)
 	time.Sleep(2 * time.Second)
@@ -326,6 +345,17 @@ func TestCountedOnceOverStallingLinks(t *testing.T) {
 	t.Logf("forwarded decisions answered as repeats: %d", repeats)
 	if repeats == 0 {
 		t.Error("no forward was sent again during the stalls: the test did not exercise a late answer")
+	}
+	// Count the settles the servers applied: every answered one once, an
+	// unanswered one at most once, none twice.
+	applied := sumMetric(t, servers, settlesRe) - appliedBefore
+	var answered, unanswered int
+	for _, k := range keys {
+		answered, unanswered = answered+k.ledger.applied, unanswered+k.ledger.maybeApplied
+	}
+	t.Logf("settles with a difference: %d answered, %d never answered; the servers applied %d", answered, unanswered, applied)
+	if applied < answered || applied > answered+unanswered {
+		t.Errorf("the servers applied %d settles, want %d to %d: a settle was applied twice or not at all", applied, answered, answered+unanswered)
 	}
 	onceCheck(t, servers[0], tn, keys, nil)
 }

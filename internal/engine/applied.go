@@ -176,6 +176,9 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	}
 	if apply {
 		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		if d.ref != "" {
+			e.metrics.settlesApplied.Inc()
+		}
 	} else {
 		e.metrics.repeats.Inc()
 		e.lookAt(d.key, d.limits, d.now, out)

@@ -31,6 +31,8 @@ type engineMetrics struct {
 	// (applied.go); appliedSize is that table's size.
 	repeats     prometheus.Counter
 	appliedSize prometheus.GaugeFunc
+	// settlesApplied counts settles this server applied to a bucket.
+	settlesApplied prometheus.Counter
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -101,6 +103,9 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	m.repeats = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_forward_repeats_total", Help: "Forwarded decisions that arrived again (a late or lost answer) and were answered as the first time, without moving a bucket twice.",
 	})
+	m.settlesApplied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_settles_applied_total", Help: "Settles whose difference this server applied to a bucket, as the bucket's owner (each settle is applied once in the cluster).",
+	})
 	m.appliedSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
 	}, func() float64 { return float64(e.applied.size()) })
@@ -108,7 +113,7 @@ func newEngineMetrics(e *Engine) engineMetrics {
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied}
 }
 
 // checkCounters resolves the label values once, so counting a decision on
