@@ -58,6 +58,9 @@ Everyday verbs:
   sluice keys revoke ID
   sluice usage --from 2027-01-01 [--to 2027-01-31] [--group key|policy] [--csv]
                                      the units per day to bill from, every page of them
+  sluice webhooks [list]             the tenant's webhook endpoints
+  sluice webhooks deliveries ID [--limit N]
+                                     an endpoint's deliveries, newest first
   sluice tenants [list]              every tenant (operator)
   sluice tenants create --name NAME --owner-email EMAIL
                                      (the owner's password from SLUICE_OWNER_PASSWORD)
@@ -94,6 +97,8 @@ func Run(ctx context.Context, args []string, io IO) int {
 		run = cmdTenants
 	case "usage":
 		run = cmdUsage
+	case "webhooks":
+		run = cmdWebhooks
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(io.Stdout, usage)
 		return ExitOK

@@ -46,6 +46,7 @@ func server(t *testing.T) string {
 		shared.dir = dir
 		cfg := app.DefaultConfig()
 		cfg.Addr, cfg.Data, cfg.Node, cfg.OperatorToken = "127.0.0.1:0", dir, "clitest", opToken
+		cfg.Webhooks.AllowPrivate = true // sluice webhooks points one at loopback
 		m := app.NewMain(cfg, slog.New(slog.DiscardHandler))
 		m.Out = io.Discard
 		if shared.err = m.Run(context.Background()); shared.err != nil {
