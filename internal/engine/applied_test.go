@@ -38,14 +38,7 @@ func ownerEngine(t *testing.T, serve func(e *Engine) func([]cluster.Item, []clus
 	if err := c.Serve(serve(e)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c.Close(ctx)
-	})
+	startMember(t, c)
 	for deadline := time.Now().Add(15 * time.Second); c.OwnedCount() < bus.Partitions; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the owner holds %d partitions, want %d", c.OwnedCount(), bus.Partitions)
@@ -60,6 +53,19 @@ func ownerEngine(t *testing.T, serve func(e *Engine) func([]cluster.Item, []clus
 		t.Fatal(err)
 	}
 	return e, sender
+}
+
+// startMember starts c until the test ends.
+func startMember(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
 }
 
 // remaining is what the anonymous tier of pol_1 (10 a minute) has left for
@@ -337,14 +343,7 @@ func TestOwnerWithoutLimitsIsAskedAgain(t *testing.T) {
 	if err := sender.SetCluster(c); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c.Close(ctx)
-	})
+	startMember(t, c)
 	key := func(ip string) []byte { return []byte(BucketKey("ten_a", "pol_new", KindIP, ip)) }
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if o, ok := c.Owner(bus.Partition(key("192.0.2.7"))); ok && o == "owner" {

@@ -134,14 +134,7 @@ func TestOwnershipOnEngineClock(t *testing.T) {
 	if err := e.SetCluster(c); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c.Close(ctx)
-	})
+	startMember(t, c)
 	for deadline := time.Now().Add(15 * time.Second); c.OwnedCount() < bus.Partitions; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the member owns %d partitions, want %d", c.OwnedCount(), bus.Partitions)
