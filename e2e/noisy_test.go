@@ -40,7 +40,7 @@ const (
 
 	// What the run asserts of tenant B (docs/GUARANTEES.md).
 	checkP99Factor   = 1.5 // B's check p99 with A, against without, with CPU to spare
-	saturatedBusy    = 80  // percent of the machine's CPU busy past which it has none
+	saturatedBusy    = 50  // percent of the machine's CPU busy in A's minute: past it, no core to spare
 	saturatedP99     = 250 * time.Millisecond
 	revocationBound  = time.Second     // a revocation of B's on every server
 	webhookP99Bound  = 2 * time.Second // B's key.created deliveries
@@ -62,11 +62,13 @@ const (
 // loop; Envoy calls at the door's bounds (1000 descriptors of long values
 // against 150 sibling wildcards, deep descriptors of long values); and
 // guesses at the setup link. Tenant B's steady traffic is measured alone
-// first, then beside A, on the same processes: its check p99 stays within
-// 1.5 times, each revocation of one of its keys is refused by every server
-// within 1 s, its key.created webhooks to a healthy receiver arrive with
-// p99 at most 2 s, and the worker's memory and disk grow by at most the
-// figures docs/GUARANTEES.md states.
+// first, then beside A, on the same processes: its checks are all
+// answered, with p99 within 1.5 times of alone while the machine keeps a
+// core to spare and at most 250 ms where A's load leaves it none; each
+// revocation of one of its keys is refused by every server within 1 s; its
+// key.created webhooks to a healthy receiver arrive with p99 at most 2 s;
+// A's endpoints hold at most its 8 delivery slots; and the worker's memory
+// and disk grow by at most the figures docs/GUARANTEES.md states.
 func TestNoisyNeighbour(t *testing.T) {
 	recv := newHookReceiver(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
@@ -229,16 +231,16 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 	// Sluice bounds each call's work and each tenant's writes, not the
 	// rate of calls it answers cheaply: A's requests, and its client on
-	// the same cores, take CPU from everyone's. With CPU to spare B's
-	// p99 stays within 1.5 times; on a saturated machine it is bounded by
-	// the saturated figure docs/GUARANTEES.md states.
+	// the same cores, take CPU from everyone's. With a core to spare B's
+	// p99 is held within 1.5 times; on a machine without one, to the
+	// saturated figure docs/GUARANTEES.md states.
 	q, n := quantile(quiet.checks, 99), quantile(noisy.checks, 99)
 	if busy := noisyCPU.busy; busy < saturatedBusy {
 		if float64(n) > checkP99Factor*float64(q) {
 			t.Errorf("B's check p99 with A %s, without %s: more than %.1f times (the machine %.0f%% busy)", n, q, checkP99Factor, busy)
 		}
 	} else {
-		t.Logf("the machine was %.0f%% busy in A's minute, CPU saturated: B's check p99 %s against %s alone is held to the saturated bound %s, not to %.1f times", busy, n, q, saturatedP99, checkP99Factor)
+		t.Logf("the machine was %.0f%% busy in A's minute, no core to spare: B's check p99 %s against %s alone is held to the saturated bound %s, not to %.1f times", busy, n, q, saturatedP99, checkP99Factor)
 		if n > saturatedP99 {
 			t.Errorf("B's check p99 with A on a saturated machine: %s, want at most %s", n, saturatedP99)
 		}
