@@ -133,50 +133,11 @@ func TestNoisyNeighbour(t *testing.T) {
 	quiet := runQuiet(t, tp, b, recv, quietFor, nil)
 	quietCPU := cpu.since()
 
-	// A, everything at once.
+	pid := tp.worker.cmd.Process.Pid
+	rss0, disk0, files0 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
+	cpu = newCPUMeter(tp)
 	ctx, stop := context.WithCancel(context.Background())
-	noise := &noiseCounts{counts: map[string]int{}}
-	var wg sync.WaitGroup
-	rr := func(i int) *server { return tp.servers[i%len(tp.servers)] }
-	wg.Go(func() { // key churn: each key is a delivery to each black hole
-		for i := 0; ctx.Err() == nil; i++ {
-			st, _ := noisyCall(ctx, "POST", rr(i).base+"/v1/keys", a.Key, map[string]any{"name": "churn-" + strconv.Itoa(i), "tier": "pro"})
-			noise.add("key create", st)
-		}
-	})
-	wg.Go(func() { // a config-write loop
-		for i := 0; ctx.Err() == nil; i++ {
-			aPolicy["tiers"].(map[string]any)["anonymous"].(map[string]any)["limit"] = 10 + i%100
-			st, _ := noisyCall(ctx, "PUT", rr(i).base+"/v1/policies/"+aPolicyID, a.Key, aPolicy)
-			noise.add("policy update", st)
-		}
-	})
-	for g := range noisySettlers {
-		wg.Go(func() { // settles of reservations that do not exist
-			for i := 0; ctx.Err() == nil; i++ {
-				st, _ := noisyCall(ctx, "POST", rr(g+i).base+"/v1/settle", a.Key, map[string]any{"reservation": "rsv_" + randHex(12), "actual": 1})
-				noise.add("settle", st)
-			}
-		})
-	}
-	for g := range noisyEnvoyLoops {
-		wg.Go(func() { // the Envoy door at its bounds
-			for i := 0; ctx.Err() == nil; i++ {
-				ds, what := wildcardCall(), "envoy wildcards"
-				if (g+i)%2 == 1 {
-					ds, what = deepCall(i%4), "envoy deep"
-				}
-				_, err := envoy[(g+i)%len(envoy)].call("noisy", ds...)
-				noise.add(what, int(status.Code(err)))
-			}
-		})
-	}
-	wg.Go(func() { // guesses at the setup link
-		for i := 0; ctx.Err() == nil; i++ {
-			st, _ := noisyCall(ctx, "GET", rr(i).base+"/ui/setup?token=st_"+randHex(16), "", nil)
-			noise.add("setup guess", st)
-		}
-	})
+	noise, stopped := runNoisyTenant(ctx, tp, a, aPolicy, aPolicyID, envoy)
 
 	// Within the attempts' 10 s timeout none has ended yet: every
 	// connection accepted is a delivery slot held.
@@ -189,8 +150,6 @@ func TestNoisyNeighbour(t *testing.T) {
 		}
 	}()
 
-	pid := tp.worker.cmd.Process.Pid
-	rss0, disk0, files0 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
 	var rssMax atomic.Int64
 	sampled := make(chan struct{})
 	go func() {
@@ -202,8 +161,7 @@ func TestNoisyNeighbour(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}()
-	cpu = newCPUMeter(tp)
-	noisy := runQuiet(t, tp, b, recv, noisyFor, func() { stop(); wg.Wait(); <-sampled })
+	noisy := runQuiet(t, tp, b, recv, noisyFor, func() { stop(); <-stopped; <-sampled })
 	noisyCPU := cpu.since()
 	rss1, disk1, files1 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
 
@@ -257,9 +215,65 @@ func TestNoisyNeighbour(t *testing.T) {
 	if g := disk1 - disk0; g > workerDiskGrowth {
 		t.Errorf("the worker's data directory grew by %d MiB during A's minute, bound %d MiB", g>>20, workerDiskGrowth>>20)
 	}
+	for _, what := range []string{"envoy wildcards", "envoy deep"} {
+		if n := noise.total(what) - noise.get(what, 0); n > 0 {
+			t.Errorf("%d of tenant A's Envoy calls (%s) at the door's bounds were refused or failed, want every one decided", n, what)
+		}
+	}
 	if noise.get("settle", 429) == 0 || noise.get("policy update", 429)+noise.get("key create", 429) == 0 {
 		t.Errorf("tenant A's writes were never refused: the write limits did not act")
 	}
+}
+
+// runNoisyTenant starts tenant A's loops, everything at once, each as fast
+// as it is answered, until ctx ends; stopped is closed once they all have.
+// It counts A's answers.
+func runNoisyTenant(ctx context.Context, tp *topology, a tenant, policy map[string]any, policyID string, envoy []*rlsClient) (noise *noiseCounts, stopped <-chan struct{}) {
+	noise = &noiseCounts{counts: map[string]int{}}
+	var wg sync.WaitGroup
+	rr := func(i int) *server { return tp.servers[i%len(tp.servers)] }
+	wg.Go(func() { // key churn: each key is a delivery to each black hole
+		for i := 0; ctx.Err() == nil; i++ {
+			st, _ := noisyCall(ctx, "POST", rr(i).base+"/v1/keys", a.Key, map[string]any{"name": "churn-" + strconv.Itoa(i), "tier": "pro"})
+			noise.add("key create", st)
+		}
+	})
+	wg.Go(func() { // a config-write loop
+		for i := 0; ctx.Err() == nil; i++ {
+			policy["tiers"].(map[string]any)["anonymous"].(map[string]any)["limit"] = 10 + i%100
+			st, _ := noisyCall(ctx, "PUT", rr(i).base+"/v1/policies/"+policyID, a.Key, policy)
+			noise.add("policy update", st)
+		}
+	})
+	for g := range noisySettlers {
+		wg.Go(func() { // settles of reservations that do not exist
+			for i := 0; ctx.Err() == nil; i++ {
+				st, _ := noisyCall(ctx, "POST", rr(g+i).base+"/v1/settle", a.Key, map[string]any{"reservation": "rsv_" + randHex(12), "actual": 1})
+				noise.add("settle", st)
+			}
+		})
+	}
+	for g := range noisyEnvoyLoops {
+		wg.Go(func() { // the Envoy door at its bounds
+			for i := 0; ctx.Err() == nil; i++ {
+				ds, what := wildcardCall(), "envoy wildcards"
+				if (g+i)%2 == 1 {
+					ds, what = deepCall(i%4), "envoy deep"
+				}
+				_, err := envoy[(g+i)%len(envoy)].call("noisy", ds...)
+				noise.add(what, int(status.Code(err)))
+			}
+		})
+	}
+	wg.Go(func() { // guesses at the setup link
+		for i := 0; ctx.Err() == nil; i++ {
+			st, _ := noisyCall(ctx, "GET", rr(i).base+"/ui/setup?token=st_"+randHex(16), "", nil)
+			noise.add("setup guess", st)
+		}
+	})
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return noise, done
 }
 
 // phase is what tenant B measured over one phase of the run.
@@ -307,7 +321,7 @@ func runQuiet(t *testing.T, tp *topology, b tenant, recv *hookReceiver, d time.D
 	wg.Go(func() {
 		for i := 0; time.Now().Before(end); i++ {
 			s := tp.servers[i%len(tp.servers)]
-			st, body := noisyCall(context.Background(), "POST", s.base+"/v1/keys", b.Key, map[string]any{"name": fmt.Sprintf("b-%s-%d", p.name[:4], i), "tier": "pro"})
+			st, body := noisyCall(context.Background(), "POST", s.base+"/v1/keys", b.Key, map[string]any{"name": fmt.Sprintf("b-%d", time.Now().UnixNano()), "tier": "pro"})
 			if st != 201 {
 				errs = append(errs, fmt.Sprintf("key create: %d %s", st, body))
 				time.Sleep(500 * time.Millisecond)
@@ -488,6 +502,18 @@ func (n *noiseCounts) get(what string, code int) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.counts[what+" "+strconv.Itoa(code)]
+}
+
+func (n *noiseCounts) total(what string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sum := 0
+	for k, v := range n.counts {
+		if strings.HasPrefix(k, what+" ") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func (n *noiseCounts) String() string {
