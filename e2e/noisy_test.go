@@ -24,6 +24,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // The noisy-neighbour run (issue 32, docs/GUARANTEES.md "Noisy neighbours").
@@ -137,7 +139,9 @@ func TestNoisyNeighbour(t *testing.T) {
 	rss0, disk0, files0 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
 	cpu = newCPUMeter(tp)
 	ctx, stop := context.WithCancel(context.Background())
+	aStart := time.Now()
 	noise, stopped := runNoisyTenant(ctx, tp, a, aPolicy, aPolicyID, envoy)
+	var aFor time.Duration
 
 	// Within the attempts' 10 s timeout none has ended yet: every
 	// connection accepted is a delivery slot held.
@@ -161,7 +165,7 @@ func TestNoisyNeighbour(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}()
-	noisy := runQuiet(t, tp, b, recv, noisyFor, func() { stop(); <-stopped; <-sampled })
+	noisy := runQuiet(t, tp, b, recv, noisyFor, func() { stop(); <-stopped; aFor = time.Since(aStart); <-sampled })
 	noisyCPU := cpu.since()
 	rss1, disk1, files1 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
 
@@ -220,8 +224,24 @@ func TestNoisyNeighbour(t *testing.T) {
 			t.Errorf("%d of tenant A's Envoy calls (%s) at the door's bounds were refused or failed, want every one decided", n, what)
 		}
 	}
+	// A's writes admitted, for the whole cluster: its burst, its rate for
+	// as long as it ran, and one more second's worth for answers in flight.
+	admitted := func(rate int) int {
+		return rate*worker.DefaultWriteBurstSeconds + int(float64(rate)*aFor.Seconds()) + rate
+	}
+	settles, configWrites := noise.get("settle", 404), noise.get("key create", 201)+noise.get("policy update", 200)
+	t.Logf("tenant A ran %s: %d settles admitted (at most %d), %d config writes (at most %d)", aFor.Round(time.Millisecond),
+		settles, admitted(noisySettlesPerSecond), configWrites, admitted(worker.DefaultConfigWritesPerSecond))
+	if settles > admitted(noisySettlesPerSecond) || configWrites > admitted(worker.DefaultConfigWritesPerSecond) {
+		t.Errorf("tenant A's writes past its limits across the cluster")
+	}
 	if noise.get("settle", 429) == 0 || noise.get("policy update", 429)+noise.get("key create", 429) == 0 {
 		t.Errorf("tenant A's writes were never refused: the write limits did not act")
+	}
+	// The setup page: 20 openings per address and server, one more every
+	// 15 s.
+	if n, most := noise.get("setup guess", 410), len(tp.servers)*(20+int(aFor/(15*time.Second))+1); n > most || noise.get("setup guess", 429) == 0 {
+		t.Errorf("tenant A's setup-link guesses: %d answered by a look, at most %d; %d refused", n, most, noise.get("setup guess", 429))
 	}
 }
 
