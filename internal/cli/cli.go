@@ -56,9 +56,14 @@ Everyday verbs:
   sluice keys [list]                 the tenant's consumer keys
   sluice keys create --name NAME --tier TIER [--expires-at 2027-01-01T00:00:00Z]
   sluice keys revoke ID
+  sluice usage [--month 2027-01 | --from 2027-01-01 --to 2027-01-31] [--group key|policy] [--json]
+                                     units per day (default: this month in the tenant's zone)
   sluice tenants [list]              every tenant (operator)
   sluice tenants create --name NAME --owner-email EMAIL
                                      (the owner's password from SLUICE_OWNER_PASSWORD)
+  sluice abuse [--since 1h | --from T --to T] [--limit 20] [--json]
+                                     identities across tenants ranked by denials (operator;
+                                     default: the last 24 hours)
 
 Connection (every verb):
   --url URL        the server (env SLUICE_URL, default http://127.0.0.1:8080)
@@ -90,6 +95,10 @@ func Run(ctx context.Context, args []string, io IO) int {
 		run = cmdKeys
 	case "tenants":
 		run = cmdTenants
+	case "abuse":
+		run = cmdAbuse
+	case "usage":
+		run = cmdUsage
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(io.Stdout, usage)
 		return ExitOK
