@@ -1,6 +1,6 @@
 // Package cli is the sluice command: limits as code (apply and export a
 // limits file, docs/LIMITS.md) and a few everyday verbs (tenants, keys,
-// check), all through a running server's HTTP API.
+// check, usage, abuse), all through a running server's HTTP API.
 //
 // Credentials come from the environment (SLUICE_SERVICE_KEY for a tenant,
 // SLUICE_OPERATOR_TOKEN for the operator); flags exist for both but put
