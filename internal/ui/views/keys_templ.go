@@ -1508,7 +1508,7 @@ func tierHint(tiers []string) string {
 	if len(tiers) == 0 {
 		return "No policy names a tier yet."
 	}
-	return "Your policies' tiers are offered; a new one is accepted."
+	return "Your policies' tiers, or a new one."
 }
 
 func slicesContains(s []string, v string) bool {

@@ -403,7 +403,7 @@ func webhookFields(p Page, action string, f WebhookForm, events []string, submit
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = TextField(Field{Name: "thresholds", Label: "Quota thresholds (%)", Value: f.Thresholds, Placeholder: "80, 100", Hint: "quota.threshold is sent when a key passes each of these percents of a calendar quota, once per period.", TestID: "webhook-thresholds"}).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = TextField(Field{Name: "thresholds", Label: "Quota thresholds (%)", Value: f.Thresholds, Placeholder: "80, 100", Hint: "quota.threshold is sent when a key passes each of these percents of a calendar quota, once per period.", TestID: "webhook-thresholds", Class: "wide"}).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
