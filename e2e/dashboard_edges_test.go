@@ -176,7 +176,7 @@ func (b *browser) headerOnOneLine() (height int, oneLine bool, detail string) {
 	defer cancel()
 	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
 		const mid = el => { const r = el.getBoundingClientRect(); return (r.top + r.bottom) / 2; };
-		const items = [document.querySelector('.brand img'), ...document.querySelectorAll('.main-nav li'), document.querySelector('[data-testid="sign-out"]')];
+		const items = [document.querySelector('.brand img'), ...document.querySelectorAll('.main-nav > ul > li'), document.querySelector('[data-testid="sign-out"]')];
 		const mids = items.map(mid);
 		const spread = Math.max(...mids) - Math.min(...mids);
 		const h = Math.round(document.querySelector('header.site').getBoundingClientRect().height);

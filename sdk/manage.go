@@ -217,6 +217,8 @@ func (c *Client) ResetBucket(ctx context.Context, policy string, id Identity) er
 
 // TimeseriesQuery selects allowed and denied counts per step.
 type TimeseriesQuery struct {
+	// From and To bound the range; a zero To is now, a zero From 24 hours
+	// before To.
 	From, To time.Time
 	Step     time.Duration // sent as e.g. "1m"; 0 leaves it to Sluice
 	Policy   string        // "" for all policies
@@ -236,9 +238,7 @@ type TimeseriesPoint struct {
 
 // Timeseries returns allowed and denied decisions per step.
 func (c *Client) Timeseries(ctx context.Context, q TimeseriesQuery) ([]TimeseriesPoint, error) {
-	v := url.Values{}
-	v.Set("from", q.From.Format(time.RFC3339))
-	v.Set("to", q.To.Format(time.RFC3339))
+	v := rangeValues(q.From, q.To)
 	if q.Step > 0 {
 		v.Set("step", formatStep(q.Step))
 	}
@@ -251,6 +251,8 @@ func (c *Client) Timeseries(ctx context.Context, q TimeseriesQuery) ([]Timeserie
 
 // TopQuery selects the identities with the most denials.
 type TopQuery struct {
+	// From and To bound the range; a zero To is now, a zero From 24 hours
+	// before To.
 	From, To time.Time
 	Limit    int    // 0 leaves it to Sluice (20)
 	Policy   string // "" for all policies
@@ -272,9 +274,7 @@ type TopEntry struct {
 
 // Top returns identities ranked by denials.
 func (c *Client) Top(ctx context.Context, q TopQuery) ([]TopEntry, error) {
-	v := url.Values{}
-	v.Set("from", q.From.Format(time.RFC3339))
-	v.Set("to", q.To.Format(time.RFC3339))
+	v := rangeValues(q.From, q.To)
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
@@ -283,6 +283,19 @@ func (c *Client) Top(ctx context.Context, q TopQuery) ([]TopEntry, error) {
 	}
 	var out []TopEntry
 	return out, c.doList(ctx, "/v1/analytics/top", v, "identities", &out)
+}
+
+// rangeValues sends the range's ends that are set; Sluice defaults the
+// others (the last 24 hours).
+func rangeValues(from, to time.Time) url.Values {
+	v := url.Values{}
+	if !from.IsZero() {
+		v.Set("from", from.Format(time.RFC3339))
+	}
+	if !to.IsZero() {
+		v.Set("to", to.Format(time.RFC3339))
+	}
+	return v
 }
 
 // formatStep writes d in the largest whole unit: "1h", "5m", "30s".

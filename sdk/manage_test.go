@@ -169,6 +169,24 @@ func TestAnalyticsCalls(t *testing.T) {
 	}
 }
 
+// A zero range end is left to Sluice, which answers the last 24 hours.
+func TestAnalyticsDefaultRange(t *testing.T) {
+	c, got := managementServer(t, map[string]struct {
+		status int
+		body   string
+	}{
+		"GET /v1/analytics/top": {200, `{"from":"2026-02-28T12:00:00Z","to":"2026-03-01T12:00:00Z","identities":[]}`},
+		"GET /v1/analytics/timeseries?from=2026-03-01T12%3A00%3A00Z": {200, `{"from":"2026-03-01T12:00:00Z","to":"2026-03-01T13:00:00Z","step":"1m","points":[]}`},
+	})
+	ctx := context.Background()
+	if _, err := c.Top(ctx, TopQuery{}); err != nil {
+		t.Errorf("Top without a range: %v (requests %+v)", err, *got)
+	}
+	if _, err := c.Timeseries(ctx, TimeseriesQuery{From: t0}); err != nil {
+		t.Errorf("Timeseries without an end: %v (requests %+v)", err, *got)
+	}
+}
+
 func TestFormatStep(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		time.Minute: "1m", 2 * time.Hour: "2h", 90 * time.Second: "90s", 1500 * time.Millisecond: "1.5s",

@@ -161,29 +161,44 @@ func (h *handler) resetBucket(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"reset": true})
 }
 
-// timeRange reads from/to (RFC 3339) query parameters.
-func timeRange(c echo.Context) (time.Time, time.Time, error) {
-	parse := func(name string) (time.Time, error) {
+// DefaultRange is the range analytics and the abuse report answer when a
+// request names neither end: the last 24 hours.
+const DefaultRange = 24 * time.Hour
+
+// timeRange reads from/to (RFC 3339) query parameters. Without to the
+// range ends now; without from it starts DefaultRange before its end. The
+// answer says which range it used.
+func timeRange(c echo.Context, now time.Time) (time.Time, time.Time, error) {
+	parse := func(name string) (time.Time, bool, error) {
 		v := c.QueryParam(name)
 		if v == "" {
-			return time.Time{}, errs.Errorf(errs.Invalid, "%s: required, an RFC 3339 time", name)
+			return time.Time{}, false, nil
 		}
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			return time.Time{}, errs.Errorf(errs.Invalid, "%s: must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name)
+			return time.Time{}, false, errs.Errorf(errs.Invalid, "%s: must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name)
 		}
-		return t, nil
+		return t, true, nil
 	}
-	from, err := parse("from")
+	from, hasFrom, err := parse("from")
 	if err != nil {
 		return from, from, err
 	}
-	to, err := parse("to")
-	return from, to, err
+	to, hasTo, err := parse("to")
+	if err != nil {
+		return from, to, err
+	}
+	if !hasTo {
+		to = now.UTC().Truncate(time.Second)
+	}
+	if !hasFrom {
+		from = to.Add(-DefaultRange)
+	}
+	return from, to, nil
 }
 
 func (h *handler) timeseries(c echo.Context) error {
-	from, to, err := timeRange(c)
+	from, to, err := timeRange(c, h.Now())
 	if err != nil {
 		return err
 	}
@@ -212,7 +227,7 @@ func (h *handler) top(c echo.Context) error { return h.rankIdentities(c, tenantI
 // rankIdentities answers identities ranked by denials, in one tenant or,
 // with tenant empty, across all of them (the operator's abuse report).
 func (h *handler) rankIdentities(c echo.Context, tenant string) error {
-	from, to, err := timeRange(c)
+	from, to, err := timeRange(c, h.Now())
 	if err != nil {
 		return err
 	}
@@ -225,5 +240,5 @@ func (h *handler) rankIdentities(c echo.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"identities": orEmpty(entries)})
+	return c.JSON(http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "identities": orEmpty(entries)})
 }

@@ -1,6 +1,6 @@
 // Package cli is the sluice command: limits as code (apply and export a
 // limits file, docs/LIMITS.md) and a few everyday verbs (tenants, keys,
-// check, usage), all through a running server's HTTP API.
+// check, usage, webhooks, abuse), all through a running server's HTTP API.
 //
 // Credentials come from the environment (SLUICE_SERVICE_KEY for a tenant,
 // SLUICE_OPERATOR_TOKEN for the operator); flags exist for both but put
@@ -56,14 +56,18 @@ Everyday verbs:
   sluice keys [list]                 the tenant's consumer keys
   sluice keys create --name NAME --tier TIER [--expires-at 2027-01-01T00:00:00Z]
   sluice keys revoke ID
-  sluice usage --from 2027-01-01 [--to 2027-01-31] [--group key|policy] [--csv]
-                                     the units per day to bill from, every page of them
+  sluice usage [--month 2027-01 | --from 2027-01-01 --to 2027-01-31] [--group key|policy] [--csv | --json]
+                                     units per day to bill from (default: this month in the
+                                     tenant's zone), every page of them
   sluice webhooks [list]             the tenant's webhook endpoints
   sluice webhooks deliveries ID [--limit N]
                                      an endpoint's deliveries, newest first
   sluice tenants [list]              every tenant (operator)
   sluice tenants create --name NAME --owner-email EMAIL
                                      (the owner's password from SLUICE_OWNER_PASSWORD)
+  sluice abuse [--since 1h | --from T --to T] [--limit 20] [--json]
+                                     identities across tenants ranked by denials (operator;
+                                     default: the last 24 hours)
 
 Connection (every verb):
   --url URL        the server (env SLUICE_URL, default http://127.0.0.1:8080)
@@ -95,6 +99,8 @@ func Run(ctx context.Context, args []string, io IO) int {
 		run = cmdKeys
 	case "tenants":
 		run = cmdTenants
+	case "abuse":
+		run = cmdAbuse
 	case "usage":
 		run = cmdUsage
 	case "webhooks":

@@ -682,3 +682,54 @@ blocks:
 		t.Errorf("tenants: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// sluice abuse and sluice usage answer without a range: the last 24 hours
+// and this month, each saying which range it read.
+func TestAbuseAndUsageDefaults(t *testing.T) {
+	env := tenant(t, "reports")
+	file := write(t, "limits.yaml", `version: 1
+policies:
+  - name: tight
+    path: /api/tight
+    tiers:
+      anonymous: {algorithm: fixed_window, limit: 1, period: 1h}
+`)
+	if r := sluice(t, env, "", "apply", "-f", file); r.code != 0 {
+		t.Fatalf("apply: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for range 3 {
+		if r := sluice(t, env, "", "check", "--path", "/api/tight", "--ip", "198.51.100.77"); r.code != 0 {
+			t.Fatalf("check: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	op := map[string]string{"SLUICE_URL": env["SLUICE_URL"], "SLUICE_OPERATOR_TOKEN": opToken}
+	if r := sluice(t, env, "", "abuse"); r.code != ExitUsage || !strings.Contains(r.stderr, "SLUICE_OPERATOR_TOKEN") {
+		t.Errorf("abuse without the operator: %d %s", r.code, r.stderr)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var abuse, usage result
+	for {
+		abuse = sluice(t, op, "", "abuse", "--since", "1h")
+		usage = sluice(t, env, "", "usage")
+		if (strings.Contains(abuse.stdout, "198.51.100.77") && strings.Contains(usage.stdout, "tight")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if abuse.code != 0 || !strings.HasPrefix(abuse.stdout, "Denials from ") || !has(abuse.stdout, "reports ip 198.51.100.77 2 1 67%") {
+		t.Errorf("abuse --since 1h: %d\n%s%s", abuse.code, abuse.stdout, abuse.stderr)
+	}
+	month := time.Now().UTC().Format("2006-01")
+	if usage.code != 0 || !strings.HasPrefix(usage.stdout, "Usage from "+month+"-01 to ") || !has(usage.stdout, "(callers without a key) tight 1") {
+		t.Errorf("usage: %d\n%s%s", usage.code, usage.stdout, usage.stderr)
+	}
+	if r := sluice(t, op, "", "abuse", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"from":`) {
+		t.Errorf("abuse --json: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := sluice(t, env, "", "usage", "--group", "policy", "--month", month); r.code != 0 || !has(r.stdout, "tight 1") {
+		t.Errorf("usage --group policy --month: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := sluice(t, op, "", "abuse", "--since", "1h", "--to", "2027-01-01T00:00:00Z"); r.code != ExitUsage {
+		t.Errorf("abuse --since with --to: %d %s", r.code, r.stderr)
+	}
+}

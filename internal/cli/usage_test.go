@@ -40,12 +40,12 @@ func TestUsageVerb(t *testing.T) {
 	var r result
 	for deadline = time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		r = sluice(t, env, "", "usage", "--from", day, "--page", "1")
-		if has(r.stdout, "total 12 units") || time.Now().After(deadline) {
+		if has(r.stdout, ": 12 units") || time.Now().After(deadline) {
 			break
 		}
 	}
-	if r.code != 0 || !has(r.stdout, "alpha (ck_") || !has(r.stdout, "beta (ck_") || !has(r.stdout, day+" (no key) api 5") ||
-		!has(r.stdout, "total 12 units, "+day+" to "+day+" (UTC)") || strings.Count(r.stdout, "DAY") != 1 {
+	if r.code != 0 || !has(r.stdout, "alpha (ck_") || !has(r.stdout, "beta (ck_") || !has(r.stdout, day+" (callers without a key) api 5") ||
+		!strings.HasPrefix(r.stdout, "Usage from "+day+" to "+day+" (UTC): 12 units") || strings.Count(r.stdout, "DAY") != 1 {
 		t.Fatalf("usage in pages of one row: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = sluice(t, env, "", "usage", "--from", day, "--to", day, "--csv", "--page", "2")
@@ -57,7 +57,8 @@ func TestUsageVerb(t *testing.T) {
 	if r.code != 0 || !has(r.stdout, day+" api 12") {
 		t.Fatalf("usage --group policy: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, args := range [][]string{{"usage"}, {"usage", "--from", day, "--group", "tier"}, {"usage", "--from", day, "extra"}} {
+	for _, args := range [][]string{{"usage", "--month", "May"}, {"usage", "--month", "2027-01", "--from", day},
+		{"usage", "--from", day, "--csv", "--json"}, {"usage", "--from", day, "--group", "tier"}, {"usage", "--from", day, "extra"}} {
 		if r := sluice(t, env, "", args...); r.code != ExitUsage {
 			t.Errorf("%v: %d, want a usage error\n%s", args, r.code, r.stderr)
 		}

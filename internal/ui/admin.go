@@ -1,8 +1,10 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -126,6 +128,8 @@ func (h *adminHandler) abuse(c echo.Context) error {
 		v.Error = userMessage(err)
 	}
 	v.Rows = offenders(entries, nil, false)
+	v.Now = h.now()
+	h.nameKeys(ctx, v.Rows)
 	// Callers blocked already get a note instead of a second block form.
 	bs, err := h.config.Blocks.List(ctx, "")
 	if err == nil {
@@ -144,6 +148,36 @@ func (h *adminHandler) abuse(c echo.Context) error {
 	p := page(c, "Abuse report", views.NavAbuse)
 	operatorBlocked(c, h.config, &p, h.now(), "abuse")
 	return render(c, http.StatusOK, views.Abuse(p, v))
+}
+
+// nameKeys gives each key of the report its name and a link to the
+// operator's view of it, a tenant at a time. Best effort: without names
+// the rows show key ids.
+func (h *adminHandler) nameKeys(ctx context.Context, rows []views.Offender) {
+	ids := map[string][]string{}
+	for _, o := range rows {
+		if o.Kind == tenants.IdentityKey && o.ID != engine.InvalidKeyIdentity {
+			ids[o.TenantID] = append(ids[o.TenantID], o.ID)
+		}
+	}
+	names := map[string]map[string]string{}
+	for tenant, keys := range ids {
+		names[tenant], _ = h.config.Keys.Names(ctx, tenant, keys[:min(len(keys), tenants.MaxRankedKeys)])
+	}
+	for i := range rows {
+		o := &rows[i]
+		if o.Kind != tenants.IdentityKey || o.ID == engine.InvalidKeyIdentity {
+			continue
+		}
+		if name := names[o.TenantID][o.ID]; name != "" {
+			o.Label = name
+			o.DrillURL = adminKeyURL(o.TenantID, o.ID)
+		}
+	}
+}
+
+func adminKeyURL(tenantID, keyID string) string {
+	return "/ui/admin/tenants/" + url.PathEscape(tenantID) + "/keys/" + url.PathEscape(keyID)
 }
 
 // blockedID is the identity a block applies to as analytics name it: an

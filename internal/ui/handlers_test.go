@@ -355,6 +355,15 @@ func TestTenantIsolation(t *testing.T) {
 	if p := op.get("/ui/"); p.status != http.StatusSeeOther || p.location != "/ui/admin/tenants" {
 		t.Errorf("operator home: %d to %q", p.status, p.location)
 	}
+	// The operator reads any tenant's key, without forms; a key under
+	// another tenant's id is unknown, and tenant users cannot open it.
+	keyPage := "/ui/admin/tenants/" + tb.id + "/keys/" + bKeyID
+	if p := want(t, op.get(keyPage), http.StatusOK, "operator GET "+keyPage); !p.has("key-read-only") || p.has("key-edit-form") || p.has("key-revoke") ||
+		!strings.Contains(p.text("key-title"), "beta customer") || p.attr("key-tenant-link", "href") != "/ui/admin/tenants/"+tb.id {
+		t.Errorf("the operator's view of B's key: %q", p.text("key-title"))
+	}
+	want(t, op.get("/ui/admin/tenants/"+ta.id+"/keys/"+bKeyID), http.StatusNotFound, "operator, B's key under A")
+	want(t, a.get(keyPage), http.StatusForbidden, "tenant user GET "+keyPage)
 }
 
 func TestOperatorPages(t *testing.T) {

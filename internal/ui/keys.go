@@ -333,16 +333,35 @@ type keyPage struct {
 	reset     *views.ResetForm
 }
 
-func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey, back *keyPage) error {
-	s := mustSession(c)
+// operatorShow is the operator's read-only view of any tenant's key, the
+// abuse report's link for a key.
+func (h *keyHandler) operatorShow(c echo.Context) error {
 	ctx := c.Request().Context()
-	now := h.now()
-	ps, err := listPolicies(ctx, h.config, s.TenantID)
+	t, err := h.config.Tenants.Get(ctx, c.Param("id"))
 	if err != nil {
 		return err
 	}
+	k, err := h.config.Keys.Get(ctx, t.ID, c.Param("key_id"))
+	if err != nil {
+		return err
+	}
+	v, err := h.keyView(ctx, t.ID, k)
+	if err != nil {
+		return err
+	}
+	v.ReadOnly, v.TenantName, v.TenantURL = true, t.Name, "/ui/admin/tenants/"+url.PathEscape(t.ID)
+	return render(c, http.StatusOK, views.KeyDetail(page(c, "Key "+k.Name+" of "+t.Name, views.NavAbuse), v))
+}
+
+// keyView is what the key's page shows of k, forms filled with its values.
+func (h *keyHandler) keyView(ctx context.Context, tenantID string, k tenants.ConsumerKey) (views.KeyView, error) {
+	now := h.now()
+	ps, err := listPolicies(ctx, h.config, tenantID)
+	if err != nil {
+		return views.KeyView{}, err
+	}
 	v := views.KeyView{
-		Key:          h.keyRow(k, h.lastUsedOne(ctx, s.TenantID, k.ID, now), now),
+		Key:          h.keyRow(k, h.lastUsedOne(ctx, tenantID, k.ID, now), now),
 		RevokedAt:    k.RevokedAt,
 		UpdatedAt:    k.UpdatedAt,
 		Tiers:        tierNames(ps),
@@ -354,20 +373,30 @@ func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey
 	if k.ExpiresAt != nil {
 		v.Edit.ExpiresAt = k.ExpiresAt.UTC().Format(inputTime)
 	}
+	v.Overrides.Policies, v.Overrides.Algorithms = policyNames(ps), algorithms
+	v.Reset.Policies, v.Reset.Action = policyNames(ps), keyURL(k.ID)+"/reset"
+	v.Quotas = h.quotas(tenantID, k.ID, now)
+	return v, nil
+}
+
+func (h *keyHandler) renderKey(c echo.Context, status int, k tenants.ConsumerKey, back *keyPage) error {
+	v, err := h.keyView(c.Request().Context(), mustSession(c).TenantID, k)
+	if err != nil {
+		return err
+	}
 	if back != nil {
 		if back.edit != nil {
 			v.Edit = *back.edit
 		}
 		if back.overrides != nil {
+			back.overrides.Policies, back.overrides.Algorithms = v.Overrides.Policies, v.Overrides.Algorithms
 			v.Overrides = *back.overrides
 		}
 		if back.reset != nil {
+			back.reset.Policies, back.reset.Action = v.Reset.Policies, v.Reset.Action
 			v.Reset = *back.reset
 		}
 	}
-	v.Overrides.Policies, v.Overrides.Algorithms = policyNames(ps), algorithms
-	v.Reset.Policies, v.Reset.Action = policyNames(ps), keyURL(k.ID)+"/reset"
-	v.Quotas = h.quotas(s.TenantID, k.ID, now)
 	return render(c, status, views.KeyDetail(page(c, "Key "+k.Name, views.NavKeys), v))
 }
 

@@ -269,6 +269,7 @@ func Register(e *echo.Echo, d Deps) error {
 	e.POST("/ui/admin/tenants/:id/delete", adm.deleteTenant, operator...)
 	e.POST("/ui/admin/tenants/:id/open", adm.openTenant, operator...)
 	e.POST("/ui/admin/leave", adm.leaveTenant, operator...)
+	e.GET("/ui/admin/tenants/:id/keys/:key_id", keys.operatorShow, operator...)
 	e.GET("/ui/admin/tenants/:id/service-keys", admKeys.list, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys", admKeys.create, operator...)
 	e.POST("/ui/admin/tenants/:id/service-keys/:key_id/revoke", admKeys.revoke, operator...)

@@ -178,11 +178,7 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 		return service.Usage{}, err
 	}
 	loc := w.zones.load(zone)
-	from, err := usageDay("from", q.From, loc)
-	if err != nil {
-		return service.Usage{}, err
-	}
-	to, err := usageDay("to", q.To, loc)
+	from, to, err := usageRange(q.From, q.To, loc, w.cfg.Now())
 	if err != nil {
 		return service.Usage{}, err
 	}
@@ -308,6 +304,31 @@ func decodeUsageCursor(c, group string) ([3]string, error) {
 		return after, bad
 	}
 	return [3]string{parts[1], parts[2], parts[3]}, nil
+}
+
+// usageRange reads a usage range's days. Without either end it is the
+// current month in loc; without from it starts on the first of to's month,
+// without to it ends today.
+func usageRange(fromV, toV string, loc *time.Location, now time.Time) (from, to time.Time, err error) {
+	y, m, d := now.In(loc).Date()
+	today := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	switch {
+	case fromV == "" && toV == "":
+		from = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+		return from, from.AddDate(0, 1, -1), nil
+	case toV == "":
+		from, err = usageDay("from", fromV, loc)
+		return from, today, err
+	}
+	to, err = usageDay("to", toV, loc)
+	if err != nil {
+		return from, to, err
+	}
+	if fromV == "" {
+		return time.Date(to.Year(), to.Month(), 1, 0, 0, 0, 0, time.UTC), to, nil
+	}
+	from, err = usageDay("from", fromV, loc)
+	return from, to, err
 }
 
 // usageDay reads a usage range bound: a date, or an RFC 3339 time, which

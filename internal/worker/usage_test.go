@@ -93,8 +93,8 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 		q     service.UsageQuery
 		field string
 	}{
-		{service.UsageQuery{To: "2027-01-01"}, "from"},
-		{service.UsageQuery{From: "2027-01-01"}, "to"},
+		{service.UsageQuery{From: "soon", To: "2027-01-01"}, "from"},
+		{service.UsageQuery{From: "2027-01-01", To: "1 Jan"}, "to"},
 		{service.UsageQuery{From: "2027-13-01", To: "2027-01-01"}, "from"},
 		{service.UsageQuery{From: "2027-02-01", To: "2027-01-01"}, "to"},
 		{service.UsageQuery{From: "2026-01-01", To: "2027-02-05"}, "to"},
@@ -363,4 +363,33 @@ type usageReader func(context.Context, service.UsageQuery) (service.Usage, error
 
 func (f usageReader) Usage(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
 	return f(ctx, q)
+}
+
+// Without from and to, usage is the current month in the tenant's zone;
+// one end given keeps it and defaults the other.
+func TestUsageRangeDefaults(t *testing.T) {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Skip(err)
+	}
+	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC) // December 1st in Tokyo
+	for _, tc := range []struct {
+		from, to         string
+		loc              *time.Location
+		wantFrom, wantTo string
+	}{
+		{"", "", time.UTC, "2026-11-01", "2026-11-30"},
+		{"", "", tokyo, "2026-12-01", "2026-12-31"},
+		{"2026-11-10", "", time.UTC, "2026-11-10", "2026-11-30"},
+		{"", "2026-10-12", time.UTC, "2026-10-01", "2026-10-12"},
+		{"2026-09-01", "2026-09-03", tokyo, "2026-09-01", "2026-09-03"},
+	} {
+		from, to, err := usageRange(tc.from, tc.to, tc.loc, now)
+		if err != nil || from.Format(time.DateOnly) != tc.wantFrom || to.Format(time.DateOnly) != tc.wantTo {
+			t.Errorf("%q–%q in %s: %s–%s %v, want %s–%s", tc.from, tc.to, tc.loc, from.Format(time.DateOnly), to.Format(time.DateOnly), err, tc.wantFrom, tc.wantTo)
+		}
+	}
+	if _, _, err := usageRange("soon", "", time.UTC, now); err == nil {
+		t.Error("a from that is no date: no error")
+	}
 }

@@ -1,29 +1,58 @@
 // Sluice dashboard: the few behaviours plain HTML lacks. Every page works
 // without this file; it adds copy buttons, local times, confirmation of
-// destructive forms and a periodic refresh of live regions.
+// destructive forms, closing the settings menu and a periodic refresh of
+// live regions.
 (function () {
   "use strict";
 
-  // Copy buttons: <button data-copy="element-id" hidden>. They stay hidden
-  // where scripts do not run, since they could not work there.
-  document.querySelectorAll("button[data-copy]").forEach(function (btn) {
-    btn.hidden = false;
-    btn.addEventListener("click", function () {
-      var src = document.getElementById(btn.getAttribute("data-copy"));
-      if (!src) return;
-      var text = (src.value !== undefined ? src.value : src.textContent).trim();
-      var done = function () {
-        var label = btn.textContent;
-        btn.textContent = "Copied";
-        btn.setAttribute("aria-live", "polite");
-        setTimeout(function () { btn.textContent = label; }, 2000);
-      };
-      if (navigator.clipboard && window.isSecureContext) {
-        navigator.clipboard.writeText(text).then(done, function () { select(src); });
-      } else {
-        select(src);
-        try { document.execCommand("copy"); done(); } catch (e) { /* selected for manual copy */ }
-      }
+  // Copy buttons: <button data-copy="element-id" hidden>, or
+  // <button data-copy-value="text" hidden>. They stay hidden where scripts
+  // do not run, since they could not work there.
+  function copyButtons(root) {
+    root.querySelectorAll("button[data-copy], button[data-copy-value]").forEach(function (btn) {
+      btn.hidden = false;
+      btn.addEventListener("click", function () {
+        var src = btn.hasAttribute("data-copy-value") ? null : document.getElementById(btn.getAttribute("data-copy"));
+        if (!src && !btn.hasAttribute("data-copy-value")) return;
+        var text = src ? (src.value !== undefined ? src.value : src.textContent).trim() : btn.getAttribute("data-copy-value");
+        var done = function () {
+          if (!btn.hasAttribute("data-label")) btn.setAttribute("data-label", btn.textContent);
+          btn.textContent = "Copied";
+          btn.setAttribute("aria-live", "polite");
+          setTimeout(function () { btn.textContent = btn.getAttribute("data-label"); }, 2000);
+        };
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(text).then(done, function () { if (src) select(src); });
+        } else if (src) {
+          select(src);
+          try { document.execCommand("copy"); done(); } catch (e) { /* selected for manual copy */ }
+        } else {
+          var ta = document.createElement("textarea");
+          ta.value = text;
+          ta.setAttribute("readonly", "");
+          ta.style.position = "fixed";
+          ta.style.opacity = "0";
+          document.body.appendChild(ta);
+          ta.select();
+          try { document.execCommand("copy"); done(); } catch (e) { /* nothing to select */ }
+          document.body.removeChild(ta);
+        }
+      });
+    });
+  }
+  copyButtons(document);
+
+  // The header's settings menu closes on a click elsewhere and on Escape.
+  document.addEventListener("click", function (ev) {
+    document.querySelectorAll("details.nav-menu[open]").forEach(function (d) {
+      if (!d.contains(ev.target)) d.open = false;
+    });
+  });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key !== "Escape") return;
+    document.querySelectorAll("details.nav-menu[open]").forEach(function (d) {
+      d.open = false;
+      d.querySelector("summary").focus();
     });
   });
 
@@ -83,7 +112,7 @@
           if (!html) return;
           var doc = new DOMParser().parseFromString(html, "text/html");
           var fresh = doc.getElementById(region.id);
-          if (fresh) { region.innerHTML = fresh.innerHTML; localTimes(region); }
+          if (fresh) { region.innerHTML = fresh.innerHTML; localTimes(region); copyButtons(region); }
         })
         .catch(function () { /* keep the current content */ });
     }, every);

@@ -218,3 +218,42 @@ func pausedWhy(reason string) string {
 	}
 	return "This endpoint is paused."
 }
+
+// identMax is the longest identifier shown whole: an IPv4 address, a key
+// prefix and most ids fit; a key id or an IPv6 /64 is shortened.
+const identMax = 20
+
+// shortIdent answers v's start and end around an ellipsis when it is
+// longer than identMax runes, and whether it cut anything.
+func shortIdent(v string) (string, bool) {
+	r := []rune(v)
+	if len(r) <= identMax {
+		return v, false
+	}
+	return string(r[:11]) + "…" + string(r[len(r)-6:]), true
+}
+
+// FormatAgo writes how long before now t was, to the minute: "now",
+// "12 min ago", "3 h ago", "5 days ago".
+func FormatAgo(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < 2*time.Minute:
+		return "now"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + " min ago"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + " h ago"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + " days ago"
+}
+
+// FormatSpan writes a range of activity relative to now: "12 min ago –
+// now", or one phrase when both ends read the same.
+func FormatSpan(first, last, now time.Time) string {
+	a, b := FormatAgo(first, now), FormatAgo(last, now)
+	if a == b {
+		return a
+	}
+	return a + " – " + b
+}

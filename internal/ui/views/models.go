@@ -385,6 +385,11 @@ type KeyView struct {
 	Reset        ResetForm
 	Tiers        []string
 	AnalyticsURL string
+	// ReadOnly is the operator's view of another tenant's key: its facts
+	// and use, no forms, with a link to its tenant.
+	ReadOnly   bool
+	TenantName string
+	TenantURL  string
 }
 
 // OverridesForm edits a key's per-policy limits.
@@ -574,6 +579,8 @@ type AbuseView struct {
 	Rows     []Offender
 	Expiries []Choice
 	Error    string
+	// Now is when the report was made; "seen" reads relative to it.
+	Now time.Time
 }
 
 // BlockRow is one block.
