@@ -89,4 +89,3 @@ func cmdAbuse(ctx context.Context, e *env, args []string) error {
 	}
 	return w.Flush()
 }
-
