@@ -422,7 +422,7 @@ func TestOpenAPIExchanges(t *testing.T) {
 		return len(ids) > 0
 	})
 	s.do(t, exchange{method: "GET", path: "/v1/analytics/timeseries?" + rng + "&step=5m&policy=items", auth: sk, status: 200})
-	s.do(t, exchange{method: "GET", path: "/v1/analytics/timeseries?to=" + to, auth: sk, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/analytics/timeseries?from=soon&to=" + to, auth: sk, status: 400, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/analytics/top?" + rng + "&limit=5", auth: sk, status: 200})
 	s.do(t, exchange{method: "GET", path: "/v1/analytics/top?" + rng + "&limit=0", auth: sk, status: 400, badRequest: true})
 	s.do(t, exchange{method: "GET", path: "/v1/admin/abuse?" + rng, auth: testToken, status: 200})

@@ -372,7 +372,7 @@ func TestDailyUsageAddsUpToTheMonthQuota(t *testing.T) {
 	if fmt.Sprint(csvSum) != fmt.Sprint(want["2027-01"]) {
 		t.Errorf("January's CSV %v, want %v", csvSum, want["2027-01"])
 	}
-	for _, bad := range []string{"from=2027-01-01", "from=2027-01-01&to=2027-02-30", "from=2027-01-01&to=2027-01-31&group=tier",
+	for _, bad := range []string{"from=2027-01-40", "from=2027-01-01&to=2027-02-30", "from=2027-01-01&to=2027-01-31&group=tier",
 		"from=2027-01-01&to=2027-01-31&format=xml", "from=2025-01-01&to=2027-01-31"} {
 		if status, _, body := usageGet(t, m, "/v1/usage?"+bad, sk); status != 400 {
 			t.Errorf("%s: %d %s, want 400", bad, status, body)
