@@ -234,9 +234,12 @@ type TimeseriesPoint struct {
 	RateLimited int64     `json:"rate_limited"`
 	InvalidKey  int64     `json:"invalid_key"`
 	Blocked     int64     `json:"blocked"`
+	// Units is what the step's decisions consumed (usage units).
+	Units int64 `json:"units"`
 }
 
-// Timeseries returns allowed and denied decisions per step.
+// Timeseries returns allowed and denied decisions per step, and the units
+// they consumed.
 func (c *Client) Timeseries(ctx context.Context, q TimeseriesQuery) ([]TimeseriesPoint, error) {
 	v := rangeValues(q.From, q.To)
 	if q.Step > 0 {

@@ -93,6 +93,9 @@ type TimeseriesPoint struct {
 	RateLimited int64     `json:"rate_limited"`
 	InvalidKey  int64     `json:"invalid_key"`
 	Blocked     int64     `json:"blocked"`
+	// Units is what the step's decisions consumed (usage), settles'
+	// charges and refunds included.
+	Units int64 `json:"units"`
 }
 
 // Timeseries answers a TimeseriesQuery.

@@ -73,11 +73,11 @@ func Timeseries(ctx context.Context, db *sql.DB, q service.TimeseriesQuery) (ser
 		filter += ` AND identity_kind = ? AND identity_id = ?`
 		fargs = append(fargs, q.Identity.Kind, q.Identity.ID)
 	}
-	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied), SUM(rate_limited), SUM(invalid_key), SUM(blocked) FROM (
-			SELECT minute AS start, allowed, denied, rate_limited, invalid_key, blocked FROM counters
+	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied), SUM(rate_limited), SUM(invalid_key), SUM(blocked), SUM(units) FROM (
+			SELECT minute AS start, allowed, denied, rate_limited, invalid_key, blocked, units FROM counters
 			WHERE tenant_id = ? AND minute >= ? AND minute < ?` + filter + `
 			UNION ALL
-			SELECT start, allowed, denied, rate_limited, invalid_key, blocked FROM counter_rollups
+			SELECT start, allowed, denied, rate_limited, invalid_key, blocked, units FROM counter_rollups
 			WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?` + filter + `
 		) GROUP BY 1`
 	args := []any{fromMin, stepMin, q.TenantID, fromMin, toMin}
@@ -94,13 +94,13 @@ func Timeseries(ctx context.Context, db *sql.DB, q service.TimeseriesQuery) (ser
 		points[i].Start = time.Unix((fromMin+int64(i)*stepMin)*60, 0).UTC()
 	}
 	for rows.Next() {
-		var idx, a, d, rl, ik, bl int64
-		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl); err != nil {
+		var idx, a, d, rl, ik, bl, u int64
+		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl, &u); err != nil {
 			return service.Timeseries{}, err
 		}
 		if idx >= 0 && idx < n {
 			p := &points[idx]
-			p.Allowed, p.Denied, p.RateLimited, p.InvalidKey, p.Blocked = a, d, rl, ik, bl
+			p.Allowed, p.Denied, p.RateLimited, p.InvalidKey, p.Blocked, p.Units = a, d, rl, ik, bl, u
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -163,6 +163,10 @@ func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntr
 	args = append(args, fargs...)
 	if !q.IncludeAllowed || q.Reason != "" {
 		query += ` HAVING SUM(` + rank + `) > 0`
+	} else {
+		// A caller with units but no decision in the range (a settle's
+		// alone) is no caller of it.
+		query += ` HAVING SUM(c.allowed) + SUM(c.denied) > 0`
 	}
 	query += `
 		ORDER BY SUM(` + rank + `) DESC, SUM(` + rank + `) * 1.0 / (SUM(c.allowed) + SUM(c.denied)) DESC, c.identity_id
