@@ -25,14 +25,21 @@ import (
 // fakeDecider answers every descriptor with 7 remaining of 10 per
 // minute, and keeps the last request it was given.
 type fakeDecider struct {
-	ready     bool
-	suspended bool
-	last      *engine.RLSRequest
+	// ready and suspended are read by the server's health watcher on a
+	// goroutine of its own too.
+	ready, suspended atomic.Bool
+	last             *engine.RLSRequest
+}
+
+func readyDecider() *fakeDecider {
+	d := &fakeDecider{}
+	d.ready.Store(true)
+	return d
 }
 
 func (f *fakeDecider) TenantForServiceKey(k string) (string, bool) { return "ten_a", k == "sk_good" }
-func (f *fakeDecider) TenantSuspended(string) bool                 { return f.suspended }
-func (f *fakeDecider) Ready() bool                                 { return f.ready }
+func (f *fakeDecider) TenantSuspended(string) bool                 { return f.suspended.Load() }
+func (f *fakeDecider) Ready() bool                                 { return f.ready.Load() }
 func (f *fakeDecider) ShouldRateLimit(_ context.Context, _ string, r *engine.RLSRequest, _ time.Time) (engine.RLSAnswer, error) {
 	f.last = r
 	a := engine.RLSAnswer{Statuses: make([]engine.RLSStatus, len(r.Descriptors))}
@@ -77,7 +84,7 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 // the descriptor (0 allowed) or the request (0 meaning 1), refunds, and
 // the descriptor's own limit.
 func TestRequestReachesTheEngine(t *testing.T) {
-	d := &fakeDecider{ready: true}
+	d := readyDecider()
 	c := serve(t, d, Options{})
 	d1 := desc("a", "1")
 	d1.HitsAddend = wrapperspb.UInt64(0)
@@ -118,7 +125,7 @@ func TestRequestReachesTheEngine(t *testing.T) {
 // With Options.Headers the descriptor closest to its limit is described
 // in the draft's and the reference's headers.
 func TestResponseHeaders(t *testing.T) {
-	d := &fakeDecider{ready: true}
+	d := readyDecider()
 	c := serve(t, d, Options{Headers: true})
 	r, err := c.ShouldRateLimit(withKey("authorization", "Bearer sk_good"), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("a", "1"), desc("b", "2")}})
 	if err != nil {
@@ -142,7 +149,7 @@ func TestResponseHeaders(t *testing.T) {
 // Calls are refused with the code Envoy expects and a message that says
 // why, before the engine sees them.
 func TestRefusals(t *testing.T) {
-	d := &fakeDecider{ready: true}
+	d := readyDecider()
 	c := serve(t, d, Options{})
 	good := withKey("authorization", "Bearer sk_good")
 	one := []*rlcommon.RateLimitDescriptor{desc("a", "1")}
@@ -177,11 +184,12 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s: the engine was asked", tc.name)
 		}
 	}
-	d.suspended = true
+	d.suspended.Store(true)
 	if _, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: "edge", Descriptors: one}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("suspended tenant: %v", err)
 	}
-	d.suspended, d.ready = false, false
+	d.suspended.Store(false)
+	d.ready.Store(false)
 	if _, err := c.ShouldRateLimit(good, &pb.RateLimitRequest{Domain: "edge", Descriptors: one}); status.Code(err) != codes.Unavailable {
 		t.Errorf("not ready: %v", err)
 	}
@@ -191,7 +199,7 @@ func TestRefusals(t *testing.T) {
 // value far past 1 KiB, a descriptor deeper than any rule, and hits_addend
 // up to 4294967295 reach the engine as sent.
 func TestOversizedInputDecided(t *testing.T) {
-	d := &fakeDecider{ready: true}
+	d := readyDecider()
 	c := serve(t, d, Options{})
 	good := withKey("authorization", "Bearer sk_good")
 	long := strings.Repeat("x", 256<<10)
