@@ -186,3 +186,20 @@ func describeBody(ct string, raw []byte) string {
 	}
 	return ct
 }
+
+// get reads path into v, or, with raw set, copies the answer's JSON to w
+// as it came and reports that it did (the verbs' --json).
+func (c *client) get(ctx context.Context, path string, raw bool, w io.Writer, v any) (printed bool, err error) {
+	var body json.RawMessage
+	if _, err := c.do(ctx, "GET", path, nil, &body); err != nil {
+		return false, err
+	}
+	if raw {
+		fmt.Fprintf(w, "%s\n", body)
+		return true, nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return false, fmt.Errorf("GET %s: the answer is not what Sluice sends: %v", path, err)
+	}
+	return false, nil
+}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -49,14 +48,6 @@ func cmdAbuse(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	path := "/v1/admin/abuse?" + q.Encode()
-	var raw json.RawMessage
-	if _, err := oc.do(ctx, "GET", path, nil, &raw); err != nil {
-		return err
-	}
-	if *asJSON {
-		fmt.Fprintf(e.Stdout, "%s\n", raw)
-		return nil
-	}
 	var rep struct {
 		From       time.Time `json:"from"`
 		To         time.Time `json:"to"`
@@ -73,8 +64,8 @@ func cmdAbuse(ctx context.Context, e *env, args []string) error {
 			LastSeen    time.Time `json:"last_seen"`
 		} `json:"identities"`
 	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		return fmt.Errorf("GET /v1/admin/abuse: the answer is not what Sluice sends: %v", err)
+	if printed, err := oc.get(ctx, path, *asJSON, e.Stdout, &rep); err != nil || printed {
+		return err
 	}
 	fmt.Fprintf(e.Stdout, "Denials from %s to %s\n", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
 	if len(rep.Identities) == 0 {

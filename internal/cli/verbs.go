@@ -187,19 +187,11 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(out, "Revoked consumer key %s (%s): its checks answer invalid_key.\n", k.ID, k.Name)
 		return nil
 	}
-	var raw json.RawMessage
-	if _, err := tc.do(ctx, "GET", "/v1/keys", nil, &raw); err != nil {
-		return err
-	}
-	if *asJSON {
-		fmt.Fprintf(out, "%s\n", raw)
-		return nil
-	}
 	var ks struct {
 		Keys []tenants.ConsumerKey `json:"keys"`
 	}
-	if err := json.Unmarshal(raw, &ks); err != nil {
-		return fmt.Errorf("GET /v1/keys: the answer is not what Sluice sends: %v", err)
+	if printed, err := tc.get(ctx, "/v1/keys", *asJSON, out, &ks); err != nil || printed {
+		return err
 	}
 	now := time.Now()
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -272,19 +264,11 @@ func cmdTenants(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(out, t.ServiceKey)
 		return nil
 	}
-	var raw json.RawMessage
-	if _, err := oc.do(ctx, "GET", "/v1/admin/tenants", nil, &raw); err != nil {
-		return err
-	}
-	if *asJSON {
-		fmt.Fprintf(out, "%s\n", raw)
-		return nil
-	}
 	var ts struct {
 		Tenants []tenants.TenantSummary `json:"tenants"`
 	}
-	if err := json.Unmarshal(raw, &ts); err != nil {
-		return fmt.Errorf("GET /v1/admin/tenants: the answer is not what Sluice sends: %v", err)
+	if printed, err := oc.get(ctx, "/v1/admin/tenants", *asJSON, out, &ts); err != nil || printed {
+		return err
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tNAME\tPOLICIES\tKEYS\tSERVICE KEYS\tUSERS\tCREATED")

@@ -43,19 +43,11 @@ func cmdWebhooks(ctx context.Context, e *env, args []string) error {
 	}
 	out := e.Stdout
 	if sub == "list" {
-		var raw json.RawMessage
-		if _, err := tc.do(ctx, "GET", "/v1/webhooks", nil, &raw); err != nil {
-			return err
-		}
-		if *asJSON {
-			fmt.Fprintf(out, "%s\n", raw)
-			return nil
-		}
 		var ws struct {
 			Webhooks []tenants.Webhook `json:"webhooks"`
 		}
-		if err := json.Unmarshal(raw, &ws); err != nil {
-			return fmt.Errorf("GET /v1/webhooks: the answer is not what Sluice sends: %v", err)
+		if printed, err := tc.get(ctx, "/v1/webhooks", *asJSON, out, &ws); err != nil || printed {
+			return err
 		}
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tURL\tEVENTS\tSECRET\tSTATUS")
@@ -81,19 +73,19 @@ func cmdWebhooks(ctx context.Context, e *env, args []string) error {
 			page = 200
 		}
 		q.Set("limit", strconv.Itoa(page))
-		var raw json.RawMessage
-		if _, err := tc.do(ctx, "GET", "/v1/webhooks/"+url.PathEscape(pos[0])+"/deliveries?"+q.Encode(), nil, &raw); err != nil {
-			return err
-		}
 		var p struct {
 			Deliveries []tenants.WebhookDelivery `json:"deliveries"`
 			NextBefore int64                     `json:"next_before"`
+		}
+		var raw json.RawMessage
+		if _, err := tc.do(ctx, "GET", "/v1/webhooks/"+url.PathEscape(pos[0])+"/deliveries?"+q.Encode(), nil, &raw); err != nil {
+			return err
 		}
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return fmt.Errorf("GET deliveries: the answer is not what Sluice sends: %v", err)
 		}
 		if *asJSON {
-			fmt.Fprintf(out, "%s\n", raw)
+			fmt.Fprintf(out, "%s\n", raw) // each page as it came, and on to the next
 		}
 		for _, d := range p.Deliveries {
 			if w == nil {
