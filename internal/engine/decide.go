@@ -178,9 +178,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			res, err := c.Forward(wctx, owner, d.item())
 			switch {
 			case err == nil && res.Status == cluster.StatusOK:
-				fromWire(res.Outcomes, out)
-				d.counted = res.Counted
-				return res.Allowed, res.Report, nil
+				return d.answered(res, out)
 			case err == nil:
 				// Not decided there: not (yet) its owner, or its config
 				// has no limits for d yet (< 1 s); ask again.
@@ -224,6 +222,12 @@ func (e *Engine) askAgain(ctx context.Context, d *decision, owner string, out []
 	if err != nil || res.Status != cluster.StatusOK {
 		return false, 0, errMaybeDecided()
 	}
+	return d.answered(res, out)
+}
+
+// answered takes the owner's answer to d: its outcomes into out, and
+// whether it counted d's units.
+func (d *decision) answered(res cluster.Result, out []quota.Outcome) (bool, int, error) {
 	fromWire(res.Outcomes, out)
 	d.counted = res.Counted
 	return res.Allowed, res.Report, nil
