@@ -782,9 +782,19 @@ func (c *Cluster) tick(ctx context.Context) {
 	if slow {
 		// NATS answers slowly or not at all: only renewals, no taking or
 		// giving back, which would queue writes that go out late and skip
-		// the grace a server back from an outage owes the others.
+		// the grace a server back from an outage owes the others. Renewals
+		// that all came back say the node works, only slowly; none sent,
+		// or some unanswered, count against it, so that a server on a
+		// node that lost its cluster (whose reads time out once it no
+		// longer believes it leads) moves off it like one whose writes
+		// time out.
 		if unanswered == 0 {
 			c.reachedAt = now
+		}
+		if owned > 0 && unanswered == 0 {
+			c.unstick.OK()
+		} else {
+			c.unstick.Failed()
 		}
 		return
 	}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/bus/bustest"
 )
 
 // An owner decides only while its lease runs and its last persisted flush
@@ -195,3 +198,91 @@ func delayEach(dst, src net.Conn, d func() time.Duration) {
 	for range q {
 	}
 }
+
+// A server whose NATS node goes silent with the TCP connection up (as a
+// node cut off from its cluster does once it no longer answers even reads)
+// moves itself to another server of its pool and owns partitions again:
+// reads that time out count against the node as failed renewals do.
+// Before, a read that timed out made the tick "slow", which neither failed
+// nor moved, and the server stayed on the silent node until the heal.
+func TestSilentNodeIsLeft(t *testing.T) {
+	ns := bustest.Start(t, "cluster-test")
+	direct := ns.URL()
+	link := newSilentLink(t, strings.TrimPrefix(direct, "nats://"))
+	nc, err := nats.Connect("nats://"+link.addr+","+direct, nats.DontRandomize(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := New(Config{Node: "a", LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	waitOwned(t, 10*time.Second, func() bool { return c.OwnedCount() == bus.Partitions })
+	if got := nc.ConnectedUrl(); got != "nats://"+link.addr {
+		t.Fatalf("connected to %s, want the link first", got)
+	}
+
+	link.silence()
+	silenced := time.Now()
+	waitOwned(t, 5*time.Second, func() bool { return c.OwnedCount() == 0 })
+	waitOwned(t, 15*time.Second, func() bool { return nc.ConnectedUrl() == direct && c.OwnedCount() == bus.Partitions })
+	t.Logf("owning every partition again through the other server %.1fs after the node went silent", time.Since(silenced).Seconds())
+	if got := nc.Stats().Reconnects; got < 1 {
+		t.Fatalf("%d reconnects, want at least 1", got)
+	}
+}
+
+// silentLink is a loopback TCP proxy that, once silenced, keeps its
+// connections open and drops everything sent either way.
+type silentLink struct {
+	addr   string
+	silent atomic.Bool
+}
+
+func newSilentLink(t *testing.T, target string) *silentLink {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	l := &silentLink{addr: ln.Addr().String()}
+	pipe := func(dst, src net.Conn) {
+		b := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(b)
+			if n > 0 && !l.silent.Load() {
+				if _, werr := dst.Write(b[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); u.Close() })
+			go pipe(u, c)
+			go pipe(c, u)
+		}
+	}()
+	return l
+}
+
+func (l *silentLink) silence() { l.silent.Store(true) }
