@@ -32,6 +32,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -521,8 +522,11 @@ func startReference(t *testing.T, files map[string]string) string {
 
 // genCall draws a call from a domain's pool: one to three descriptors,
 // the request's hits_addend 0 (meaning 1), 1, a few or 4294967295, and
-// now and then a descriptor's own hits_addend or an override of a limit.
-func genCall(rng *rand.Rand, domain string, pool [][]string) *pb.RateLimitRequest {
+// now and then a descriptor's own hits_addend or an override of a limit:
+// on a key no file has, or on a pool descriptor with a limit of its own in
+// the unit of the file's rule for it (units[its entries joined], SECOND
+// where none), which counts in the rule's counter at the reference.
+func genCall(rng *rand.Rand, domain string, pool [][]string, units map[string]typev3.RateLimitUnit) *pb.RateLimitRequest {
 	req := &pb.RateLimitRequest{Domain: domain}
 	hits := []uint32{0, 0, 1, 1, 1, 2, 3, 7}
 	req.HitsAddend = hits[rng.IntN(len(hits))]
@@ -538,7 +542,16 @@ func genCall(rng *rand.Rand, domain string, pool [][]string) *pb.RateLimitReques
 			d = rd("ovr", v)
 			d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: map[string]uint32{"o1": 2, "o2": 3}[v], Unit: 1} // SECOND
 		} else {
-			d = rd(pool[rng.IntN(len(pool))]...)
+			kv := pool[rng.IntN(len(pool))]
+			d = rd(kv...)
+			if rng.IntN(10) == 0 {
+				unit, ok := units[domain+"\x00"+strings.Join(kv, "\x00")]
+				if !ok {
+					unit = typev3.RateLimitUnit_SECOND
+				}
+				rpu := []uint32{0, 1, 2, 3, 5, 10}[rng.IntN(6)]
+				d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+			}
 		}
 		if rng.IntN(4) == 0 {
 			own := []uint64{0, 0, 1, 2, 5}
@@ -668,6 +681,25 @@ func TestRLSAgainstReference(t *testing.T) {
 	})
 	time.Sleep(time.Second) // the last nodes of a file, a moment behind its first
 
+	// The unit of each pool descriptor's rule, for overrides that share
+	// its counter: a look at Sluice (hits_addend 0 counts nothing).
+	units := map[string]typev3.RateLimitUnit{}
+	for _, d := range domains {
+		for _, kv := range pools[d] {
+			look := rd(kv...)
+			look.HitsAddend = wrapperspb.UInt64(0)
+			c, cancel := ctx()
+			r, err := slc.ShouldRateLimit(sctx(c), &pb.RateLimitRequest{Domain: d, Descriptors: []*rlcommon.RateLimitDescriptor{look}})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := r.GetStatuses()[0].GetCurrentLimit(); l != nil {
+				units[d+"\x00"+strings.Join(kv, "\x00")] = typev3.RateLimitUnit(l.GetUnit())
+			}
+		}
+	}
+
 	both := func(req *pb.RateLimitRequest) (refR, slR *pb.RateLimitResponse) {
 		t.Helper()
 		c, cancel := ctx()
@@ -702,7 +734,7 @@ streams:
 				break // keep a burst inside its second, clear of the edge
 			}
 			d := domains[rng.IntN(len(domains))]
-			req := genCall(rng, d, pools[d])
+			req := genCall(rng, d, pools[d], units)
 			refR, slR := both(req)
 			if end := time.Now(); end.Unix() != sec {
 				// The machine stalled and the call crossed a window edge:

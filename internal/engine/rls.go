@@ -167,6 +167,36 @@ func (d *rlsDomain) overrideLimits(o *RLSOverride) ([]quota.Limit, error) {
 	return ls, nil
 }
 
+// sharedRule is the policy view of the rule whose counter an override
+// (l, with its limit ol) counts in: the file's rule for the same entries
+// when it is a reference rule (no sluice extras) counting in one fixed
+// window of the override's length, matched without a share_threshold
+// pattern (whose counter names the pattern, not the entries). Nil when
+// there is none: the override counts on its own.
+func (d *rlsDomain) sharedRule(domain string, l *rlsconf.Limit, ol quota.Limit) *policyView {
+	c := l.Configured
+	if c == nil || c.Rule == nil || c.Unlimited || c.Sluice != nil {
+		return nil
+	}
+	for i := range c.Rule.Path {
+		if _, shared := c.SharePattern(i); shared {
+			return nil
+		}
+	}
+	pv := d.rules[rlsconf.FullKey(domain, c.Rule.Path)]
+	if pv == nil {
+		return nil
+	}
+	tl := pv.tiers[TierDefault]
+	if tl == nil || len(tl.limits) != 1 {
+		return nil
+	}
+	if rl := tl.limits[0]; rl.Algorithm != quota.FixedWindow || rl.Period != ol.Period || rl.Calendar != nil {
+		return nil
+	}
+	return pv
+}
+
 // overrideTier names an override's limit in a forwarded decision, so the
 // owner can compile the same limit: "=<requests>/<unit>".
 func overrideTier(o *RLSOverride) string {
@@ -283,6 +313,11 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 		}
 		pv, lims, tier = dom.override, ls, overrideTier(o)
 		rl.PolicyName = domain
+		if rpv := dom.sharedRule(domain, l, ls[0]); rpv != nil {
+			// Counted in the file's counter for the same entries, as the
+			// reference does: its cache key does not name the limit.
+			pv = rpv
+		}
 	} else {
 		pv = dom.rules[rlsconf.FullKey(domain, l.Rule.Path)]
 		if pv == nil {
@@ -300,6 +335,8 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	rl.Name = l.Name
 
+	// Shadow mode is the rule's; an override never is in it.
+	shadow := pv.shadow && l.Rule != nil
 	a := Answer{Policy: pv.name, Tier: tier}
 	a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
 	peek := d.Hits == 0 && !d.Refund
@@ -391,7 +428,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 			// Counted though denied: it is usage against the limit.
 			e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, d.Hits)
 		}
-		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, pv.shadow)
+		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, shadow)
 	} else if refunded > 0 {
 		// A refund is no decision, but gives units back, in the minute it
 		// came.
@@ -399,7 +436,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.
-	st.OverLimit = !allowed && !pv.shadow
+	st.OverLimit = !allowed && !shadow
 	return st.OverLimit, nil
 }
 

@@ -168,3 +168,73 @@ func TestShouldRateLimitStatsAcrossTheLimit(t *testing.T) {
 		t.Fatalf("over %v near %v total %v, want 2, 2, 12", over, near, total)
 	}
 }
+
+// A descriptor's own limit counts in the file's counter for the same
+// entries when the units agree, as the reference's cache key names the
+// domain, the entries and the window start but not the limit; overrides
+// of one entries and unit share a counter whatever their limits; a
+// different unit, a rule with sluice extras or one matched through a
+// share_threshold counts apart; the rule's shadow mode is not the
+// override's.
+func TestShouldRateLimitOverrideSharesTheRulesCounter(t *testing.T) {
+	e := rlsEngineWith(t, `domain: edge
+descriptors:
+  - key: strict
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: lenient
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    sluice: {denied: uncounted}
+  - key: quiet
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    shadow_mode: true
+`)
+	at := time.Unix(1_800_000_000-1_800_000_000%60+1, 0)
+	over := func(key, value string, o *RLSOverride, hits int64) RLSStatus {
+		d := desc(key, value)
+		d.Override, d.Hits = o, hits
+		return rlsCall(t, e, at, d)
+	}
+	perMinute := func(n uint32) *RLSOverride { return &RLSOverride{RequestsPerUnit: n, Unit: "MINUTE"} }
+
+	// 6 through an override of 20, then the rule's 10 has 4 left.
+	if st := over("strict", "a", perMinute(20), 6); st.OverLimit || st.Remaining != 14 {
+		t.Fatalf("override: %+v", st)
+	}
+	if st := over("strict", "a", nil, 1); st.OverLimit || st.Remaining != 3 {
+		t.Fatalf("the rule after the override's 6: %+v, want 3 left of 10", st)
+	}
+	// Another override of the same unit: the same counter, 7 used.
+	if st := over("strict", "a", perMinute(8), 1); st.OverLimit || st.Remaining != 0 {
+		t.Fatalf("a second override after 7 used: %+v, want 0 left of 8", st)
+	}
+	// Another value is another counter.
+	if st := over("strict", "b", nil, 1); st.Remaining != 9 {
+		t.Fatalf("another value: %+v", st)
+	}
+	// An hourly override counts apart from the minute rule.
+	if st := over("strict", "a", &RLSOverride{RequestsPerUnit: 100, Unit: "HOUR"}, 1); st.OverLimit || st.Remaining != 99 {
+		t.Fatalf("an hourly override: %+v, want its own counter", st)
+	}
+	// A rule with sluice extras keeps its counter to itself.
+	over("lenient", "a", perMinute(20), 6)
+	if st := over("lenient", "a", nil, 1); st.Remaining != 9 {
+		t.Fatalf("a rule with sluice extras after an override: %+v, want 9 left", st)
+	}
+	// The shadow rule's counter is shared, its shadow mode is not.
+	if st := over("quiet", "a", perMinute(1), 2); !st.OverLimit {
+		t.Fatalf("an override over its limit on a shadow rule answered %+v, want over", st)
+	}
+	if st := over("quiet", "a", nil, 1); st.OverLimit || st.Remaining != 0 {
+		t.Fatalf("the shadow rule after 2 counted through the override: %+v, want OK (shadow) with 0 left", st)
+	}
+
+	// The bucket's owner, asked by another server, finds the override's
+	// limit under the rule's policy.
+	v := e.view.Load()
+	for name, pv := range v.tenant("ten_a").rls["edge"].rules {
+		ls := v.limitsFor("ten_a", pv.id, overrideTier(perMinute(20)), "")
+		if len(ls) != 1 || ls[0].Limit != 20 || ls[0].Period != time.Minute {
+			t.Fatalf("limits of an override forwarded under rule %s: %+v", name, ls)
+		}
+	}
+}

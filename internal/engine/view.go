@@ -557,9 +557,12 @@ func (v *view) limitsFor(tenantID, policyID, tier, keyID string) []quota.Limit {
 	if tv == nil {
 		return nil
 	}
+	if len(tier) > 0 && tier[0] == '=' { // no tier name starts so
+		return tv.overrideLimitsFor(policyID, tier)
+	}
 	pv := tv.byID[policyID]
 	if pv == nil {
-		return tv.overrideLimitsFor(policyID, tier)
+		return nil
 	}
 	if tl := tv.tierFor(pv, tier, keyID); tl != nil {
 		return tl.limits
@@ -587,12 +590,17 @@ func (tv *tenantView) tierFor(pv *policyView, tier, keyID string) *tierLimits {
 }
 
 // overrideLimitsFor resolves a forwarded descriptor decision made under
-// the descriptor's own limit (rls.go): its policy id names the domain and
-// its tier the limit.
+// the descriptor's own limit (rls.go): its tier names the limit, and its
+// policy id the domain's override view or the rule whose counter the
+// override shares.
 func (tv *tenantView) overrideLimitsFor(policyID, tier string) []quota.Limit {
 	domain, ok := strings.CutPrefix(policyID, rlsOverridePolicyID(""))
 	if !ok {
-		return nil
+		e := tv.src[policyID]
+		if e == nil || e.p.Descriptor == nil {
+			return nil
+		}
+		domain = e.p.Descriptor.Domain
 	}
 	dom := tv.rls[domain]
 	o, ok := parseOverrideTier(tier)

@@ -52,6 +52,11 @@ type Limit struct {
 	RateLimit
 	// Rule is the matched node, nil for an override.
 	Rule *Node
+	// Configured is, for an override, the file's limit for the same
+	// entries (nil if none): the reference counts both in one counter
+	// when their units are the same, its cache key being the domain, the
+	// entries and the window start, whatever the limit.
+	Configured *Limit
 	// Sluice is the rule's extras, nil for an override or a reference rule.
 	Sluice *Extras
 
@@ -265,6 +270,7 @@ func (c *Config) lookup(domain string, d RequestDescriptor, budget *int64) *Limi
 		return &Limit{
 			RateLimit: RateLimit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit},
 			StatsKey:  descriptorKey(domain, d.Entries), domain: domain,
+			Configured: c.lookup(domain, RequestDescriptor{Entries: d.Entries}, budget),
 		}
 	}
 	var (
