@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,8 +157,7 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	}
 	apply := true
 	if d.ref != "" {
-		_, rest, _ := strings.Cut(string(d.key), "/")
-		policy, _, _ := strings.Cut(rest, "/")
+		_, policy, _, _ := bus.SplitBucketKey(string(d.key))
 		term, _ := e.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 		var a reserve.Applying

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/reserve"
@@ -256,13 +257,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		n = MaxLimits
 	}
 	buf := e.keyBuf.Get().(*[]byte)
-	k := append((*buf)[:0], tenantID...)
-	k = append(k, '/')
-	k = append(k, pv.id...)
-	k = append(k, '/')
-	k = append(k, a.IdentityKind...)
-	k = append(k, ':')
-	k = append(k, a.IdentityID...)
+	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
 	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])

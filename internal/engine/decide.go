@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -299,26 +298,13 @@ func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, 
 // countUnits counts units a bucket took (or, negative, gave back) for
 // usage, under the caller its key names, and reports whether it could.
 func (e *Engine) countUnits(key []byte, tenantID, policy, tier string, now, units int64) bool {
-	kind, id, ok := strings.Cut(string(key[min(len(key), bucketKeyCallerAt(key)):]), ":")
-	if !ok {
+	_, _, caller, ok := bus.SplitBucketKey(string(key))
+	kind, id, ok2 := bus.SplitCaller(caller)
+	if !ok || !ok2 {
 		return false
 	}
 	e.counters.addUnits(tenantID, policy, tier, kind, id, now, units)
 	return true
-}
-
-// bucketKeyCallerAt is where the caller ("kind:id") starts in a bucket key
-// ("tenant/policy/kind:id").
-func bucketKeyCallerAt(key []byte) int {
-	slashes := 0
-	for i, c := range key {
-		if c == '/' {
-			if slashes++; slashes == 2 {
-				return i + 1
-			}
-		}
-	}
-	return len(key)
 }
 
 // cancelled is the error of a check whose ctx ended while it waited:

@@ -354,14 +354,15 @@ func (e *Engine) onChange(m *nats.Msg) {
 	}
 }
 
-// BucketKey is the hot-cache key of one identity's bucket for one policy.
+// BucketKey is the key of one identity's bucket for one policy
+// (bus.BucketKey), with an IP address in its normal form.
 func BucketKey(tenantID, policyID, kind, id string) string {
 	if kind == KindIP {
 		if n, ok := NormalizeIP(id); ok {
 			id = n
 		}
 	}
-	return tenantID + "/" + policyID + "/" + kind + ":" + id
+	return bus.BucketKey(tenantID, policyID, kind, id)
 }
 
 func (e *Engine) requestResync() {

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,8 +59,7 @@ func (e *Engine) flushStates(ctx context.Context) bool {
 	began := e.cfg.Now()
 	v := e.view.Load()
 	e.cache.DrainDirty(func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
-		tenant, rest, _ := strings.Cut(key, "/")
-		policy, _, _ := strings.Cut(rest, "/")
+		tenant, policy, _, _ := bus.SplitBucketKey(key)
 		term, ok := e.termOf(v, key, tenant, policy)
 		if !ok {
 			return

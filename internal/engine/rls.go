@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/rlsconf"
@@ -83,6 +84,10 @@ type RLSAnswer struct {
 // KindDescriptor is the identity kind analytics count a descriptor check
 // under when it carries no remote_address entry.
 const KindDescriptor = "descriptor"
+
+// kindCounter is the caller kind of a descriptor counter's bucket key:
+// "<tenant>/<policy>/d:<counter key>".
+const kindCounter = "d"
 
 // rlsDomain is one domain of a tenant's descriptor policies, compiled.
 type rlsDomain struct {
@@ -350,10 +355,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	}
 
 	buf := e.keyBuf.Get().(*[]byte)
-	k := append((*buf)[:0], tv.id...)
-	k = append(k, '/')
-	k = append(k, pv.id...)
-	k = append(k, "/d:"...)
+	k := bus.AppendBucketKey((*buf)[:0], tv.id, pv.id, kindCounter, "")
 	at := len(k)
 	k = boundCounterKey(appendCounterKey(k, domain, l, d.Entries), at)
 	cost, consume := d.Hits, d.Hits > 0
