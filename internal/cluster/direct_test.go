@@ -11,7 +11,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/quota"
 	"io"
 	"log/slog"
 	"math/big"
@@ -43,7 +45,7 @@ func bareCluster(t testing.TB, node string, direct *DirectConfig) *Cluster {
 // length as Limit, so a caller can tell whose answer it got.
 func echoDecide(items []Item, out []Result) {
 	for i, it := range items {
-		out[i] = Result{Allowed: it.Consume, Report: i, Outcomes: []Outcome{{Allowed: true, Limit: int64(len(it.Key)), Remaining: it.Cost, Reset: it.Now}}}
+		out[i] = Result{Allowed: it.Consume, Report: i, Outcomes: []quota.Outcome{{Allowed: true, Limit: int64(len(it.Key)), Remaining: it.Cost, Reset: time.Duration(it.Now)}}}
 	}
 }
 
@@ -99,7 +101,7 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("request: id %d, %+v, %v", id, got, err)
 	}
 	res := []Result{
-		{Status: StatusOK, Allowed: true, Report: 1, Outcomes: []Outcome{{Allowed: true, Limit: 10, Remaining: 9, Reset: 5e9}, {Limit: 100, Remaining: 0, Reset: 1, RetryAfter: 2}}},
+		{Status: StatusOK, Allowed: true, Report: 1, Outcomes: []quota.Outcome{{Allowed: true, Limit: 10, Remaining: 9, Reset: 5e9}, {Limit: 100, Remaining: 0, Reset: 1, RetryAfter: 2}}},
 		{Status: StatusNotOwner},
 		{Status: StatusNoLimits, Report: -1},
 	}
@@ -134,7 +136,7 @@ func TestWireRoundTrip(t *testing.T) {
 
 func FuzzDecodeFrames(f *testing.F) {
 	f.Add(appendRequest(nil, 1, []Item{{Key: "a/b/ip:1", Tenant: "a", Policy: "b", Cost: 1, Consume: true, Now: 5}})[4:])
-	f.Add(appendResponse(nil, 1, []Result{{Allowed: true, Outcomes: []Outcome{{Limit: 1}}}})[4:])
+	f.Add(appendResponse(nil, 1, []Result{{Allowed: true, Outcomes: []quota.Outcome{{Limit: 1}}}})[4:])
 	f.Add([]byte{frameRequest, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{frameResponse, 1, 1, 0, 0, 0, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -308,7 +310,7 @@ func TestDirectPipelined(t *testing.T) {
 				}
 				for i, x := range res {
 					o := x.Outcomes[0]
-					if o.Remaining != items[i].Cost || o.Limit != int64(1+g) || o.Reset != int64(r) || x.Report != i {
+					if o.Remaining != items[i].Cost || o.Limit != int64(1+g) || o.Reset != time.Duration(r) || x.Report != i {
 						errs <- fmt.Errorf("goroutine %d request %d item %d: got %+v", g, r, i, x)
 						return
 					}
@@ -581,5 +583,33 @@ func TestDirectHandshakesPerAddress(t *testing.T) {
 	}
 	if got := rejected(c, rejectTooMany); got != 0 {
 		t.Errorf("rejected{too_many_handshakes} = %v, want 0", got)
+	}
+}
+
+// A Result's JSON (the forward messages of peers without binary frames) is
+// what it was when the wire had an outcome type of its own: durations in
+// nanoseconds under short names, and it reads back the same.
+func TestResultJSONWireForm(t *testing.T) {
+	r := Result{Status: StatusOK, Counted: true, Allowed: true, Report: 1, Outcomes: []quota.Outcome{
+		{Allowed: true, Limit: 10, Remaining: 9, Reset: 5 * time.Second},
+		{Limit: 100, Reset: time.Millisecond, RetryAfter: 2 * time.Second},
+	}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"cu":true,"a":true,"rp":1,"o":[{"a":true,"l":10,"r":9,"s":5000000000},{"l":100,"r":0,"s":1000000,"ra":2000000000}]}`
+	if string(b) != want {
+		t.Fatalf("JSON %s\nwant %s", b, want)
+	}
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, r) {
+		t.Fatalf("read back %+v, want %+v", back, r)
+	}
+	if b, _ := json.Marshal(Result{Status: StatusNotOwner}); string(b) != `{"st":1}` {
+		t.Fatalf("a result without outcomes: %s", b)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 // Item is one forwarded decision. The owner resolves the limits from its
@@ -80,8 +81,20 @@ const (
 	StatusRetry = 3
 )
 
-// Outcome is a quota.Outcome on the wire.
-type Outcome struct {
+// Result answers one Item.
+type Result struct {
+	Status int `json:"st,omitempty"`
+	// Counted: the owner counted the item's units (Item.Units); an older
+	// owner does not, and the sender counts them.
+	Counted  bool            `json:"cu,omitempty"`
+	Allowed  bool            `json:"a,omitempty"`
+	Report   int             `json:"rp,omitempty"`
+	Outcomes []quota.Outcome `json:"o,omitempty"`
+}
+
+// jsonOutcome is a quota.Outcome in a JSON forward message, as peers that
+// predate the binary frames read it: durations in nanoseconds.
+type jsonOutcome struct {
 	Allowed    bool  `json:"a,omitempty"`
 	Limit      int64 `json:"l"`
 	Remaining  int64 `json:"r"`
@@ -89,15 +102,44 @@ type Outcome struct {
 	RetryAfter int64 `json:"ra,omitempty"`
 }
 
-// Result answers one Item.
-type Result struct {
-	Status int `json:"st,omitempty"`
-	// Counted: the owner counted the item's units (Item.Units); an older
-	// owner does not, and the sender counts them.
-	Counted  bool      `json:"cu,omitempty"`
-	Allowed  bool      `json:"a,omitempty"`
-	Report   int       `json:"rp,omitempty"`
-	Outcomes []Outcome `json:"o,omitempty"`
+// resultJSON is a Result as JSON: its fields, with the outcomes in their
+// wire form (the outer field hides the embedded one).
+type resultJSON struct {
+	resultFields
+	Outcomes []jsonOutcome `json:"o,omitempty"`
+}
+
+// resultFields is Result without its JSON methods.
+type resultFields Result
+
+// MarshalJSON writes r as JSON forward messages carry it.
+func (r Result) MarshalJSON() ([]byte, error) {
+	w := resultJSON{resultFields: resultFields(r)}
+	w.resultFields.Outcomes = nil
+	if len(r.Outcomes) > 0 {
+		w.Outcomes = make([]jsonOutcome, len(r.Outcomes))
+		for i, o := range r.Outcomes {
+			w.Outcomes[i] = jsonOutcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: int64(o.Reset), RetryAfter: int64(o.RetryAfter)}
+		}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a Result as JSON forward messages carry it.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var w resultJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = Result(w.resultFields)
+	r.Outcomes = nil
+	if len(w.Outcomes) > 0 {
+		r.Outcomes = make([]quota.Outcome, len(w.Outcomes))
+		for i, o := range w.Outcomes {
+			r.Outcomes[i] = quota.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: time.Duration(o.Reset), RetryAfter: time.Duration(o.RetryAfter)}
+		}
+	}
+	return nil
 }
 
 type forwardMsg struct {

@@ -20,8 +20,10 @@ package cluster
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 const (
@@ -129,8 +131,8 @@ func appendResponse(b []byte, id uint64, res []Result) []byte {
 			b = appendBool(b, o.Allowed)
 			b = binary.AppendVarint(b, o.Limit)
 			b = binary.AppendVarint(b, o.Remaining)
-			b = binary.AppendVarint(b, o.Reset)
-			b = binary.AppendVarint(b, o.RetryAfter)
+			b = binary.AppendVarint(b, int64(o.Reset))
+			b = binary.AppendVarint(b, int64(o.RetryAfter))
 		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
@@ -263,14 +265,14 @@ func decodeResponse(body []byte) (uint64, []Result, error) {
 		r.Allowed = d.bool()
 		r.Report = int(d.Varint())
 		if k := d.count(maxOutcomes, 5); k > 0 {
-			r.Outcomes = make([]Outcome, k)
+			r.Outcomes = make([]quota.Outcome, k)
 			for j := range r.Outcomes {
 				o := &r.Outcomes[j]
 				o.Allowed = d.bool()
 				o.Limit = d.Varint()
 				o.Remaining = d.Varint()
-				o.Reset = d.Varint()
-				o.RetryAfter = d.Varint()
+				o.Reset = time.Duration(d.Varint())
+				o.RetryAfter = time.Duration(d.Varint())
 			}
 		}
 		if d.Bad {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,7 +153,7 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	defer l.Unlock()
 	if r, ok := e.applied.lookup(d.id); ok {
 		e.metrics.repeats.Inc()
-		fromWire(r.Outcomes, out)
+		copy(out, r.Outcomes)
 		return nil
 	}
 	apply := true
@@ -181,6 +182,6 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 		e.metrics.repeats.Inc()
 		e.lookAt(d.key, d.limits, d.now, out)
 	}
-	e.applied.record(d.id, cluster.Result{Allowed: true, Outcomes: toWire(out)})
+	e.applied.record(d.id, cluster.Result{Allowed: true, Outcomes: slices.Clone(out)})
 	return nil
 }

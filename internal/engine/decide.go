@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -227,7 +228,7 @@ func (e *Engine) askAgain(ctx context.Context, d *decision, owner string, out []
 // answered takes the owner's answer to d: its outcomes into out, and
 // whether it counted d's units.
 func (d *decision) answered(res cluster.Result, out []quota.Outcome) (bool, int, error) {
-	fromWire(res.Outcomes, out)
+	copy(out, res.Outcomes)
 	d.counted = res.Counted
 	return res.Allowed, res.Report, nil
 }
@@ -243,25 +244,6 @@ const lastAsk = 2 * time.Second
 // may have been taken).
 func errMaybeDecided() error {
 	return errs.Errorf(errs.Unavailable, "The server that owns this caller's bucket did not answer in time and may have counted this request; try again shortly.")
-}
-
-// fromWire copies a forwarded answer's outcomes into out.
-func fromWire(os []cluster.Outcome, out []quota.Outcome) {
-	for i := range out {
-		if i < len(os) {
-			o := os[i]
-			out[i] = quota.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: time.Duration(o.Reset), RetryAfter: time.Duration(o.RetryAfter)}
-		}
-	}
-}
-
-// toWire is fromWire's inverse.
-func toWire(out []quota.Outcome) []cluster.Outcome {
-	os := make([]cluster.Outcome, len(out))
-	for k, o := range out {
-		os[k] = cluster.Outcome{Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Reset: int64(o.Reset), RetryAfter: int64(o.RetryAfter)}
-	}
-	return os
 }
 
 // decideHere decides d in this server's hot cache.
@@ -376,7 +358,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	} else {
 		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, it.Count, outs[:n])
 	}
-	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: toWire(outs[:n])}
+	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: slices.Clone(outs[:n])}
 	if allowed && it.Consume && it.Units && !it.Settle {
 		if tv := v.tenant(it.Tenant); tv != nil && tv.byID[it.Policy] != nil {
 			r.Counted = e.countUnits([]byte(it.Key), it.Tenant, tv.byID[it.Policy].name, it.Tier, it.Now, it.Cost)
