@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/route"
 )
 
 // Reasons a check answers with.
@@ -205,7 +206,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		return a, nil
 	}
 
-	target := quota.NormalizeTarget(req.Path)
+	target := route.NormalizeTarget(req.Path)
 	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
 	if idx < 0 {
 		a.Allowed, a.Reason = true, ReasonOK

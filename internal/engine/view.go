@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -53,7 +54,7 @@ type tenantView struct {
 	policies []*policyView // aligned with the router's patterns
 	byName   map[string]*policyView
 	byID     map[string]*policyView
-	router   *quota.Router
+	router   *route.Router
 	// rls is the tenant's descriptor policies by domain (rls.go).
 	rls map[string]*rlsDomain
 
@@ -67,7 +68,7 @@ type tenantView struct {
 // policyEntry is one policy as stored and as compiled.
 type policyEntry struct {
 	p   tenants.Policy
-	pat quota.Pattern
+	pat route.Pattern
 	pv  *policyView
 }
 
@@ -128,7 +129,7 @@ func emptyView() *view {
 func newTenantView(t tenants.Tenant) *tenantView {
 	return &tenantView{
 		id: t.ID, tenant: t, loc: tenantLocation(t),
-		src: map[string]*policyEntry{}, byName: map[string]*policyView{}, byID: map[string]*policyView{}, router: quota.NewRouter(nil),
+		src: map[string]*policyEntry{}, byName: map[string]*policyView{}, byID: map[string]*policyView{}, router: route.NewRouter(nil),
 		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
 		svcKeys: map[string]string{},
 		keys:    keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
@@ -354,10 +355,10 @@ func blockRef(b tenants.Block) identityRef {
 
 // compilePolicy compiles one policy's pattern and limits.
 func compilePolicy(p tenants.Policy, loc *time.Location) (*policyEntry, error) {
-	var pat quota.Pattern
+	var pat route.Pattern
 	if p.Descriptor == nil {
 		var err error
-		if pat, err = quota.CompilePattern(p.Method, p.Path, p.Query); err != nil {
+		if pat, err = route.CompilePattern(p.Method, p.Path, p.Query); err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.ID, err)
 		}
 	}
@@ -378,7 +379,7 @@ func compilePolicy(p tenants.Policy, loc *time.Location) (*policyEntry, error) {
 func (tv *tenantView) index() {
 	es := slices.Collect(maps.Values(tv.src))
 	sortPolicies(es, comparePolicies)
-	patterns := make([]quota.Pattern, 0, len(es))
+	patterns := make([]route.Pattern, 0, len(es))
 	tv.policies = make([]*policyView, 0, len(es))
 	tv.byName = make(map[string]*policyView, len(es))
 	tv.byID = make(map[string]*policyView, len(es))
@@ -391,7 +392,7 @@ func (tv *tenantView) index() {
 		patterns = append(patterns, e.pat)
 		tv.policies = append(tv.policies, e.pv)
 	}
-	tv.router = quota.NewRouter(patterns)
+	tv.router = route.NewRouter(patterns)
 	// Validation keeps a domain's tree whole; should one not compile, its
 	// descriptors find no rule (OK without a limit) rather than failing
 	// every other change of the tenant.

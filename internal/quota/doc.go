@@ -1,6 +1,6 @@
-// Package quota is Sluice's decision core: the rate-limit algorithms, the
-// in-memory hot cache of buckets, and the normalization and matching of
-// request targets against policies.
+// Package quota is Sluice's decision core: the rate-limit algorithms and
+// the in-memory hot cache of buckets. Which policy a request is for is
+// package route's.
 //
 // It is pure logic. It imports only the standard library, does no I/O, and
 // never reads a clock: every decision takes the instant it is made at (unix

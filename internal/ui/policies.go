@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/ui/views"
@@ -225,7 +226,7 @@ func (h *policyHandler) test(c echo.Context) error {
 		t.Error = "Sluice is still starting and cannot decide yet. Try again in a moment."
 		return h.renderList(c, http.StatusServiceUnavailable, t)
 	}
-	target := quota.NormalizeTarget(t.Path)
+	target := route.NormalizeTarget(t.Path)
 	r := &views.PathTestResult{
 		Target:       t.Method + " " + t.Path,
 		Normalized:   target.Path,

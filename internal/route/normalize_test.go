@@ -1,4 +1,4 @@
-package quota
+package route
 
 import (
 	"net/url"

@@ -1,7 +1,8 @@
-package quota
+package route
 
 import (
 	"errors"
+	"github.com/sluicehq/sluice/internal/quota"
 	"math/rand"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestCompilePatternErrors(t *testing.T) {
 		{"GET", "/a", map[string]string{"[]": "x"}, "query"},
 	} {
 		_, err := CompilePattern(c.method, c.path, c.query)
-		var fe *FieldError
+		var fe *quota.FieldError
 		if !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%q %q %v: got %v, want a %q error", c.method, c.path, c.query, err, c.field)
 		}

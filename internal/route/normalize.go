@@ -1,4 +1,4 @@
-package quota
+package route
 
 // Request-target normalization exists so that no spelling of a request that a
 // backend routes to an endpoint can dodge that endpoint's policy. Backends

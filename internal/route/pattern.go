@@ -1,6 +1,7 @@
-package quota
+package route
 
 import (
+	"github.com/sluicehq/sluice/internal/quota"
 	"slices"
 	"strings"
 )
@@ -37,10 +38,10 @@ const maxPatternLen = 2048
 // method token, compared without case. Every query key must have at least one
 // value equal (ignoring ASCII case) to the given value; keys are compared
 // after the normalization NormalizeTarget applies (lower case, no "[]").
-// Errors are *FieldError for "method", "path" or "query".
+// Errors are *quota.FieldError for "method", "path" or "query".
 func CompilePattern(method, path string, query map[string]string) (Pattern, error) {
 	fe := func(field, msg string) (Pattern, error) {
-		return Pattern{}, &FieldError{Field: field, Message: msg}
+		return Pattern{}, &quota.FieldError{Field: field, Message: msg}
 	}
 	p := Pattern{ok: true}
 	switch {

@@ -1,4 +1,4 @@
-package quota
+package route
 
 // The normalization as it was before it was made linear, kept to check that
 // the linear code gives the same results (TestNormalizeMatchesOld). Its
