@@ -1,78 +1,15 @@
 package quota
 
-// The hot cache holds one bucket per key ("tenant/policy/identity") in memory.
-//
-// Sharding and locks. A key's 64-bit seeded maphash picks one of a fixed
-// number of shards; each shard is a mutex and a hash table. A Check takes
-// exactly one shard lock, so there is no global lock, decisions for one key
-// are serialised (one writer per key: no read-modify-write race), and keys in
-// different shards are decided in parallel. Operations over every shard
-// (DrainDirty, Sweep, Len) lock one shard at a time and never two, so there
-// is no lock order, and a sweep stalls at most one shard at a time.
-//
-// Table layout. At a million keys a check is bound by memory latency, not by
-// arithmetic: one random read of a large table costs more than the rest of a
-// check together, and part of that cost grows with the table's size (address
-// translation). So a check reads one cache line, and the table is as small as
-// that allows. Each shard is an open-addressing table (linear probing) of
-// 32-byte entries, two to a 64-byte line, and a lookup starts at the first
-// entry of its home line. An entry holds everything a single-limit token
-// bucket or fixed window check reads and writes: the key's identity, the
-// limit's state, and which limits the bucket was decided with. A
-// single-limit sliding window needs one number more, so its bucket is "wide":
-// two entries of one line, the second holding the previous window's count.
-// Everything else lives in cold storage that a check does not touch: the key
-// itself (in an array parallel to the entries), and for multi-limit and
-// sliding-log buckets ("ext") every limit's state.
-//
-// Identity. An entry identifies its key by the first seeded hash's bits above
-// the shard index (55 bits) and the second hash's upper 32 bits, 87 bits in
-// all, so the key bytes are never read on the hot path. With random seeds,
-// two live keys of one shard share them with probability 2^-87 per pair:
-// about 2^-57 for a million live keys, and about 10^-8 for a server that
-// creates 10^15 keys over its life with a million live, far below any
-// hardware error rate. The bits the shard
-// index leaves free in the first word carry the entry's flags.
-//
-// Limits identity. Each shard keeps a table of the limits slices its buckets
-// were decided with, counted by reference; an entry holds an index into it.
-// Callers share one immutable slice per policy version, so the steady-state
-// check compares the slice it was given with the one at that index: two
-// words, in a table that stays in cache. A different slice is compared by
-// value and, if the limits really changed, the bucket's states are remapped.
-// A referenced slice stays alive, so equal addresses mean the same slice.
-//
-// Short checks. Checks of different keys do not depend on each other, so
-// the processor can start the next check's table read while the last one's
-// is still in flight, as far as its reorder window reaches: the fewer
-// instructions between the two reads, the more they overlap. On the machine
-// in BENCHMARKS.md, taking the common check from about 590 instructions
-// (through Decide) to about 410 took a 1M-key check from about 255 ns to
-// about 180 ns, below the latency of one read. So the common checks, an
-// allowed consuming request on a single token bucket or fixed window
-// (periodic, or calendar with the window from the calendar's cache: see
-// calendar.go), are decided by shard.allow with the limit's numbers
-// converted once per limits slice (limRef.fast); every other check goes
-// through Decide. The two
-// compute the same floats in the same order, and TestAllowMatchesDecide
-// holds them equal. The overlap is lost abruptly, not gradually: a draft
-// that also took sliding windows here cost the token bucket check about ten
-// instructions more and its 1M-key time went back to 235-300 ns. Measure
-// BenchmarkCheck1MKeys before and after any change to this path.
-//
-// Dirty protocol. A bucket is dirty when it holds consumption not yet handed
-// to DrainDirty. Only an allowed, consuming check (and Reset and Force) marks
-// a bucket dirty: denials and peeks never do, so abusive traffic costs no
-// writes downstream. Each shard lists the entries of its dirty buckets, so a
-// drain costs the number of changed buckets. Every dirty bucket's index is in
-// its shard's list; the list may also hold stale indexes (of buckets that
-// moved or were cleaned), which a drain skips. Sweep never removes a dirty
-// bucket, and a rebuild recomputes the list.
-//
-// Expiry. A bucket is full again at an instant derived from its state
-// (Limit.FullAt). Sweep drops buckets that are full and not dirty: memory is
-// bounded by active identities, and a dropped bucket is indistinguishable
-// from the full bucket a later Check would create.
+// The hot cache holds one bucket per key ("tenant/policy/identity") in
+// memory: 512 shards of a mutex and an open-addressing table of 32-byte
+// entries, two to a cache line, so that a check takes one lock and reads
+// one line. Its design (table layout, key identity by 87 hash bits, the
+// limits table, the short path of the common checks, the dirty protocol,
+// expiry) and the measurements behind it are in docs/ARCHITECTURE.md, "The
+// hot cache". Two rules for whoever edits it: an operation over every shard
+// locks one shard at a time, never two; and shard.allow must compute what
+// Decide computes (TestAllowMatchesDecide) — measure BenchmarkCheck1MKeys
+// before and after any change to that path.
 
 import (
 	"hash/maphash"
