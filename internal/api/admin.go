@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
-func (h *handler) createTenant(c echo.Context) error {
+func (h tenantRoutes) createTenant(c echo.Context) error {
 	var b struct {
 		Name          string `json:"name"`
 		OwnerEmail    string `json:"owner_email"`
@@ -49,10 +49,10 @@ func (h *handler) createTenant(c echo.Context) error {
 
 // patchTenant changes what an operator may change of a tenant: its time
 // zone.
-func (h *handler) patchTenant(c echo.Context) error { return h.setTimeZone(c, c.Param("id")) }
+func (h tenantRoutes) patchTenant(c echo.Context) error { return h.setTimeZone(c, c.Param("id")) }
 
 // tenantSelf answers the calling tenant.
-func (h *handler) tenantSelf(c echo.Context) error {
+func (h tenantRoutes) tenantSelf(c echo.Context) error {
 	t, err := h.Services.Tenants.Get(c.Request().Context(), tenantID(c))
 	if err != nil {
 		return err
@@ -61,9 +61,9 @@ func (h *handler) tenantSelf(c echo.Context) error {
 }
 
 // tenantPatchSelf changes the calling tenant's time zone.
-func (h *handler) tenantPatchSelf(c echo.Context) error { return h.setTimeZone(c, tenantID(c)) }
+func (h tenantRoutes) tenantPatchSelf(c echo.Context) error { return h.setTimeZone(c, tenantID(c)) }
 
-func (h *handler) setTimeZone(c echo.Context, id string) error {
+func (h tenantRoutes) setTimeZone(c echo.Context, id string) error {
 	var b struct {
 		TimeZone *string `json:"time_zone"`
 	}
@@ -81,7 +81,7 @@ func (h *handler) setTimeZone(c echo.Context, id string) error {
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) listTenants(c echo.Context) error {
+func (h tenantRoutes) listTenants(c echo.Context) error {
 	ts, err := h.Services.Tenants.List(c.Request().Context())
 	if err != nil {
 		return err
@@ -89,7 +89,7 @@ func (h *handler) listTenants(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"tenants": orEmpty(ts)})
 }
 
-func (h *handler) getTenant(c echo.Context) error {
+func (h tenantRoutes) getTenant(c echo.Context) error {
 	t, err := h.Services.Tenants.Get(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
@@ -97,16 +97,16 @@ func (h *handler) getTenant(c echo.Context) error {
 	return c.JSON(http.StatusOK, t)
 }
 
-func (h *handler) suspendTenant(c echo.Context) error {
+func (h tenantRoutes) suspendTenant(c echo.Context) error {
 	return h.tenantState(c, h.Services.Tenants.Suspend)
 }
 
-func (h *handler) resumeTenant(c echo.Context) error {
+func (h tenantRoutes) resumeTenant(c echo.Context) error {
 	return h.tenantState(c, h.Services.Tenants.Resume)
 }
 
 // tenantState suspends or resumes a tenant and answers it as it now is.
-func (h *handler) tenantState(c echo.Context, change func(ctx context.Context, id string) (service.Written[tenants.Tenant], error)) error {
+func (h tenantRoutes) tenantState(c echo.Context, change func(ctx context.Context, id string) (service.Written[tenants.Tenant], error)) error {
 	w, err := change(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (h *handler) tenantState(c echo.Context, change func(ctx context.Context, i
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) deleteTenant(c echo.Context) error {
+func (h tenantRoutes) deleteTenant(c echo.Context) error {
 	w, err := h.Services.Tenants.Delete(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
@@ -124,9 +124,9 @@ func (h *handler) deleteTenant(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-func (h *handler) abuse(c echo.Context) error { return h.rankIdentities(c, "") }
+func (h blockRoutes) abuse(c echo.Context) error { return h.rankIdentities(c, "") }
 
-func (h *handler) createBlock(c echo.Context) error {
+func (h blockRoutes) createBlock(c echo.Context) error {
 	var b struct {
 		TenantID  string           `json:"tenant_id"`
 		Identity  tenants.Identity `json:"identity"`
@@ -148,7 +148,7 @@ func (h *handler) createBlock(c echo.Context) error {
 	return c.JSON(http.StatusCreated, w.Result)
 }
 
-func (h *handler) listBlocks(c echo.Context) error {
+func (h blockRoutes) listBlocks(c echo.Context) error {
 	bs, err := h.Services.Blocks.List(c.Request().Context(), c.QueryParam("tenant_id"))
 	if err != nil {
 		return err
@@ -156,7 +156,7 @@ func (h *handler) listBlocks(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"blocks": orEmpty(bs)})
 }
 
-func (h *handler) deleteBlock(c echo.Context) error {
+func (h blockRoutes) deleteBlock(c echo.Context) error {
 	w, err := h.Services.Blocks.Delete(c.Request().Context(), "", c.Param("id"))
 	if err != nil {
 		return err

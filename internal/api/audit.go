@@ -55,7 +55,7 @@ func auditQuery(c echo.Context) (tenants.AuditQuery, error) {
 	return q, nil
 }
 
-func (h *handler) listAudit(c echo.Context, q tenants.AuditQuery) error {
+func (h auditRoutes) listAudit(c echo.Context, q tenants.AuditQuery) error {
 	page, err := h.Services.Audit.List(c.Request().Context(), q)
 	if err != nil {
 		return err
@@ -67,7 +67,7 @@ func (h *handler) listAudit(c echo.Context, q tenants.AuditQuery) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (h *handler) tenantAudit(c echo.Context) error {
+func (h auditRoutes) tenantAudit(c echo.Context) error {
 	q, err := auditQuery(c)
 	if err != nil {
 		return err
@@ -76,7 +76,7 @@ func (h *handler) tenantAudit(c echo.Context) error {
 	return h.listAudit(c, q)
 }
 
-func (h *handler) tenantAuditEntry(c echo.Context) error {
+func (h auditRoutes) tenantAuditEntry(c echo.Context) error {
 	id, err := tenants.ParseAuditID(c.Param("id"))
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (h *handler) tenantAuditEntry(c echo.Context) error {
 	return c.JSON(http.StatusOK, e)
 }
 
-func (h *handler) adminAudit(c echo.Context) error {
+func (h auditRoutes) adminAudit(c echo.Context) error {
 	q, err := auditQuery(c)
 	if err != nil {
 		return err

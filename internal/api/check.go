@@ -92,7 +92,7 @@ func newReservation(tenant string, res reservation, hold *reserve.Hold, now time
 // estimate (a.Hold) at the worker. When the worker cannot record it, the
 // estimate is given back and the check fails: a reservation the caller
 // cannot settle must not hold units.
-func (h *handler) recordReservation(c echo.Context, tenant string, res reservation, a *engine.Answer, now time.Time) (recorded, error) {
+func (h decisionRoutes) recordReservation(c echo.Context, tenant string, res reservation, a *engine.Answer, now time.Time) (recorded, error) {
 	if a.Hold == nil {
 		return recorded{}, nil
 	}
@@ -107,7 +107,7 @@ func (h *handler) recordReservation(c echo.Context, tenant string, res reservati
 // recordBatch records the reservations of a batch's checks that took
 // their estimates, all or none: when the worker cannot record them all,
 // every estimate is given back and the batch fails.
-func (h *handler) recordBatch(c echo.Context, tenant string, reservations []reservation, answers []engine.Answer, now time.Time) ([]recorded, error) {
+func (h decisionRoutes) recordBatch(c echo.Context, tenant string, reservations []reservation, answers []engine.Answer, now time.Time) ([]recorded, error) {
 	recs := make([]recorded, len(answers))
 	var rs []reserve.Reservation
 	for i := range answers {
@@ -132,7 +132,7 @@ func (h *handler) recordBatch(c echo.Context, tenant string, reservations []rese
 // nothing; any other failure (a timeout, an unreachable worker) may have
 // recorded them all the same, so they are cancelled at the worker too,
 // lest they count as open until they expire.
-func (h *handler) undoReservations(c echo.Context, tenant string, rs []reserve.Reservation, err error, now time.Time) {
+func (h decisionRoutes) undoReservations(c echo.Context, tenant string, rs []reserve.Reservation, err error, now time.Time) {
 	for i := range rs {
 		h.giveBack(c, tenant, &rs[i].Hold, rs[i].Reserved, now)
 	}
@@ -148,7 +148,7 @@ func (h *handler) undoReservations(c echo.Context, tenant string, rs []reserve.R
 
 // giveBack returns an estimate taken for a reservation that was never
 // recorded.
-func (h *handler) giveBack(c echo.Context, tenant string, hold *reserve.Hold, estimate int64, now time.Time) {
+func (h decisionRoutes) giveBack(c echo.Context, tenant string, hold *reserve.Hold, estimate int64, now time.Time) {
 	if err := h.Engine.GiveBack(context.WithoutCancel(c.Request().Context()), tenant, *hold, estimate, now); err != nil {
 		h.Log.Warn("a reservation that could not be recorded kept its estimate", "tenant", tenant, "policy", hold.Policy, "units", estimate, "err", err)
 	}
@@ -156,7 +156,7 @@ func (h *handler) giveBack(c echo.Context, tenant string, hold *reserve.Hold, es
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-func (h *handler) check(c echo.Context) error {
+func (h decisionRoutes) check(c echo.Context) error {
 	now := h.Now()
 	// One pooled buffer carries the request body in and the answer out:
 	// the decoded check holds copies of the strings it needs.
@@ -189,7 +189,7 @@ func (h *handler) check(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
 
-func (h *handler) checkBatch(c echo.Context) error {
+func (h decisionRoutes) checkBatch(c echo.Context) error {
 	now := h.Now()
 	var body struct {
 		Checks []checkBody `json:"checks"`

@@ -21,7 +21,7 @@ func (h *handler) applied(c echo.Context, version int64) {
 	h.Engine.WaitVersion(ctx, version)
 }
 
-func (h *handler) createPolicy(c echo.Context) error {
+func (h policyRoutes) createPolicy(c echo.Context) error {
 	var b tenants.PolicyBody
 	if err := bind(c, &b); err != nil {
 		return err
@@ -34,7 +34,7 @@ func (h *handler) createPolicy(c echo.Context) error {
 	return c.JSON(http.StatusCreated, w.Result)
 }
 
-func (h *handler) updatePolicy(c echo.Context) error {
+func (h policyRoutes) updatePolicy(c echo.Context) error {
 	var b tenants.PolicyBody
 	if err := bind(c, &b); err != nil {
 		return err
@@ -47,7 +47,7 @@ func (h *handler) updatePolicy(c echo.Context) error {
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) getPolicy(c echo.Context) error {
+func (h policyRoutes) getPolicy(c echo.Context) error {
 	p, err := h.Services.Policies.Get(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -55,7 +55,7 @@ func (h *handler) getPolicy(c echo.Context) error {
 	return c.JSON(http.StatusOK, p)
 }
 
-func (h *handler) listPolicies(c echo.Context) error {
+func (h policyRoutes) listPolicies(c echo.Context) error {
 	ps, err := h.Services.Policies.List(c.Request().Context(), tenantID(c))
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (h *handler) listPolicies(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"policies": orEmpty(ps)})
 }
 
-func (h *handler) deletePolicy(c echo.Context) error {
+func (h policyRoutes) deletePolicy(c echo.Context) error {
 	w, err := h.Services.Policies.Delete(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -79,7 +79,7 @@ type keyAnswer struct {
 	Key string `json:"key,omitempty"`
 }
 
-func (h *handler) createKey(c echo.Context) error {
+func (h keyRoutes) createKey(c echo.Context) error {
 	var b struct {
 		Name          string                    `json:"name"`
 		Tier          string                    `json:"tier"`
@@ -107,7 +107,7 @@ func (h *handler) createKey(c echo.Context) error {
 	return c.JSON(http.StatusCreated, keyAnswer{ConsumerKey: w.Result.Key, Key: w.Result.Secret})
 }
 
-func (h *handler) getKey(c echo.Context) error {
+func (h keyRoutes) getKey(c echo.Context) error {
 	k, err := h.Services.Keys.Get(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (h *handler) getKey(c echo.Context) error {
 	return c.JSON(http.StatusOK, k)
 }
 
-func (h *handler) listKeys(c echo.Context) error {
+func (h keyRoutes) listKeys(c echo.Context) error {
 	ks, err := h.Services.Keys.List(c.Request().Context(), tenantID(c))
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func (h *handler) listKeys(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"keys": orEmpty(ks)})
 }
 
-func (h *handler) updateKey(c echo.Context) error {
+func (h keyRoutes) updateKey(c echo.Context) error {
 	var p tenants.KeyPatch
 	if err := bind(c, &p); err != nil {
 		return err
@@ -136,7 +136,7 @@ func (h *handler) updateKey(c echo.Context) error {
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) revokeKey(c echo.Context) error {
+func (h keyRoutes) revokeKey(c echo.Context) error {
 	w, err := h.Services.Keys.Revoke(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -145,7 +145,7 @@ func (h *handler) revokeKey(c echo.Context) error {
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) resetBucket(c echo.Context) error {
+func (h policyRoutes) resetBucket(c echo.Context) error {
 	var b struct {
 		Policy   string           `json:"policy"`
 		Identity tenants.Identity `json:"identity"`
@@ -197,7 +197,7 @@ func timeRange(c echo.Context, now time.Time) (time.Time, time.Time, error) {
 	return from, to, nil
 }
 
-func (h *handler) timeseries(c echo.Context) error {
+func (h analyticsRoutes) timeseries(c echo.Context) error {
 	from, to, err := timeRange(c, h.Now())
 	if err != nil {
 		return err
@@ -222,7 +222,7 @@ func limitParam(c echo.Context) (int, error) {
 	return n, nil
 }
 
-func (h *handler) top(c echo.Context) error { return h.rankIdentities(c, tenantID(c)) }
+func (h analyticsRoutes) top(c echo.Context) error { return h.rankIdentities(c, tenantID(c)) }
 
 // rankIdentities answers identities ranked by denials, in one tenant or,
 // with tenant empty, across all of them (the operator's abuse report).

@@ -40,7 +40,7 @@ var envoyActions = map[limitsfile.Action]string{limitsfile.Create: "create", lim
 // applyEnvoyConfig takes a configuration file of Envoy's reference rate
 // limit server, as text, and makes its domain's descriptor policies
 // exactly its nodes (docs/ENVOY.md), as `sluice apply -f` does.
-func (h *handler) applyEnvoyConfig(c echo.Context) error {
+func (h envoyRoutes) applyEnvoyConfig(c echo.Context) error {
 	var b struct {
 		Config string `json:"config"`
 		DryRun bool   `json:"dry_run"`
@@ -97,7 +97,7 @@ func (h *handler) applyEnvoyConfig(c echo.Context) error {
 // getEnvoyConfig writes a domain's descriptor policies back as a
 // configuration file of the reference server (with Sluice's own fields
 // only when extras=true asks for them).
-func (h *handler) getEnvoyConfig(c echo.Context) error {
+func (h envoyRoutes) getEnvoyConfig(c echo.Context) error {
 	domain := c.Param("domain")
 	ps, err := h.Services.Policies.List(c.Request().Context(), tenantID(c))
 	if err != nil {

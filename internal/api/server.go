@@ -113,69 +113,82 @@ func New(cfg Config) *echo.Echo {
 	// wants 405 for a known path with the wrong method. Handlers are wrapped
 	// once here rather than passed to Echo as route middleware, which Echo
 	// would apply anew (allocating) on every request.
+	// Each resource's routes are a small type over the shared handler.
+	tenant := tenantRoutes{h}
+	block := blockRoutes{h}
+	audit := auditRoutes{h}
+	decision := decisionRoutes{h}
+	settle := settleRoutes{h}
+	policy := policyRoutes{h}
+	key := keyRoutes{h}
+	analytics := analyticsRoutes{h}
+	usage := usageRoutes{h}
+	envoy := envoyRoutes{h}
+	serviceKey := serviceKeyRoutes{h}
+	webhook := webhookRoutes{h}
 	e.GET(OpenAPIPath, h.openAPIDoc)
 	decide := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	// Config routes carry the service key's prefix to the audit log.
 	svc := func(f echo.HandlerFunc) echo.HandlerFunc {
 		return h.requireJSON(h.serviceAuth(h.withActor(serviceKeyActor, f)))
 	}
-	e.POST("/v1/check", decide(h.check))
+	e.POST("/v1/check", decide(decision.check))
 	// Proxies send their subrequest with the client's method (nginx) or
 	// GET (Caddy, Traefik), and no body: any method is accepted.
 	e.Any(ForwardAuthPath, h.forwardAuth)
-	e.POST("/v1/check/batch", decide(h.checkBatch))
-	e.POST("/v1/settle", decide(h.settle))
-	e.POST("/v1/policies", svc(h.createPolicy))
-	e.GET("/v1/policies", svc(h.listPolicies))
-	e.GET("/v1/policies/:id", svc(h.getPolicy))
-	e.PUT("/v1/policies/:id", svc(h.updatePolicy))
-	e.DELETE("/v1/policies/:id", svc(h.deletePolicy))
-	e.POST("/v1/keys", svc(h.createKey))
-	e.GET("/v1/keys", svc(h.listKeys))
-	e.GET("/v1/keys/:id", svc(h.getKey))
-	e.GET("/v1/keys/:id/usage", svc(h.keyUsage))
-	e.PATCH("/v1/keys/:id", svc(h.updateKey))
-	e.DELETE("/v1/keys/:id", svc(h.revokeKey))
-	e.POST("/v1/buckets/reset", svc(h.resetBucket))
-	e.GET("/v1/analytics/timeseries", svc(h.timeseries))
-	e.GET("/v1/analytics/top", svc(h.top))
-	e.GET("/v1/usage", svc(h.usage))
-	e.POST("/v1/envoy/configs", svc(h.applyEnvoyConfig))
-	e.GET("/v1/envoy/configs/:domain", svc(h.getEnvoyConfig))
-	e.GET("/v1/tenant", svc(h.tenantSelf))
-	e.PATCH("/v1/tenant", svc(h.tenantPatchSelf))
-	e.GET("/v1/service-keys", svc(h.tenantListServiceKeys))
-	e.POST("/v1/service-keys", svc(h.tenantCreateServiceKey))
-	e.DELETE("/v1/service-keys/:id", svc(h.tenantRevokeServiceKey))
-	e.GET("/v1/audit", svc(h.tenantAudit))
-	e.GET("/v1/audit/:id", svc(h.tenantAuditEntry))
-	e.POST("/v1/webhooks", svc(h.createWebhook))
-	e.GET("/v1/webhooks", svc(h.listWebhooks))
-	e.GET("/v1/webhooks/:id", svc(h.getWebhook))
-	e.PATCH("/v1/webhooks/:id", svc(h.updateWebhook))
-	e.DELETE("/v1/webhooks/:id", svc(h.deleteWebhook))
-	e.POST("/v1/webhooks/:id/rotate", svc(h.rotateWebhook))
-	e.GET("/v1/webhooks/:id/deliveries", svc(h.listDeliveries))
-	e.POST("/v1/webhooks/:id/deliveries/:delivery_id/resend", svc(h.resendDelivery))
+	e.POST("/v1/check/batch", decide(decision.checkBatch))
+	e.POST("/v1/settle", decide(settle.settle))
+	e.POST("/v1/policies", svc(policy.createPolicy))
+	e.GET("/v1/policies", svc(policy.listPolicies))
+	e.GET("/v1/policies/:id", svc(policy.getPolicy))
+	e.PUT("/v1/policies/:id", svc(policy.updatePolicy))
+	e.DELETE("/v1/policies/:id", svc(policy.deletePolicy))
+	e.POST("/v1/keys", svc(key.createKey))
+	e.GET("/v1/keys", svc(key.listKeys))
+	e.GET("/v1/keys/:id", svc(key.getKey))
+	e.GET("/v1/keys/:id/usage", svc(usage.keyUsage))
+	e.PATCH("/v1/keys/:id", svc(key.updateKey))
+	e.DELETE("/v1/keys/:id", svc(key.revokeKey))
+	e.POST("/v1/buckets/reset", svc(policy.resetBucket))
+	e.GET("/v1/analytics/timeseries", svc(analytics.timeseries))
+	e.GET("/v1/analytics/top", svc(analytics.top))
+	e.GET("/v1/usage", svc(usage.usage))
+	e.POST("/v1/envoy/configs", svc(envoy.applyEnvoyConfig))
+	e.GET("/v1/envoy/configs/:domain", svc(envoy.getEnvoyConfig))
+	e.GET("/v1/tenant", svc(tenant.tenantSelf))
+	e.PATCH("/v1/tenant", svc(tenant.tenantPatchSelf))
+	e.GET("/v1/service-keys", svc(serviceKey.tenantListServiceKeys))
+	e.POST("/v1/service-keys", svc(serviceKey.tenantCreateServiceKey))
+	e.DELETE("/v1/service-keys/:id", svc(serviceKey.tenantRevokeServiceKey))
+	e.GET("/v1/audit", svc(audit.tenantAudit))
+	e.GET("/v1/audit/:id", svc(audit.tenantAuditEntry))
+	e.POST("/v1/webhooks", svc(webhook.createWebhook))
+	e.GET("/v1/webhooks", svc(webhook.listWebhooks))
+	e.GET("/v1/webhooks/:id", svc(webhook.getWebhook))
+	e.PATCH("/v1/webhooks/:id", svc(webhook.updateWebhook))
+	e.DELETE("/v1/webhooks/:id", svc(webhook.deleteWebhook))
+	e.POST("/v1/webhooks/:id/rotate", svc(webhook.rotateWebhook))
+	e.GET("/v1/webhooks/:id/deliveries", svc(webhook.listDeliveries))
+	e.POST("/v1/webhooks/:id/deliveries/:delivery_id/resend", svc(webhook.resendDelivery))
 
 	adm := func(f echo.HandlerFunc) echo.HandlerFunc {
 		return h.requireJSON(h.operatorAuth(h.withActor(operatorActor, f)))
 	}
-	e.POST("/v1/admin/tenants", adm(h.createTenant))
-	e.GET("/v1/admin/tenants", adm(h.listTenants))
-	e.GET("/v1/admin/tenants/:id", adm(h.getTenant))
-	e.DELETE("/v1/admin/tenants/:id", adm(h.deleteTenant))
-	e.PATCH("/v1/admin/tenants/:id", adm(h.patchTenant))
-	e.POST("/v1/admin/tenants/:id/suspend", adm(h.suspendTenant))
-	e.POST("/v1/admin/tenants/:id/resume", adm(h.resumeTenant))
-	e.GET("/v1/admin/abuse", adm(h.abuse))
-	e.POST("/v1/admin/blocks", adm(h.createBlock))
-	e.GET("/v1/admin/blocks", adm(h.listBlocks))
-	e.DELETE("/v1/admin/blocks/:id", adm(h.deleteBlock))
-	e.GET("/v1/admin/tenants/:id/service-keys", adm(h.adminListServiceKeys))
-	e.POST("/v1/admin/tenants/:id/service-keys", adm(h.adminCreateServiceKey))
-	e.DELETE("/v1/admin/tenants/:id/service-keys/:key_id", adm(h.adminRevokeServiceKey))
-	e.GET("/v1/admin/audit", adm(h.adminAudit))
+	e.POST("/v1/admin/tenants", adm(tenant.createTenant))
+	e.GET("/v1/admin/tenants", adm(tenant.listTenants))
+	e.GET("/v1/admin/tenants/:id", adm(tenant.getTenant))
+	e.DELETE("/v1/admin/tenants/:id", adm(tenant.deleteTenant))
+	e.PATCH("/v1/admin/tenants/:id", adm(tenant.patchTenant))
+	e.POST("/v1/admin/tenants/:id/suspend", adm(tenant.suspendTenant))
+	e.POST("/v1/admin/tenants/:id/resume", adm(tenant.resumeTenant))
+	e.GET("/v1/admin/abuse", adm(block.abuse))
+	e.POST("/v1/admin/blocks", adm(block.createBlock))
+	e.GET("/v1/admin/blocks", adm(block.listBlocks))
+	e.DELETE("/v1/admin/blocks/:id", adm(block.deleteBlock))
+	e.GET("/v1/admin/tenants/:id/service-keys", adm(serviceKey.adminListServiceKeys))
+	e.POST("/v1/admin/tenants/:id/service-keys", adm(serviceKey.adminCreateServiceKey))
+	e.DELETE("/v1/admin/tenants/:id/service-keys/:key_id", adm(serviceKey.adminRevokeServiceKey))
+	e.GET("/v1/admin/audit", adm(audit.adminAudit))
 	return e
 }
 

@@ -12,7 +12,7 @@ import (
 // key; the operator does the same for any tenant under /v1/admin. Both
 // share these handlers and differ only in where the tenant id comes from.
 
-func (h *handler) listServiceKeys(c echo.Context, tenant string) error {
+func (h serviceKeyRoutes) listServiceKeys(c echo.Context, tenant string) error {
 	ks, err := h.Services.ServiceKeys.List(c.Request().Context(), tenant)
 	if err != nil {
 		return err
@@ -20,7 +20,7 @@ func (h *handler) listServiceKeys(c echo.Context, tenant string) error {
 	return c.JSON(http.StatusOK, map[string]any{"service_keys": orEmpty(ks)})
 }
 
-func (h *handler) createServiceKey(c echo.Context, tenant string) error {
+func (h serviceKeyRoutes) createServiceKey(c echo.Context, tenant string) error {
 	w, err := h.Services.ServiceKeys.Create(c.Request().Context(), tenant)
 	if err != nil {
 		return err
@@ -35,7 +35,7 @@ type serviceKeyCreated struct {
 	Key string `json:"key"`
 }
 
-func (h *handler) revokeServiceKey(c echo.Context, tenant, id string) error {
+func (h serviceKeyRoutes) revokeServiceKey(c echo.Context, tenant, id string) error {
 	w, err := h.Services.ServiceKeys.Revoke(c.Request().Context(), tenant, id)
 	if err != nil {
 		return err
@@ -44,22 +44,22 @@ func (h *handler) revokeServiceKey(c echo.Context, tenant, id string) error {
 	return c.JSON(http.StatusOK, w.Result)
 }
 
-func (h *handler) tenantListServiceKeys(c echo.Context) error {
+func (h serviceKeyRoutes) tenantListServiceKeys(c echo.Context) error {
 	return h.listServiceKeys(c, tenantID(c))
 }
-func (h *handler) tenantCreateServiceKey(c echo.Context) error {
+func (h serviceKeyRoutes) tenantCreateServiceKey(c echo.Context) error {
 	return h.createServiceKey(c, tenantID(c))
 }
-func (h *handler) tenantRevokeServiceKey(c echo.Context) error {
+func (h serviceKeyRoutes) tenantRevokeServiceKey(c echo.Context) error {
 	return h.revokeServiceKey(c, tenantID(c), c.Param("id"))
 }
 
-func (h *handler) adminListServiceKeys(c echo.Context) error {
+func (h serviceKeyRoutes) adminListServiceKeys(c echo.Context) error {
 	return h.listServiceKeys(c, c.Param("id"))
 }
-func (h *handler) adminCreateServiceKey(c echo.Context) error {
+func (h serviceKeyRoutes) adminCreateServiceKey(c echo.Context) error {
 	return h.createServiceKey(c, c.Param("id"))
 }
-func (h *handler) adminRevokeServiceKey(c echo.Context) error {
+func (h serviceKeyRoutes) adminRevokeServiceKey(c echo.Context) error {
 	return h.revokeServiceKey(c, c.Param("id"), c.Param("key_id"))
 }

@@ -34,7 +34,7 @@ type settleAnswer struct {
 // amount is answered as the first was and changes nothing); then the
 // difference goes to the reservation's buckets. When that fails, the
 // record is undone so that the caller's retry settles again.
-func (h *handler) settle(c echo.Context) error {
+func (h settleRoutes) settle(c echo.Context) error {
 	now := h.Now()
 	var b settleBody
 	if err := bind(c, &b); err != nil {

@@ -32,7 +32,7 @@ type usageLimit struct {
 // keyUsage answers, for each policy that limits the key, what it has used
 // of each limit in its current period and when that period resets: read
 // from the buckets as a peek reads them, so nothing is taken or counted.
-func (h *handler) keyUsage(c echo.Context) error {
+func (h usageRoutes) keyUsage(c echo.Context) error {
 	now := h.Now()
 	st, err := h.Engine.PeekCaller(tenantID(c), engine.KindKey, c.Param("id"), now)
 	if err != nil {
@@ -68,7 +68,7 @@ func (h *handler) keyUsage(c echo.Context) error {
 // (default and most service.MaxUsageRows), the next page named by a
 // cursor (next_cursor in JSON; a Link header and Sluice-Next-Cursor for
 // CSV).
-func (h *handler) usage(c echo.Context) error {
+func (h usageRoutes) usage(c echo.Context) error {
 	format := c.QueryParam("format")
 	switch format {
 	case "", "json", "csv":

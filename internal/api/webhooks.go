@@ -20,7 +20,7 @@ type webhookAnswer struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-func (h *handler) createWebhook(c echo.Context) error {
+func (h webhookRoutes) createWebhook(c echo.Context) error {
 	var b tenants.WebhookBody
 	if err := bind(c, &b); err != nil {
 		return err
@@ -32,7 +32,7 @@ func (h *handler) createWebhook(c echo.Context) error {
 	return c.JSON(http.StatusCreated, webhookAnswer{Webhook: w.Webhook, Secret: w.Secret})
 }
 
-func (h *handler) listWebhooks(c echo.Context) error {
+func (h webhookRoutes) listWebhooks(c echo.Context) error {
 	ws, err := h.Services.Webhooks.List(c.Request().Context(), tenantID(c))
 	if err != nil {
 		return err
@@ -40,7 +40,7 @@ func (h *handler) listWebhooks(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"webhooks": orEmpty(ws)})
 }
 
-func (h *handler) getWebhook(c echo.Context) error {
+func (h webhookRoutes) getWebhook(c echo.Context) error {
 	w, err := h.Services.Webhooks.Get(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (h *handler) getWebhook(c echo.Context) error {
 	return c.JSON(http.StatusOK, w)
 }
 
-func (h *handler) updateWebhook(c echo.Context) error {
+func (h webhookRoutes) updateWebhook(c echo.Context) error {
 	var b tenants.WebhookBody
 	if err := bind(c, &b); err != nil {
 		return err
@@ -60,14 +60,14 @@ func (h *handler) updateWebhook(c echo.Context) error {
 	return c.JSON(http.StatusOK, w)
 }
 
-func (h *handler) deleteWebhook(c echo.Context) error {
+func (h webhookRoutes) deleteWebhook(c echo.Context) error {
 	if _, err := h.Services.Webhooks.Delete(c.Request().Context(), tenantID(c), c.Param("id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
 }
 
-func (h *handler) rotateWebhook(c echo.Context) error {
+func (h webhookRoutes) rotateWebhook(c echo.Context) error {
 	w, err := h.Services.Webhooks.Rotate(c.Request().Context(), tenantID(c), c.Param("id"))
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func (h *handler) rotateWebhook(c echo.Context) error {
 	return c.JSON(http.StatusOK, webhookAnswer{Webhook: w.Webhook, Secret: w.Secret})
 }
 
-func (h *handler) listDeliveries(c echo.Context) error {
+func (h webhookRoutes) listDeliveries(c echo.Context) error {
 	q := tenants.DeliveryQuery{TenantID: tenantID(c), WebhookID: c.Param("id")}
 	if v := c.QueryParam("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -102,7 +102,7 @@ func (h *handler) listDeliveries(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (h *handler) resendDelivery(c echo.Context) error {
+func (h webhookRoutes) resendDelivery(c echo.Context) error {
 	d, err := h.Services.Webhooks.Resend(c.Request().Context(), tenantID(c), c.Param("id"), c.Param("delivery_id"))
 	if err != nil {
 		return err
