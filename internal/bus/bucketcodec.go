@@ -69,8 +69,8 @@ func AppendState(dst []byte, limits []LimitWire, states []StateWire) []byte {
 	dst = append(dst, stateFormatV1)
 	dst = binary.AppendUvarint(dst, uint64(len(limits)))
 	for _, l := range limits {
-		dst = appendStr(dst, l.Name)
-		dst = appendStr(dst, l.Algorithm)
+		dst = AppendBytes(dst, l.Name)
+		dst = AppendBytes(dst, l.Algorithm)
 		dst = binary.AppendVarint(dst, l.Limit)
 		dst = binary.AppendVarint(dst, l.PeriodNS)
 		dst = binary.AppendVarint(dst, l.Burst)
@@ -183,8 +183,8 @@ func walkState(b []byte, limit func(LimitWire) error, state func(StateWire)) err
 
 // AppendPacked appends one record of a packed hydration page.
 func AppendPacked(dst []byte, key, tenantID string, fullAt int64, state []byte) []byte {
-	dst = appendStr(dst, key)
-	dst = appendStr(dst, tenantID)
+	dst = AppendBytes(dst, key)
+	dst = AppendBytes(dst, tenantID)
 	dst = binary.AppendVarint(dst, fullAt)
 	dst = binary.AppendUvarint(dst, uint64(len(state)))
 	return append(dst, state...)
@@ -212,11 +212,6 @@ func WalkPacked(page []byte, fn func(PackedRecord) error) error {
 		}
 	}
 	return nil
-}
-
-func appendStr(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
 }
 
 // reader reads the binary state forms; err is errShortState once a read
@@ -256,7 +251,7 @@ func AppendPackedStateBatch(dst []byte, node string, recs []BucketRecord, fenced
 		dst = append(dst, packedBatchMagic)
 	}
 	dst = binary.AppendUvarint(dst, WireVersion)
-	dst = appendStr(dst, node)
+	dst = AppendBytes(dst, node)
 	var state []byte
 	for i := range recs {
 		r := &recs[i]

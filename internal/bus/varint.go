@@ -52,3 +52,10 @@ func (r *VarintReader) Bytes(max uint64) []byte {
 	r.B = r.B[n:]
 	return v
 }
+
+// AppendBytes appends s as VarintReader.Bytes reads it: its length as an
+// unsigned varint, then its bytes.
+func AppendBytes(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}

@@ -42,11 +42,6 @@ const (
 
 var errMalformed = errors.New("malformed frame")
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func appendBool(b []byte, v bool) []byte {
 	if v {
 		return append(b, 1)
@@ -69,11 +64,11 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 	b = binary.AppendUvarint(b, uint64(len(items)))
 	for i := range items {
 		it := &items[i]
-		b = appendString(b, it.Key)
-		b = appendString(b, it.Tenant)
-		b = appendString(b, it.Policy)
-		b = appendString(b, it.Tier)
-		b = appendString(b, it.KeyID)
+		b = bus.AppendBytes(b, it.Key)
+		b = bus.AppendBytes(b, it.Tenant)
+		b = bus.AppendBytes(b, it.Policy)
+		b = bus.AppendBytes(b, it.Tier)
+		b = bus.AppendBytes(b, it.KeyID)
 		b = binary.AppendVarint(b, it.Cost)
 		var flags byte
 		if it.Consume {
@@ -104,7 +99,7 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 			b = binary.AppendUvarint(b, it.ID)
 		}
 		if withRef {
-			b = appendString(b, it.Ref)
+			b = bus.AppendBytes(b, it.Ref)
 		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
