@@ -134,7 +134,7 @@ type lease struct {
 	Instance string `json:"instance,omitempty"`
 	Holder   string `json:"holder,omitempty"`
 	// Prev is the revision a partition lease replaced, when its writer
-	// held the partition's state (see Cluster.resumable).
+	// held the partition's state (see writtenLease.resumes).
 	Prev uint64 `json:"prev,omitempty"`
 	// The direct listener's address, key, host and certificate
 	// fingerprint (member entries of servers that have one).
@@ -701,56 +701,28 @@ func (c *Cluster) loop(ctx context.Context) {
 	}
 }
 
-// tick renews leases and membership, then moves toward this server's
-// share. Renewals come first, right after the one read that tells the
-// bucket is still the one the owner table came from, so that a slow link
-// delays them by one round trip and not by the membership's reads.
+// tick renews leases, then moves toward this server's share: it reads,
+// plans (plan.go) and applies. Renewals come first, right after the one
+// read that tells the bucket is still the one the owner table came from,
+// so that a slow link delays them by one round trip and not by the
+// membership's reads.
 func (c *Cluster) tick(ctx context.Context) {
 	now := c.cfg.Now()
-
-	// The owner table must come from the bucket as it is now. A read that
-	// gets no answer within a renew interval does not hold the renewals
-	// back (a slow link would cost a renewal a tick): a bucket NATS made
-	// anew answers at once, and its revisions would have to match ours
-	// exactly for a renewal to land in it.
-	ictx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
-	inc, ok := c.incarnation(ictx)
-	slow := !ok && ictx.Err() != nil && ctx.Err() == nil && c.synced.Load() != 0 && c.nc.IsConnected()
-	cancel()
-	if slow {
-		inc, ok = c.synced.Load(), true
-	}
+	inc, slow, ok := c.readIncarnation(ctx)
 	if !ok {
 		c.unstick.Failed()
 		c.tableStale = true
 		return // NATS does not answer: renewals would fail too
 	}
-	// Back after NATS did not answer for longer than a lease: the other
-	// servers' leases lapsed in the same outage, most likely, and their
-	// owners are about to take them back unchanged (acquire, "resuming").
-	// Taking one over instead would make its checks wait for the worker
-	// to load it, so for one lease time this server only resumes its own
-	// and takes free partitions. An owner that really died loses its
-	// partitions that much later.
-	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
-		c.graceUntil = now.Add(c.cfg.LeaseTTL)
-		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered_seconds", now.Sub(last).Round(time.Millisecond).Seconds())
-	}
 	if !slow {
+		if until, back := graceAfter(now, c.reachedAt, c.cfg.LeaseTTL, c.cfg.Margin); back {
+			c.graceUntil = until
+			c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered_seconds", now.Sub(c.reachedAt).Round(time.Millisecond).Seconds())
+		}
 		c.reachedAt = now
 	}
 	if inc != c.synced.Load() {
-		for p := range bus.Partitions {
-			if c.mine[p].Load() != 0 {
-				c.lose(p, "lease bucket replaced")
-			}
-		}
-		if inc != c.watching.Load() {
-			select {
-			case c.rewatch <- struct{}{}:
-			default:
-			}
-		}
+		c.bucketReplaced(inc)
 		return
 	}
 	if c.conflict.Load() {
@@ -779,114 +751,108 @@ func (c *Cluster) tick(ctx context.Context) {
 		c.tableStale = false
 		c.refreshOwners(ctx)
 	}
-	if slow {
-		// NATS answers slowly or not at all: only renewals, no taking or
-		// giving back, which would queue writes that go out late and skip
-		// the grace a server back from an outage owes the others. Renewals
-		// that all came back say the node works, only slowly; none sent,
-		// or some unanswered, count against it, so that a server on a
-		// node that lost its cluster (whose reads time out once it no
-		// longer believes it leads) moves off it like one whose writes
-		// time out.
-		if unanswered == 0 {
-			c.reachedAt = now
-		}
-		if owned > 0 && unanswered == 0 {
-			c.unstick.OK()
-		} else {
-			c.unstick.Failed()
-		}
-		return
+	pl := planTick(c.view(now, slow, owned, unanswered))
+	if pl.reached {
+		c.reachedAt = now
 	}
-	if unanswered == 0 {
+	if pl.healthy {
 		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
+	}
+	if pl.nodeOK {
 		c.unstick.OK()
 	} else {
 		c.unstick.Failed()
 	}
-	if c.conflict.Load() {
-		return
+	c.balance(ctx, pl, sent, exp)
+}
+
+// readIncarnation reads the owners bucket's incarnation for a tick. The
+// owner table must come from the bucket as it is now. A read that gets no
+// answer within a renew interval does not hold the renewals back (a slow
+// link would cost a renewal a tick): a bucket NATS made anew answers at
+// once, and its revisions would have to match ours exactly for a renewal
+// to land in it. Such a tick is slow, and goes on with the incarnation the
+// table was read from.
+func (c *Cluster) readIncarnation(ctx context.Context) (inc int64, slow, ok bool) {
+	ictx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
+	defer cancel()
+	inc, ok = c.incarnation(ictx)
+	slow = !ok && ictx.Err() != nil && ctx.Err() == nil && c.synced.Load() != 0 && c.nc.IsConnected()
+	if slow {
+		return c.synced.Load(), true, true
 	}
+	return inc, false, ok
+}
 
-	// Membership, as the member loop last read it.
-	live := max(int(c.live.Load()), 1)
-	share := (bus.Partitions + live - 1) / live
+// bucketReplaced stops deciding for everything this server owned when the
+// owners bucket is no longer the one the table was read from, and has the
+// watch reopen on the new one.
+func (c *Cluster) bucketReplaced(inc int64) {
+	for p := range bus.Partitions {
+		if c.mine[p].Load() != 0 {
+			c.lose(p, "lease bucket replaced")
+		}
+	}
+	if inc != c.watching.Load() {
+		select {
+		case c.rewatch <- struct{}{}:
+		default:
+		}
+	}
+}
 
-	// Give back the excess, gracefully, then take up to our share: one
-	// partition after another, for one renew interval at most, so that the
-	// next renewals come on time however slow NATS or the hand-overs are.
-	// The interval counts from here, since on a slow link the reads above
-	// may take that long themselves, but ends at the latest two intervals
-	// after the renewals were sent.
-	balanceFrom := c.cfg.Now()
+// view gathers what planTick decides from, as this tick sees it.
+func (c *Cluster) view(now time.Time, slow bool, owned, unanswered int) view {
+	v := view{now: now, node: c.cfg.Node, instance: c.cfg.Instance, leaseTTL: c.cfg.LeaseTTL,
+		owned: owned, unanswered: unanswered, live: int(c.live.Load()), graceUntil: c.graceUntil,
+		slow: slow, conflict: c.conflict.Load(), canLoad: c.hooks.CanLoad == nil || c.hooks.CanLoad()}
+	c.mu.Lock()
+	v.table, v.written = c.owners, c.written
+	v.inc = c.synced.Load()
+	c.mu.Unlock()
+	for p := range bus.Partitions {
+		v.mine[p] = c.mine[p].Load() != 0
+	}
+	return v
+}
+
+// balance gives back and takes what pl says, one partition after another
+// and then a wave at a time, for one renew interval at most, so that the
+// next renewals come on time however slow NATS or the hand-overs are. The
+// interval counts from here, since on a slow link the reads before may
+// take that long themselves, but ends at the latest two intervals after
+// the renewals were sent. Taken leases run until exp.
+func (c *Cluster) balance(ctx context.Context, pl plan, sent time.Time, exp int64) {
+	from := c.cfg.Now()
 	spent := func() bool {
 		t := c.cfg.Now()
-		return t.Sub(balanceFrom) >= c.cfg.RenewInterval || t.Sub(sent) >= 2*c.cfg.RenewInterval
+		return t.Sub(from) >= c.cfg.RenewInterval || t.Sub(sent) >= 2*c.cfg.RenewInterval
 	}
-	for p := range bus.Partitions {
-		if owned <= share || spent() {
+	for _, p := range pl.release {
+		if spent() {
 			break
 		}
 		if c.mine[p].Load() != 0 {
 			c.release(ctx, p)
-			owned--
 		}
 	}
-	// Take free or expired leases starting at a point of our own, so that
-	// servers do not all race for the same partitions. A lease
-	// absent from a young bucket may still run on a server that held it
-	// before the bucket was lost.
-	// They are taken a few at a time, each wave's writes and loads in
-	// parallel, so that a slow link costs a round trip per wave and not
-	// per partition.
-	young := now.UnixNano() < inc+c.cfg.LeaseTTL.Nanoseconds()
-	start := int(bus.Partition([]byte(c.cfg.Node)))
-	type candidate struct {
-		p int
-		e ownerEntry
-	}
-	var cands []candidate
-	for i := range bus.Partitions {
-		p := (start + i) % bus.Partitions
-		if c.mine[p].Load() != 0 {
-			continue
-		}
-		c.mu.Lock()
-		e := c.owners[p]
-		c.mu.Unlock()
-		// A lease of ours that this server stopped deciding for (its
-		// renewals failed while NATS did not answer) is taken back at once
-		// if nobody wrote it since: see acquire.
-		if (e.node != "" && e.expires > now.UnixMilli() && !c.resumable(p, e)) || (young && e.node == "") {
-			continue
-		}
-		if e.node != "" && e.node != c.cfg.Node && now.Before(c.graceUntil) {
-			continue
-		}
-		if !c.resumable(p, e) && c.hooks.CanLoad != nil && !c.hooks.CanLoad() {
-			continue // a takeover would fail to load, and cost the owner its resume
-		}
-		cands = append(cands, candidate{p, e})
-	}
-	for len(cands) > 0 && owned < share && ctx.Err() == nil && !spent() {
-		n := min(acquireWave, share-owned, len(cands))
-		var took atomic.Int64
+	cands, took := pl.acquire, 0
+	for len(cands) > 0 && took < pl.want && ctx.Err() == nil && !spent() {
+		var wave []claim
+		wave, cands = nextWave(cands, pl.want, took)
+		var n atomic.Int64
 		var wg sync.WaitGroup
-		for _, cand := range cands[:n] {
+		for _, cand := range wave {
 			wg.Go(func() {
-				if c.acquire(ctx, cand.p, cand.e, exp) {
-					took.Add(1)
+				if c.acquire(ctx, cand.p, cand.seen, exp) {
+					n.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		cands = cands[n:]
-		owned += int(took.Load())
+		took += int(n.Load())
 	}
 }
-
-// acquireWave is how many partitions one tick takes at once.
-const acquireWave = 8
 
 // memberLoop renews this server's member entry and counts the live
 // members every RenewInterval. It runs beside the lease loop, so that on a
@@ -1074,23 +1040,6 @@ func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) er
 	return nil
 }
 
-// resumable reports whether entry e of p is the last lease this process
-// wrote for p while it held p's state, in the bucket as it is now: the
-// revision it last knew it wrote (written), or a renewal of that revision
-// whose answer it never got (the entry names this process and replaced
-// that revision). Taking p back at e's revision then proves that no other
-// server has owned p since this one stopped deciding for it: this
-// server's buckets for p are still the latest.
-func (c *Cluster) resumable(p int, e ownerEntry) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.written[p]
-	if e.node != c.cfg.Node || e.revision == 0 || w.rev == 0 || w.inc != c.synced.Load() {
-		return false
-	}
-	return e.revision == w.rev || (e.instance == c.cfg.Instance && e.prev == w.rev)
-}
-
 // acquire takes p's lease, free or expired as seen, and loads p's state.
 //
 // Resuming. A server whose renewals failed for longer than its lease (a
@@ -1103,7 +1052,9 @@ func (c *Cluster) resumable(p int, e ownerEntry) bool {
 // without loading it from the worker. Checks then come back as soon as
 // the lease bucket answers, whether or not the worker does.
 func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64) bool {
-	resume := c.resumable(p, seen)
+	c.mu.Lock()
+	resume := c.written[p].resumes(seen, c.synced.Load(), c.cfg.Node, c.cfg.Instance)
+	c.mu.Unlock()
 	// Only a resumed lease names the revision it replaced: a takeover that
 	// is written but not answered must not look like a renewal of state
 	// this server holds.
