@@ -8,9 +8,10 @@ import (
 
 // The balance, decided from plain values. A tick reads (the bucket's
 // incarnation, its renewals, the owner table), plans, then applies: it
-// gives back what plan says to release, one partition after another, and
-// takes what plan offers to acquire, acquireWave at a time, each for one
-// renew interval at most. plan reads no clock and sends nothing.
+// gives back what planTick says to release, one partition after another,
+// and takes what it offers to acquire, acquireWave at a time, all within
+// one renew interval (Cluster.balance). planTick reads no clock and sends
+// nothing.
 //
 // Its rules:
 //   - Each server aims at its fair share, ceil(partitions / live members):
