@@ -59,7 +59,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,28 +125,6 @@ type Hooks struct {
 	Releasing func(ctx context.Context, p int) error
 }
 
-type lease struct {
-	Node    string `json:"node"`
-	Expires int64  `json:"expires"` // unix ms
-	// Instance and Holder are set on member entries: which process holds
-	// the node name, and where it runs.
-	Instance string `json:"instance,omitempty"`
-	Holder   string `json:"holder,omitempty"`
-	// Prev is the revision a partition lease replaced, when its writer
-	// held the partition's state (see Cluster.resumable).
-	Prev uint64 `json:"prev,omitempty"`
-	// The direct listener's address, key, host and certificate
-	// fingerprint (member entries of servers that have one).
-	Fwd     string `json:"fwd,omitempty"`
-	FwdKey  string `json:"fwd_key,omitempty"`
-	FwdHost string `json:"fwd_host,omitempty"`
-	FwdCert string `json:"fwd_cert,omitempty"`
-	// FwdIDs says the listener reads forwarded items' ids (wire.go), so
-	// an owner remembers a repeated item; peers that do not say so get
-	// frames without them, which their decoders read.
-	FwdIDs bool `json:"fwd_ids,omitempty"`
-}
-
 // NodeTakenError is returned by Start when another live process holds this
 // server's node name.
 type NodeTakenError struct {
@@ -159,25 +136,6 @@ func (e *NodeTakenError) Error() string {
 	return fmt.Sprintf("node name %q is held by another live server (%s): give each server its own --node, or leave --node unset for a unique default", e.Node, e.Holder)
 }
 
-// writtenLease is a lease write of this process: the owners bucket's
-// incarnation and the revision the write got.
-type writtenLease struct {
-	inc int64
-	rev uint64
-}
-
-type ownerEntry struct {
-	node     string
-	expires  int64 // unix ms
-	revision uint64
-	// instance wrote the entry; prev is the revision it replaced (lease).
-	instance string
-	prev     uint64
-	// gen is the watch generation that last confirmed the entry: an entry
-	// older than the current watch's initial values is gone from the bucket.
-	gen uint64
-}
-
 // Cluster is one server's view of partition ownership. It is safe for
 // concurrent use.
 type Cluster struct {
@@ -187,25 +145,9 @@ type Cluster struct {
 	js    jetstream.JetStream
 	hooks Hooks
 
-	mu     sync.Mutex
-	owners [bus.Partitions]ownerEntry // from the KV watch and our own writes
-	// written[p] is the lease revision this process last wrote for p, and
-	// the incarnation of the bucket it wrote it in (see acquire).
-	written [bus.Partitions]writtenLease
-	gen     uint64           // watch generation, one per (re)open
-	members map[string]int64 // node -> expires (unix ms)
-
-	// synced is the incarnation (creation time, unix ns) of the owners
-	// bucket the owner table was read from; watching is the one the watch
-	// is reading now. Absent leases are not taken until the bucket is
-	// LeaseTTL old.
-	synced, watching atomic.Int64
-	// rewatch asks the watch to reopen on a new incarnation.
-	rewatch chan struct{}
-	// freed is signalled when the watch sees a lease deleted (a server
-	// giving partitions back): the loop ticks at once instead of at its
-	// next RenewInterval, so a clean hand-over takes no extra interval.
-	freed chan struct{}
+	// leases reads and writes the partition leases and keeps the owner
+	// table (leases.go).
+	leases leases
 
 	// mine[p] is the unix ns until which this server decides for p; 0 when
 	// it does not own p (or has not finished loading it).
@@ -225,7 +167,7 @@ type Cluster struct {
 	// ownerOf[p] is the owner node other servers forward p's checks to.
 	ownerOf [bus.Partitions]atomic.Pointer[string]
 
-	owners_, members_ jetstream.KeyValue
+	members_ jetstream.KeyValue
 	// memberRev is the revision of this process's member entry; a write
 	// at another revision means someone else wrote our node name.
 	memberRev atomic.Uint64
@@ -299,7 +241,15 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
-		members: map[string]int64{}, changed: make(chan struct{}), rewatch: make(chan struct{}, 1), freed: make(chan struct{}, 1), failed: make(chan error, 1)}
+		changed: make(chan struct{}), failed: make(chan error, 1)}
+	// An owner whose lease is gone stops deciding for the partition.
+	c.leases = newLeases(cfg.Node, cfg.Instance, c.publishOwner, func(p int) {
+		if c.mine[p].Load() != 0 {
+			c.lose(p, "lease gone from the bucket")
+		} else {
+			c.publishOwner(p)
+		}
+	})
 	c.unstick = bus.NewUnstick(nc, cfg.LeaseTTL+cfg.Margin, c.log)
 	if err := c.initMetrics(); err != nil {
 		return nil, err
@@ -361,7 +311,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.done.Go(func() { c.watch(loopCtx) })
+	c.done.Go(func() { c.leases.watch(loopCtx, c.incarnation, c.nc.IsConnected, c.cfg.LeaseTTL) })
 	c.live.Store(int64(c.liveMembers(ctx, c.cfg.Now())))
 	c.done.Go(func() { c.loop(loopCtx) })
 	c.done.Go(func() { c.memberLoop(loopCtx) })
@@ -374,7 +324,7 @@ func (c *Cluster) openBuckets(ctx context.Context) error {
 	for {
 		o, m, err := c.createBuckets(ctx)
 		if err == nil {
-			c.owners_, c.members_ = o, m
+			c.leases.kv, c.members_ = o, m
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("cluster: open kv: %w", err)
@@ -534,7 +484,7 @@ func (c *Cluster) leave(err error) {
 // buckets are gone (a NATS restart loses in-memory buckets) it makes them
 // again and reports false, as it does while JetStream does not answer.
 func (c *Cluster) incarnation(ctx context.Context) (int64, bool) {
-	inc, err := bus.Incarnation(ctx, c.owners_)
+	inc, err := bus.Incarnation(ctx, c.leases.kv)
 	if errors.Is(err, jetstream.ErrBucketNotFound) && c.nc.IsConnected() {
 		bctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
 		defer cancel()
@@ -549,121 +499,10 @@ func (c *Cluster) incarnation(ctx context.Context) (int64, bool) {
 	return inc, err == nil
 }
 
-func partKey(p int) string { return "p." + strconv.Itoa(p) }
-
-func partOf(key string) (int, bool) {
-	if len(key) < 3 || key[:2] != "p." {
-		return 0, false
-	}
-	n, err := strconv.Atoi(key[2:])
-	return n, err == nil && n >= 0 && n < bus.Partitions
-}
-
-// watch keeps the owner table current from the KV bucket, reopening the
-// watch when NATS comes back after an outage or the buckets were recreated.
-func (c *Cluster) watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		select {
-		case <-c.rewatch: // this open reads the new bucket anyway
-		default:
-		}
-		c.mu.Lock()
-		c.gen++
-		gen := c.gen
-		c.mu.Unlock()
-		// The incarnation is read before the watch opens: if the bucket
-		// is replaced in between, the next tick sees a newer one and asks
-		// for another reopen.
-		ictx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-		inc, ok := c.incarnation(ictx)
-		cancel()
-		if !ok {
-			sleep(ctx, 250*time.Millisecond)
-			continue
-		}
-		c.watching.Store(inc)
-		w, err := c.owners_.WatchAll(ctx)
-		if err != nil {
-			sleep(ctx, 250*time.Millisecond)
-			continue
-		}
-		for ctx.Err() == nil {
-			var e jetstream.KeyValueEntry
-			var ok bool
-			select {
-			case <-ctx.Done():
-			case <-c.rewatch:
-				goto reopen
-			case e, ok = <-w.Updates():
-				if !ok {
-					goto reopen
-				}
-			case <-time.After(5 * time.Second):
-				if !c.nc.IsConnected() {
-					goto reopen
-				}
-				continue
-			}
-			if e == nil { // end of the initial values
-				c.forgetStale(gen)
-				c.synced.Store(inc)
-				continue
-			}
-			p, ok := partOf(e.Key())
-			if !ok {
-				continue
-			}
-			c.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				var l lease
-				if json.Unmarshal(e.Value(), &l) == nil {
-					c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: e.Revision(), instance: l.Instance, prev: l.Prev, gen: gen}
-				}
-			} else {
-				c.owners[p] = ownerEntry{revision: e.Revision(), gen: gen}
-			}
-			c.mu.Unlock()
-			c.publishOwner(p)
-			if e.Operation() != jetstream.KeyValuePut {
-				select {
-				case c.freed <- struct{}{}:
-				default:
-				}
-			}
-		}
-	reopen:
-		_ = w.Stop()
-	}
-}
-
-// forgetStale drops the entries the watch of generation gen did not find
-// in the bucket's initial values: those leases are gone. An owner whose
-// lease is gone stops deciding for the partition.
-func (c *Cluster) forgetStale(gen uint64) {
-	for p := range bus.Partitions {
-		c.mu.Lock()
-		stale := c.owners[p].gen < gen
-		if stale {
-			c.owners[p] = ownerEntry{gen: gen}
-		}
-		c.mu.Unlock()
-		if !stale {
-			continue
-		}
-		if c.mine[p].Load() != 0 {
-			c.lose(p, "lease gone from the bucket")
-		} else {
-			c.publishOwner(p)
-		}
-	}
-}
-
 // publishOwner refreshes the forward target of p from the table.
 func (c *Cluster) publishOwner(p int) {
 	now := c.cfg.Now().UnixMilli()
-	c.mu.Lock()
-	e := c.owners[p]
-	c.mu.Unlock()
+	e := c.leases.entry(p)
 	if e.node == "" || e.expires <= now {
 		c.ownerOf[p].Store(nil)
 	} else {
@@ -696,61 +535,33 @@ func (c *Cluster) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-c.freed:
+		case <-c.leases.freed:
 		}
 	}
 }
 
-// tick renews leases and membership, then moves toward this server's
-// share. Renewals come first, right after the one read that tells the
-// bucket is still the one the owner table came from, so that a slow link
-// delays them by one round trip and not by the membership's reads.
+// tick renews leases, then moves toward this server's share: it reads,
+// plans (plan.go) and applies. Renewals come first, right after the one
+// read that tells the bucket is still the one the owner table came from,
+// so that a slow link delays them by one round trip and not by the
+// membership's reads.
 func (c *Cluster) tick(ctx context.Context) {
 	now := c.cfg.Now()
-
-	// The owner table must come from the bucket as it is now. A read that
-	// gets no answer within a renew interval does not hold the renewals
-	// back (a slow link would cost a renewal a tick): a bucket NATS made
-	// anew answers at once, and its revisions would have to match ours
-	// exactly for a renewal to land in it.
-	ictx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
-	inc, ok := c.incarnation(ictx)
-	slow := !ok && ictx.Err() != nil && ctx.Err() == nil && c.synced.Load() != 0 && c.nc.IsConnected()
-	cancel()
-	if slow {
-		inc, ok = c.synced.Load(), true
-	}
+	inc, slow, ok := c.readIncarnation(ctx)
 	if !ok {
 		c.unstick.Failed()
 		c.tableStale = true
 		return // NATS does not answer: renewals would fail too
 	}
-	// Back after NATS did not answer for longer than a lease: the other
-	// servers' leases lapsed in the same outage, most likely, and their
-	// owners are about to take them back unchanged (acquire, "resuming").
-	// Taking one over instead would make its checks wait for the worker
-	// to load it, so for one lease time this server only resumes its own
-	// and takes free partitions. An owner that really died loses its
-	// partitions that much later.
-	if last := c.reachedAt; !slow && !last.IsZero() && now.Sub(last) > c.cfg.LeaseTTL-c.cfg.Margin {
-		c.graceUntil = now.Add(c.cfg.LeaseTTL)
-		c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered_seconds", now.Sub(last).Round(time.Millisecond).Seconds())
-	}
 	if !slow {
+		if until, back := graceAfter(now, c.reachedAt, c.cfg.LeaseTTL, c.cfg.Margin); back {
+			c.graceUntil = until
+			c.log.Info("NATS answers again; other servers' lapsed leases are left to them for a lease time", "unanswered_seconds", now.Sub(c.reachedAt).Round(time.Millisecond).Seconds())
+		}
 		c.reachedAt = now
 	}
-	if inc != c.synced.Load() {
-		for p := range bus.Partitions {
-			if c.mine[p].Load() != 0 {
-				c.lose(p, "lease bucket replaced")
-			}
-		}
-		if inc != c.watching.Load() {
-			select {
-			case c.rewatch <- struct{}{}:
-			default:
-			}
-		}
+	if inc != c.leases.synced.Load() {
+		c.bucketReplaced(inc)
 		return
 	}
 	if c.conflict.Load() {
@@ -777,116 +588,102 @@ func (c *Cluster) tick(ctx context.Context) {
 		// own, but only after several heartbeats), so read the leases
 		// now, and checks find their partitions' new owners at once.
 		c.tableStale = false
-		c.refreshOwners(ctx)
+		c.leases.refresh(ctx, c.renewTimeout())
 	}
-	if slow {
-		// NATS answers slowly or not at all: only renewals, no taking or
-		// giving back, which would queue writes that go out late and skip
-		// the grace a server back from an outage owes the others. Renewals
-		// that all came back say the node works, only slowly; none sent,
-		// or some unanswered, count against it, so that a server on a
-		// node that lost its cluster (whose reads time out once it no
-		// longer believes it leads) moves off it like one whose writes
-		// time out.
-		if unanswered == 0 {
-			c.reachedAt = now
-		}
-		if owned > 0 && unanswered == 0 {
-			c.unstick.OK()
-		} else {
-			c.unstick.Failed()
-		}
-		return
+	pl := planTick(c.view(now, slow, owned, unanswered))
+	if pl.reached {
+		c.reachedAt = now
 	}
-	if unanswered == 0 {
+	if pl.healthy {
 		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
+	}
+	if pl.nodeOK {
 		c.unstick.OK()
 	} else {
 		c.unstick.Failed()
 	}
-	if c.conflict.Load() {
-		return
+	c.balance(ctx, pl, sent, exp)
+}
+
+// readIncarnation reads the owners bucket's incarnation for a tick. The
+// owner table must come from the bucket as it is now. A read that gets no
+// answer within a renew interval does not hold the renewals back (a slow
+// link would cost a renewal a tick): a bucket NATS made anew answers at
+// once, and its revisions would have to match ours exactly for a renewal
+// to land in it. Such a tick is slow, and goes on with the incarnation the
+// table was read from.
+func (c *Cluster) readIncarnation(ctx context.Context) (inc int64, slow, ok bool) {
+	ictx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
+	defer cancel()
+	inc, ok = c.incarnation(ictx)
+	slow = !ok && ictx.Err() != nil && ctx.Err() == nil && c.leases.synced.Load() != 0 && c.nc.IsConnected()
+	if slow {
+		return c.leases.synced.Load(), true, true
 	}
+	return inc, false, ok
+}
 
-	// Membership, as the member loop last read it.
-	live := max(int(c.live.Load()), 1)
-	share := (bus.Partitions + live - 1) / live
+// bucketReplaced stops deciding for everything this server owned when the
+// owners bucket is no longer the one the table was read from, and has the
+// watch reopen on the new one.
+func (c *Cluster) bucketReplaced(inc int64) {
+	for p := range bus.Partitions {
+		if c.mine[p].Load() != 0 {
+			c.lose(p, "lease bucket replaced")
+		}
+	}
+	c.leases.reopen(inc)
+}
 
-	// Give back the excess, gracefully, then take up to our share: one
-	// partition after another, for one renew interval at most, so that the
-	// next renewals come on time however slow NATS or the hand-overs are.
-	// The interval counts from here, since on a slow link the reads above
-	// may take that long themselves, but ends at the latest two intervals
-	// after the renewals were sent.
-	balanceFrom := c.cfg.Now()
+// view gathers what planTick decides from, as this tick sees it.
+func (c *Cluster) view(now time.Time, slow bool, owned, unanswered int) view {
+	v := view{now: now, node: c.cfg.Node, instance: c.cfg.Instance, leaseTTL: c.cfg.LeaseTTL,
+		owned: owned, unanswered: unanswered, live: int(c.live.Load()), graceUntil: c.graceUntil,
+		slow: slow, conflict: c.conflict.Load(), canLoad: c.hooks.CanLoad == nil || c.hooks.CanLoad()}
+	v.table, v.written, v.inc = c.leases.snapshot()
+	for p := range bus.Partitions {
+		v.mine[p] = c.mine[p].Load() != 0
+	}
+	return v
+}
+
+// balance gives back and takes what pl says, one partition after another
+// and then a wave at a time, for one renew interval at most, so that the
+// next renewals come on time however slow NATS or the hand-overs are. The
+// interval counts from here, since on a slow link the reads before may
+// take that long themselves, but ends at the latest two intervals after
+// the renewals were sent. Taken leases run until exp.
+func (c *Cluster) balance(ctx context.Context, pl plan, sent time.Time, exp int64) {
+	from := c.cfg.Now()
 	spent := func() bool {
 		t := c.cfg.Now()
-		return t.Sub(balanceFrom) >= c.cfg.RenewInterval || t.Sub(sent) >= 2*c.cfg.RenewInterval
+		return t.Sub(from) >= c.cfg.RenewInterval || t.Sub(sent) >= 2*c.cfg.RenewInterval
 	}
-	for p := range bus.Partitions {
-		if owned <= share || spent() {
+	for _, p := range pl.release {
+		if spent() {
 			break
 		}
 		if c.mine[p].Load() != 0 {
 			c.release(ctx, p)
-			owned--
 		}
 	}
-	// Take free or expired leases starting at a point of our own, so that
-	// servers do not all race for the same partitions. A lease
-	// absent from a young bucket may still run on a server that held it
-	// before the bucket was lost.
-	// They are taken a few at a time, each wave's writes and loads in
-	// parallel, so that a slow link costs a round trip per wave and not
-	// per partition.
-	young := now.UnixNano() < inc+c.cfg.LeaseTTL.Nanoseconds()
-	start := int(bus.Partition([]byte(c.cfg.Node)))
-	type candidate struct {
-		p int
-		e ownerEntry
-	}
-	var cands []candidate
-	for i := range bus.Partitions {
-		p := (start + i) % bus.Partitions
-		if c.mine[p].Load() != 0 {
-			continue
-		}
-		c.mu.Lock()
-		e := c.owners[p]
-		c.mu.Unlock()
-		// A lease of ours that this server stopped deciding for (its
-		// renewals failed while NATS did not answer) is taken back at once
-		// if nobody wrote it since: see acquire.
-		if (e.node != "" && e.expires > now.UnixMilli() && !c.resumable(p, e)) || (young && e.node == "") {
-			continue
-		}
-		if e.node != "" && e.node != c.cfg.Node && now.Before(c.graceUntil) {
-			continue
-		}
-		if !c.resumable(p, e) && c.hooks.CanLoad != nil && !c.hooks.CanLoad() {
-			continue // a takeover would fail to load, and cost the owner its resume
-		}
-		cands = append(cands, candidate{p, e})
-	}
-	for len(cands) > 0 && owned < share && ctx.Err() == nil && !spent() {
-		n := min(acquireWave, share-owned, len(cands))
-		var took atomic.Int64
+	cands, took := pl.acquire, 0
+	for len(cands) > 0 && took < pl.want && ctx.Err() == nil && !spent() {
+		var wave []claim
+		wave, cands = nextWave(cands, pl.want, took)
+		var n atomic.Int64
 		var wg sync.WaitGroup
-		for _, cand := range cands[:n] {
+		for _, cand := range wave {
 			wg.Go(func() {
-				if c.acquire(ctx, cand.p, cand.e, exp) {
-					took.Add(1)
+				if c.acquire(ctx, cand.p, cand.seen, exp) {
+					n.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		cands = cands[n:]
-		owned += int(took.Load())
+		took += int(n.Load())
 	}
 }
-
-// acquireWave is how many partitions one tick takes at once.
-const acquireWave = 8
 
 // memberLoop renews this server's member entry and counts the live
 // members every RenewInterval. It runs beside the lease loop, so that on a
@@ -894,7 +691,7 @@ const acquireWave = 8
 // delay a lease renewal.
 func (c *Cluster) memberLoop(ctx context.Context) {
 	tick.Every(ctx, c.cfg.RenewInterval, func() {
-		if c.conflict.Load() || c.synced.Load() == 0 {
+		if c.conflict.Load() || c.leases.synced.Load() == 0 {
 			return
 		}
 		now := c.cfg.Now()
@@ -922,9 +719,7 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 	var held, failed atomic.Int64
 	var wg sync.WaitGroup
 	for p := range bus.Partitions {
-		c.mu.Lock()
-		e := c.owners[p]
-		c.mu.Unlock()
+		e := c.leases.entry(p)
 		if e.node != c.cfg.Node || c.mine[p].Load() == 0 {
 			if c.mine[p].Load() != 0 {
 				c.lose(p, "lease taken by another server")
@@ -932,15 +727,16 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 			continue
 		}
 		wg.Go(func() {
-			err := c.setLease(rctx, p, e.revision, exp)
+			err := c.leases.renew(rctx, p, e.revision, exp)
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 				// Our own earlier renewal may have landed with its answer
 				// lost, and the watch not have shown it yet: renew again at
 				// the revision it got.
-				err = c.renewOwnLanded(rctx, p, e.revision, exp, err)
+				err = c.leases.renewOwnLanded(rctx, p, e.revision, exp, err)
 			}
 			switch {
 			case err == nil:
+				c.own(p, exp)
 				held.Add(1)
 			case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 				c.lose(p, "lease renewal refused: another server wrote the lease")
@@ -961,64 +757,6 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 		}
 	}
 	return int(held.Load()), int(failed.Load())
-}
-
-// refreshOwners reads every partition's lease and takes into the owner
-// table those newer than what it holds. Deletions are left to the watch.
-func (c *Cluster) refreshOwners(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
-	defer cancel()
-	var wg sync.WaitGroup
-	for p := range bus.Partitions {
-		wg.Go(func() {
-			cur, err := c.owners_.Get(rctx, partKey(p))
-			if err != nil {
-				return
-			}
-			var l lease
-			if json.Unmarshal(cur.Value(), &l) == nil && c.learn(p, l, cur.Revision()) {
-				c.publishOwner(p)
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// renewOwnLanded renews p at the bucket's current revision when the entry
-// there is this process's renewal of rev (one whose answer never came);
-// otherwise it returns refused, the error of the renewal at rev.
-func (c *Cluster) renewOwnLanded(ctx context.Context, p int, rev uint64, exp int64, refused error) error {
-	cur, err := c.owners_.Get(ctx, partKey(p))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return refused
-		}
-		return err // no answer: the lease runs out on its own
-	}
-	var l lease
-	if json.Unmarshal(cur.Value(), &l) != nil {
-		return refused
-	}
-	if l.Node != c.cfg.Node || l.Instance != c.cfg.Instance || l.Prev != rev {
-		// Another server's lease: the table learns it now, not when the
-		// watch delivers it, so that checks forward to the new owner.
-		c.learn(p, l, cur.Revision())
-		return refused
-	}
-	return c.setLease(ctx, p, cur.Revision(), exp)
-}
-
-// learn takes lease l, read at revision rev, into the owner table when it
-// is newer than the entry there, and reports whether it was; the caller
-// publishes the change.
-func (c *Cluster) learn(p int, l lease, rev uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rev <= c.owners[p].revision {
-		return false
-	}
-	c.owners[p] = ownerEntry{node: l.Node, expires: l.Expires, revision: rev, instance: l.Instance, prev: l.Prev, gen: c.owners[p].gen}
-	return true
 }
 
 // liveMembers counts the members whose entries have not run out (at least
@@ -1059,38 +797,6 @@ func (c *Cluster) liveMembers(ctx context.Context, now time.Time) int {
 	return max(live, 1)
 }
 
-// setLease writes our lease for p at the revision we hold.
-func (c *Cluster) setLease(ctx context.Context, p int, rev uint64, exp int64) error {
-	b, _ := json.Marshal(lease{Node: c.cfg.Node, Expires: exp, Instance: c.cfg.Instance, Prev: rev})
-	nrev, err := c.owners_.Update(ctx, partKey(p), b, rev)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: nrev, instance: c.cfg.Instance, prev: rev, gen: c.gen}
-	c.written[p] = writtenLease{inc: c.synced.Load(), rev: nrev}
-	c.mu.Unlock()
-	c.own(p, exp)
-	return nil
-}
-
-// resumable reports whether entry e of p is the last lease this process
-// wrote for p while it held p's state, in the bucket as it is now: the
-// revision it last knew it wrote (written), or a renewal of that revision
-// whose answer it never got (the entry names this process and replaced
-// that revision). Taking p back at e's revision then proves that no other
-// server has owned p since this one stopped deciding for it: this
-// server's buckets for p are still the latest.
-func (c *Cluster) resumable(p int, e ownerEntry) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.written[p]
-	if e.node != c.cfg.Node || e.revision == 0 || w.rev == 0 || w.inc != c.synced.Load() {
-		return false
-	}
-	return e.revision == w.rev || (e.instance == c.cfg.Instance && e.prev == w.rev)
-}
-
 // acquire takes p's lease, free or expired as seen, and loads p's state.
 //
 // Resuming. A server whose renewals failed for longer than its lease (a
@@ -1103,47 +809,14 @@ func (c *Cluster) resumable(p int, e ownerEntry) bool {
 // without loading it from the worker. Checks then come back as soon as
 // the lease bucket answers, whether or not the worker does.
 func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64) bool {
-	resume := c.resumable(p, seen)
-	// Only a resumed lease names the revision it replaced: a takeover that
-	// is written but not answered must not look like a renewal of state
-	// this server holds.
-	l := lease{Node: c.cfg.Node, Expires: exp, Instance: c.cfg.Instance}
-	if resume {
-		l.Prev = seen.revision
-	}
-	b, _ := json.Marshal(l)
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RenewInterval)
-	var rev uint64
-	var err error
-	if seen.revision != 0 {
-		rev, err = c.owners_.Update(actx, partKey(p), b, seen.revision)
-	}
-	if err != nil && resume {
-		resume = false
-		l.Prev = 0
-		b, _ = json.Marshal(l)
-	}
-	if seen.revision == 0 || err != nil {
-		// Never written, deleted (a delete marker's revision is not always
-		// accepted by Update), or gone with a lost bucket: Create succeeds
-		// only where no lease is, so it never takes a live one.
-		rev, err = c.owners_.Create(actx, partKey(p), b)
-	}
+	rev, resume, err := c.leases.take(actx, p, seen, exp)
 	cancel()
 	if err != nil {
 		return false // someone else was faster: their write reaches us by the watch
 	}
-	c.mu.Lock()
-	c.owners[p] = ownerEntry{node: c.cfg.Node, expires: exp, revision: rev, instance: c.cfg.Instance, prev: l.Prev, gen: c.gen}
-	c.written[p] = writtenLease{} // until the state is loaded
-	c.mu.Unlock()
-	held := func() {
-		c.mu.Lock()
-		c.written[p] = writtenLease{inc: c.synced.Load(), rev: rev}
-		c.mu.Unlock()
-	}
 	if resume {
-		held()
+		c.leases.loaded(p, rev)
 		c.own(p, exp)
 		c.publishOwner(p)
 		c.metrics.handovers.WithLabelValues("resumed").Inc()
@@ -1155,19 +828,19 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 	loadStart := time.Now()
 	if c.hooks.Acquired != nil {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-		err := c.hooks.Acquired(lctx, p, bus.LeaseID{Incarnation: c.synced.Load(), Revision: rev})
+		err := c.hooks.Acquired(lctx, p, bus.LeaseID{Incarnation: c.leases.synced.Load(), Revision: rev})
 		cancel()
 		if err != nil {
 			c.log.Warn("loading a taken-over partition failed; giving it back", "partition", p, "err", err)
 			// Also when ctx ended (a shutdown): the lease would hold p
 			// for a lease time otherwise.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(rev))
+			c.leases.drop(dctx, p, rev)
 			cancel()
 			return false
 		}
 	}
-	held()
+	c.leases.loaded(p, rev)
 	c.own(p, exp)
 	c.publishOwner(p)
 	c.metrics.handovers.WithLabelValues("acquired").Inc()
@@ -1215,12 +888,9 @@ func (c *Cluster) release(ctx context.Context, p int) {
 		}
 		cancel()
 	}
-	c.mu.Lock()
-	e := c.owners[p]
-	c.mu.Unlock()
-	if e.node == c.cfg.Node {
+	if e := c.leases.entry(p); e.node == c.cfg.Node {
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = c.owners_.Delete(dctx, partKey(p), jetstream.LastRevision(e.revision))
+		c.leases.drop(dctx, p, e.revision)
 		cancel()
 	}
 	c.metrics.handovers.WithLabelValues("released").Inc()

@@ -383,14 +383,14 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 	// the revision a last knew as the one it replaced): a resumes too.
 	const q = 3
 	for try := 0; ; try++ {
-		a.mu.Lock() // holds a's tick and watch still
-		rev := a.written[q].rev
+		a.leases.mu.Lock() // holds a's tick and watch still
+		rev := a.leases.written[q].rev
 		renewed, _ := json.Marshal(lease{Node: "a", Expires: time.Now().Add(time.Second).UnixMilli(), Instance: a.cfg.Instance, Prev: rev})
-		_, err := a.owners_.Update(context.Background(), partKey(q), renewed, rev)
+		_, err := a.leases.kv.Update(context.Background(), partKey(q), renewed, rev)
 		if err == nil {
 			a.mine[q].Store(0) // the renewal's error made a stop deciding for q
 		}
-		a.mu.Unlock()
+		a.leases.mu.Unlock()
 		if err == nil {
 			break
 		}
@@ -410,11 +410,11 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 	// Another server took partition 7 and died: its lease is expired but
 	// it may have decided for p, so taking p back loads it.
 	const p = 7
-	a.mu.Lock()
-	rev := a.owners[p].revision
-	a.mu.Unlock()
+	a.leases.mu.Lock()
+	rev := a.leases.table[p].revision
+	a.leases.mu.Unlock()
 	other, _ := json.Marshal(lease{Node: "b", Expires: time.Now().Add(-time.Second).UnixMilli()})
-	if _, err := a.owners_.Update(context.Background(), partKey(p), other, rev); err != nil {
+	if _, err := a.leases.kv.Update(context.Background(), partKey(p), other, rev); err != nil {
 		t.Fatal(err)
 	}
 	waitOwned(t, 5*time.Second, func() bool { return loads.Load() == before+1 && a.OwnedCount() == bus.Partitions })
@@ -424,11 +424,11 @@ func TestLapsedLeasesResumeWithoutALoad(t *testing.T) {
 
 	// Between losing p and taking it back, b writes p's lease: a must not
 	// resume from memory.
-	a.mu.Lock()
-	rev = a.owners[p].revision
-	a.mu.Unlock()
+	a.leases.mu.Lock()
+	rev = a.leases.table[p].revision
+	a.leases.mu.Unlock()
 	a.lose(p, "renewal failed (test)")
-	if _, err := a.owners_.Update(context.Background(), partKey(p), other, rev); err != nil {
+	if _, err := a.leases.kv.Update(context.Background(), partKey(p), other, rev); err != nil {
 		// a took p back first (it may, as it was its own).
 		t.Logf("a resumed partition %d before the other write: %v", p, err)
 	} else {
