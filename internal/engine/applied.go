@@ -159,7 +159,7 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	apply := true
 	if d.ref != "" {
 		_, policy, _, _ := bus.SplitBucketKey(string(d.key))
-		term, _ := e.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
+		term, _ := e.pub.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 		var a reserve.Applying
 		err := bus.Request(ctx, e.nc, bus.OpReservationApply.Subject(),

@@ -34,7 +34,7 @@ func ownerEngine(t *testing.T, serve func(e *Engine) func([]cluster.Item, []clus
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cluster = c
+	e.useCluster(c)
 	if err := c.Serve(serve(e)); err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +172,8 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 func TestAppliedTableModel(t *testing.T) {
 	e, _ := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) { return e.serveForward })
 	answerMarks(t, e)
-	for p := range e.terms {
-		e.terms[p].Store(1)
+	for p := range e.pub.terms {
+		e.pub.terms[p].Store(1)
 	}
 	// Two buckets that run out (100 a minute), where copies must answer
 	// as their first, and two that never do (10⁹), where every unit shows.
@@ -204,8 +204,8 @@ func TestAppliedTableModel(t *testing.T) {
 			// A restart or a hand-over and back: the owner forgets its
 			// table and decides under a new term.
 			e.applied = appliedTable{}
-			for p := range e.terms {
-				e.terms[p].Add(1)
+			for p := range e.pub.terms {
+				e.pub.terms[p].Add(1)
 			}
 			epoch++
 			restarts++

@@ -443,7 +443,7 @@ func (e *Engine) onDeltas(m *nats.Msg) {
 // SetCluster makes the engine a cluster member: exact policies go to their
 // partition's owner, local ones share their consumption. Call before Start.
 func (e *Engine) SetCluster(c *cluster.Cluster) error {
-	e.cluster = c
+	e.useCluster(c)
 	if err := c.Serve(e.serveForward); err != nil {
 		return err
 	}
@@ -451,6 +451,12 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 		return err
 	}
 	return nil
+}
+
+// useCluster makes c the cluster the engine decides and publishes in.
+func (e *Engine) useCluster(c *cluster.Cluster) {
+	e.cluster = c
+	e.pub.cluster = c
 }
 
 // LoadPartition replaces partition p's buckets with what the worker has,
@@ -478,14 +484,7 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 		}
 		req.After = page.Next
 	}
-	e.flushMu.Lock()
-	e.terms[p].Store(term)
-	for k, rec := range e.pendingStates {
-		if rec.Term != 0 && rec.Term < term && bus.Partition([]byte(k)) == p {
-			delete(e.pendingStates, k)
-		}
-	}
-	e.flushMu.Unlock()
+	e.pub.adoptTerm(p, term)
 	return nil
 }
 
@@ -494,9 +493,9 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 // back, so the next owner loads the latest state.
 func (e *Engine) FlushAndSync(ctx context.Context) error {
 	time.Sleep(5 * time.Millisecond) // let decisions that passed the ownership test finish
-	e.flushStates(ctx)
-	if e.pendingCount() > 0 {
-		e.flushStates(ctx)
+	e.pub.flushStates(ctx)
+	if e.pub.pendingCount() > 0 {
+		e.pub.flushStates(ctx)
 	}
 	var synced struct {
 		State uint64 `json:"state"`

@@ -64,7 +64,7 @@ func (e *Engine) adjust(ctx context.Context, tenantID string, h reserve.Hold, di
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
-		e.noteCrossings(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
+		e.pub.crossings.note(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 	if cost > 0 {
 		// Past the limit what is left reads 0: a charge's outcome says
 		// how far past instead, as a negative remaining, so that its
-		// quota crossings start from the real use (noteCrossings).
+		// quota crossings start from the real use (crossingQueue.note).
 		var used [MaxLimits]float64
 		e.cache.Used(key, limits, now, used[:len(limits)])
 		for i := range out {
