@@ -15,9 +15,9 @@ package engine
 //     whose config has no limits for the check yet (a policy made a moment
 //     ago) is asked again until it has: no other server decides for it.
 //   - local: this server decides from its own cache and tells the others what
-//     it admitted (LocalFlushInterval); they force that consumption into their
-//     own buckets, so overshoot is bounded by what the servers admit before
-//     they hear of each other.
+//     it admitted (gossip.go); they force that consumption into their own
+//     buckets, so overshoot is bounded by what the servers admit before they
+//     hear of each other.
 //
 // A decision that counts its cost whether or not it is allowed (count, the
 // reference rate limit server's way: rls.go) reaches the owner with
@@ -27,15 +27,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -43,38 +38,8 @@ import (
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-const (
-	// HandoverWait is how long a check waits for its partition to get an owner.
-	HandoverWait = 2 * time.Second
-	// LocalFlushInterval is how often local-mode consumption is shared.
-	LocalFlushInterval = 50 * time.Millisecond
-)
-
-type delta struct {
-	Key    string `json:"k"`
-	Tenant string `json:"t"`
-	Policy string `json:"p"`
-	Tier   string `json:"ti,omitempty"`
-	KeyID  string `json:"ki,omitempty"`
-	Cost   int64  `json:"c"`
-	// Since is, for a settle's refund, when its reservation took the
-	// units (unix ns): the receiver gives nothing back to a window that
-	// began after it, as the sender did (quota.Limit.RefundSince). Absent
-	// (0) for consumption and other refunds, and from older servers,
-	// whose refunds are given back in the current window as before.
-	Since int64 `json:"s,omitempty"`
-}
-
-type deltaMsg struct {
-	V      int     `json:"v"`
-	Node   string  `json:"node"`
-	Deltas []delta `json:"deltas"`
-}
-
-type deltaAgg struct {
-	mu sync.Mutex
-	m  map[string]*delta
-}
+// HandoverWait is how long a check waits for its partition to get an owner.
+const HandoverWait = 2 * time.Second
 
 // decision is one question to a bucket: its key, the limits it is decided
 // under, and what to take from it.
@@ -143,7 +108,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if d.settle && d.cost < 0 {
 				since = d.since
 			}
-			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost, since)
+			e.gossip.add(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost, since)
 		}
 		return allowed, report, nil
 	}
@@ -367,79 +332,6 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	return r
 }
 
-// addDelta adds cost to what this server shares for key. A refund with a
-// since (a settle's) is summed apart, per since: adding it to the key's
-// consumption would give it back in whatever window the receiver is in.
-func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost, since int64) {
-	mk := key
-	if since != 0 {
-		mk = key + "\x00" + strconv.FormatInt(since, 10)
-	}
-	e.deltas.mu.Lock()
-	d := e.deltas.m[mk]
-	if d == nil {
-		d = &delta{Key: key, Tenant: tenant, Policy: policy, Tier: tier, KeyID: keyID, Since: since}
-		e.deltas.m[mk] = d
-	}
-	d.Cost += cost
-	e.deltas.mu.Unlock()
-}
-
-// flushDeltas tells the other servers what local-mode policies admitted here.
-func (e *Engine) flushDeltas() {
-	e.deltas.mu.Lock()
-	m := e.deltas.m
-	if len(m) == 0 {
-		e.deltas.mu.Unlock()
-		return
-	}
-	e.deltas.m = make(map[string]*delta, len(m))
-	e.deltas.mu.Unlock()
-	msg := deltaMsg{V: bus.WireVersion, Node: e.cfg.Node, Deltas: make([]delta, 0, len(m))}
-	// Consumption first, then the settles' refunds, as they happened here
-	// for a refund of units consumed within the same flush.
-	for _, d := range m {
-		if d.Since == 0 {
-			msg.Deltas = append(msg.Deltas, *d)
-		}
-	}
-	for _, d := range m {
-		if d.Since != 0 {
-			msg.Deltas = append(msg.Deltas, *d)
-		}
-	}
-	data, err := json.Marshal(msg)
-	if err != nil {
-		return
-	}
-	if err := e.nc.Publish(bus.LocalPrefix+e.cfg.Node, data); err != nil {
-		e.log.Warn("local-mode deltas not shared", "err", err)
-	}
-}
-
-// onDeltas forces other servers' local-mode consumption into this cache.
-func (e *Engine) onDeltas(m *nats.Msg) {
-	var msg deltaMsg
-	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.V != bus.WireVersion || msg.Node == e.cfg.Node {
-		return
-	}
-	v := e.view.Load()
-	now := e.cfg.Now().UnixNano()
-	for _, d := range msg.Deltas {
-		limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID)
-		switch {
-		case len(limits) == 0:
-		case d.Cost > 0:
-			e.cache.Force(d.Key, limits, now, d.Cost)
-		case d.Cost < 0:
-			// Refunds (settles below their estimate, negative hits)
-			// outweighed consumption at the sender; a settle's refund
-			// carries when its units were taken.
-			e.cache.RefundSince([]byte(d.Key), limits, now, -d.Cost, d.Since, nil)
-		}
-	}
-}
-
 // SetCluster makes the engine a cluster member: exact policies go to their
 // partition's owner, local ones share their consumption. Call before Start.
 func (e *Engine) SetCluster(c *cluster.Cluster) error {
@@ -447,10 +339,7 @@ func (e *Engine) SetCluster(c *cluster.Cluster) error {
 	if err := c.Serve(e.serveForward); err != nil {
 		return err
 	}
-	if _, err := e.nc.Subscribe(bus.LocalPrefix+"*", e.onDeltas); err != nil {
-		return err
-	}
-	return nil
+	return e.gossip.subscribe()
 }
 
 // useCluster makes c the cluster the engine decides and publishes in.

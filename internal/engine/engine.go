@@ -90,7 +90,9 @@ type Engine struct {
 	pub *publisher
 
 	cluster *cluster.Cluster
-	deltas  deltaAgg
+	// gossip shares local policies' consumption with the other servers
+	// (gossip.go).
+	gossip *localGossip
 	// ids names this server's moving decisions; applied remembers what
 	// it answered others' (applied.go).
 	ids     *itemIDs
@@ -147,7 +149,6 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		cache:    quota.NewCache(),
 		counters: newCounterAgg(cfg.CounterIdentities),
 		resyncCh: make(chan struct{}, 1),
-		deltas:   deltaAgg{m: map[string]*delta{}},
 		ids:      newItemIDs(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
@@ -155,6 +156,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.tickMinute()
 	e.metrics = newEngineMetrics(e)
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
+	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
 	if cfg.Registerer != nil {
 		for _, c := range e.metrics.collectors() {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -255,7 +257,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
 	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
 	if e.cluster != nil {
-		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.flushDeltas) })
+		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.gossip.flush) })
 	}
 	return nil
 }
@@ -405,7 +407,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	var errsOut []error
 	if e.cluster != nil {
-		e.flushDeltas()
+		e.gossip.flush()
 	}
 	if err := e.pub.flushAll(ctx); err != nil {
 		errsOut = append(errsOut, err)
