@@ -146,7 +146,7 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 	if got := remaining(t, e, "192.0.2.3"); got != 6 {
 		t.Fatalf("two decisions without ids left %d, want 6", got)
 	}
-	if n := e.applied.size(); n != 2 {
+	if n := e.fwd.applied.size(); n != 2 {
 		t.Fatalf("the applied table holds %d answers, want 2 (ids 7 and 8)", n)
 	}
 
@@ -203,7 +203,7 @@ func TestAppliedTableModel(t *testing.T) {
 		if rng.IntN(100) == 0 {
 			// A restart or a hand-over and back: the owner forgets its
 			// table and decides under a new term.
-			e.applied = appliedTable{}
+			e.fwd.applied = appliedTable{}
 			for p := range e.pub.terms {
 				e.pub.terms[p].Add(1)
 			}

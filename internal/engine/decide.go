@@ -117,7 +117,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		return e.decideHere(d, out)
 	}
 	if d.id == 0 && d.consume {
-		d.id = e.ids.next()
+		d.id = e.fwd.nextID()
 	}
 	// The wait for an owner is bounded on the wall clock, not on
 	// e.cfg.Now: it is a real wait on the network, and a clock a test
@@ -274,7 +274,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			res[i] = e.serveItem(v, it) // a settle: applySettle keeps it once
 			continue
 		}
-		s := e.applied.lock(it.ID, now)
+		s := e.fwd.applied.lock(it.ID, now)
 		r, seen := s.get(it.ID)
 		if !seen {
 			// Only what moved the bucket is remembered: a denial that

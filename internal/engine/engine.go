@@ -93,12 +93,9 @@ type Engine struct {
 	// gossip shares local policies' consumption with the other servers
 	// (gossip.go).
 	gossip *localGossip
-	// ids names this server's moving decisions; applied remembers what
-	// it answered others' (applied.go).
-	ids     *itemIDs
-	applied appliedTable
-	// settleLocks apply settles of one id one at a time (applySettle).
-	settleLocks [64]sync.Mutex
+	// fwd names this server's moving decisions and remembers what it
+	// answered others' (applied.go).
+	fwd *forwardMemory
 
 	minute atomic.Int64 // the current unix minute, moved by a loop
 	keyUse keyUse
@@ -149,7 +146,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		cache:    quota.NewCache(),
 		counters: newCounterAgg(cfg.CounterIdentities),
 		resyncCh: make(chan struct{}, 1),
-		ids:      newItemIDs(),
+		fwd:      newForwardMemory(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())

@@ -83,7 +83,7 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	})
 	m.appliedSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
-	}, func() float64 { return float64(e.applied.size()) })
+	}, func() float64 { return float64(e.fwd.applied.size()) })
 	return m
 }
 

@@ -30,7 +30,7 @@ func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Tim
 // never recorded (the worker refused or could not record it), as a settle
 // at 0 would, once.
 func (e *Engine) GiveBack(ctx context.Context, tenantID string, h reserve.Hold, estimate int64, now time.Time) error {
-	return e.adjust(ctx, tenantID, h, -estimate, now, now, e.ids.next(), "")
+	return e.adjust(ctx, tenantID, h, -estimate, now, now, e.fwd.nextID(), "")
 }
 
 // adjust applies diff to h's buckets as a settle (Settle): id names it for
