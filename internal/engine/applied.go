@@ -30,6 +30,26 @@ const appliedKeep = 10 * time.Second
 // appliedKeep only above about 200 000 moving forwards a second.
 const appliedPerStripe = 32 << 10
 
+// forwardMemory is what keeps a decision that crosses servers exact: the
+// ids this server gives its moving decisions, what it answered the moving
+// items others forwarded to it (the applied table), and the locks that
+// apply the settles of one id one at a time (applySettle).
+type forwardMemory struct {
+	ids         *itemIDs
+	applied     appliedTable
+	settleLocks [64]sync.Mutex
+}
+
+func newForwardMemory() *forwardMemory { return &forwardMemory{ids: newItemIDs()} }
+
+// nextID names one of this server's moving decisions.
+func (f *forwardMemory) nextID() uint64 { return f.ids.next() }
+
+// settleLock is the lock the settles of id are applied under.
+func (f *forwardMemory) settleLock(id uint64) *sync.Mutex {
+	return &f.settleLocks[id%uint64(len(f.settleLocks))]
+}
+
 // appliedTable remembers, per item id, what this server answered a
 // decision that moved a bucket (cluster/forward.go, "once means once"). A
 // stripe's lock is held from the look-up to the record, so two copies of
@@ -139,7 +159,7 @@ const markTimeout = time.Second
 // this owner is the one to apply it: the record survives hand-overs and
 // restarts, so a retry that reaches the next owner, or this one restarted,
 // finds it applied and changes nothing. Settles of one id are applied one
-// at a time (settleLocks), the worker's answer included; a repeat within
+// at a time (forwardMemory.settleLock), the worker's answer included; a repeat within
 // appliedKeep is answered from the applied table without asking again.
 // An owner killed between the mark and its next flush loses the
 // difference, as it loses its other unflushed decisions.
@@ -148,10 +168,10 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
 		return nil
 	}
-	l := &e.settleLocks[d.id%uint64(len(e.settleLocks))]
+	l := e.fwd.settleLock(d.id)
 	l.Lock()
 	defer l.Unlock()
-	if r, ok := e.applied.lookup(d.id); ok {
+	if r, ok := e.fwd.applied.lookup(d.id); ok {
 		e.metrics.repeats.Inc()
 		copy(out, r.Outcomes)
 		return nil
@@ -159,7 +179,7 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	apply := true
 	if d.ref != "" {
 		_, policy, _, _ := bus.SplitBucketKey(string(d.key))
-		term, _ := e.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
+		term, _ := e.pub.termOf(e.view.Load(), string(d.key), d.tenantID, policy)
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 		var a reserve.Applying
 		err := bus.Request(ctx, e.nc, bus.OpReservationApply.Subject(),
@@ -182,6 +202,6 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 		e.metrics.repeats.Inc()
 		e.lookAt(d.key, d.limits, d.now, out)
 	}
-	e.applied.record(d.id, cluster.Result{Allowed: true, Outcomes: slices.Clone(out)})
+	e.fwd.applied.record(d.id, cluster.Result{Allowed: true, Outcomes: slices.Clone(out)})
 	return nil
 }

@@ -34,7 +34,7 @@ func ownerEngine(t *testing.T, serve func(e *Engine) func([]cluster.Item, []clus
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cluster = c
+	e.useCluster(c)
 	if err := c.Serve(serve(e)); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 	if got := remaining(t, e, "192.0.2.3"); got != 6 {
 		t.Fatalf("two decisions without ids left %d, want 6", got)
 	}
-	if n := e.applied.size(); n != 2 {
+	if n := e.fwd.applied.size(); n != 2 {
 		t.Fatalf("the applied table holds %d answers, want 2 (ids 7 and 8)", n)
 	}
 
@@ -172,8 +172,8 @@ func TestForwardedRepeatsApplyOnce(t *testing.T) {
 func TestAppliedTableModel(t *testing.T) {
 	e, _ := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) { return e.serveForward })
 	answerMarks(t, e)
-	for p := range e.terms {
-		e.terms[p].Store(1)
+	for p := range e.pub.terms {
+		e.pub.terms[p].Store(1)
 	}
 	// Two buckets that run out (100 a minute), where copies must answer
 	// as their first, and two that never do (10⁹), where every unit shows.
@@ -203,9 +203,9 @@ func TestAppliedTableModel(t *testing.T) {
 		if rng.IntN(100) == 0 {
 			// A restart or a hand-over and back: the owner forgets its
 			// table and decides under a new term.
-			e.applied = appliedTable{}
-			for p := range e.terms {
-				e.terms[p].Add(1)
+			e.fwd.applied = appliedTable{}
+			for p := range e.pub.terms {
+				e.pub.terms[p].Add(1)
 			}
 			epoch++
 			restarts++

@@ -263,7 +263,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
-		e.noteCrossings(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
+		e.pub.crossings.note(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
 	}
 	if err == nil && allowed && req.Hold && !req.Peek {
 		a.Hold = &reserve.Hold{BucketKey: string(k), PolicyID: pv.id, Policy: pv.name, Tier: a.Tier, KeyID: overrideKey,

@@ -15,9 +15,9 @@ package engine
 //     whose config has no limits for the check yet (a policy made a moment
 //     ago) is asked again until it has: no other server decides for it.
 //   - local: this server decides from its own cache and tells the others what
-//     it admitted (LocalFlushInterval); they force that consumption into their
-//     own buckets, so overshoot is bounded by what the servers admit before
-//     they hear of each other.
+//     it admitted (gossip.go); they force that consumption into their own
+//     buckets, so overshoot is bounded by what the servers admit before they
+//     hear of each other.
 //
 // A decision that counts its cost whether or not it is allowed (count, the
 // reference rate limit server's way: rls.go) reaches the owner with
@@ -27,15 +27,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -43,38 +38,8 @@ import (
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-const (
-	// HandoverWait is how long a check waits for its partition to get an owner.
-	HandoverWait = 2 * time.Second
-	// LocalFlushInterval is how often local-mode consumption is shared.
-	LocalFlushInterval = 50 * time.Millisecond
-)
-
-type delta struct {
-	Key    string `json:"k"`
-	Tenant string `json:"t"`
-	Policy string `json:"p"`
-	Tier   string `json:"ti,omitempty"`
-	KeyID  string `json:"ki,omitempty"`
-	Cost   int64  `json:"c"`
-	// Since is, for a settle's refund, when its reservation took the
-	// units (unix ns): the receiver gives nothing back to a window that
-	// began after it, as the sender did (quota.Limit.RefundSince). Absent
-	// (0) for consumption and other refunds, and from older servers,
-	// whose refunds are given back in the current window as before.
-	Since int64 `json:"s,omitempty"`
-}
-
-type deltaMsg struct {
-	V      int     `json:"v"`
-	Node   string  `json:"node"`
-	Deltas []delta `json:"deltas"`
-}
-
-type deltaAgg struct {
-	mu sync.Mutex
-	m  map[string]*delta
-}
+// HandoverWait is how long a check waits for its partition to get an owner.
+const HandoverWait = 2 * time.Second
 
 // decision is one question to a bucket: its key, the limits it is decided
 // under, and what to take from it.
@@ -143,7 +108,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if d.settle && d.cost < 0 {
 				since = d.since
 			}
-			e.addDelta(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost, since)
+			e.gossip.add(string(d.key), d.tenantID, d.pv.id, d.tier, d.keyID, d.cost, since)
 		}
 		return allowed, report, nil
 	}
@@ -152,7 +117,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		return e.decideHere(d, out)
 	}
 	if d.id == 0 && d.consume {
-		d.id = e.ids.next()
+		d.id = e.fwd.nextID()
 	}
 	// The wait for an owner is bounded on the wall clock, not on
 	// e.cfg.Now: it is a real wait on the network, and a clock a test
@@ -309,7 +274,7 @@ func (e *Engine) serveForward(items []cluster.Item, res []cluster.Result) {
 			res[i] = e.serveItem(v, it) // a settle: applySettle keeps it once
 			continue
 		}
-		s := e.applied.lock(it.ID, now)
+		s := e.fwd.applied.lock(it.ID, now)
 		r, seen := s.get(it.ID)
 		if !seen {
 			// Only what moved the bucket is remembered: a denial that
@@ -367,90 +332,20 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	return r
 }
 
-// addDelta adds cost to what this server shares for key. A refund with a
-// since (a settle's) is summed apart, per since: adding it to the key's
-// consumption would give it back in whatever window the receiver is in.
-func (e *Engine) addDelta(key, tenant, policy, tier, keyID string, cost, since int64) {
-	mk := key
-	if since != 0 {
-		mk = key + "\x00" + strconv.FormatInt(since, 10)
-	}
-	e.deltas.mu.Lock()
-	d := e.deltas.m[mk]
-	if d == nil {
-		d = &delta{Key: key, Tenant: tenant, Policy: policy, Tier: tier, KeyID: keyID, Since: since}
-		e.deltas.m[mk] = d
-	}
-	d.Cost += cost
-	e.deltas.mu.Unlock()
-}
-
-// flushDeltas tells the other servers what local-mode policies admitted here.
-func (e *Engine) flushDeltas() {
-	e.deltas.mu.Lock()
-	m := e.deltas.m
-	if len(m) == 0 {
-		e.deltas.mu.Unlock()
-		return
-	}
-	e.deltas.m = make(map[string]*delta, len(m))
-	e.deltas.mu.Unlock()
-	msg := deltaMsg{V: bus.WireVersion, Node: e.cfg.Node, Deltas: make([]delta, 0, len(m))}
-	// Consumption first, then the settles' refunds, as they happened here
-	// for a refund of units consumed within the same flush.
-	for _, d := range m {
-		if d.Since == 0 {
-			msg.Deltas = append(msg.Deltas, *d)
-		}
-	}
-	for _, d := range m {
-		if d.Since != 0 {
-			msg.Deltas = append(msg.Deltas, *d)
-		}
-	}
-	data, err := json.Marshal(msg)
-	if err != nil {
-		return
-	}
-	if err := e.nc.Publish(bus.LocalPrefix+e.cfg.Node, data); err != nil {
-		e.log.Warn("local-mode deltas not shared", "err", err)
-	}
-}
-
-// onDeltas forces other servers' local-mode consumption into this cache.
-func (e *Engine) onDeltas(m *nats.Msg) {
-	var msg deltaMsg
-	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.V != bus.WireVersion || msg.Node == e.cfg.Node {
-		return
-	}
-	v := e.view.Load()
-	now := e.cfg.Now().UnixNano()
-	for _, d := range msg.Deltas {
-		limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID)
-		switch {
-		case len(limits) == 0:
-		case d.Cost > 0:
-			e.cache.Force(d.Key, limits, now, d.Cost)
-		case d.Cost < 0:
-			// Refunds (settles below their estimate, negative hits)
-			// outweighed consumption at the sender; a settle's refund
-			// carries when its units were taken.
-			e.cache.RefundSince([]byte(d.Key), limits, now, -d.Cost, d.Since, nil)
-		}
-	}
-}
-
 // SetCluster makes the engine a cluster member: exact policies go to their
 // partition's owner, local ones share their consumption. Call before Start.
 func (e *Engine) SetCluster(c *cluster.Cluster) error {
-	e.cluster = c
+	e.useCluster(c)
 	if err := c.Serve(e.serveForward); err != nil {
 		return err
 	}
-	if _, err := e.nc.Subscribe(bus.LocalPrefix+"*", e.onDeltas); err != nil {
-		return err
-	}
-	return nil
+	return e.gossip.subscribe()
+}
+
+// useCluster makes c the cluster the engine decides and publishes in.
+func (e *Engine) useCluster(c *cluster.Cluster) {
+	e.cluster = c
+	e.pub.cluster = c
 }
 
 // LoadPartition replaces partition p's buckets with what the worker has,
@@ -478,14 +373,7 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 		}
 		req.After = page.Next
 	}
-	e.flushMu.Lock()
-	e.terms[p].Store(term)
-	for k, rec := range e.pendingStates {
-		if rec.Term != 0 && rec.Term < term && bus.Partition([]byte(k)) == p {
-			delete(e.pendingStates, k)
-		}
-	}
-	e.flushMu.Unlock()
+	e.pub.adoptTerm(p, term)
 	return nil
 }
 
@@ -494,9 +382,9 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 // back, so the next owner loads the latest state.
 func (e *Engine) FlushAndSync(ctx context.Context) error {
 	time.Sleep(5 * time.Millisecond) // let decisions that passed the ownership test finish
-	e.flushStates(ctx)
-	if e.pendingCount() > 0 {
-		e.flushStates(ctx)
+	e.pub.flushStates(ctx)
+	if e.pub.pendingCount() > 0 {
+		e.pub.flushStates(ctx)
 	}
 	var synced struct {
 		State uint64 `json:"state"`

@@ -177,9 +177,9 @@ func TestExactStatesPublishOnlyWithATerm(t *testing.T) {
 		{"exact, worker without terms", false, 0, exact, "pol_1", 0, true},
 	}
 	for _, s := range steps {
-		e.fencedStates.Store(s.fenced)
-		e.terms[bus.Partition([]byte(s.key))].Store(s.term)
-		term, ok := e.termOf(v, s.key, "ten_a", s.pol)
+		e.pub.fencedStates.Store(s.fenced)
+		e.pub.terms[bus.Partition([]byte(s.key))].Store(s.term)
+		term, ok := e.pub.termOf(v, s.key, "ten_a", s.pol)
 		if term != s.want || ok != s.publish {
 			t.Errorf("%s: termOf = %d, %v; want %d, %v", s.name, term, ok, s.want, s.publish)
 		}

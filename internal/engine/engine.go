@@ -2,7 +2,7 @@
 // cache (view.go) and the hot cache of buckets, decides checks in memory
 // (check.go), and keeps both in step with the worker over NATS: it hydrates
 // at start, applies announced config changes, and flushes the state of
-// allowed decisions and the decision counters in batches (flush.go).
+// allowed decisions and the decision counters in batches (publish.go).
 package engine
 
 import (
@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,7 +68,6 @@ type Engine struct {
 	cfg      Config
 	log      *slog.Logger
 	nc       *nats.Conn
-	js       jetstream.JetStream
 	cache    *quota.Cache
 	view     atomic.Pointer[view]
 	counters *counterAgg
@@ -87,47 +85,24 @@ type Engine struct {
 	applyMu   sync.Mutex // serialises view swaps
 	resyncCh  chan struct{}
 
-	flushMu sync.Mutex // one state flush at a time; guards pendingStates
-	// countersMu guards pendingCounters: counters flush on their own, so
-	// that a slow counter publish never delays the state flush whose
-	// success keeps an owner deciding (cluster.Persisted).
-	countersMu    sync.Mutex
-	pendingStates map[string]bus.BucketRecord
-	// pendingStatesPeak is the most entries pendingStates has held since
-	// it was last made (shrinkPendingStates).
-	pendingStatesPeak int
-	pendingCounters   []pendingBatch
-	crossings         crossingQueue
-	batchSeq          atomic.Uint64
-	epoch             int64
+	// pub publishes the states, counters and quota crossings of decisions
+	// (publish.go).
+	pub *publisher
 
 	cluster *cluster.Cluster
-	deltas  deltaAgg
-	// ids names this server's moving decisions; applied remembers what
-	// it answered others' (applied.go).
-	ids     *itemIDs
-	applied appliedTable
-	// settleLocks apply settles of one id one at a time (applySettle).
-	settleLocks [64]sync.Mutex
-	// terms[p] is the fencing token this server was given when it last
-	// loaded partition p as its owner (LoadPartition); states it decides
-	// for p carry it, and the worker refuses them once another server has
-	// loaded p since. 0: never owned.
-	terms [bus.Partitions]atomic.Uint64
+	// gossip shares local policies' consumption with the other servers
+	// (gossip.go).
+	gossip *localGossip
+	// fwd names this server's moving decisions and remembers what it
+	// answered others' (applied.go).
+	fwd *forwardMemory
 
 	minute atomic.Int64 // the current unix minute, moved by a loop
 	keyUse keyUse
 
-	statesPublished atomic.Uint64
-	// packedStates is set while the worker reads packed state batches
-	// (its version reply says so), which cost far less to encode and
-	// decode than JSON; until then, and with an older worker, JSON.
-	packedStates atomic.Bool
-	fencedStates atomic.Bool // the worker also reads bus.FencedStateFormat
 	// workerSeen is when the worker last answered the version poll (unix
 	// ns): see WorkerAnswers.
-	workerSeen    atomic.Int64
-	rowsPublished atomic.Uint64
+	workerSeen atomic.Int64
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -165,22 +140,20 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		return nil, fmt.Errorf("engine: jetstream: %w", err)
 	}
 	e := &Engine{
-		cfg:           cfg,
-		log:           cfg.Log.With("component", "engine"),
-		nc:            nc,
-		js:            js,
-		cache:         quota.NewCache(),
-		counters:      newCounterAgg(cfg.CounterIdentities),
-		pendingStates: map[string]bus.BucketRecord{},
-		resyncCh:      make(chan struct{}, 1),
-		deltas:        deltaAgg{m: map[string]*delta{}},
-		epoch:         time.Now().UnixNano(),
-		ids:           newItemIDs(),
+		cfg:      cfg,
+		log:      cfg.Log.With("component", "engine"),
+		nc:       nc,
+		cache:    quota.NewCache(),
+		counters: newCounterAgg(cfg.CounterIdentities),
+		resyncCh: make(chan struct{}, 1),
+		fwd:      newForwardMemory(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.tickMinute()
 	e.metrics = newEngineMetrics(e)
+	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
+	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
 	if cfg.Registerer != nil {
 		for _, c := range e.metrics.collectors() {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -246,7 +219,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
-	if err := bus.WaitStreams(ctx, e.js, e.restoreStreamsOnce); err != nil {
+	if err := e.pub.waitStreams(ctx); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	started := time.Now()
@@ -273,9 +246,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.hydrated.Store(true)
 	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
 	e.done.Go(func() { e.loadRest(loopCtx, after, started) })
-	e.done.Go(func() { tick.Every(loopCtx, e.cfg.FlushInterval, func() { e.flushStates(loopCtx) }) })
-	e.done.Go(func() { tick.Every(loopCtx, e.cfg.CounterInterval, func() { e.flushCounters(loopCtx) }) })
-	e.done.Go(func() { tick.Every(loopCtx, e.cfg.CounterInterval, func() { e.flushCrossings(loopCtx) }) })
+	e.pub.run(loopCtx, &e.done)
 	e.done.Go(func() {
 		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
@@ -283,7 +254,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
 	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
 	if e.cluster != nil {
-		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.flushDeltas) })
+		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.gossip.flush) })
 	}
 	return nil
 }
@@ -389,8 +360,7 @@ func (e *Engine) resyncLoop(ctx context.Context) {
 			return false
 		}
 		e.workerSeen.Store(time.Now().UnixNano())
-		e.packedStates.Store(slices.Contains(ver.StateFormats, bus.PackedStateFormat))
-		e.fencedStates.Store(slices.Contains(ver.StateFormats, bus.FencedStateFormat))
+		e.pub.workerReads(ver.StateFormats)
 		return ver.Version > e.view.Load().version
 	}
 	for need := behind(); ; need = false {
@@ -434,20 +404,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	var errsOut []error
 	if e.cluster != nil {
-		e.flushDeltas()
+		e.gossip.flush()
 	}
-	for attempt := 0; ; attempt++ {
-		e.flushStates(ctx)
-		e.flushCounters(ctx)
-		e.flushCrossings(ctx)
-		if e.pendingCount()+e.pendingCrossings() == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			errsOut = append(errsOut, fmt.Errorf("engine: %d batches still unpublished at shutdown", e.pendingCount()))
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := e.pub.flushAll(ctx); err != nil {
+		errsOut = append(errsOut, err)
 	}
 	e.reportKeyUse(ctx)
 	var synced struct {
@@ -530,5 +490,5 @@ type Stats struct {
 
 // Stats returns the running totals.
 func (e *Engine) Stats() Stats {
-	return Stats{StatesPublished: e.statesPublished.Load(), CounterRowsPublished: e.rowsPublished.Load()}
+	return e.pub.stats()
 }

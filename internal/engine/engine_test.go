@@ -192,25 +192,25 @@ func TestFlushMakesLostStreamsAgain(t *testing.T) {
 	e := newTestEngine(t, snap)
 	ctx := context.Background()
 	for _, name := range []string{bus.StateStream, bus.CounterStream} {
-		if _, err := e.js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := e.pub.js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Fatalf("stream %s before the test: %v", name, err)
 		}
 	}
 	if a, err := e.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.1", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !a.Allowed {
 		t.Fatalf("check: %+v %v", a, err)
 	}
-	e.flushStates(ctx) // finds no stream, makes the streams
-	e.flushCounters(ctx)
+	e.pub.flushStates(ctx) // finds no stream, makes the streams
+	e.pub.flushCounters(ctx)
 	if got := e.Stats().StatesPublished; got != 0 {
 		t.Fatalf("%d states published with no stream", got)
 	}
-	e.flushStates(ctx)
-	e.flushCounters(ctx)
+	e.pub.flushStates(ctx)
+	e.pub.flushCounters(ctx)
 	if st := e.Stats(); st.StatesPublished != 1 || st.CounterRowsPublished != 1 {
 		t.Fatalf("after the streams came back: %+v, want 1 state and 1 counter row", st)
 	}
 	for _, name := range []string{bus.StateStream, bus.CounterStream} {
-		s, err := e.js.Stream(ctx, name)
+		s, err := e.pub.js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	snap, _ := snapshot(t)
 	e := engineOn(t, nc, snap)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, e.js, 1); err != nil {
+	if err := bus.EnsureStreams(ctx, e.pub.js, 1); err != nil {
 		t.Fatal(err)
 	}
 	decisions := 0
@@ -250,22 +250,22 @@ func TestCountersMergeWhileNATSIsAway(t *testing.T) {
 	for range 6 {
 		check(3)
 		fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		e.flushCounters(fctx)
+		e.pub.flushCounters(fctx)
 		cancel()
 	}
-	if n := len(e.pendingCounters); n != 1 {
+	if n := len(e.pub.pendingCounters); n != 1 {
 		t.Fatalf("%d counter batches pending after 6 failed flushes, want the first one only", n)
 	}
 
 	ns.Start()
 	deadline := time.Now().Add(10 * time.Second)
-	for e.flushCounters(ctx); len(e.pendingCounters) > 0; e.flushCounters(ctx) {
+	for e.pub.flushCounters(ctx); len(e.pub.pendingCounters) > 0; e.pub.flushCounters(ctx) {
 		if time.Now().After(deadline) {
 			t.Fatal("counters not published after NATS came back")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s, err := e.js.Stream(ctx, bus.CounterStream)
+	s, err := e.pub.js.Stream(ctx, bus.CounterStream)
 	if err != nil {
 		t.Fatal(err)
 	}

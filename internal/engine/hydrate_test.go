@@ -328,7 +328,7 @@ func TestStatesTravelPackedToAWorkerThatReadsThem(t *testing.T) {
 	env := newHydrateEnv(t, 10)
 	e := env.startEngine(t, nil)
 	deadline := time.Now().Add(10 * time.Second)
-	for !e.packedStates.Load() {
+	for !e.pub.packedStates.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the server never learned that the worker reads packed state batches")
 		}

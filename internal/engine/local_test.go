@@ -16,7 +16,7 @@ import (
 // localEngines builds n cluster members on one real NATS, each with its
 // own connection, that decide a local policy of 100 an hour (a fixed
 // window) on the shared clock now. They are not started: a test shares
-// their consumption with flushDeltas.
+// their consumption with gossip.flush.
 func localEngines(t *testing.T, n int, now func() time.Time) []*Engine {
 	t.Helper()
 	srv := bustest.StartConfig(t, bus.EmbeddedConfig{Name: "local-test", DataDir: t.TempDir()})
@@ -108,14 +108,14 @@ func TestLocalSettleAfterTheWindowStaysInItsWindow(t *testing.T) {
 	reservedAt := start.Add(50 * time.Minute)
 	set(reservedAt)
 	hold := check(a, 60, true).Hold
-	a.flushDeltas()
+	a.gossip.flush()
 	agree("after a reserve of 60", 40)
 
 	// The next window: b admits 30, then a settles the reservation at 0.
 	// The 60 were the last window's: the new one keeps its 30.
 	set(start.Add(65 * time.Minute))
 	check(b, 30, false)
-	b.flushDeltas()
+	b.gossip.flush()
 	agree("the new window after b's 30", 70)
 	if err := a.Settle(t.Context(), settled("ten_a", "rsv_l1", *hold, -60, reservedAt), now()); err != nil {
 		t.Fatal(err)
@@ -123,17 +123,17 @@ func TestLocalSettleAfterTheWindowStaysInItsWindow(t *testing.T) {
 	// a's own check in the same flush: the refund and the unit travel
 	// together, and the unit must not swallow the refund's since.
 	check(a, 1, false)
-	a.flushDeltas()
+	a.gossip.flush()
 	agree("after a settled the last window's 60 at 0 and took 1", 69)
 
 	// A refund within its window is given back everywhere.
 	hold = check(c, 9, true).Hold
-	c.flushDeltas()
+	c.gossip.flush()
 	agree("after c reserved 9", 60)
 	if err := c.Settle(t.Context(), settled("ten_a", "rsv_l2", *hold, -5, now()), now()); err != nil {
 		t.Fatal(err)
 	}
-	c.flushDeltas()
+	c.gossip.flush()
 	agree("after c settled 4 of 9", 65)
 
 	// An older server's refund names no since: given back now, as before.

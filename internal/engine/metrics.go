@@ -7,25 +7,20 @@ import (
 )
 
 type engineMetrics struct {
+	publishMetrics
 	checks         *prometheus.CounterVec
 	latency        prometheus.Histogram
-	flushBuckets   prometheus.Histogram
-	flushCounters  prometheus.Histogram
-	flushFailures  *prometheus.CounterVec
-	published      prometheus.Counter
 	pending        prometheus.GaugeFunc
 	buckets        prometheus.GaugeFunc
 	configVersion  prometheus.GaugeFunc
 	resyncs        prometheus.Counter
-	natsLag        prometheus.Gauge
 	hydrated       prometheus.GaugeFunc
 	hydrateLoaded  prometheus.GaugeFunc
 	hydrateRetries prometheus.Counter
 	firstTouch     prometheus.Counter
 	byReason       checkCounters
 	rls            *rlsMetrics
-	// crossingsDropped counts quota crossings never reported (quotaevents.go).
-	crossingsDropped prometheus.Counter
+	// crossingsPending counts quota crossings not yet published (quotaevents.go).
 	crossingsPending prometheus.GaugeFunc
 	// repeats counts forwarded items answered from the applied table
 	// (applied.go); appliedSize is that table's size.
@@ -37,6 +32,7 @@ type engineMetrics struct {
 
 func newEngineMetrics(e *Engine) engineMetrics {
 	m := engineMetrics{
+		publishMetrics: newPublishMetrics(),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_checks_total", Help: "Decided checks by outcome (allowed/denied) and reason.",
 		}, []string{"outcome", "reason"}),
@@ -44,23 +40,9 @@ func newEngineMetrics(e *Engine) engineMetrics {
 			Name: "sluice_decision_seconds", Help: "Time to decide one check in memory (identity, match, bucket).",
 			Buckets: []float64{250e-9, 500e-9, 1e-6, 2e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 1e-3},
 		}),
-		flushBuckets: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_flush_buckets", Help: "Bucket states published per state flush.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
-		}),
-		flushCounters: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_flush_counter_rows", Help: "Counter rows published per counter flush.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
-		}),
-		flushFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_flush_failures_total", Help: "Flushes that failed to publish and will be retried.",
-		}, []string{"stream"}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_bucket_states_published_total", Help: "Bucket states published to the state stream (state writes caused by allowed checks).",
-		}),
 		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_flush_pending", Help: "Bucket states and counter batches waiting to be published.",
-		}, func() float64 { return float64(e.pendingCount()) }),
+		}, func() float64 { return float64(e.pub.pendingCount()) }),
 		buckets: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_hot_cache_buckets", Help: "Buckets in the hot cache.",
 		}, func() float64 { return float64(e.cache.Len()) }),
@@ -69,9 +51,6 @@ func newEngineMetrics(e *Engine) engineMetrics {
 		}, func() float64 { return float64(e.view.Load().version) }),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_config_resyncs_total", Help: "Full config resynchronisations after a missed change.",
-		}),
-		natsLag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_nats_publish_lag_seconds", Help: "Age of the oldest unpublished state or counter data at the last flush.",
 		}),
 		hydrated: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_hydration_complete", Help: "1 once every persisted bucket is in the hot cache (before that, buckets load on first touch).",
@@ -93,13 +72,9 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	}
 	m.byReason = newCheckCounters(m.checks)
 	m.rls = newRLSMetrics()
-	m.crossingsDropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sluice_quota_crossings_dropped_total", Help: "Quota crossings (webhook threshold events) dropped because NATS was away longer than the pending bound.",
-	})
 	m.crossingsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_quota_crossings_pending", Help: "Quota crossings waiting to be published to the worker.",
-	}, func() float64 { return float64(e.pendingCrossings()) })
-	e.crossings.dropped = m.crossingsDropped
+	}, func() float64 { return float64(e.pub.pendingCrossings()) })
 	m.repeats = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_forward_repeats_total", Help: "Forwarded decisions that arrived again (a late or lost answer) and were answered as the first time, without moving a bucket twice.",
 	})
@@ -108,8 +83,34 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	})
 	m.appliedSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
-	}, func() float64 { return float64(e.applied.size()) })
+	}, func() float64 { return float64(e.fwd.applied.size()) })
 	return m
+}
+
+// newPublishMetrics makes the publisher's metrics (publish.go).
+func newPublishMetrics() publishMetrics {
+	return publishMetrics{
+		flushBuckets: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_flush_buckets", Help: "Bucket states published per state flush.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		flushCounters: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_flush_counter_rows", Help: "Counter rows published per counter flush.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		flushFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_flush_failures_total", Help: "Flushes that failed to publish and will be retried.",
+		}, []string{"stream"}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_bucket_states_published_total", Help: "Bucket states published to the state stream (state writes caused by allowed checks).",
+		}),
+		natsLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_nats_publish_lag_seconds", Help: "Age of the oldest unpublished state or counter data at the last flush.",
+		}),
+		crossingsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_quota_crossings_dropped_total", Help: "Quota crossings (webhook threshold events) dropped because NATS was away longer than the pending bound.",
+		}),
+	}
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {

@@ -38,9 +38,9 @@ type crossingQueue struct {
 	dropped prometheus.Counter
 }
 
-// noteCrossings reports the calendar limits of tl that a key's consumption
-// of cost units (ending at outs) moved past a whole percent.
-func (e *Engine) noteCrossings(tenantID, keyID, policy string, tl *tierLimits, outs []quota.Outcome, cost, nowNS int64) {
+// note queues the calendar limits of tl that a key's consumption of cost
+// units (ending at outs) moved past a whole percent.
+func (qe *crossingQueue) note(tenantID, keyID, policy string, tl *tierLimits, outs []quota.Outcome, cost, nowNS int64) {
 	if cost <= 0 {
 		return
 	}
@@ -66,7 +66,7 @@ func (e *Engine) noteCrossings(tenantID, keyID, policy string, tl *tierLimits, o
 		if len(tl.limits) > 1 {
 			name = tl.names[i][len(policy)+1:]
 		}
-		e.addCrossing(bus.QuotaCrossing{TenantID: tenantID, KeyID: keyID, Policy: policy, Limit: name,
+		qe.add(bus.QuotaCrossing{TenantID: tenantID, KeyID: keyID, Policy: policy, Limit: name,
 			Calendar: l.Calendar.Unit().String(), Quota: q, Before: max(before, 0), After: after,
 			PeriodStart: time.Unix(0, start).Unix(), PeriodEnd: time.Unix(0, end).Unix(), At: nowNS})
 	}
@@ -83,8 +83,7 @@ func percentOf(used, q int64) int64 {
 	return used * 100 / q
 }
 
-func (e *Engine) addCrossing(c bus.QuotaCrossing) {
-	qe := &e.crossings
+func (qe *crossingQueue) add(c bus.QuotaCrossing) {
 	qe.mu.Lock()
 	defer qe.mu.Unlock()
 	if len(qe.pending) >= maxPendingCrossings {
@@ -96,19 +95,19 @@ func (e *Engine) addCrossing(c bus.QuotaCrossing) {
 
 // flushCrossings publishes the crossings noted since the last flush, after
 // any batch still waiting from an earlier one.
-func (e *Engine) flushCrossings(ctx context.Context) {
-	qe := &e.crossings
+func (p *publisher) flushCrossings(ctx context.Context) {
+	qe := &p.crossings
 	qe.mu.Lock()
 	defer qe.mu.Unlock()
 	now := time.Now()
 	for len(qe.pending) > 0 {
 		n := min(len(qe.pending), maxCrossingsPerBatch)
-		data, err := json.Marshal(bus.QuotaBatch{V: bus.WireVersion, Node: e.cfg.Node, Crossings: qe.pending[:n]})
+		data, err := json.Marshal(bus.QuotaBatch{V: bus.WireVersion, Node: p.cfg.Node, Crossings: qe.pending[:n]})
 		if err != nil {
-			e.log.Error("encode quota crossings", "err", err)
+			p.log.Error("encode quota crossings", "err", err)
 			break
 		}
-		qe.batches = append(qe.batches, pendingBatch{id: e.nextMsgID("q"), data: data, rows: n, at: now})
+		qe.batches = append(qe.batches, pendingBatch{id: p.nextMsgID("q"), data: data, rows: n, at: now})
 		qe.pending = qe.pending[n:]
 	}
 	if len(qe.pending) == 0 {
@@ -117,15 +116,15 @@ func (e *Engine) flushCrossings(ctx context.Context) {
 	// A backlog of batches is bounded too: drop the oldest.
 	for len(qe.batches)*maxCrossingsPerBatch > maxPendingCrossings {
 		qe.dropped.Add(float64(qe.batches[0].rows))
-		e.log.Warn("quota crossings dropped: NATS was away too long", "crossings", qe.batches[0].rows)
+		p.log.Warn("quota crossings dropped: NATS was away too long", "crossings", qe.batches[0].rows)
 		qe.batches = qe.batches[1:]
 	}
-	e.publishBatches(ctx, &qe.batches, bus.QuotaSubjectPrefix, bus.QuotaStream, "quota crossings not published; will retry", nil)
+	p.publishBatches(ctx, &qe.batches, bus.QuotaSubjectPrefix, bus.QuotaStream, "quota crossings not published; will retry", nil)
 }
 
 // pendingCrossings counts crossings not yet acked by JetStream.
-func (e *Engine) pendingCrossings() int {
-	qe := &e.crossings
+func (p *publisher) pendingCrossings() int {
+	qe := &p.crossings
 	qe.mu.Lock()
 	defer qe.mu.Unlock()
 	n := len(qe.pending)

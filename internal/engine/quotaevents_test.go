@@ -39,9 +39,9 @@ func TestQuotaCrossings(t *testing.T) {
 		return a
 	}
 	pending := func() []bus.QuotaCrossing {
-		e.crossings.mu.Lock()
-		defer e.crossings.mu.Unlock()
-		return append([]bus.QuotaCrossing(nil), e.crossings.pending...)
+		e.pub.crossings.mu.Lock()
+		defer e.pub.crossings.mu.Unlock()
+		return append([]bus.QuotaCrossing(nil), e.pub.crossings.pending...)
 	}
 
 	check(CheckRequest{APIKey: plain, Cost: 1}) // 0.5 %: nothing
@@ -97,14 +97,14 @@ func TestQuotaCrossings(t *testing.T) {
 
 	// Published to the quota stream.
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, e.js, 1); err != nil {
+	if err := bus.EnsureStreams(ctx, e.pub.js, 1); err != nil {
 		t.Fatal(err)
 	}
-	e.flushCrossings(ctx)
-	if n := e.pendingCrossings(); n != 0 {
+	e.pub.flushCrossings(ctx)
+	if n := e.pub.pendingCrossings(); n != 0 {
 		t.Fatalf("%d crossings still pending", n)
 	}
-	s, err := e.js.Stream(ctx, bus.QuotaStream)
+	s, err := e.pub.js.Stream(ctx, bus.QuotaStream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (e *Engine) Settle(ctx context.Context, r reserve.Reservation, now time.Tim
 // never recorded (the worker refused or could not record it), as a settle
 // at 0 would, once.
 func (e *Engine) GiveBack(ctx context.Context, tenantID string, h reserve.Hold, estimate int64, now time.Time) error {
-	return e.adjust(ctx, tenantID, h, -estimate, now, now, e.ids.next(), "")
+	return e.adjust(ctx, tenantID, h, -estimate, now, now, e.fwd.nextID(), "")
 }
 
 // adjust applies diff to h's buckets as a settle (Settle): id names it for
@@ -64,7 +64,7 @@ func (e *Engine) adjust(ctx context.Context, tenantID string, h reserve.Hold, di
 		return err
 	}
 	if diff > 0 && h.IdentityKind == KindKey && tl.calendars {
-		e.noteCrossings(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
+		e.pub.crossings.note(tenantID, h.IdentityID, pv.name, tl, outs[:n], diff, nowNS)
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 	if cost > 0 {
 		// Past the limit what is left reads 0: a charge's outcome says
 		// how far past instead, as a negative remaining, so that its
-		// quota crossings start from the real use (noteCrossings).
+		// quota crossings start from the real use (crossingQueue.note).
 		var used [MaxLimits]float64
 		e.cache.Used(key, limits, now, used[:len(limits)])
 		for i := range out {
