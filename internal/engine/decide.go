@@ -90,7 +90,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	c := e.cluster
 	if c == nil || d.pv.consistency == "local" {
 		if !e.hyd.done.Load() {
-			if err := e.touch(ctx, d.key); err != nil {
+			if err := e.hyd.touch(ctx, d.key); err != nil {
 				return false, 0, err
 			}
 		}
@@ -360,14 +360,14 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 	var pl pageLoader
 	var term uint64
 	for {
-		page, err := e.requestBuckets(ctx, req)
+		page, err := e.hyd.requestBuckets(ctx, req)
 		if err != nil {
 			return err
 		}
 		if req.Acquire {
 			term, req.Acquire = page.Term, false
 		}
-		pl.each(e, &page, e.cache.Load)
+		pl.each(e.log, &page, e.cache.Load)
 		if page.Next == "" {
 			break
 		}

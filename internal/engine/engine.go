@@ -7,7 +7,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,7 +21,6 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/quota"
-	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
 )
 
@@ -82,8 +80,8 @@ type Engine struct {
 	// connection itself takes its lock, which publishing holds, so checks
 	// would queue behind every flush.
 	connected atomic.Bool
-	applyMu   sync.Mutex // serialises view swaps
-	resyncCh  chan struct{}
+	// sync keeps view current: announced changes, resyncs.
+	sync configSync
 
 	// pub publishes the states, counters and quota crossings of decisions
 	// (publish.go).
@@ -145,15 +143,23 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		nc:       nc,
 		cache:    quota.NewCache(),
 		counters: newCounterAgg(cfg.CounterIdentities),
-		resyncCh: make(chan struct{}, 1),
 		fwd:      newForwardMemory(),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.tickMinute()
 	e.metrics = newEngineMetrics(e)
+	e.hyd.nc, e.hyd.cache, e.hyd.log = nc, e.cache, e.log
+	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
+	e.hyd.version = func() int64 { return e.view.Load().version }
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
 	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
+	e.sync = configSync{nc: nc, log: e.log, view: &e.view, interval: e.cfg.ResyncInterval, resyncs: e.metrics.resyncs,
+		workerSeen: &e.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
+		reset: func(key string) {
+			e.hyd.noteReset(key)
+			e.cache.Reset(key)
+		}}
 	if cfg.Registerer != nil {
 		for _, c := range e.metrics.collectors() {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -216,7 +222,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.stop = cancel
 	e.connected.Store(e.nc.IsConnected())
 	e.done.Go(func() { e.watchConn(loopCtx) })
-	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.onChange); err != nil {
+	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.sync.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
 	if err := e.pub.waitStreams(ctx); err != nil {
@@ -245,84 +251,18 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.hydrated.Store(true)
 	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
-	e.done.Go(func() { e.loadRest(loopCtx, after, started) })
+	e.done.Go(func() { e.hyd.loadRest(loopCtx, after, started) })
 	e.pub.run(loopCtx, &e.done)
 	e.done.Go(func() {
 		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
-	e.done.Go(func() { e.resyncLoop(loopCtx) })
+	e.done.Go(func() { e.sync.loop(loopCtx) })
 	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
 	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
 	if e.cluster != nil {
 		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.gossip.flush) })
 	}
 	return nil
-}
-
-// resync replaces the view with a fresh snapshot.
-func (e *Engine) resync(ctx context.Context) error {
-	snap, err := bus.LoadSnapshot(ctx, e.nc)
-	if err != nil {
-		return fmt.Errorf("load config snapshot: %w", err)
-	}
-	v, err := viewFromSnapshot(snap)
-	if err != nil {
-		return fmt.Errorf("build config view: %w", err)
-	}
-	e.applyMu.Lock()
-	defer e.applyMu.Unlock()
-	cur := e.view.Load()
-	if cur.version > v.version {
-		return nil // changes applied meanwhile are newer than this snapshot
-	}
-	v.carryKeyUse(cur)
-	e.view.Store(v)
-	return nil
-}
-
-// onChange applies an announced config change (all the changes of one
-// committed write, one version) in version order; a gap (a message missed
-// during a disconnect) triggers a resync.
-func (e *Engine) onChange(m *nats.Msg) {
-	var msg bus.ChangeMsg
-	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.V != bus.WireVersion || len(msg.Changes) == 0 {
-		e.log.Error("unreadable config change", "err", err)
-		e.requestResync()
-		return
-	}
-	version := msg.Changes[0].Version
-	e.applyMu.Lock()
-	cur := e.view.Load()
-	switch {
-	case version <= cur.version:
-		e.applyMu.Unlock()
-		return
-	case version > cur.version+1:
-		e.applyMu.Unlock()
-		e.log.Info("config change gap; resynchronising", "have", cur.version, "got", version)
-		e.requestResync()
-		return
-	}
-	nv := cur
-	for _, c := range msg.Changes {
-		var err error
-		if nv, err = nv.apply(c); err != nil {
-			e.applyMu.Unlock()
-			e.log.Error("apply config change failed; resynchronising", "version", version, "err", err)
-			e.requestResync()
-			return
-		}
-	}
-	e.view.Store(nv)
-	e.applyMu.Unlock()
-	for _, c := range msg.Changes {
-		if c.Kind == tenants.ChangeBucketReset && c.BucketReset != nil {
-			key := BucketKey(c.TenantID, c.BucketReset.PolicyID, c.BucketReset.Identity.Kind, c.BucketReset.Identity.ID)
-			e.noteReset(key)
-			e.cache.Reset(key)
-		}
-		e.log.Info("config change applied", "version", version, "kind", c.Kind, "tenant", c.TenantID)
-	}
 }
 
 // BucketKey is the key of one identity's bucket for one policy
@@ -334,56 +274,6 @@ func BucketKey(tenantID, policyID, kind, id string) string {
 		}
 	}
 	return bus.BucketKey(tenantID, policyID, kind, id)
-}
-
-func (e *Engine) requestResync() {
-	select {
-	case e.resyncCh <- struct{}{}:
-	default:
-	}
-}
-
-// resyncLoop resynchronises on request and, every ResyncInterval, asks the
-// worker for its config version so a server that missed the last change
-// (and so saw no gap) still catches up.
-func (e *Engine) resyncLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.ResyncInterval)
-	defer t.Stop()
-	// behind asks the worker for its config version, and notes the state
-	// batch forms it reads.
-	behind := func() bool {
-		var ver bus.Version
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := bus.Request(rctx, e.nc, bus.OpVersion.Subject(), bus.None{}, &ver)
-		cancel()
-		if err != nil {
-			return false
-		}
-		e.workerSeen.Store(time.Now().UnixNano())
-		e.pub.workerReads(ver.StateFormats)
-		return ver.Version > e.view.Load().version
-	}
-	for need := behind(); ; need = false {
-		if !need {
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.resyncCh:
-			case <-t.C:
-				if !behind() {
-					continue
-				}
-			}
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := e.resync(rctx); err != nil {
-			e.log.Warn("config resync failed", "err", err)
-		} else {
-			e.metrics.resyncs.Inc()
-			e.log.Info("config resynchronised", "version", e.view.Load().version)
-		}
-		cancel()
-	}
 }
 
 // Close stops the loops, publishes everything pending, and waits until the

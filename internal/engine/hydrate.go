@@ -34,9 +34,13 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -57,7 +61,17 @@ const (
 	hydrateLogEvery = 5 * time.Second
 )
 
+// hydration loads the persisted buckets into the hot cache: the bulk load
+// after the first page, first touches, and the resets that must not come
+// back. It is the engine's; it asks the worker over nc.
 type hydration struct {
+	nc         *nats.Conn
+	cache      *quota.Cache
+	log        *slog.Logger
+	retries    prometheus.Counter // pages asked again
+	firstTouch prometheus.Counter // buckets loaded by a first touch
+	version    func() int64       // the config version, for the last log line
+
 	done    atomic.Bool
 	upTo    atomic.Pointer[loadCursor]
 	loaded  atomic.Int64 // buckets inserted by the bulk load
@@ -87,13 +101,13 @@ func (c *loadCursor) covers(key []byte) bool {
 	return string(key) <= c.key
 }
 
-func (e *Engine) requestBuckets(ctx context.Context, req bus.BucketsRequest) (bus.BucketsPage, error) {
+func (h *hydration) requestBuckets(ctx context.Context, req bus.BucketsRequest) (bus.BucketsPage, error) {
 	var page bus.BucketsPage
 	req.Packed = true
 	if req.Partition == nil && len(req.Keys) == 0 {
 		req.Order = bus.OrderPartitionKey
 	}
-	err := bus.Request(ctx, e.nc, bus.BucketsSubject, req, &page)
+	err := bus.Request(ctx, h.nc, bus.BucketsSubject, req, &page)
 	return page, err
 }
 
@@ -105,14 +119,14 @@ type pageLoader struct {
 }
 
 // each calls load for every bucket of page and returns the last key.
-func (pl *pageLoader) each(e *Engine, page *bus.BucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
+func (pl *pageLoader) each(log *slog.Logger, page *bus.BucketsPage, load func(key string, limits []quota.Limit, states []quota.State, fullAt int64)) string {
 	last := ""
 	for i := range page.Buckets {
 		rec := &page.Buckets[i]
 		last = rec.Key
 		limits, err := bus.DecodeLimits(rec.Limits)
 		if err != nil {
-			e.log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
+			log.Warn("skipping persisted bucket", "key", rec.Key, "err", err)
 			continue
 		}
 		load(rec.Key, limits, bus.DecodeStates(rec.States), rec.FullAt)
@@ -122,91 +136,91 @@ func (pl *pageLoader) each(e *Engine, page *bus.BucketsPage, load func(key strin
 		last = key
 		var err error
 		if pl.limits, pl.states, err = bus.DecodeStateInto(r.State, pl.limits, pl.states); err != nil {
-			e.log.Warn("skipping persisted bucket", "key", key, "err", err)
+			log.Warn("skipping persisted bucket", "key", key, "err", err)
 			return nil
 		}
 		load(key, pl.limits, pl.states, r.FullAt)
 		return nil
 	})
 	if err != nil {
-		e.log.Warn("unreadable page of persisted buckets", "err", err)
+		log.Warn("unreadable page of persisted buckets", "err", err)
 	}
 	return last
 }
 
 // insert loads one persisted bucket unless the cache already has one (or
 // the key was reset while loading); it reports whether it loaded.
-func (e *Engine) insert(key string, limits []quota.Limit, states []quota.State, fullAt int64) bool {
-	if !e.hyd.done.Load() && e.wasReset(key) {
+func (h *hydration) insert(key string, limits []quota.Limit, states []quota.State, fullAt int64) bool {
+	if !h.done.Load() && h.wasReset(key) {
 		return false
 	}
-	return e.cache.LoadIfAbsent(key, limits, states, fullAt)
+	return h.cache.LoadIfAbsent(key, limits, states, fullAt)
 }
 
 // hydrate loads the config snapshot and the first page of buckets; the
 // server may answer checks once it returns. It returns the cursor the
 // rest of the load starts from ("" when there is nothing more).
 func (e *Engine) hydrate(ctx context.Context) (string, error) {
-	if err := e.resync(ctx); err != nil {
+	if err := e.sync.resync(ctx); err != nil {
 		return "", err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	page, err := e.requestBuckets(rctx, bus.BucketsRequest{Limit: hydratePage})
+	page, err := e.hyd.requestBuckets(rctx, bus.BucketsRequest{Limit: hydratePage})
 	if err != nil {
 		return "", fmt.Errorf("load buckets: %w", err)
 	}
 	var pl pageLoader
-	e.insertPage(&pl, &page)
+	e.hyd.insertPage(&pl, &page)
 	return page.Next, nil
 }
 
 // insertPage loads a page of the bulk load and moves upTo past it.
-func (e *Engine) insertPage(pl *pageLoader, page *bus.BucketsPage) {
+func (h *hydration) insertPage(pl *pageLoader, page *bus.BucketsPage) {
 	n := int64(0)
-	last := pl.each(e, page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
-		if e.insert(key, limits, states, fullAt) {
+	last := pl.each(h.log, page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if h.insert(key, limits, states, fullAt) {
 			n++
 		}
 	})
-	e.hyd.loaded.Add(n)
+	h.loaded.Add(n)
 	if page.Next != "" {
 		last = page.Next
 	}
 	if last != "" {
-		e.hyd.upTo.Store(&loadCursor{key: last, byPart: page.Order == bus.OrderPartitionKey})
+		h.upTo.Store(&loadCursor{key: last, byPart: page.Order == bus.OrderPartitionKey})
 	}
 }
 
 // loadRest loads the pages after the first one, fetching the next page
 // while inserting the last, until every persisted bucket is in the cache or
 // ctx ends. A failed page is retried from where the load stopped.
-func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) {
+func (h *hydration) loadRest(ctx context.Context, after string, started time.Time) {
 	if after == "" {
-		e.finishHydration(started)
+		h.finish(started)
 		return
 	}
 	pages := make(chan bus.BucketsPage, 1)
 	go func() {
 		defer close(pages)
 		for failures := 0; after != ""; {
-			if e.hyd.beforePage != nil {
-				e.hyd.beforePage(after)
+			if h.beforePage != nil {
+				h.beforePage(after)
 			}
 			// A page takes well under a second; while NATS is away a
 			// request waits in the reconnect buffer, so give up early
 			// and ask again.
 			rctx, cancel := context.WithTimeout(ctx, pageTimeout)
-			page, err := e.requestBuckets(rctx, bus.BucketsRequest{After: after, Limit: hydratePage})
+			page, err := h.requestBuckets(rctx, bus.BucketsRequest{After: after, Limit: hydratePage})
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				failures++
-				e.metrics.hydrateRetries.Inc()
-				e.log.Warn("hydration paused; retrying from where it stopped",
-					"loaded", e.hyd.loaded.Load(), "after_key", after, "attempt", failures, "err", err)
+				h.retries.Inc()
+				h.log.Warn("hydration paused; retrying from where it stopped",
+					"loaded", h.loaded.Load(), "after_key", after, "attempt", failures, "err", err)
 				select {
 				case <-ctx.Done():
 					return
@@ -226,28 +240,28 @@ func (e *Engine) loadRest(ctx context.Context, after string, started time.Time) 
 	lastLog := time.Now()
 	var pl pageLoader
 	for page := range pages {
-		e.insertPage(&pl, &page)
+		h.insertPage(&pl, &page)
 		if time.Since(lastLog) >= hydrateLogEvery {
 			lastLog = time.Now()
-			n := e.hyd.loaded.Load()
+			n := h.loaded.Load()
 			el := time.Since(started)
-			e.log.Info("hydrating hot cache", "loaded", n, "first_touch", e.hyd.touched.Load(),
+			h.log.Info("hydrating hot cache", "loaded", n, "first_touch", h.touched.Load(),
 				"elapsed_s", el.Seconds(), "buckets_per_s", int64(float64(n)/el.Seconds()))
 		}
 		if page.Next == "" {
-			e.finishHydration(started)
+			h.finish(started)
 		}
 	}
 }
 
-func (e *Engine) finishHydration(started time.Time) {
-	e.hyd.done.Store(true)
-	e.hyd.resetMu.Lock()
-	e.hyd.resets = nil
-	e.hyd.resetMu.Unlock()
+func (h *hydration) finish(started time.Time) {
+	h.done.Store(true)
+	h.resetMu.Lock()
+	h.resets = nil
+	h.resetMu.Unlock()
 	el := time.Since(started)
-	e.log.Info("hot cache hydrated", "buckets", e.hyd.loaded.Load(), "first_touch", e.hyd.touched.Load(),
-		"seconds", el.Seconds(), "config_version", e.view.Load().version)
+	h.log.Info("hot cache hydrated", "buckets", h.loaded.Load(), "first_touch", h.touched.Load(),
+		"seconds", el.Seconds(), "config_version", h.version())
 }
 
 // Hydrated reports whether every persisted bucket is in the cache (the
@@ -257,52 +271,52 @@ func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
 // touch makes sure key's persisted bucket, if any, is in the cache before a
 // check decides on it, while the bulk load has not reached the key. The
 // fetch ends after firstTouchWait or when ctx ends.
-func (e *Engine) touch(ctx context.Context, key []byte) error {
-	if up := e.hyd.upTo.Load(); up != nil && up.covers(key) {
+func (h *hydration) touch(ctx context.Context, key []byte) error {
+	if up := h.upTo.Load(); up != nil && up.covers(key) {
 		return nil
 	}
-	if e.cache.Has(key) {
+	if h.cache.Has(key) {
 		return nil
 	}
 	tctx, cancel := context.WithTimeout(ctx, firstTouchWait)
 	defer cancel()
 	k := string(key)
-	page, err := e.requestBuckets(tctx, bus.BucketsRequest{Keys: []string{k}, Limit: 1})
+	page, err := h.requestBuckets(tctx, bus.BucketsRequest{Keys: []string{k}, Limit: 1})
 	if err != nil {
 		if ctx.Err() != nil {
 			return cancelled(ctx)
 		}
-		e.log.Warn("first-touch load failed", "err", err)
+		h.log.Warn("first-touch load failed", "err", err)
 		return errs.Errorf(errs.Unavailable, "This caller's quota is still loading after a restart; try again shortly.")
 	}
 	var pl pageLoader
-	pl.each(e, &page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
-		if key == k && e.insert(key, limits, states, fullAt) {
-			e.hyd.touched.Add(1)
-			e.metrics.firstTouch.Inc()
+	pl.each(h.log, &page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+		if key == k && h.insert(key, limits, states, fullAt) {
+			h.touched.Add(1)
+			h.firstTouch.Inc()
 		}
 	})
 	return nil
 }
 
 // noteReset remembers a key reset while the bulk load runs.
-func (e *Engine) noteReset(key string) {
-	if e.hyd.done.Load() {
+func (h *hydration) noteReset(key string) {
+	if h.done.Load() {
 		return
 	}
-	e.hyd.resetMu.Lock()
-	if !e.hyd.done.Load() {
-		if e.hyd.resets == nil {
-			e.hyd.resets = map[string]struct{}{}
+	h.resetMu.Lock()
+	if !h.done.Load() {
+		if h.resets == nil {
+			h.resets = map[string]struct{}{}
 		}
-		e.hyd.resets[key] = struct{}{}
+		h.resets[key] = struct{}{}
 	}
-	e.hyd.resetMu.Unlock()
+	h.resetMu.Unlock()
 }
 
-func (e *Engine) wasReset(key string) bool {
-	e.hyd.resetMu.Lock()
-	_, ok := e.hyd.resets[key]
-	e.hyd.resetMu.Unlock()
+func (h *hydration) wasReset(key string) bool {
+	h.resetMu.Lock()
+	_, ok := h.resets[key]
+	h.resetMu.Unlock()
 	return ok
 }

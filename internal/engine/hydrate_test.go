@@ -207,7 +207,7 @@ func TestChecksWhileHydratingSeePersistedState(t *testing.T) {
 	}
 	e.WaitVersion(context.Background(), w.Version)
 	stale := []quota.Limit{{Algorithm: quota.TokenBucket, Limit: 100, Period: 24 * time.Hour}}
-	if e.insert(resetKey, stale, []quota.State{{Tokens: 90, At: time.Now().UnixNano()}}, 0) {
+	if e.hyd.insert(resetKey, stale, []quota.State{{Tokens: 90, At: time.Now().UnixNano()}}, 0) {
 		t.Fatal("a page read before the reset brought the old state back")
 	}
 	close(gate)
