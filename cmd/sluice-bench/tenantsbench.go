@@ -104,11 +104,11 @@ func runTenantsBench(ctx context.Context, args []string, stdout io.Writer) error
 	defer db.Close()
 	st := tenants.NewStore(db)
 	now := time.Now()
-	big, _, _, err := st.CreateTenant(ctx, "big", "owner@big.test", "big tenant passphrase", now)
+	big, _, _, err := st.Tenants().Create(ctx, "big", "owner@big.test", "big tenant passphrase", now)
 	if err != nil {
 		return err
 	}
-	small, _, _, err := st.CreateTenant(ctx, "small", "owner@small.test", "small tenant passphrase", now)
+	small, _, _, err := st.Tenants().Create(ctx, "small", "owner@small.test", "small tenant passphrase", now)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func newHydrateEnvOn(t *testing.T, n int, restartable bool) *hydrateEnv {
 	st := tenants.NewStore(db)
 	ctx := context.Background()
 	now := time.Now()
-	tn, _, _, err := st.CreateTenant(ctx, "acme", "owner@acme.test", "a long passphrase", now)
+	tn, _, _, err := st.Tenants().Create(ctx, "acme", "owner@acme.test", "a long passphrase", now)
 	if err != nil {
 		t.Fatal(err)
 	}

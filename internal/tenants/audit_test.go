@@ -113,7 +113,7 @@ func TestAuditRecordsWhoWhenWhat(t *testing.T) {
 func TestAuditNeverRecordsSecrets(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
-	tn, svcKey, _, err := s.CreateTenant(ctx, "acme", "owner@acme.test", "correct horse battery", t0)
+	tn, svcKey, _, err := s.Tenants().Create(ctx, "acme", "owner@acme.test", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,32 +121,32 @@ func TestAuditNeverRecordsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sk2, _, err := s.CreateServiceKey(ctx, tn.ID, t0)
+	_, sk2, _, err := s.ServiceKeys().Create(ctx, tn.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := s.CreateUser(ctx, tn.ID, "dev@acme.test", "member password one", tenants.RoleMember, t0)
+	u, err := s.Users().Create(ctx, tn.ID, "dev@acme.test", "member password one", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ChangePassword(ctx, u.ID, "member password one", "member password two", t0); err != nil {
+	if _, _, err := s.Users().ChangePassword(ctx, u.ID, "member password one", "member password two", t0); err != nil {
 		t.Fatal(err)
 	}
-	u, _, err = s.ChangeEmail(ctx, u.ID, "member password two", "dev2@acme.test", t0)
+	u, _, err = s.Users().ChangeEmail(ctx, u.ID, "member password two", "dev2@acme.test", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.SetUserRole(ctx, tn.ID, u.ID, tenants.RoleOwner, t0); err != nil {
+	if _, _, err := s.Users().SetRole(ctx, tn.ID, u.ID, tenants.RoleOwner, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.EndSessions(ctx, u.ID, t0); err != nil {
+	if _, _, err := s.Users().EndSessions(ctx, u.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
-	if _, _, err := s.SetOperatorTokenHash(op, tenants.HashToken("op_secret_token_value"), false, t0); err != nil {
+	if _, _, err := s.Operator().SetTokenHash(op, tenants.HashToken("op_secret_token_value"), false, t0); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := s.GetUser(ctx, u.ID)
+	stored, err := s.Users().Get(ctx, u.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestAuditFailedChangeRecordsNothing(t *testing.T) {
 	before := auditPage(t, s, tenants.AuditQuery{TenantID: tn.ID}).Entries
 	_, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0) // the name is taken
 	wantCode(t, err, errs.Conflict)
-	_, _, err = s.RevokeServiceKey(ctx, tn.ID, must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, tn.ID))[0].ID, t0) // the last one
+	_, _, err = s.ServiceKeys().Revoke(ctx, tn.ID, must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, tn.ID))[0].ID, t0) // the last one
 	wantCode(t, err, errs.Conflict)
 	if after := auditPage(t, s, tenants.AuditQuery{TenantID: tn.ID}).Entries; len(after) != len(before) {
 		t.Fatalf("%d entries after refused writes, want %d", len(after), len(before))
@@ -201,7 +201,7 @@ func TestAuditTenantIsolation(t *testing.T) {
 	if _, _, err := s.CreatePolicy(ctx, b.ID, samplePolicy("b-only"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("op_x"), false, t0); err != nil {
+	if _, _, err := s.Operator().SetTokenHash(ctx, tenants.HashToken("op_x"), false, t0); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range auditPage(t, s, tenants.AuditQuery{TenantID: b.ID}).Entries {

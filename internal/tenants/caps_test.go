@@ -25,7 +25,7 @@ func wantCap(t *testing.T, err error, cap string, value int) {
 
 func wantUsage(t *testing.T, s *tenants.Store, tenantID string, want tenants.Usage) {
 	t.Helper()
-	got, err := s.TenantUsage(context.Background(), tenantID)
+	got, err := s.Tenants().Usage(context.Background(), tenantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +98,15 @@ func TestCapServiceKeys(t *testing.T) {
 	s := newStore(t)
 	s.SetCaps(tenants.Caps{ServiceKeys: 2})
 	a := mustTenant(t, s, "a") // its first service key
-	k2, _, _, err := s.CreateServiceKey(ctx, a.ID, t0)
+	k2, _, _, err := s.ServiceKeys().Create(ctx, a.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, err = s.CreateServiceKey(ctx, a.ID, t0)
+	_, _, _, err = s.ServiceKeys().Create(ctx, a.ID, t0)
 	wantCap(t, err, tenants.CapServiceKeys, 2)
 	// Only active keys count: a rotation (revoke, then add) always works.
-	must[tenants.ServiceKey](t)(first2(s.RevokeServiceKey(ctx, a.ID, k2.ID, t0)))
-	if _, _, _, err := s.CreateServiceKey(ctx, a.ID, t0); err != nil {
+	must[tenants.ServiceKey](t)(first2(s.ServiceKeys().Revoke(ctx, a.ID, k2.ID, t0)))
+	if _, _, _, err := s.ServiceKeys().Create(ctx, a.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantUsage(t, s, a.ID, tenants.Usage{ServiceKeys: 2, Members: 1})
@@ -136,18 +136,18 @@ func TestCapMembers(t *testing.T) {
 	s.SetCaps(tenants.Caps{Members: 2})
 	a := mustTenant(t, s, "a") // its owner
 	mustTenant(t, s, "b")
-	m, err := s.CreateUser(ctx, a.ID, "m1@example.com", "correct horse battery", tenants.RoleMember, t0)
+	m, err := s.Users().Create(ctx, a.ID, "m1@example.com", "correct horse battery", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.CreateUser(ctx, a.ID, "m2@example.com", "correct horse battery", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, a.ID, "m2@example.com", "correct horse battery", tenants.RoleMember, t0)
 	wantCap(t, err, tenants.CapMembers, 2)
 	// An address that already has a login gets the same answer: the cap
 	// is checked first and says nothing of who signs in where.
-	_, err = s.CreateUser(ctx, a.ID, "b@example.com", "correct horse battery", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, a.ID, "b@example.com", "correct horse battery", tenants.RoleMember, t0)
 	wantCap(t, err, tenants.CapMembers, 2)
-	must[tenants.User](t)(first2(s.DeleteUser(ctx, a.ID, m.ID, t0)))
-	if _, err := s.CreateUser(ctx, a.ID, "m2@example.com", "correct horse battery", tenants.RoleMember, t0); err != nil {
+	must[tenants.User](t)(first2(s.Users().Delete(ctx, a.ID, m.ID, t0)))
+	if _, err := s.Users().Create(ctx, a.ID, "m2@example.com", "correct horse battery", tenants.RoleMember, t0); err != nil {
 		t.Fatal(err)
 	}
 	wantUsage(t, s, a.ID, tenants.Usage{ServiceKeys: 1, Members: 2})
@@ -189,7 +189,7 @@ func TestCapIsExactUnderConcurrentWrites(t *testing.T) {
 func TestTenantUsageFollowsDeletion(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	if _, _, err := s.EnsureOperator(ctx, "op@example.com", "correct horse battery", t0); err != nil {
+	if _, _, err := s.Operator().Ensure(ctx, "op@example.com", "correct horse battery", t0); err != nil {
 		t.Fatal(err)
 	}
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
@@ -199,8 +199,8 @@ func TestTenantUsageFollowsDeletion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must[tenants.Tenant](t)(first2(s.DeleteTenant(ctx, a.ID)))
-	if _, err := s.TenantUsage(ctx, a.ID); !errs.Is(err, errs.NotFound) {
+	must[tenants.Tenant](t)(first2(s.Tenants().Delete(ctx, a.ID)))
+	if _, err := s.Tenants().Usage(ctx, a.ID); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("deleted tenant's usage: %v", err)
 	}
 	wantUsage(t, s, b.ID, tenants.Usage{Policies: 1, ConsumerKeys: 1, ServiceKeys: 1, Members: 1})

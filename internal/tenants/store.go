@@ -39,8 +39,21 @@ const (
 )
 
 // Store reads and writes the configuration in SQLite. It is safe for
-// concurrent use.
+// concurrent use. Its own methods are what spans aggregates; each
+// aggregate's reads and writes are on the store its accessor returns
+// (doc.go).
 type Store struct {
+	*core
+	tenants     *TenantStore
+	serviceKeys *ServiceKeyStore
+	users       *UserStore
+	operator    *OperatorStore
+	setup       *SetupStore
+}
+
+// core is what every store of one database shares: the handle, the one
+// writer, and the settings writes are checked against.
+type core struct {
 	db        *sql.DB
 	write     chan struct{} // a one-slot semaphore held for each write transaction
 	passwords *passwordGate // bounds argon2id work (passwords.go)
@@ -58,8 +71,25 @@ type Store struct {
 // NewStore returns a Store over db, which must have been opened with
 // sqlitedb.Open (schema migrated, foreign keys on, immediate transactions).
 func NewStore(db *sql.DB) *Store {
-	return &Store{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
+	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
+	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
+		operator: &OperatorStore{c}, setup: &SetupStore{c}}
 }
+
+// Tenants returns the store of tenants.
+func (s *Store) Tenants() *TenantStore { return s.tenants }
+
+// ServiceKeys returns the store of tenants' service keys.
+func (s *Store) ServiceKeys() *ServiceKeyStore { return s.serviceKeys }
+
+// Users returns the store of dashboard logins.
+func (s *Store) Users() *UserStore { return s.users }
+
+// Operator returns the store of the operator's login and token.
+func (s *Store) Operator() *OperatorStore { return s.operator }
+
+// Setup returns the store of the first-run setup link.
+func (s *Store) Setup() *SetupStore { return s.setup }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
@@ -72,7 +102,7 @@ type querier interface {
 type scanner interface{ Scan(dest ...any) error }
 
 // inTx runs fn in a write transaction and commits it if fn succeeds.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *core) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	select {
 	case s.write <- struct{}{}:
 	case <-ctx.Done():
@@ -116,7 +146,7 @@ func (s *Store) Exclusive(ctx context.Context, fn func() error) error {
 // writeConfig runs fn in a write transaction. When fn returns changes, the
 // config version is incremented once in the same transaction and stamped
 // on all of them.
-func (s *Store) writeConfig(ctx context.Context, fn func(tx *sql.Tx) ([]Change, error)) ([]Change, error) {
+func (s *core) writeConfig(ctx context.Context, fn func(tx *sql.Tx) ([]Change, error)) ([]Change, error) {
 	var out []Change
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		changes, err := fn(tx)

@@ -33,7 +33,7 @@ func newStore(t *testing.T) *tenants.Store {
 
 func mustTenant(t *testing.T, s *tenants.Store, name string) tenants.Tenant {
 	t.Helper()
-	tn, _, _, err := s.CreateTenant(context.Background(), name, name+"@example.com", "correct horse battery", t0)
+	tn, _, _, err := s.Tenants().Create(context.Background(), name, name+"@example.com", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func checkChanges(t *testing.T, s *tenants.Store, before int64, changes []tenant
 func TestCreateTenant(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	tn, key, changes, err := s.CreateTenant(ctx, "acme", "Owner@Example.com", "correct horse battery", t0)
+	tn, key, changes, err := s.Tenants().Create(ctx, "acme", "Owner@Example.com", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,29 +113,29 @@ func TestCreateTenant(t *testing.T) {
 	if sk.Hash != tenants.HashKey(key) || sk.Prefix != key[:8] || sk.TenantID != tn.ID {
 		t.Fatalf("service key record %+v", sk)
 	}
-	if got := must[tenants.Tenant](t)(s.GetTenant(ctx, tn.ID)); got != tn {
+	if got := must[tenants.Tenant](t)(s.Tenants().Get(ctx, tn.ID)); got != tn {
 		t.Fatalf("GetTenant = %+v, want %+v", got, tn)
 	}
 
-	owner, err := s.Authenticate(ctx, "owner@example.com", "correct horse battery")
+	owner, err := s.Users().Authenticate(ctx, "owner@example.com", "correct horse battery")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if owner.Role != tenants.RoleOwner || owner.TenantID != tn.ID || owner.Email != "owner@example.com" {
 		t.Fatalf("owner = %+v", owner)
 	}
-	_, err = s.Authenticate(ctx, "owner@example.com", "wrong horse battery")
+	_, err = s.Users().Authenticate(ctx, "owner@example.com", "wrong horse battery")
 	wantCode(t, err, errs.Unauthenticated)
-	_, err = s.Authenticate(ctx, "nobody@example.com", "correct horse battery")
+	_, err = s.Users().Authenticate(ctx, "nobody@example.com", "correct horse battery")
 	wantCode(t, err, errs.Unauthenticated)
 
-	_, _, _, err = s.CreateTenant(ctx, "acme", "other@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "acme", "other@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Conflict)
-	_, _, _, err = s.CreateTenant(ctx, "other", "OWNER@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "other", "OWNER@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Conflict)
-	_, _, _, err = s.CreateTenant(ctx, "Bad/Name", "x@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "Bad/Name", "x@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Invalid)
-	_, _, _, err = s.CreateTenant(ctx, "short", "x@example.com", "short", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "short", "x@example.com", "short", t0)
 	if errs.Message(err) != "owner_password: must be at least 12 characters" {
 		t.Fatalf("err = %v", err)
 	}
@@ -145,7 +145,7 @@ func TestCreateTenant(t *testing.T) {
 
 	mustTenant(t, s, "beta")
 	_ = must[tenants.Policy](t)(first(s.CreatePolicy(ctx, tn.ID, samplePolicy("a"), t0)))
-	list := must[[]tenants.TenantSummary](t)(s.ListTenants(ctx))
+	list := must[[]tenants.TenantSummary](t)(s.Tenants().List(ctx))
 	if len(list) != 2 || list[0].Name != "acme" || list[0].Policies != 1 || list[0].ServiceKeys != 1 || list[0].Users != 1 || list[1].Policies != 0 {
 		t.Fatalf("ListTenants = %+v", list)
 	}
@@ -160,7 +160,7 @@ func TestServiceKeys(t *testing.T) {
 	s := newStore(t)
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 	v := version(t, s)
-	k, plain, changes, err := s.CreateServiceKey(ctx, a.ID, t0)
+	k, plain, changes, err := s.ServiceKeys().Create(ctx, a.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +168,13 @@ func TestServiceKeys(t *testing.T) {
 	if k.Hash != tenants.HashKey(plain) {
 		t.Fatal("hash mismatch")
 	}
-	if keys := must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID)); len(keys) != 2 {
+	if keys := must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, a.ID)); len(keys) != 2 {
 		t.Fatalf("ListServiceKeys = %d keys", len(keys))
 	}
-	_, _, err = s.RevokeServiceKey(ctx, b.ID, k.ID, t0)
+	_, _, err = s.ServiceKeys().Revoke(ctx, b.ID, k.ID, t0)
 	wantCode(t, err, errs.NotFound)
 	v = version(t, s)
-	k2, changes, err := s.RevokeServiceKey(ctx, a.ID, k.ID, t0)
+	k2, changes, err := s.ServiceKeys().Revoke(ctx, a.ID, k.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,21 +182,21 @@ func TestServiceKeys(t *testing.T) {
 	if k2.RevokedAt == nil {
 		t.Fatal("not revoked")
 	}
-	if _, changes, err := s.RevokeServiceKey(ctx, a.ID, k.ID, t0.Add(time.Hour)); err != nil || len(changes) != 0 {
+	if _, changes, err := s.ServiceKeys().Revoke(ctx, a.ID, k.ID, t0.Add(time.Hour)); err != nil || len(changes) != 0 {
 		t.Fatalf("second revoke: %v, %d changes", err, len(changes))
 	}
-	_, _, _, err = s.CreateServiceKey(ctx, "ten_missing", t0)
+	_, _, _, err = s.ServiceKeys().Create(ctx, "ten_missing", t0)
 	wantCode(t, err, errs.NotFound)
 
 	// The last active key is kept: a tenant without one is locked out.
 	var last string
-	for _, k := range must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID)) {
+	for _, k := range must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, a.ID)) {
 		if k.RevokedAt == nil {
 			last = k.ID
 		}
 	}
 	v = version(t, s)
-	_, _, err = s.RevokeServiceKey(ctx, a.ID, last, t0)
+	_, _, err = s.ServiceKeys().Revoke(ctx, a.ID, last, t0)
 	wantCode(t, err, errs.Conflict)
 	if version(t, s) != v {
 		t.Fatal("a refused revocation moved the config version")
@@ -498,23 +498,23 @@ func TestUsersAndOperator(t *testing.T) {
 	a := mustTenant(t, s, "a")
 	v := version(t, s)
 
-	m, err := s.CreateUser(ctx, a.ID, "Member@Example.com", "member password 1", tenants.RoleMember, t0)
+	m, err := s.Users().Create(ctx, a.ID, "Member@Example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Email != "member@example.com" || m.Role != tenants.RoleMember {
 		t.Fatalf("member = %+v", m)
 	}
-	_, err = s.CreateUser(ctx, a.ID, "member@example.com", "member password 1", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, a.ID, "member@example.com", "member password 1", tenants.RoleMember, t0)
 	wantCode(t, err, errs.Conflict)
-	_, err = s.CreateUser(ctx, a.ID, "x@example.com", "member password 1", tenants.RoleOperator, t0)
+	_, err = s.Users().Create(ctx, a.ID, "x@example.com", "member password 1", tenants.RoleOperator, t0)
 	wantCode(t, err, errs.Invalid)
-	_, err = s.CreateUser(ctx, "ten_missing", "y@example.com", "member password 1", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, "ten_missing", "y@example.com", "member password 1", tenants.RoleMember, t0)
 	wantCode(t, err, errs.NotFound)
-	if users := must[[]tenants.User](t)(s.ListUsers(ctx, a.ID)); len(users) != 2 {
+	if users := must[[]tenants.User](t)(s.Users().List(ctx, a.ID)); len(users) != 2 {
 		t.Fatalf("ListUsers = %+v", users)
 	}
-	got := must[tenants.User](t)(s.UserByEmail(ctx, "MEMBER@example.com"))
+	got := must[tenants.User](t)(s.Users().ByEmail(ctx, "MEMBER@example.com"))
 	if got.ID != m.ID || !tenants.CheckPassword(got.PasswordHash, "member password 1") {
 		t.Fatalf("UserByEmail = %+v", got)
 	}
@@ -522,52 +522,52 @@ func TestUsersAndOperator(t *testing.T) {
 		t.Fatalf("user JSON leaks the hash: %s", b)
 	}
 
-	op, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0)
+	op, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "operator password", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if op.Role != tenants.RoleOperator || op.TenantID != "" || len(cs) != 1 || cs[0].Kind != tenants.ChangeUserSession {
 		t.Fatalf("operator = %+v, changes %+v", op, cs)
 	}
-	if _, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0); err != nil || len(cs) != 0 {
+	if _, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "operator password", t0); err != nil || len(cs) != 0 {
 		t.Fatalf("an unchanged operator login: %v, changes %+v", err, cs)
 	}
 	// A new password ends the operator's older sessions.
-	op2, cs, err := s.EnsureOperator(ctx, "ops@example.com", "a new operator password", t0)
+	op2, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "a new operator password", t0)
 	if err != nil || op2.ID != op.ID || op2.SessionVersion != op.SessionVersion+1 || len(cs) != 1 ||
 		cs[0].UserSession == nil || cs[0].UserSession.Version != op2.SessionVersion {
 		t.Fatalf("EnsureOperator again: %v, %+v, changes %+v", err, op2, cs)
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "operator password"); !errs.Is(err, errs.Unauthenticated) {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatal("old operator password still works")
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = s.EnsureOperator(ctx, "member@example.com", "operator password", t0)
+	_, _, err = s.Operator().Ensure(ctx, "member@example.com", "operator password", t0)
 	wantCode(t, err, errs.Conflict)
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatalf("a refused operator email retired the current operator: %v", err)
 	}
 	// A new configured email replaces the operator login: the old one
 	// can no longer sign in and its user is gone.
-	op3, cs, err := s.EnsureOperator(ctx, "Root@Example.com", "the root password", t0)
+	op3, cs, err := s.Operator().Ensure(ctx, "Root@Example.com", "the root password", t0)
 	if err != nil || op3.ID == op.ID || op3.Email != "root@example.com" {
 		t.Fatalf("EnsureOperator with a new email: %v, %+v", err, op3)
 	}
 	if len(cs) != 2 || cs[1].Kind != tenants.ChangeUserDeleted || cs[1].ID != op.ID {
 		t.Fatalf("retiring the previous operator announced %+v, want its deletion", cs)
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatalf("previous operator still signs in: %v", err)
 	}
-	if _, err := s.UserByEmail(ctx, "ops@example.com"); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Users().ByEmail(ctx, "ops@example.com"); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("previous operator login kept: %v", err)
 	}
-	if _, err := s.Authenticate(ctx, "root@example.com", "the root password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "root@example.com", "the root password"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UserByEmail(ctx, "member@example.com"); err != nil {
+	if _, err := s.Users().ByEmail(ctx, "member@example.com"); err != nil {
 		t.Fatalf("tenant users are not operator logins: %v", err)
 	}
 	// Three operator writes changed something (created, new password, new
@@ -577,24 +577,24 @@ func TestUsersAndOperator(t *testing.T) {
 	}
 
 	hash := tenants.HashToken("op_token_0123456789012345678901234567890")
-	set, c, err := s.SetOperatorTokenHash(ctx, hash, true, time.Now())
+	set, c, err := s.Operator().SetTokenHash(ctx, hash, true, time.Now())
 	if err != nil || !set {
 		t.Fatalf("first set: %v %v", set, err)
 	}
 	checkChanges(t, s, v+3, []tenants.Change{c}, tenants.ChangeOperatorToken)
-	if set, _, err := s.SetOperatorTokenHash(ctx, "other", true, time.Now()); err != nil || set {
+	if set, _, err := s.Operator().SetTokenHash(ctx, "other", true, time.Now()); err != nil || set {
 		t.Fatalf("onlyIfAbsent overwrote: %v %v", set, err)
 	}
-	if set, _, err := s.SetOperatorTokenHash(ctx, hash, false, time.Now()); err != nil || set {
+	if set, _, err := s.Operator().SetTokenHash(ctx, hash, false, time.Now()); err != nil || set {
 		t.Fatalf("same hash rewritten: %v %v", set, err)
 	}
 	v = version(t, s)
-	set, c, err = s.SetOperatorTokenHash(ctx, "other", false, time.Now())
+	set, c, err = s.Operator().SetTokenHash(ctx, "other", false, time.Now())
 	if err != nil || !set {
 		t.Fatalf("replace: %v %v", set, err)
 	}
 	checkChanges(t, s, v, []tenants.Change{c}, tenants.ChangeOperatorToken)
-	if h := must[string](t)(s.OperatorTokenHash(ctx)); h != "other" {
+	if h := must[string](t)(s.Operator().TokenHash(ctx)); h != "other" {
 		t.Fatalf("hash = %q", h)
 	}
 }
@@ -638,7 +638,7 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 		}
 		all = append(all, changes...)
 	}
-	b, _, changes, err := s.CreateTenant(ctx, "b", "b@example.com", "correct horse battery", t0)
+	b, _, changes, err := s.Tenants().Create(ctx, "b", "b@example.com", "correct horse battery", t0)
 	record(changes, err)
 	p, changes, err := s.CreatePolicy(ctx, b.ID, samplePolicy("heavy"), t0)
 	record(changes, err)
@@ -658,25 +658,25 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 	record(changes, err)
 	changes, err = s.DeletePolicy(ctx, b.ID, p.ID, time.Now())
 	record(changes, err)
-	_, c, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("token"), false, time.Now())
+	_, c, err := s.Operator().SetTokenHash(ctx, tenants.HashToken("token"), false, time.Now())
 	record([]tenants.Change{c}, err)
 	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	record(changes, err)
-	m, err := s.CreateUser(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
+	m, err := s.Users().Create(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record(s.AnnounceUser(ctx, m.ID))
-	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2", time.Now())
+	record(s.Users().Announce(ctx, m.ID))
+	_, changes, err = s.Users().ChangePassword(ctx, m.ID, "member password 1", "member password 2", time.Now())
 	record(changes, err)
-	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
+	_, changes, err = s.Users().SetRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
 	record(changes, err)
-	m2, err := s.CreateUser(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
+	m2, err := s.Users().Create(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record(s.AnnounceUser(ctx, m2.ID))
-	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID, time.Now())
+	record(s.Users().Announce(ctx, m2.ID))
+	_, changes, err = s.Users().Delete(ctx, b.ID, m2.ID, time.Now())
 	record(changes, err)
 
 	end := must[tenants.Snapshot](t)(s.Snapshot(ctx))

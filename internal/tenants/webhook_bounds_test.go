@@ -323,16 +323,16 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 	ctx := context.Background()
 	s := webhookStore(t)
 	a := mustTenant(t, s, "acme")
-	users, err := s.ListUsers(ctx, a.ID)
+	users, err := s.Users().List(ctx, a.ID)
 	if err != nil || len(users) != 1 {
 		t.Fatal(users, err)
 	}
 	owner := users[0]
-	second, err := s.CreateUser(ctx, a.ID, "second@example.com", "correct horse battery", tenants.RoleOwner, t0)
+	second, err := s.Users().Create(ctx, a.ID, "second@example.com", "correct horse battery", tenants.RoleOwner, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, err := s.CreateUser(ctx, a.ID, "member@example.com", "correct horse battery", tenants.RoleMember, t0)
+	member, err := s.Users().Create(ctx, a.ID, "member@example.com", "correct horse battery", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 
 	// The second owner is removed: their endpoint is paused, says why,
 	// and hears nothing more; the others still do.
-	if _, _, err := s.DeleteUser(as(owner), a.ID, second.ID, t0); err != nil {
+	if _, _, err := s.Users().Delete(as(owner), a.ID, second.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	paused, err := s.GetWebhook(ctx, a.ID, bySecond.Webhook.ID)
@@ -442,7 +442,7 @@ func TestWebhookOutboxCatchesUpInSteps(t *testing.T) {
 	if u, _ := s.WebhookOutbox(ctx, a.ID); u.PendingRows != 10 {
 		t.Fatalf("pending %d, want 10", u.PendingRows)
 	}
-	if _, _, err := s.DeleteTenant(ctx, a.ID); err != nil {
+	if _, _, err := s.Tenants().Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
 	if drops, _ := s.WebhookOutboxDrops(ctx); len(drops) != 0 {

@@ -154,7 +154,7 @@ type WebhookSealer interface {
 // fail without one.
 func (s *Store) SetWebhookSealer(ws WebhookSealer) { s.sealer.Store(&ws) }
 
-func (s *Store) webhookSealer() (WebhookSealer, error) {
+func (s *core) webhookSealer() (WebhookSealer, error) {
 	p := s.sealer.Load()
 	if p == nil || *p == nil {
 		return nil, errs.Errorf(errs.Unavailable, "Webhooks are not available: the worker has no key to seal their secrets.")
@@ -433,7 +433,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, tenantID, id string, now time
 }
 
 // newWebhookSecret makes an endpoint's secret and seals it for storage.
-func (s *Store) newWebhookSecret() (secret string, sealed []byte, err error) {
+func (s *core) newWebhookSecret() (secret string, sealed []byte, err error) {
 	sealer, err := s.webhookSealer()
 	if err != nil {
 		return "", nil, err

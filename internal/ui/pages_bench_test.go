@@ -48,7 +48,7 @@ func seedLargeTenant(b *testing.B, dir string) (tenantID, policyID, keyID string
 	defer db.Close()
 	st := tenants.NewStore(db)
 	now := time.Now()
-	tn, _, _, err := st.CreateTenant(ctx, "large", benchOwner, benchPassword, now)
+	tn, _, _, err := st.Tenants().Create(ctx, "large", benchOwner, benchPassword, now)
 	if err != nil {
 		b.Fatal(err)
 	}

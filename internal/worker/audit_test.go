@@ -197,7 +197,7 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	ctx := context.Background()
 	st := tenants.NewStore(e.db)
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	tn, _, _, err := st.CreateTenant(ctx, "acme", "owner@acme.test", "correct horse battery", now.Add(-500*24*time.Hour))
+	tn, _, _, err := st.Tenants().Create(ctx, "acme", "owner@acme.test", "correct horse battery", now.Add(-500*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,7 +189,7 @@ func (e *env) hook(t *testing.T, tenantID string, r *receiver, events ...string)
 
 func (e *env) tenant(t *testing.T, name string) tenants.Tenant {
 	t.Helper()
-	tn, _, _, err := e.w.store.CreateTenant(context.Background(), name, "owner@"+name+".test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(context.Background(), name, "owner@"+name+".test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func Write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.W
 // user's first session is accepted everywhere.
 func (s *Service) AnnounceUser(ctx context.Context, id string) error {
 	_, err := Write(s, func() (service.None, []tenants.Change, error) {
-		cs, err := s.store.AnnounceUser(ctx, id)
+		cs, err := s.store.Users().Announce(ctx, id)
 		return service.None{}, cs, err
 	})
 	return err
@@ -119,50 +119,50 @@ func (t tenantSvc) Create(ctx context.Context, name, ownerEmail, ownerPassword s
 // cmd/server --demo (tenants.Tenant.Demo), which no front door makes.
 func (s *Service) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, demo bool) (service.Written[service.TenantCreated], error) {
 	// The owner's password is hashed before the writer is taken.
-	nt, err := s.store.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
+	nt, err := s.store.Tenants().Prepare(ctx, name, ownerEmail, ownerPassword)
 	if err != nil {
 		return service.Written[service.TenantCreated]{}, err
 	}
 	nt.Demo = demo
 	return Write(s, func() (service.TenantCreated, []tenants.Change, error) {
-		tn, key, cs, err := s.store.CommitTenant(ctx, nt, s.now())
+		tn, key, cs, err := s.store.Tenants().Commit(ctx, nt, s.now())
 		return service.TenantCreated{Tenant: tn, ServiceKey: key}, cs, err
 	})
 }
 
 func (t tenantSvc) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
-	return t.s.store.RecordTenantOpened(ctx, id, t.s.now())
+	return t.s.store.Tenants().RecordOpened(ctx, id, t.s.now())
 }
 
 func (t tenantSvc) List(ctx context.Context) ([]tenants.TenantSummary, error) {
-	return t.s.store.ListTenants(ctx)
+	return t.s.store.Tenants().List(ctx)
 }
 
 func (t tenantSvc) Get(ctx context.Context, id string) (tenants.TenantSummary, error) {
-	return t.s.store.GetTenantSummary(ctx, id)
+	return t.s.store.Tenants().Summary(ctx, id)
 }
 
 func (t tenantSvc) Suspend(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.SuspendTenant(ctx, id, t.s.now())
+		return t.s.store.Tenants().Suspend(ctx, id, t.s.now())
 	})
 }
 
 func (t tenantSvc) SetTimeZone(ctx context.Context, id, zone string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.SetTenantTimeZone(ctx, id, zone, t.s.now())
+		return t.s.store.Tenants().SetTimeZone(ctx, id, zone, t.s.now())
 	})
 }
 
 func (t tenantSvc) Resume(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.ResumeTenant(ctx, id)
+		return t.s.store.Tenants().Resume(ctx, id)
 	})
 }
 
 func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	res, err := Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.DeleteTenant(ctx, id)
+		return t.s.store.Tenants().Delete(ctx, id)
 	})
 	if err == nil && t.s.hooks.TenantDeleted != nil {
 		t.s.hooks.TenantDeleted(id)
@@ -193,7 +193,7 @@ func (p policySvc) List(ctx context.Context, tenantID string) ([]tenants.Policy,
 }
 
 func (p policySvc) Names(ctx context.Context, tenantID string, ids []string) (service.PolicyNameList, error) {
-	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return service.PolicyNameList{}, err
 	}
 	n, err := p.s.store.CountPolicies(ctx, tenantID)
@@ -205,7 +205,7 @@ func (p policySvc) Names(ctx context.Context, tenantID string, ids []string) (se
 }
 
 func (p policySvc) Count(ctx context.Context, tenantID string) (int, error) {
-	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return 0, err
 	}
 	return p.s.store.CountPolicies(ctx, tenantID)
@@ -245,7 +245,7 @@ func (k keySvc) List(ctx context.Context, tenantID string) ([]tenants.ConsumerKe
 }
 
 func (k keySvc) Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage, error) {
-	if err := k.s.store.RequireTenant(ctx, q.TenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, q.TenantID); err != nil {
 		return tenants.KeyPage{}, err
 	}
 	return k.s.store.ListConsumerKeyPage(ctx, q)
@@ -256,7 +256,7 @@ func (k keySvc) Names(ctx context.Context, tenantID string, ids []string) (map[s
 }
 
 func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, error) {
-	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return tenants.KeyCounts{}, err
 	}
 	return k.s.store.CountConsumerKeys(ctx, tenantID)
@@ -278,21 +278,21 @@ type serviceKeySvc struct{ s *Service }
 
 func (k serviceKeySvc) Create(ctx context.Context, tenantID string) (service.Written[service.ServiceKeyCreated], error) {
 	return Write(k.s, func() (service.ServiceKeyCreated, []tenants.Change, error) {
-		key, secret, cs, err := k.s.store.CreateServiceKey(ctx, tenantID, k.s.now())
+		key, secret, cs, err := k.s.store.ServiceKeys().Create(ctx, tenantID, k.s.now())
 		return service.ServiceKeyCreated{Key: key, Secret: secret}, cs, err
 	})
 }
 
 func (k serviceKeySvc) List(ctx context.Context, tenantID string) ([]tenants.ServiceKey, error) {
-	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	return nonNil(k.s.store.ListServiceKeys(ctx, tenantID))
+	return nonNil(k.s.store.ServiceKeys().List(ctx, tenantID))
 }
 
 func (k serviceKeySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ServiceKey], error) {
 	return Write(k.s, func() (tenants.ServiceKey, []tenants.Change, error) {
-		return k.s.store.RevokeServiceKey(ctx, tenantID, id, k.s.now())
+		return k.s.store.ServiceKeys().Revoke(ctx, tenantID, id, k.s.now())
 	})
 }
 
@@ -305,20 +305,20 @@ type userSvc struct{ s *Service }
 // other records the sign-in's time.
 func (u userSvc) SignIn(ctx context.Context, email, password string) (service.UserRecord, error) {
 	st := u.s.store
-	usr, err := st.Authenticate(ctx, email, password)
+	usr, err := st.Users().Authenticate(ctx, email, password)
 	if err != nil {
 		return service.UserRecord{}, err
 	}
 	rec := service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}
 	if usr.TenantID != "" {
-		t, err := st.GetTenant(ctx, usr.TenantID)
+		t, err := st.Tenants().Get(ctx, usr.TenantID)
 		if err != nil {
 			return service.UserRecord{}, err
 		}
 		rec.TenantSuspended = t.Suspended()
 	}
 	if !rec.TenantSuspended {
-		if err := st.RecordSignIn(ctx, usr.ID, u.s.now()); err != nil {
+		if err := st.Users().RecordSignIn(ctx, usr.ID, u.s.now()); err != nil {
 			u.s.log.Warn("last sign-in time not recorded", "user", usr.ID, "err", err)
 		}
 	}
@@ -326,7 +326,7 @@ func (u userSvc) SignIn(ctx context.Context, email, password string) (service.Us
 }
 
 func (u userSvc) Create(ctx context.Context, r service.UserCreate) (tenants.User, error) {
-	usr, err := u.s.store.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, u.s.now())
+	usr, err := u.s.store.Users().Create(ctx, r.TenantID, r.Email, r.Password, r.Role, u.s.now())
 	if err != nil {
 		return usr, err
 	}
@@ -334,48 +334,48 @@ func (u userSvc) Create(ctx context.Context, r service.UserCreate) (tenants.User
 }
 
 func (u userSvc) List(ctx context.Context, tenantID string) ([]tenants.User, error) {
-	return nonNil(u.s.store.ListUsers(ctx, tenantID))
+	return nonNil(u.s.store.Users().List(ctx, tenantID))
 }
 
 func (u userSvc) SetRole(ctx context.Context, tenantID, id, role string) (service.Written[tenants.User], error) {
 	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
-		return u.s.store.SetUserRole(ctx, tenantID, id, role, u.s.now())
+		return u.s.store.Users().SetRole(ctx, tenantID, id, role, u.s.now())
 	})
 }
 
 func (u userSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[tenants.User], error) {
 	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
-		return u.s.store.DeleteUser(ctx, tenantID, id, u.s.now())
+		return u.s.store.Users().Delete(ctx, tenantID, id, u.s.now())
 	})
 }
 
 func (u userSvc) ChangePassword(ctx context.Context, id, current, next string) (service.Written[service.UserRecord], error) {
 	// Checked and hashed before the writer is taken; the write goes ahead
 	// only if the password checked is still the stored one.
-	p, err := u.s.store.PreparePasswordChange(ctx, id, current, next)
+	p, err := u.s.store.Users().PreparePasswordChange(ctx, id, current, next)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitPasswordChange(ctx, p, u.s.now())
+		usr, cs, err := u.s.store.Users().CommitPasswordChange(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
 
 func (u userSvc) ChangeEmail(ctx context.Context, id, password, email string) (service.Written[service.UserRecord], error) {
-	c, err := u.s.store.PrepareEmailChange(ctx, id, password, email)
+	c, err := u.s.store.Users().PrepareEmailChange(ctx, id, password, email)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitEmailChange(ctx, c, u.s.now())
+		usr, cs, err := u.s.store.Users().CommitEmailChange(ctx, c, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
 
 func (u userSvc) EndSessions(ctx context.Context, id string) (service.Written[service.UserRecord], error) {
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.EndSessions(ctx, id, u.s.now())
+		usr, cs, err := u.s.store.Users().EndSessions(ctx, id, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
@@ -427,22 +427,22 @@ func (u setupSvc) Offer(ctx context.Context, tokenHash string) (bool, error) {
 	// Under the writer, so that an offer and a claim never interleave.
 	u.s.writeMu.Lock()
 	defer u.s.writeMu.Unlock()
-	return u.s.store.OfferSetup(ctx, tokenHash)
+	return u.s.store.Setup().Offer(ctx, tokenHash)
 }
 
 func (u setupSvc) Check(ctx context.Context, token string) error {
-	return u.s.store.CheckSetup(ctx, token)
+	return u.s.store.Setup().Check(ctx, token)
 }
 
 func (u setupSvc) Claim(ctx context.Context, token, email, password string) (service.Written[service.UserRecord], error) {
 	// Checked and hashed before the writer is taken; the commit checks the
 	// token again.
-	p, err := u.s.store.PrepareSetupClaim(ctx, token, email, password)
+	p, err := u.s.store.Setup().PrepareClaim(ctx, token, email, password)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitSetupClaim(ctx, p, u.s.now())
+		usr, cs, err := u.s.store.Setup().CommitClaim(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
