@@ -67,7 +67,7 @@ func newHydrateEnvOn(t *testing.T, n int, restartable bool) *hydrateEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _, err := st.CreatePolicy(ctx, tn.ID, tenants.Policy{Name: "daily", Method: "GET", Path: "/api/*",
+	pol, _, err := st.Policies().Create(ctx, tn.ID, tenants.Policy{Name: "daily", Method: "GET", Path: "/api/*",
 		Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 100, "24h")}}, now)
 	if err != nil {
 		t.Fatal(err)

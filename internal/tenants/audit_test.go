@@ -48,29 +48,29 @@ func TestAuditRecordsWhoWhenWhat(t *testing.T) {
 	ctx := tenants.WithActor(context.Background(), owner)
 	tn := mustTenant(t, s, "acme")
 
-	p, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0)
+	p, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	upd := samplePolicy("search")
 	upd.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.TokenBucket, Limit: 20, Period: "60s", Burst: 5}}
 	delete(upd.Tiers, "pro")
-	if _, _, err := s.UpdatePolicy(ctx, tn.ID, p.ID, upd, t0.Add(time.Minute)); err != nil {
+	if _, _, err := s.Policies().Update(ctx, tn.ID, p.ID, upd, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	k, _, _, err := s.CreateConsumerKey(ctx, tn.ID, "mobile app", "pro", nil, nil, t0)
+	k, _, _, err := s.Keys().Create(ctx, tn.ID, "mobile app", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc := tenants.WithActor(context.Background(), tenants.ServiceKeyActor("sk_AbC12defghijklmnopqrstuvwxyz0123456789"))
-	if _, _, err := s.RevokeConsumerKey(svc, tn.ID, k.ID, t0.Add(2*time.Minute)); err != nil {
+	if _, _, err := s.Keys().Revoke(svc, tn.ID, k.ID, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	// Revoking again changes nothing and records nothing.
-	if _, _, err := s.RevokeConsumerKey(svc, tn.ID, k.ID, t0.Add(3*time.Minute)); err != nil {
+	if _, _, err := s.Keys().Revoke(svc, tn.ID, k.ID, t0.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DeletePolicy(ctx, tn.ID, p.ID, t0.Add(4*time.Minute)); err != nil {
+	if _, err := s.Policies().Delete(ctx, tn.ID, p.ID, t0.Add(4*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -117,7 +117,7 @@ func TestAuditNeverRecordsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ckKey, _, err := s.CreateConsumerKey(ctx, tn.ID, "app", "pro", nil, nil, t0)
+	_, ckKey, _, err := s.Keys().Create(ctx, tn.ID, "app", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +176,11 @@ func TestAuditFailedChangeRecordsNothing(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
 	tn := mustTenant(t, s, "acme")
-	if _, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0); err != nil {
 		t.Fatal(err)
 	}
 	before := auditPage(t, s, tenants.AuditQuery{TenantID: tn.ID}).Entries
-	_, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0) // the name is taken
+	_, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0) // the name is taken
 	wantCode(t, err, errs.Conflict)
 	_, _, err = s.ServiceKeys().Revoke(ctx, tn.ID, must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, tn.ID))[0].ID, t0) // the last one
 	wantCode(t, err, errs.Conflict)
@@ -195,10 +195,10 @@ func TestAuditTenantIsolation(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
 	a, b := mustTenant(t, s, "acme"), mustTenant(t, s, "globex")
-	if _, _, err := s.CreatePolicy(ctx, a.ID, samplePolicy("a-only"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, a.ID, samplePolicy("a-only"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreatePolicy(ctx, b.ID, samplePolicy("b-only"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, b.ID, samplePolicy("b-only"), t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Operator().SetTokenHash(ctx, tenants.HashToken("op_x"), false, t0); err != nil {
@@ -244,11 +244,11 @@ func TestAuditPagesAndFilters(t *testing.T) {
 		if i%3 == 0 {
 			ctx = bob
 		}
-		if _, _, _, err := s.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("key %d", i), "pro", nil, nil, t0.Add(time.Duration(i)*time.Second)); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, tn.ID, fmt.Sprintf("key %d", i), "pro", nil, nil, t0.Add(time.Duration(i)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := s.CreatePolicy(alice, tn.ID, samplePolicy("search"), t0); err != nil {
+	if _, _, err := s.Policies().Create(alice, tn.ID, samplePolicy("search"), t0); err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64
@@ -296,7 +296,7 @@ func TestAuditRetention(t *testing.T) {
 	tn := mustTenant(t, s, "acme") // at t0
 	ctx := tenants.WithActor(context.Background(), owner)
 	for i := range 7 {
-		if _, _, _, err := s.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("k%d", i), "pro", nil, nil, t0.Add(time.Duration(i)*24*time.Hour)); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, tn.ID, fmt.Sprintf("k%d", i), "pro", nil, nil, t0.Add(time.Duration(i)*24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}

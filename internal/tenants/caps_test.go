@@ -39,18 +39,18 @@ func TestCapPolicies(t *testing.T) {
 	s := newStore(t)
 	s.SetCaps(tenants.Caps{Policies: 2})
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
-	p1 := must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, a.ID, samplePolicy("one"), t0)))
-	must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, a.ID, samplePolicy("two"), t0)))
+	p1 := must[tenants.Policy](t)(first2(s.Policies().Create(ctx, a.ID, samplePolicy("one"), t0)))
+	must[tenants.Policy](t)(first2(s.Policies().Create(ctx, a.ID, samplePolicy("two"), t0)))
 	before := version(t, s)
-	_, cs, err := s.CreatePolicy(ctx, a.ID, samplePolicy("three"), t0)
+	_, cs, err := s.Policies().Create(ctx, a.ID, samplePolicy("three"), t0)
 	wantCap(t, err, tenants.CapPolicies, 2)
 	if cs != nil || version(t, s) != before {
 		t.Fatal("a refused write moved the config version")
 	}
 	// Another tenant has its own room; a deletion makes room again.
-	must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, b.ID, samplePolicy("three"), t0)))
-	must[[]tenants.Change](t)(s.DeletePolicy(ctx, a.ID, p1.ID, t0))
-	must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, a.ID, samplePolicy("three"), t0)))
+	must[tenants.Policy](t)(first2(s.Policies().Create(ctx, b.ID, samplePolicy("three"), t0)))
+	must[[]tenants.Change](t)(s.Policies().Delete(ctx, a.ID, p1.ID, t0))
+	must[tenants.Policy](t)(first2(s.Policies().Create(ctx, a.ID, samplePolicy("three"), t0)))
 	wantUsage(t, s, a.ID, tenants.Usage{Policies: 2, ServiceKeys: 1, Members: 1})
 }
 
@@ -60,14 +60,14 @@ func TestCapLimitsPerPolicy(t *testing.T) {
 	s.SetCaps(tenants.Caps{LimitsPerPolicy: 3})
 	a := mustTenant(t, s, "a")
 	p := samplePolicy("three") // 1 + 2 limits
-	created := must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, a.ID, p, t0)))
+	created := must[tenants.Policy](t)(first2(s.Policies().Create(ctx, a.ID, p, t0)))
 	p.Name = "four"
 	p.Tiers["default"] = tenants.Limits{{Algorithm: tenants.TokenBucket, Limit: 5, Period: "1s"}}
-	_, _, err := s.CreatePolicy(ctx, a.ID, p, t0)
+	_, _, err := s.Policies().Create(ctx, a.ID, p, t0)
 	wantCap(t, err, tenants.CapLimitsPerPolicy, 3)
 	// An update is held to the same cap.
 	p.Name = "three"
-	_, _, err = s.UpdatePolicy(ctx, a.ID, created.ID, p, t0)
+	_, _, err = s.Policies().Update(ctx, a.ID, created.ID, p, t0)
 	wantCap(t, err, tenants.CapLimitsPerPolicy, 3)
 	if !strings.Contains(errs.Message(err), "this one has 4") {
 		t.Fatalf("message %q does not say how many limits the policy has", errs.Message(err))
@@ -79,16 +79,16 @@ func TestCapConsumerKeys(t *testing.T) {
 	s := newStore(t)
 	s.SetCaps(tenants.Caps{ConsumerKeys: 2})
 	a := mustTenant(t, s, "a")
-	k1, _, _, err := s.CreateConsumerKey(ctx, a.ID, "k1", "pro", nil, nil, t0)
+	k1, _, _, err := s.Keys().Create(ctx, a.ID, "k1", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "k2", "pro", nil, nil, t0); err != nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "k2", "pro", nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	// A revoked key still counts: servers keep it.
-	must[tenants.ConsumerKey](t)(first2(s.RevokeConsumerKey(ctx, a.ID, k1.ID, t0)))
-	_, _, _, err = s.CreateConsumerKey(ctx, a.ID, "k3", "pro", nil, nil, t0)
+	must[tenants.ConsumerKey](t)(first2(s.Keys().Revoke(ctx, a.ID, k1.ID, t0)))
+	_, _, _, err = s.Keys().Create(ctx, a.ID, "k3", "pro", nil, nil, t0)
 	wantCap(t, err, tenants.CapConsumerKeys, 2)
 	wantUsage(t, s, a.ID, tenants.Usage{ConsumerKeys: 2, ServiceKeys: 1, Members: 1})
 }
@@ -118,14 +118,14 @@ func TestCapBlocks(t *testing.T) {
 	s.SetCaps(tenants.Caps{Blocks: 2})
 	a := mustTenant(t, s, "a")
 	block := func(ip string) (tenants.Block, error) {
-		b, _, err := s.CreateBlock(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: tenants.IdentityIP, ID: ip}}, t0)
+		b, _, err := s.Blocks().Create(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: tenants.IdentityIP, ID: ip}}, t0)
 		return b, err
 	}
 	b1 := must[tenants.Block](t)(block("192.0.2.1"))
 	must[tenants.Block](t)(block("192.0.2.2"))
 	_, err := block("192.0.2.3")
 	wantCap(t, err, tenants.CapBlocks, 2)
-	must[[]tenants.Change](t)(s.DeleteBlock(ctx, a.ID, b1.ID, t0))
+	must[[]tenants.Change](t)(s.Blocks().Delete(ctx, a.ID, b1.ID, t0))
 	must[tenants.Block](t)(block("192.0.2.3"))
 	wantUsage(t, s, a.ID, tenants.Usage{Blocks: 2, ServiceKeys: 1, Members: 1})
 }
@@ -165,7 +165,7 @@ func TestCapIsExactUnderConcurrentWrites(t *testing.T) {
 	ok, refused := 0, 0
 	for i := range 20 {
 		wg.Go(func() {
-			_, _, _, err := s.CreateConsumerKey(ctx, a.ID, fmt.Sprint("k", i), "pro", nil, nil, t0)
+			_, _, _, err := s.Keys().Create(ctx, a.ID, fmt.Sprint("k", i), "pro", nil, nil, t0)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -194,8 +194,8 @@ func TestTenantUsageFollowsDeletion(t *testing.T) {
 	}
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 	for _, id := range []string{a.ID, b.ID} {
-		must[tenants.Policy](t)(first2(s.CreatePolicy(ctx, id, samplePolicy("p"), t0)))
-		if _, _, _, err := s.CreateConsumerKey(ctx, id, "k", "pro", nil, nil, t0); err != nil {
+		must[tenants.Policy](t)(first2(s.Policies().Create(ctx, id, samplePolicy("p"), t0)))
+		if _, _, _, err := s.Keys().Create(ctx, id, "k", "pro", nil, nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}

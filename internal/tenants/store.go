@@ -49,6 +49,9 @@ type Store struct {
 	users       *UserStore
 	operator    *OperatorStore
 	setup       *SetupStore
+	keys        *KeyStore
+	policies    *PolicyStore
+	blocks      *BlockStore
 }
 
 // core is what every store of one database shares: the handle, the one
@@ -73,7 +76,7 @@ type core struct {
 func NewStore(db *sql.DB) *Store {
 	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
 	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
-		operator: &OperatorStore{c}, setup: &SetupStore{c}}
+		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c}}
 }
 
 // Tenants returns the store of tenants.
@@ -90,6 +93,15 @@ func (s *Store) Operator() *OperatorStore { return s.operator }
 
 // Setup returns the store of the first-run setup link.
 func (s *Store) Setup() *SetupStore { return s.setup }
+
+// Keys returns the store of consumer keys.
+func (s *Store) Keys() *KeyStore { return s.keys }
+
+// Policies returns the store of policies.
+func (s *Store) Policies() *PolicyStore { return s.policies }
+
+// Blocks returns the store of blocks.
+func (s *Store) Blocks() *BlockStore { return s.blocks }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {

@@ -18,9 +18,9 @@ func TestTenantLifecycle(t *testing.T) {
 	s := newStore(t)
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 	for _, tn := range []tenants.Tenant{a, b} {
-		must[tenants.Policy](t)(first(s.CreatePolicy(ctx, tn.ID, samplePolicy("heavy"), t0)))
-		must[tenants.ConsumerKey](t)(first4(s.CreateConsumerKey(ctx, tn.ID, "k", "pro", nil, nil, t0)))
-		must[tenants.Block](t)(first(s.CreateBlock(ctx, tenants.Block{TenantID: tn.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}}, t0)))
+		must[tenants.Policy](t)(first(s.Policies().Create(ctx, tn.ID, samplePolicy("heavy"), t0)))
+		must[tenants.ConsumerKey](t)(first4(s.Keys().Create(ctx, tn.ID, "k", "pro", nil, nil, t0)))
+		must[tenants.Block](t)(first(s.Blocks().Create(ctx, tenants.Block{TenantID: tn.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}}, t0)))
 	}
 	m := must[tenants.User](t)(s.Users().Create(ctx, a.ID, "m@a.test", "member password 1", tenants.RoleMember, t0))
 	start := must[tenants.Snapshot](t)(s.Snapshot(ctx))

@@ -390,7 +390,7 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 		t.Fatalf("the removed owner's endpoint: %+v %v", paused, err)
 	}
 	before := len(deliveries(t, s, a.ID, paused.ID))
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "alice", "pro", nil, nil, t0); err != nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "alice", "pro", nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(deliveries(t, s, a.ID, paused.ID)); n != before {
@@ -411,7 +411,7 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 	if err != nil || resumed.Paused != "" || resumed.CreatedBy != owner.ID {
 		t.Fatalf("resumed: %+v %v", resumed, err)
 	}
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "bob", "pro", nil, nil, t0); err != nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "bob", "pro", nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(deliveries(t, s, a.ID, paused.ID)); n <= before {

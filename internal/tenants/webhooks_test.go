@@ -149,15 +149,15 @@ func TestWebhookOutboxCommitsWithTheChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _, _, err := s.CreateConsumerKey(ctx, a.ID, "alice", "pro", nil, nil, t0)
+	k, _, _, err := s.Keys().Create(ctx, a.ID, "alice", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.RevokeConsumerKey(ctx, a.ID, k.ID, t0); err != nil {
+	if _, _, err := s.Keys().Revoke(ctx, a.ID, k.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	// A write that fails enqueues nothing.
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "", "pro", nil, nil, t0); err == nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "", "pro", nil, nil, t0); err == nil {
 		t.Fatal("a key without a name was created")
 	}
 
@@ -251,7 +251,7 @@ func TestWebhookDeliveriesPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, name, "pro", nil, nil, t0); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, a.ID, name, "pro", nil, nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}

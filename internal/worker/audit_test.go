@@ -201,7 +201,7 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.CreatePolicy(ctx, tn.ID, tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1, Period: "1s"}}}}, now.Add(-time.Hour)); err != nil {
+	if _, _, err := st.Policies().Create(ctx, tn.ID, tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1, Period: "1s"}}}}, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := analytics.Maintain(ctx, e.db, analytics.Retention{}, now, nil) // the default: 400 days

@@ -27,7 +27,7 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 	if _, _, err := e.w.store.Tenants().SetTimeZone(ctx, tn.ID, "Asia/Kolkata", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	key, _, _, err := e.w.store.CreateConsumerKey(ctx, tn.ID, "customer", "pro", nil, nil, time.Now())
+	key, _, _, err := e.w.store.Keys().Create(ctx, tn.ID, "customer", "pro", nil, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -329,7 +329,7 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	}
 	const keys = 600
 	for i := range keys {
-		if _, _, _, err := e.w.store.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("customer key number %04d", i), "pro", nil, nil, time.Now()); err != nil {
+		if _, _, _, err := e.w.store.Keys().Create(ctx, tn.ID, fmt.Sprintf("customer key number %04d", i), "pro", nil, nil, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

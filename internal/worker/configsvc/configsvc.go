@@ -174,33 +174,33 @@ type policySvc struct{ s *Service }
 
 func (p policySvc) Create(ctx context.Context, tenantID string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
-		return p.s.store.CreatePolicy(ctx, tenantID, pol, p.s.now())
+		return p.s.store.Policies().Create(ctx, tenantID, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Update(ctx context.Context, tenantID, id string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
-		return p.s.store.UpdatePolicy(ctx, tenantID, id, pol, p.s.now())
+		return p.s.store.Policies().Update(ctx, tenantID, id, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Get(ctx context.Context, tenantID, id string) (tenants.Policy, error) {
-	return p.s.store.GetPolicy(ctx, tenantID, id)
+	return p.s.store.Policies().Get(ctx, tenantID, id)
 }
 
 func (p policySvc) List(ctx context.Context, tenantID string) ([]tenants.Policy, error) {
-	return nonNil(p.s.store.ListPolicies(ctx, tenantID))
+	return nonNil(p.s.store.Policies().List(ctx, tenantID))
 }
 
 func (p policySvc) Names(ctx context.Context, tenantID string, ids []string) (service.PolicyNameList, error) {
 	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return service.PolicyNameList{}, err
 	}
-	n, err := p.s.store.CountPolicies(ctx, tenantID)
+	n, err := p.s.store.Policies().Count(ctx, tenantID)
 	if err != nil {
 		return service.PolicyNameList{}, err
 	}
-	ps, err := p.s.store.PolicyNames(ctx, tenantID, ids)
+	ps, err := p.s.store.Policies().Names(ctx, tenantID, ids)
 	return service.PolicyNameList{Total: n, Policies: ps}, err
 }
 
@@ -208,12 +208,12 @@ func (p policySvc) Count(ctx context.Context, tenantID string) (int, error) {
 	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return 0, err
 	}
-	return p.s.store.CountPolicies(ctx, tenantID)
+	return p.s.store.Policies().Count(ctx, tenantID)
 }
 
 func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
 	return Write(p.s, func() (service.None, []tenants.Change, error) {
-		cs, err := p.s.store.DeletePolicy(ctx, tenantID, id, p.s.now())
+		cs, err := p.s.store.Policies().Delete(ctx, tenantID, id, p.s.now())
 		return service.None{}, cs, err
 	})
 }
@@ -225,52 +225,52 @@ func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Writte
 		return service.Written[service.KeyCreated]{}, err
 	}
 	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
-		key, secret, cs, err := k.s.store.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
+		key, secret, cs, err := k.s.store.Keys().Create(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
 		if err != nil || r.BillingAnchor == 0 {
 			return service.KeyCreated{Key: key, Secret: secret}, cs, err
 		}
 		// The anchor is set right after, in the same write to the servers:
 		// both changes are announced together.
-		key, more, err := k.s.store.UpdateConsumerKey(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
+		key, more, err := k.s.store.Keys().Update(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
 		return service.KeyCreated{Key: key, Secret: secret}, append(cs, more...), err
 	})
 }
 
 func (k keySvc) Get(ctx context.Context, tenantID, id string) (tenants.ConsumerKey, error) {
-	return k.s.store.GetConsumerKey(ctx, tenantID, id)
+	return k.s.store.Keys().Get(ctx, tenantID, id)
 }
 
 func (k keySvc) List(ctx context.Context, tenantID string) ([]tenants.ConsumerKey, error) {
-	return nonNil(k.s.store.ListConsumerKeys(ctx, tenantID))
+	return nonNil(k.s.store.Keys().List(ctx, tenantID))
 }
 
 func (k keySvc) Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage, error) {
 	if err := k.s.store.Tenants().Require(ctx, q.TenantID); err != nil {
 		return tenants.KeyPage{}, err
 	}
-	return k.s.store.ListConsumerKeyPage(ctx, q)
+	return k.s.store.Keys().Page(ctx, q)
 }
 
 func (k keySvc) Names(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
-	return k.s.store.ConsumerKeyNames(ctx, tenantID, ids)
+	return k.s.store.Keys().Names(ctx, tenantID, ids)
 }
 
 func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, error) {
 	if err := k.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return tenants.KeyCounts{}, err
 	}
-	return k.s.store.CountConsumerKeys(ctx, tenantID)
+	return k.s.store.Keys().Count(ctx, tenantID)
 }
 
 func (k keySvc) Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
 	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
-		return k.s.store.UpdateConsumerKey(ctx, tenantID, id, p, k.s.now())
+		return k.s.store.Keys().Update(ctx, tenantID, id, p, k.s.now())
 	})
 }
 
 func (k keySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ConsumerKey], error) {
 	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
-		return k.s.store.RevokeConsumerKey(ctx, tenantID, id, k.s.now())
+		return k.s.store.Keys().Revoke(ctx, tenantID, id, k.s.now())
 	})
 }
 
@@ -384,17 +384,17 @@ type blockSvc struct{ s *Service }
 
 func (b blockSvc) Create(ctx context.Context, blk tenants.Block) (service.Written[tenants.Block], error) {
 	return Write(b.s, func() (tenants.Block, []tenants.Change, error) {
-		return b.s.store.CreateBlock(ctx, blk, b.s.now())
+		return b.s.store.Blocks().Create(ctx, blk, b.s.now())
 	})
 }
 
 func (b blockSvc) List(ctx context.Context, tenantID string) ([]tenants.Block, error) {
-	return nonNil(b.s.store.ListBlocks(ctx, tenantID))
+	return nonNil(b.s.store.Blocks().List(ctx, tenantID))
 }
 
 func (b blockSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
 	return Write(b.s, func() (service.None, []tenants.Change, error) {
-		cs, err := b.s.store.DeleteBlock(ctx, tenantID, id, b.s.now())
+		cs, err := b.s.store.Blocks().Delete(ctx, tenantID, id, b.s.now())
 		return service.None{}, cs, err
 	})
 }
@@ -403,7 +403,7 @@ type bucketSvc struct{ s *Service }
 
 func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (service.Written[service.None], error) {
 	return Write(b.s, func() (service.None, []tenants.Change, error) {
-		cs, err := b.s.store.ResetBuckets(ctx, tenantID, policy, id, b.s.now())
+		cs, err := b.s.store.Policies().ResetBuckets(ctx, tenantID, policy, id, b.s.now())
 		if err == nil && b.s.hooks.BucketsReset != nil {
 			b.s.hooks.BucketsReset(ctx, cs)
 		}
