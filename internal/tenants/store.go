@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +51,9 @@ type Store struct {
 	keys        *KeyStore
 	policies    *PolicyStore
 	blocks      *BlockStore
+	webhooks    *WebhookStore
+	outbox      *Outbox
+	queue       *DeliveryQueue
 }
 
 // core is what every store of one database shares: the handle, the one
@@ -62,13 +64,6 @@ type core struct {
 	passwords *passwordGate // bounds argon2id work (passwords.go)
 	caps      atomic.Pointer[Caps]
 	sealer    atomic.Pointer[WebhookSealer] // seals webhook secrets (webhooks.go)
-	// queueHead is QueueHead's statement, prepared once: the delivery
-	// loop runs it for every delivery.
-	queueHead struct {
-		once sync.Once
-		stmt *sql.Stmt
-		err  error
-	}
 }
 
 // NewStore returns a Store over db, which must have been opened with
@@ -76,7 +71,8 @@ type core struct {
 func NewStore(db *sql.DB) *Store {
 	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
 	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
-		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c}}
+		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c},
+		webhooks: &WebhookStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}}
 }
 
 // Tenants returns the store of tenants.
@@ -102,6 +98,16 @@ func (s *Store) Policies() *PolicyStore { return s.policies }
 
 // Blocks returns the store of blocks.
 func (s *Store) Blocks() *BlockStore { return s.blocks }
+
+// Webhooks returns the store of webhook endpoints.
+func (s *Store) Webhooks() *WebhookStore { return s.webhooks }
+
+// Outbox returns the webhook outbox that events are written to.
+func (s *Store) Outbox() *Outbox { return s.outbox }
+
+// DeliveryQueue returns the webhook deliveries as the delivery loop reads
+// them.
+func (s *Store) DeliveryQueue() *DeliveryQueue { return s.queue }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {

@@ -449,7 +449,7 @@ func TestWebhookIsolationAndRefusals(t *testing.T) {
 	}
 	// Stored directly (as if it had resolved elsewhere), a loopback
 	// endpoint is still not reached: the dialer refuses it.
-	c, err := e.w.store.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://127.0.0.1:1/hook")}, time.Now())
+	c, err := e.w.store.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://127.0.0.1:1/hook")}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

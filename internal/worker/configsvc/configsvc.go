@@ -474,26 +474,26 @@ func (w webhookSvc) Create(ctx context.Context, tenantID string, b tenants.Webho
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.WebhookCreated{}, err
 	}
-	return w.s.store.CreateWebhook(ctx, tenantID, b, w.s.now())
+	return w.s.store.Webhooks().Create(ctx, tenantID, b, w.s.now())
 }
 
 func (w webhookSvc) List(ctx context.Context, tenantID string) ([]tenants.Webhook, error) {
-	return w.s.store.ListWebhooks(ctx, tenantID)
+	return w.s.store.Webhooks().List(ctx, tenantID)
 }
 
 func (w webhookSvc) Get(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
-	return w.s.store.GetWebhook(ctx, tenantID, id)
+	return w.s.store.Webhooks().Get(ctx, tenantID, id)
 }
 
 func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error) {
 	// Another tenant's endpoint is not found, before its URL is looked up.
-	if _, err := w.s.store.GetWebhook(ctx, tenantID, id); err != nil {
+	if _, err := w.s.store.Webhooks().Get(ctx, tenantID, id); err != nil {
 		return tenants.Webhook{}, err
 	}
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.Webhook{}, err
 	}
-	wh, err := w.s.store.UpdateWebhook(ctx, tenantID, id, b, w.s.now())
+	wh, err := w.s.store.Webhooks().Update(ctx, tenantID, id, b, w.s.now())
 	if err == nil && b.Paused != nil && !*b.Paused && w.s.hooks.WebhookQueued != nil {
 		// A resumed endpoint's pending deliveries are due now.
 		w.s.hooks.WebhookQueued()
@@ -502,19 +502,19 @@ func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.W
 }
 
 func (w webhookSvc) Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
-	return w.s.store.DeleteWebhook(ctx, tenantID, id, w.s.now())
+	return w.s.store.Webhooks().Delete(ctx, tenantID, id, w.s.now())
 }
 
 func (w webhookSvc) Rotate(ctx context.Context, tenantID, id string) (tenants.WebhookCreated, error) {
-	return w.s.store.RotateWebhookSecret(ctx, tenantID, id, WebhookRotationOverlap, w.s.now())
+	return w.s.store.Webhooks().RotateSecret(ctx, tenantID, id, WebhookRotationOverlap, w.s.now())
 }
 
 func (w webhookSvc) Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error) {
-	return w.s.store.ListWebhookDeliveries(ctx, q)
+	return w.s.store.Webhooks().Deliveries(ctx, q)
 }
 
 func (w webhookSvc) Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error) {
-	d, err := w.s.store.ResendWebhookDelivery(ctx, tenantID, webhookID, deliveryID, w.s.now())
+	d, err := w.s.store.Webhooks().Resend(ctx, tenantID, webhookID, deliveryID, w.s.now())
 	if err == nil && w.s.hooks.WebhookQueued != nil {
 		w.s.hooks.WebhookQueued()
 	}
