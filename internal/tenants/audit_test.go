@@ -16,7 +16,7 @@ var owner = tenants.Actor{Kind: tenants.ActorUser, ID: "usr_1", Label: "owner@ac
 
 func auditPage(t *testing.T, s *tenants.Store, q tenants.AuditQuery) tenants.AuditPage {
 	t.Helper()
-	p, err := s.ListAudit(context.Background(), q)
+	p, err := s.Audit().List(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,17 +210,17 @@ func TestAuditTenantIsolation(t *testing.T) {
 		}
 	}
 	aEntries := auditPage(t, s, tenants.AuditQuery{TenantID: a.ID}).Entries
-	if _, err := s.GetAuditEntry(ctx, b.ID, aEntries[0].ID, false); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Audit().Get(ctx, b.ID, aEntries[0].ID, false); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("another tenant's entry: err = %v, want not_found", err)
 	}
 	platform := auditPage(t, s, tenants.AuditQuery{AllTenants: true, ObjectType: tenants.AuditOperator}).Entries
-	if _, err := s.GetAuditEntry(ctx, "", platform[0].ID, false); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Audit().Get(ctx, "", platform[0].ID, false); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("a platform entry without a tenant: err = %v, want not_found", err)
 	}
-	if e, err := s.GetAuditEntry(ctx, a.ID, aEntries[0].ID, false); err != nil || e.TenantName != "acme" {
+	if e, err := s.Audit().Get(ctx, a.ID, aEntries[0].ID, false); err != nil || e.TenantName != "acme" {
 		t.Fatalf("own entry = %+v, %v", e, err)
 	}
-	if _, err := s.ListAudit(ctx, tenants.AuditQuery{}); !errs.Is(err, errs.Invalid) {
+	if _, err := s.Audit().List(ctx, tenants.AuditQuery{}); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("a query without a tenant: err = %v, want invalid_request", err)
 	}
 	all := auditPage(t, s, tenants.AuditQuery{AllTenants: true}).Entries
@@ -285,7 +285,7 @@ func TestAuditPagesAndFilters(t *testing.T) {
 	if len(policies) != 1 || policies[0].ObjectName != "search" {
 		t.Fatalf("policy entries = %+v", policies)
 	}
-	if _, err := s.ListAudit(context.Background(), tenants.AuditQuery{TenantID: tn.ID, ObjectType: "spaceship"}); !errs.Is(err, errs.Invalid) {
+	if _, err := s.Audit().List(context.Background(), tenants.AuditQuery{TenantID: tn.ID, ObjectType: "spaceship"}); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("unknown object type: err = %v", err)
 	}
 }
@@ -300,7 +300,7 @@ func TestAuditRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.PruneAudit(ctx, t0.Add(3*24*time.Hour), 2)
+	n, err := s.Audit().Prune(ctx, t0.Add(3*24*time.Hour), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestTenantTimeZone(t *testing.T) {
 	if back, err := s.Tenants().Get(ctx, a.ID); err != nil || back.TimeZone != "Europe/Paris" {
 		t.Fatalf("read back: %+v %v", back, err)
 	}
-	page, err := s.ListAudit(ctx, tenants.AuditQuery{TenantID: a.ID, Limit: 10})
+	page, err := s.Audit().List(ctx, tenants.AuditQuery{TenantID: a.ID, Limit: 10})
 	if err != nil || len(page.Entries) == 0 || page.Entries[0].Action != tenants.ActionUpdated {
 		t.Fatalf("audit: %+v %v", page, err)
 	}

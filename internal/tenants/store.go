@@ -54,6 +54,7 @@ type Store struct {
 	webhooks    *WebhookStore
 	outbox      *Outbox
 	queue       *DeliveryQueue
+	audit       *AuditLog
 }
 
 // core is what every store of one database shares: the handle, the one
@@ -72,7 +73,7 @@ func NewStore(db *sql.DB) *Store {
 	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
 	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
 		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c},
-		webhooks: &WebhookStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}}
+		webhooks: &WebhookStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}, audit: &AuditLog{c}}
 }
 
 // Tenants returns the store of tenants.
@@ -108,6 +109,9 @@ func (s *Store) Outbox() *Outbox { return s.outbox }
 // DeliveryQueue returns the webhook deliveries as the delivery loop reads
 // them.
 func (s *Store) DeliveryQueue() *DeliveryQueue { return s.queue }
+
+// Audit returns the audit log.
+func (s *Store) Audit() *AuditLog { return s.audit }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {

@@ -211,7 +211,7 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	if ms.AuditDeleted != 1 {
 		t.Fatalf("deleted %d audit entries, want 1 (the tenant's, 500 days old)", ms.AuditDeleted)
 	}
-	page, err := st.ListAudit(ctx, tenants.AuditQuery{TenantID: tn.ID})
+	page, err := st.Audit().List(ctx, tenants.AuditQuery{TenantID: tn.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -414,11 +414,11 @@ func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenant
 type auditSvc struct{ s *Service }
 
 func (a auditSvc) List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
-	return a.s.store.ListAudit(ctx, q)
+	return a.s.store.Audit().List(ctx, q)
 }
 
 func (a auditSvc) Get(ctx context.Context, g service.AuditGet) (tenants.AuditEntry, error) {
-	return a.s.store.GetAuditEntry(ctx, g.TenantID, g.ID, g.AllTenants)
+	return a.s.store.Audit().Get(ctx, g.TenantID, g.ID, g.AllTenants)
 }
 
 type setupSvc struct{ s *Service }
