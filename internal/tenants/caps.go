@@ -188,7 +188,7 @@ func (s *core) checkRoom(ctx context.Context, q querier, tenantID, cap string) e
 
 // checkPolicyLimits answers a cap error when p holds more limits, its
 // tiers' added together, than one policy may.
-func (s *core) checkPolicyLimits(p Policy) error {
+func (s *PolicyStore) checkPolicyLimits(p Policy) error {
 	n := 0
 	for _, ls := range p.Tiers {
 		n += len(ls)

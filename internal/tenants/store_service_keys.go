@@ -13,6 +13,26 @@ import (
 // when servers last saw them. Get it from Store.ServiceKeys.
 type ServiceKeyStore struct{ *core }
 
+const serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
+
+func scanServiceKey(sc scanner) (ServiceKey, error) {
+	var k ServiceKey
+	var created int64
+	var revoked, used sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked, &used); err != nil {
+		return ServiceKey{}, err
+	}
+	k.CreatedAt = fromMS(created)
+	k.RevokedAt = fromOptMS(revoked)
+	k.LastUsedAt = fromOptMS(used)
+	return k, nil
+}
+
+func scanServiceKeyRecord(sc scanner) (ServiceKeyRecord, error) {
+	k, err := scanServiceKey(sc)
+	return ServiceKeyRecord{k}, err
+}
+
 func insertServiceKey(ctx context.Context, tx *sql.Tx, k ServiceKey) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO service_keys (id, tenant_id, prefix, hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)`,
 		k.ID, k.TenantID, k.Prefix, k.Hash, toMS(k.CreatedAt), optMS(k.RevokedAt))

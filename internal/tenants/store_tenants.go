@@ -10,11 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
-const (
-	tenantColumns     = `id, name, created_at, suspended_at, demo, time_zone`
-	serviceKeyColumns = `id, tenant_id, prefix, hash, created_at, revoked_at, last_used_at`
-	userColumns       = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
-)
+const tenantColumns = `id, name, created_at, suspended_at, demo, time_zone`
 
 func scanTenant(sc scanner) (Tenant, error) {
 	var t Tenant
@@ -26,36 +22,6 @@ func scanTenant(sc scanner) (Tenant, error) {
 	t.CreatedAt = fromMS(created)
 	t.SuspendedAt = fromOptMS(suspended)
 	return t, nil
-}
-
-func scanServiceKey(sc scanner) (ServiceKey, error) {
-	var k ServiceKey
-	var created int64
-	var revoked, used sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &created, &revoked, &used); err != nil {
-		return ServiceKey{}, err
-	}
-	k.CreatedAt = fromMS(created)
-	k.RevokedAt = fromOptMS(revoked)
-	k.LastUsedAt = fromOptMS(used)
-	return k, nil
-}
-
-func scanServiceKeyRecord(sc scanner) (ServiceKeyRecord, error) {
-	k, err := scanServiceKey(sc)
-	return ServiceKeyRecord{k}, err
-}
-
-func scanUser(sc scanner) (User, error) {
-	var u User
-	var created int64
-	var login sql.NullInt64
-	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created, &u.SessionVersion, &login); err != nil {
-		return User{}, err
-	}
-	u.CreatedAt = fromMS(created)
-	u.LastLoginAt = fromOptMS(login)
-	return u, nil
 }
 
 // TenantStore creates tenants with their owner and first service key,

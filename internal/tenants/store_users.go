@@ -44,6 +44,20 @@ func insertUser(ctx context.Context, tx *sql.Tx, u User) error {
 // from Store.Users.
 type UserStore struct{ *core }
 
+const userColumns = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
+
+func scanUser(sc scanner) (User, error) {
+	var u User
+	var created int64
+	var login sql.NullInt64
+	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created, &u.SessionVersion, &login); err != nil {
+		return User{}, err
+	}
+	u.CreatedAt = fromMS(created)
+	u.LastLoginAt = fromOptMS(login)
+	return u, nil
+}
+
 func scanUserSession(sc scanner) (UserSession, error) {
 	var u UserSession
 	err := sc.Scan(&u.ID, &u.TenantID, &u.Version)

@@ -442,7 +442,7 @@ func (s *WebhookStore) Delete(ctx context.Context, tenantID, id string, now time
 }
 
 // newWebhookSecret makes an endpoint's secret and seals it for storage.
-func (s *core) newWebhookSecret() (secret string, sealed []byte, err error) {
+func (s *WebhookStore) newWebhookSecret() (secret string, sealed []byte, err error) {
 	sealer, err := s.webhookSealer()
 	if err != nil {
 		return "", nil, err
