@@ -67,7 +67,7 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 	}
 	if op.Email != "" {
 		// Announced: a retired operator login or a new password ends the
-		// sessions it had on every server. EnsureOperator may hash while
+		// sessions it had on every server. Operator().Ensure may hash while
 		// the writer is held; this runs before any request is served, so
 		// no config write waits on it.
 		if _, err := configsvc.Write(w.config, func() (tenants.User, []tenants.Change, error) {
