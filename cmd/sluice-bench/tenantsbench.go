@@ -104,11 +104,11 @@ func runTenantsBench(ctx context.Context, args []string, stdout io.Writer) error
 	defer db.Close()
 	st := tenants.NewStore(db)
 	now := time.Now()
-	big, _, _, err := st.CreateTenant(ctx, "big", "owner@big.test", "big tenant passphrase", now)
+	big, _, _, err := st.Tenants().Create(ctx, "big", "owner@big.test", "big tenant passphrase", now)
 	if err != nil {
 		return err
 	}
-	small, _, _, err := st.CreateTenant(ctx, "small", "owner@small.test", "small tenant passphrase", now)
+	small, _, _, err := st.Tenants().Create(ctx, "small", "owner@small.test", "small tenant passphrase", now)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func runTenantsBench(ctx context.Context, args []string, stdout io.Writer) error
 	secrets := map[string]string{} // key id -> plain key, of the small tenant
 	var smallKeys []string
 	for i := range 2 * cfg.Revocations {
-		k, plain, _, err := st.CreateConsumerKey(ctx, small.ID, fmt.Sprint("k", i), "pro", nil, nil, now)
+		k, plain, _, err := st.Keys().Create(ctx, small.ID, fmt.Sprint("k", i), "pro", nil, nil, now)
 		if err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func runTenantsBench(ctx context.Context, args []string, stdout io.Writer) error
 		smallKeys = append(smallKeys, k.ID)
 	}
 	smallPolicy := tenants.Policy{Name: "api", Path: "/api/*", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1000, Period: "1s"}}}}
-	if _, _, err := st.CreatePolicy(ctx, small.ID, smallPolicy, now); err != nil {
+	if _, _, err := st.Policies().Create(ctx, small.ID, smallPolicy, now); err != nil {
 		return err
 	}
 

@@ -63,11 +63,11 @@ func newHydrateEnvOn(t *testing.T, n int, restartable bool) *hydrateEnv {
 	st := tenants.NewStore(db)
 	ctx := context.Background()
 	now := time.Now()
-	tn, _, _, err := st.CreateTenant(ctx, "acme", "owner@acme.test", "a long passphrase", now)
+	tn, _, _, err := st.Tenants().Create(ctx, "acme", "owner@acme.test", "a long passphrase", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _, err := st.CreatePolicy(ctx, tn.ID, tenants.Policy{Name: "daily", Method: "GET", Path: "/api/*",
+	pol, _, err := st.Policies().Create(ctx, tn.ID, tenants.Policy{Name: "daily", Method: "GET", Path: "/api/*",
 		Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 100, "24h")}}, now)
 	if err != nil {
 		t.Fatal(err)

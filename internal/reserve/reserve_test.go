@@ -24,7 +24,7 @@ func newStore(t *testing.T) (*tenants.Store, string) {
 	}
 	t.Cleanup(func() { db.Close() })
 	st := tenants.NewStore(db)
-	tn, _, _, err := st.CreateTenant(context.Background(), "llm", "o@llm.test", "correct horse battery", t0)
+	tn, _, _, err := st.Tenants().Create(context.Background(), "llm", "o@llm.test", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}

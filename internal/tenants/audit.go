@@ -248,6 +248,10 @@ func knownObjectType(t string) bool {
 	return false
 }
 
+// AuditLog reads and prunes the audit log that every config write records
+// into (recordAudit). Get it from Store.Audit.
+type AuditLog struct{ *core }
+
 const auditColumns = `a.id, a.tenant_id, COALESCE(t.name, ''), a.at, a.actor_kind, a.actor_id, a.actor_label, a.action, a.object_type, a.object_id, a.object_name, a.changes`
 
 func scanAudit(sc scanner) (AuditEntry, error) {
@@ -264,10 +268,10 @@ func scanAudit(sc scanner) (AuditEntry, error) {
 	return e, nil
 }
 
-// ListAudit returns one page of entries, newest first. Each filter is an
+// List returns one page of entries, newest first. Each filter is an
 // equality on an indexed column followed by id, so a page costs the same
 // however many entries there are.
-func (s *Store) ListAudit(ctx context.Context, q AuditQuery) (AuditPage, error) {
+func (s *AuditLog) List(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	if err := q.Validate(); err != nil {
 		return AuditPage{}, err
 	}
@@ -310,10 +314,10 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) (AuditPage, error) 
 	return page, nil
 }
 
-// GetAuditEntry returns one entry of the tenant's (any tenant's with
+// Get returns one entry of the tenant's (any tenant's with
 // tenantID ""): another tenant's entry answers errs.NotFound as a missing
 // one does.
-func (s *Store) GetAuditEntry(ctx context.Context, tenantID string, id int64, allTenants bool) (AuditEntry, error) {
+func (s *AuditLog) Get(ctx context.Context, tenantID string, id int64, allTenants bool) (AuditEntry, error) {
 	query := `SELECT ` + auditColumns + ` FROM audit_log a LEFT JOIN tenants t ON t.id = a.tenant_id WHERE a.id = ?`
 	args := []any{id}
 	if !allTenants {
@@ -326,9 +330,9 @@ func (s *Store) GetAuditEntry(ctx context.Context, tenantID string, id int64, al
 	return queryOne(ctx, s.db, scanAudit, "audit entry not found", query, args...)
 }
 
-// PruneAudit deletes the entries recorded before cut, oldest first, in
+// Prune deletes the entries recorded before cut, oldest first, in
 // transactions of at most batch rows, and returns how many it deleted.
-func (s *Store) PruneAudit(ctx context.Context, cut time.Time, batch int) (int64, error) {
+func (s *AuditLog) Prune(ctx context.Context, cut time.Time, batch int) (int64, error) {
 	var total int64
 	for {
 		var n int64

@@ -16,7 +16,7 @@ var owner = tenants.Actor{Kind: tenants.ActorUser, ID: "usr_1", Label: "owner@ac
 
 func auditPage(t *testing.T, s *tenants.Store, q tenants.AuditQuery) tenants.AuditPage {
 	t.Helper()
-	p, err := s.ListAudit(context.Background(), q)
+	p, err := s.Audit().List(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,29 +48,29 @@ func TestAuditRecordsWhoWhenWhat(t *testing.T) {
 	ctx := tenants.WithActor(context.Background(), owner)
 	tn := mustTenant(t, s, "acme")
 
-	p, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0)
+	p, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	upd := samplePolicy("search")
 	upd.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.TokenBucket, Limit: 20, Period: "60s", Burst: 5}}
 	delete(upd.Tiers, "pro")
-	if _, _, err := s.UpdatePolicy(ctx, tn.ID, p.ID, upd, t0.Add(time.Minute)); err != nil {
+	if _, _, err := s.Policies().Update(ctx, tn.ID, p.ID, upd, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	k, _, _, err := s.CreateConsumerKey(ctx, tn.ID, "mobile app", "pro", nil, nil, t0)
+	k, _, _, err := s.Keys().Create(ctx, tn.ID, "mobile app", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc := tenants.WithActor(context.Background(), tenants.ServiceKeyActor("sk_AbC12defghijklmnopqrstuvwxyz0123456789"))
-	if _, _, err := s.RevokeConsumerKey(svc, tn.ID, k.ID, t0.Add(2*time.Minute)); err != nil {
+	if _, _, err := s.Keys().Revoke(svc, tn.ID, k.ID, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	// Revoking again changes nothing and records nothing.
-	if _, _, err := s.RevokeConsumerKey(svc, tn.ID, k.ID, t0.Add(3*time.Minute)); err != nil {
+	if _, _, err := s.Keys().Revoke(svc, tn.ID, k.ID, t0.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DeletePolicy(ctx, tn.ID, p.ID, t0.Add(4*time.Minute)); err != nil {
+	if _, err := s.Policies().Delete(ctx, tn.ID, p.ID, t0.Add(4*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -113,40 +113,40 @@ func TestAuditRecordsWhoWhenWhat(t *testing.T) {
 func TestAuditNeverRecordsSecrets(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
-	tn, svcKey, _, err := s.CreateTenant(ctx, "acme", "owner@acme.test", "correct horse battery", t0)
+	tn, svcKey, _, err := s.Tenants().Create(ctx, "acme", "owner@acme.test", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ckKey, _, err := s.CreateConsumerKey(ctx, tn.ID, "app", "pro", nil, nil, t0)
+	_, ckKey, _, err := s.Keys().Create(ctx, tn.ID, "app", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sk2, _, err := s.CreateServiceKey(ctx, tn.ID, t0)
+	_, sk2, _, err := s.ServiceKeys().Create(ctx, tn.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := s.CreateUser(ctx, tn.ID, "dev@acme.test", "member password one", tenants.RoleMember, t0)
+	u, err := s.Users().Create(ctx, tn.ID, "dev@acme.test", "member password one", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ChangePassword(ctx, u.ID, "member password one", "member password two", t0); err != nil {
+	if _, _, err := s.Users().ChangePassword(ctx, u.ID, "member password one", "member password two", t0); err != nil {
 		t.Fatal(err)
 	}
-	u, _, err = s.ChangeEmail(ctx, u.ID, "member password two", "dev2@acme.test", t0)
+	u, _, err = s.Users().ChangeEmail(ctx, u.ID, "member password two", "dev2@acme.test", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.SetUserRole(ctx, tn.ID, u.ID, tenants.RoleOwner, t0); err != nil {
+	if _, _, err := s.Users().SetRole(ctx, tn.ID, u.ID, tenants.RoleOwner, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.EndSessions(ctx, u.ID, t0); err != nil {
+	if _, _, err := s.Users().EndSessions(ctx, u.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
-	if _, _, err := s.SetOperatorTokenHash(op, tenants.HashToken("op_secret_token_value"), false, t0); err != nil {
+	if _, _, err := s.Operator().SetTokenHash(op, tenants.HashToken("op_secret_token_value"), false, t0); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := s.GetUser(ctx, u.ID)
+	stored, err := s.Users().Get(ctx, u.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +176,13 @@ func TestAuditFailedChangeRecordsNothing(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
 	tn := mustTenant(t, s, "acme")
-	if _, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0); err != nil {
 		t.Fatal(err)
 	}
 	before := auditPage(t, s, tenants.AuditQuery{TenantID: tn.ID}).Entries
-	_, _, err := s.CreatePolicy(ctx, tn.ID, samplePolicy("search"), t0) // the name is taken
+	_, _, err := s.Policies().Create(ctx, tn.ID, samplePolicy("search"), t0) // the name is taken
 	wantCode(t, err, errs.Conflict)
-	_, _, err = s.RevokeServiceKey(ctx, tn.ID, must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, tn.ID))[0].ID, t0) // the last one
+	_, _, err = s.ServiceKeys().Revoke(ctx, tn.ID, must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, tn.ID))[0].ID, t0) // the last one
 	wantCode(t, err, errs.Conflict)
 	if after := auditPage(t, s, tenants.AuditQuery{TenantID: tn.ID}).Entries; len(after) != len(before) {
 		t.Fatalf("%d entries after refused writes, want %d", len(after), len(before))
@@ -195,13 +195,13 @@ func TestAuditTenantIsolation(t *testing.T) {
 	s := newStore(t)
 	ctx := tenants.WithActor(context.Background(), owner)
 	a, b := mustTenant(t, s, "acme"), mustTenant(t, s, "globex")
-	if _, _, err := s.CreatePolicy(ctx, a.ID, samplePolicy("a-only"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, a.ID, samplePolicy("a-only"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreatePolicy(ctx, b.ID, samplePolicy("b-only"), t0); err != nil {
+	if _, _, err := s.Policies().Create(ctx, b.ID, samplePolicy("b-only"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("op_x"), false, t0); err != nil {
+	if _, _, err := s.Operator().SetTokenHash(ctx, tenants.HashToken("op_x"), false, t0); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range auditPage(t, s, tenants.AuditQuery{TenantID: b.ID}).Entries {
@@ -210,17 +210,17 @@ func TestAuditTenantIsolation(t *testing.T) {
 		}
 	}
 	aEntries := auditPage(t, s, tenants.AuditQuery{TenantID: a.ID}).Entries
-	if _, err := s.GetAuditEntry(ctx, b.ID, aEntries[0].ID, false); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Audit().Get(ctx, b.ID, aEntries[0].ID, false); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("another tenant's entry: err = %v, want not_found", err)
 	}
 	platform := auditPage(t, s, tenants.AuditQuery{AllTenants: true, ObjectType: tenants.AuditOperator}).Entries
-	if _, err := s.GetAuditEntry(ctx, "", platform[0].ID, false); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Audit().Get(ctx, "", platform[0].ID, false); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("a platform entry without a tenant: err = %v, want not_found", err)
 	}
-	if e, err := s.GetAuditEntry(ctx, a.ID, aEntries[0].ID, false); err != nil || e.TenantName != "acme" {
+	if e, err := s.Audit().Get(ctx, a.ID, aEntries[0].ID, false); err != nil || e.TenantName != "acme" {
 		t.Fatalf("own entry = %+v, %v", e, err)
 	}
-	if _, err := s.ListAudit(ctx, tenants.AuditQuery{}); !errs.Is(err, errs.Invalid) {
+	if _, err := s.Audit().List(ctx, tenants.AuditQuery{}); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("a query without a tenant: err = %v, want invalid_request", err)
 	}
 	all := auditPage(t, s, tenants.AuditQuery{AllTenants: true}).Entries
@@ -244,11 +244,11 @@ func TestAuditPagesAndFilters(t *testing.T) {
 		if i%3 == 0 {
 			ctx = bob
 		}
-		if _, _, _, err := s.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("key %d", i), "pro", nil, nil, t0.Add(time.Duration(i)*time.Second)); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, tn.ID, fmt.Sprintf("key %d", i), "pro", nil, nil, t0.Add(time.Duration(i)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := s.CreatePolicy(alice, tn.ID, samplePolicy("search"), t0); err != nil {
+	if _, _, err := s.Policies().Create(alice, tn.ID, samplePolicy("search"), t0); err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64
@@ -285,7 +285,7 @@ func TestAuditPagesAndFilters(t *testing.T) {
 	if len(policies) != 1 || policies[0].ObjectName != "search" {
 		t.Fatalf("policy entries = %+v", policies)
 	}
-	if _, err := s.ListAudit(context.Background(), tenants.AuditQuery{TenantID: tn.ID, ObjectType: "spaceship"}); !errs.Is(err, errs.Invalid) {
+	if _, err := s.Audit().List(context.Background(), tenants.AuditQuery{TenantID: tn.ID, ObjectType: "spaceship"}); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("unknown object type: err = %v", err)
 	}
 }
@@ -296,11 +296,11 @@ func TestAuditRetention(t *testing.T) {
 	tn := mustTenant(t, s, "acme") // at t0
 	ctx := tenants.WithActor(context.Background(), owner)
 	for i := range 7 {
-		if _, _, _, err := s.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("k%d", i), "pro", nil, nil, t0.Add(time.Duration(i)*24*time.Hour)); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, tn.ID, fmt.Sprintf("k%d", i), "pro", nil, nil, t0.Add(time.Duration(i)*24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.PruneAudit(ctx, t0.Add(3*24*time.Hour), 2)
+	n, err := s.Audit().Prune(ctx, t0.Add(3*24*time.Hour), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,11 @@ func ValidateBillingAnchor(field string, day int) error {
 	return nil
 }
 
-// SetTenantTimeZone sets the zone the tenant's calendar quotas reset in.
+// SetTimeZone sets the zone the tenant's calendar quotas reset in.
 // A bucket's count moves into the new zone's current period, the share of
 // it that period overlaps (internal/quota, carry): a period that has just
 // begun in the new zone is not charged with the old one's usage.
-func (s *Store) SetTenantTimeZone(ctx context.Context, id, zone string, now time.Time) (Tenant, []Change, error) {
+func (s *TenantStore) SetTimeZone(ctx context.Context, id, zone string, now time.Time) (Tenant, []Change, error) {
 	if err := ValidateTimeZone("time_zone", zone); err != nil {
 		return Tenant{}, nil, err
 	}

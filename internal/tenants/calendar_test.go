@@ -19,7 +19,7 @@ func TestTenantTimeZone(t *testing.T) {
 		t.Fatalf("new tenant's zone: %q", a.TimeZone)
 	}
 	v := version(t, s)
-	got, changes, err := s.SetTenantTimeZone(ctx, a.ID, "Europe/Paris", t0)
+	got, changes, err := s.Tenants().SetTimeZone(ctx, a.ID, "Europe/Paris", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,23 +27,23 @@ func TestTenantTimeZone(t *testing.T) {
 	if got.TimeZone != "Europe/Paris" || changes[0].Tenant.TimeZone != "Europe/Paris" {
 		t.Fatalf("after set: %+v", got)
 	}
-	if back, err := s.GetTenant(ctx, a.ID); err != nil || back.TimeZone != "Europe/Paris" {
+	if back, err := s.Tenants().Get(ctx, a.ID); err != nil || back.TimeZone != "Europe/Paris" {
 		t.Fatalf("read back: %+v %v", back, err)
 	}
-	page, err := s.ListAudit(ctx, tenants.AuditQuery{TenantID: a.ID, Limit: 10})
+	page, err := s.Audit().List(ctx, tenants.AuditQuery{TenantID: a.ID, Limit: 10})
 	if err != nil || len(page.Entries) == 0 || page.Entries[0].Action != tenants.ActionUpdated {
 		t.Fatalf("audit: %+v %v", page, err)
 	}
 	for _, bad := range []string{"", "Local", "Mars/Olympus", "Europe/Paris ", "../../etc/passwd"} {
-		_, _, err := s.SetTenantTimeZone(ctx, a.ID, bad, t0)
+		_, _, err := s.Tenants().SetTimeZone(ctx, a.ID, bad, t0)
 		if !errs.Is(err, errs.Invalid) || errs.Message(err)[:len("time_zone:")] != "time_zone:" {
 			t.Errorf("zone %q: %v, want invalid_request naming time_zone", bad, err)
 		}
 	}
-	if _, changes, err := s.SetTenantTimeZone(ctx, a.ID, "Europe/Paris", t0); err != nil || len(changes) != 0 {
+	if _, changes, err := s.Tenants().SetTimeZone(ctx, a.ID, "Europe/Paris", t0); err != nil || len(changes) != 0 {
 		t.Fatalf("same zone: %v changes, %v", len(changes), err)
 	}
-	if _, _, err := s.SetTenantTimeZone(ctx, "ten_missing", "UTC", t0); !errs.Is(err, errs.NotFound) {
+	if _, _, err := s.Tenants().SetTimeZone(ctx, "ten_missing", "UTC", t0); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
 }

@@ -134,7 +134,9 @@ func (s *Store) SetCaps(c Caps) {
 }
 
 // Caps returns the caps writes are checked against.
-func (s *Store) Caps() Caps {
+func (s *Store) Caps() Caps { return s.currentCaps() }
+
+func (s *core) currentCaps() Caps {
 	if c := s.caps.Load(); c != nil {
 		return *c
 	}
@@ -162,9 +164,9 @@ var capWhat = map[string]string{
 // checkRoom answers a cap error when the tenant already holds as many of
 // what cap counts as the cap allows. It runs in the write transaction
 // that would add one, so no concurrent write can slip past it.
-func (s *Store) checkRoom(ctx context.Context, q querier, tenantID, cap string) error {
+func (s *core) checkRoom(ctx context.Context, q querier, tenantID, cap string) error {
 	limit := 0
-	caps := s.Caps()
+	caps := s.currentCaps()
 	for _, f := range caps.fields() {
 		if f.name == cap {
 			limit = *f.v
@@ -186,12 +188,12 @@ func (s *Store) checkRoom(ctx context.Context, q querier, tenantID, cap string) 
 
 // checkPolicyLimits answers a cap error when p holds more limits, its
 // tiers' added together, than one policy may.
-func (s *Store) checkPolicyLimits(p Policy) error {
+func (s *PolicyStore) checkPolicyLimits(p Policy) error {
 	n := 0
 	for _, ls := range p.Tiers {
 		n += len(ls)
 	}
-	if limit := s.Caps().LimitsPerPolicy; n > limit {
+	if limit := s.currentCaps().LimitsPerPolicy; n > limit {
 		return errs.Errorf(errs.Conflict, "%s%q exceeded: a policy may hold at most %d limits, its tiers' added together, and this one has %d.",
 			capPrefix, CapLimitsPerPolicy, limit, n)
 	}
@@ -207,8 +209,8 @@ type Usage struct {
 	Members      int `json:"members"`
 }
 
-// TenantUsage returns what a tenant holds of what its caps count.
-func (s *Store) TenantUsage(ctx context.Context, tenantID string) (Usage, error) {
+// Usage returns what a tenant holds of what its caps count.
+func (s *TenantStore) Usage(ctx context.Context, tenantID string) (Usage, error) {
 	var u Usage
 	err := s.db.QueryRowContext(ctx, `SELECT policies, consumer_keys, service_keys, blocks, users FROM tenant_usage WHERE tenant_id = ?`, tenantID).
 		Scan(&u.Policies, &u.ConsumerKeys, &u.ServiceKeys, &u.Blocks, &u.Members)

@@ -24,24 +24,24 @@ func TestDescriptorPolicyCRUD(t *testing.T) {
 	s := newStore(t)
 	a := mustTenant(t, s, "a")
 	want := descriptorPolicy(tenants.DescriptorEntry{Key: "remote_address"})
-	p, _, err := s.CreatePolicy(ctx, a.ID, want, t0)
+	p, _, err := s.Policies().Create(ctx, a.ID, want, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Name != "edge.remote_address" || p.Path != "" || p.Method != "*" {
 		t.Fatalf("stored %+v", p)
 	}
-	got := must[tenants.Policy](t)(s.GetPolicy(ctx, a.ID, p.ID))
+	got := must[tenants.Policy](t)(s.Policies().Get(ctx, a.ID, p.ID))
 	if !reflect.DeepEqual(got, p) || !reflect.DeepEqual(got.Descriptor, want.Descriptor) {
 		t.Fatalf("GetPolicy = %+v (%+v)\nwant %+v", got, got.Descriptor, want.Descriptor)
 	}
 	upd := got
 	upd.Descriptor = &tenants.DescriptorRule{Domain: "edge", Path: got.Descriptor.Path, Limited: true, Unlimited: true}
 	upd.Tiers = nil
-	if _, _, err := s.UpdatePolicy(ctx, a.ID, p.ID, upd, t0); err != nil {
+	if _, _, err := s.Policies().Update(ctx, a.ID, p.ID, upd, t0); err != nil {
 		t.Fatal(err)
 	}
-	got = must[tenants.Policy](t)(s.GetPolicy(ctx, a.ID, p.ID))
+	got = must[tenants.Policy](t)(s.Policies().Get(ctx, a.ID, p.ID))
 	if !got.Descriptor.Unlimited || len(got.Tiers) != 0 {
 		t.Fatalf("after update: %+v %+v", got, got.Descriptor)
 	}

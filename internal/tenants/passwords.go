@@ -68,7 +68,7 @@ func (g *passwordGate) do(ctx context.Context, fn func()) error {
 }
 
 // hashPassword is HashPassword through the gate.
-func (s *Store) hashPassword(ctx context.Context, pw string) (string, error) {
+func (s *core) hashPassword(ctx context.Context, pw string) (string, error) {
 	var h string
 	var herr error
 	if err := s.passwords.do(ctx, func() { h, herr = HashPassword(pw) }); err != nil {
@@ -79,7 +79,7 @@ func (s *Store) hashPassword(ctx context.Context, pw string) (string, error) {
 
 // checkPassword is CheckPassword through the gate. A password longer than
 // any that can be set is wrong without hashing it.
-func (s *Store) checkPassword(ctx context.Context, hash, pw string) (bool, error) {
+func (s *core) checkPassword(ctx context.Context, hash, pw string) (bool, error) {
 	if len(pw) > maxPasswordBytes {
 		return false, nil
 	}

@@ -21,7 +21,7 @@ func TestPasswordWorkIsBounded(t *testing.T) {
 	done := make(chan error, 2)
 	for range 2 {
 		go func() {
-			_, err := s.Authenticate(ctx, "a@example.com", "correct horse battery")
+			_, err := s.Users().Authenticate(ctx, "a@example.com", "correct horse battery")
 			done <- err
 		}()
 	}
@@ -32,7 +32,7 @@ func TestPasswordWorkIsBounded(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_, err := s.Authenticate(ctx, "a@example.com", "correct horse battery")
+	_, err := s.Users().Authenticate(ctx, "a@example.com", "correct horse battery")
 	wantCode(t, err, errs.Unavailable)
 	if !strings.Contains(errs.Message(err), "busy") {
 		t.Errorf("refusal: %q", errs.Message(err))
@@ -48,7 +48,7 @@ func TestPasswordWorkIsBounded(t *testing.T) {
 	}
 	release = tenants.HoldPasswordSlots(s)
 	defer release()
-	if _, err := s.Authenticate(cctx, "a@example.com", "correct horse battery"); err == nil {
+	if _, err := s.Users().Authenticate(cctx, "a@example.com", "correct horse battery"); err == nil {
 		t.Fatal("a cancelled sign-in went on waiting and succeeded")
 	}
 }
@@ -60,7 +60,7 @@ func TestNothingHashedForWhatCannotSucceed(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	a := mustTenant(t, s, "a")
-	owner := must[tenants.User](t)(s.UserByEmail(ctx, "a@example.com"))
+	owner := must[tenants.User](t)(s.Users().ByEmail(ctx, "a@example.com"))
 	s.SetPasswordWork(1, 0)
 	defer tenants.HoldPasswordSlots(s)()
 	now := time.Now()
@@ -72,60 +72,60 @@ func TestNothingHashedForWhatCannotSucceed(t *testing.T) {
 		want string
 	}{
 		{"invite to a tenant that does not exist", func() error {
-			_, err := s.CreateUser(ctx, "ten_missing", "new@example.com", "a long password", tenants.RoleMember, now)
+			_, err := s.Users().Create(ctx, "ten_missing", "new@example.com", "a long password", tenants.RoleMember, now)
 			return err
 		}, errs.NotFound},
 		{"invite of a taken email", func() error {
-			_, err := s.CreateUser(ctx, a.ID, "A@example.com", "a long password", tenants.RoleMember, now)
+			_, err := s.Users().Create(ctx, a.ID, "A@example.com", "a long password", tenants.RoleMember, now)
 			return err
 		}, errs.Conflict},
 		{"invite with a bad role", func() error {
-			_, err := s.CreateUser(ctx, a.ID, "new@example.com", "a long password", "admin", now)
+			_, err := s.Users().Create(ctx, a.ID, "new@example.com", "a long password", "admin", now)
 			return err
 		}, errs.Invalid},
 		{"invite with a short password", func() error {
-			_, err := s.CreateUser(ctx, a.ID, "new@example.com", "short", tenants.RoleMember, now)
+			_, err := s.Users().Create(ctx, a.ID, "new@example.com", "short", tenants.RoleMember, now)
 			return err
 		}, errs.Invalid},
 		{"tenant with a taken name", func() error {
-			_, _, _, err := s.CreateTenant(ctx, "a", "b@example.com", "a long password", now)
+			_, _, _, err := s.Tenants().Create(ctx, "a", "b@example.com", "a long password", now)
 			return err
 		}, errs.Conflict},
 		{"tenant with a taken owner email", func() error {
-			_, _, _, err := s.CreateTenant(ctx, "b", "a@example.com", "a long password", now)
+			_, _, _, err := s.Tenants().Create(ctx, "b", "a@example.com", "a long password", now)
 			return err
 		}, errs.Conflict},
 		{"password change of an unknown user", func() error {
-			_, _, err := s.ChangePassword(ctx, "usr_missing", "correct horse battery", "a new long password", now)
+			_, _, err := s.Users().ChangePassword(ctx, "usr_missing", "correct horse battery", "a new long password", now)
 			return err
 		}, errs.NotFound},
 		{"password change to a short password", func() error {
-			_, _, err := s.ChangePassword(ctx, owner.ID, "correct horse battery", "short", now)
+			_, _, err := s.Users().ChangePassword(ctx, owner.ID, "correct horse battery", "short", now)
 			return err
 		}, errs.Invalid},
 		{"password change with an overlong current password", func() error {
-			_, _, err := s.ChangePassword(ctx, owner.ID, long, "a new long password", now)
+			_, _, err := s.Users().ChangePassword(ctx, owner.ID, long, "a new long password", now)
 			return err
 		}, errs.Invalid},
 		{"email change of an unknown user", func() error {
-			_, _, err := s.ChangeEmail(ctx, "usr_missing", "correct horse battery", "new@example.com", now)
+			_, _, err := s.Users().ChangeEmail(ctx, "usr_missing", "correct horse battery", "new@example.com", now)
 			return err
 		}, errs.NotFound},
 		{"email change to an invalid email", func() error {
-			_, _, err := s.ChangeEmail(ctx, owner.ID, "correct horse battery", "not an email", now)
+			_, _, err := s.Users().ChangeEmail(ctx, owner.ID, "correct horse battery", "not an email", now)
 			return err
 		}, errs.Invalid},
 		{"sign-in with an overlong password", func() error {
-			_, err := s.Authenticate(ctx, "a@example.com", long)
+			_, err := s.Users().Authenticate(ctx, "a@example.com", long)
 			return err
 		}, errs.Unauthenticated},
 		// Controls: these need password work, and find no slot.
 		{"a valid invite", func() error {
-			_, err := s.CreateUser(ctx, a.ID, "new@example.com", "a long password", tenants.RoleMember, now)
+			_, err := s.Users().Create(ctx, a.ID, "new@example.com", "a long password", tenants.RoleMember, now)
 			return err
 		}, errs.Unavailable},
 		{"a sign-in of an unknown email", func() error {
-			_, err := s.Authenticate(ctx, "nobody@example.com", "a long password")
+			_, err := s.Users().Authenticate(ctx, "nobody@example.com", "a long password")
 			return err
 		}, errs.Unavailable},
 	} {
@@ -141,18 +141,18 @@ func TestPreparedChangesNeedTheCheckedPassword(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	mustTenant(t, s, "a")
-	owner := must[tenants.User](t)(s.UserByEmail(ctx, "a@example.com"))
+	owner := must[tenants.User](t)(s.Users().ByEmail(ctx, "a@example.com"))
 	now := time.Now()
-	pw := must[tenants.PasswordChange](t)(s.PreparePasswordChange(ctx, owner.ID, "correct horse battery", "first new password"))
-	em := must[tenants.EmailChange](t)(s.PrepareEmailChange(ctx, owner.ID, "correct horse battery", "new@example.com"))
-	if _, _, err := s.ChangePassword(ctx, owner.ID, "correct horse battery", "second new password", now); err != nil {
+	pw := must[tenants.PasswordChange](t)(s.Users().PreparePasswordChange(ctx, owner.ID, "correct horse battery", "first new password"))
+	em := must[tenants.EmailChange](t)(s.Users().PrepareEmailChange(ctx, owner.ID, "correct horse battery", "new@example.com"))
+	if _, _, err := s.Users().ChangePassword(ctx, owner.ID, "correct horse battery", "second new password", now); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := s.CommitPasswordChange(ctx, pw, now)
+	_, _, err := s.Users().CommitPasswordChange(ctx, pw, now)
 	wantCode(t, err, errs.Invalid)
-	_, _, err = s.CommitEmailChange(ctx, em, now)
+	_, _, err = s.Users().CommitEmailChange(ctx, em, now)
 	wantCode(t, err, errs.Invalid)
-	if _, err := s.Authenticate(ctx, "a@example.com", "second new password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "a@example.com", "second new password"); err != nil {
 		t.Fatalf("the later change did not stay: %v", err)
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,27 +38,80 @@ const (
 )
 
 // Store reads and writes the configuration in SQLite. It is safe for
-// concurrent use.
+// concurrent use. Its own methods are what spans aggregates; each
+// aggregate's reads and writes are on the store its accessor returns
+// (doc.go).
 type Store struct {
+	*core
+	tenants     *TenantStore
+	serviceKeys *ServiceKeyStore
+	users       *UserStore
+	operator    *OperatorStore
+	setup       *SetupStore
+	keys        *KeyStore
+	policies    *PolicyStore
+	blocks      *BlockStore
+	webhooks    *WebhookStore
+	outbox      *Outbox
+	queue       *DeliveryQueue
+	audit       *AuditLog
+}
+
+// core is what every store of one database shares: the handle, the one
+// writer, and the settings writes are checked against.
+type core struct {
 	db        *sql.DB
 	write     chan struct{} // a one-slot semaphore held for each write transaction
 	passwords *passwordGate // bounds argon2id work (passwords.go)
 	caps      atomic.Pointer[Caps]
 	sealer    atomic.Pointer[WebhookSealer] // seals webhook secrets (webhooks.go)
-	// queueHead is QueueHead's statement, prepared once: the delivery
-	// loop runs it for every delivery.
-	queueHead struct {
-		once sync.Once
-		stmt *sql.Stmt
-		err  error
-	}
 }
 
 // NewStore returns a Store over db, which must have been opened with
 // sqlitedb.Open (schema migrated, foreign keys on, immediate transactions).
 func NewStore(db *sql.DB) *Store {
-	return &Store{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
+	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
+	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
+		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c},
+		webhooks: &WebhookStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}, audit: &AuditLog{c}}
 }
+
+// Tenants returns the store of tenants.
+func (s *Store) Tenants() *TenantStore { return s.tenants }
+
+// ServiceKeys returns the store of tenants' service keys.
+func (s *Store) ServiceKeys() *ServiceKeyStore { return s.serviceKeys }
+
+// Users returns the store of dashboard logins.
+func (s *Store) Users() *UserStore { return s.users }
+
+// Operator returns the store of the operator's login and token.
+func (s *Store) Operator() *OperatorStore { return s.operator }
+
+// Setup returns the store of the first-run setup link.
+func (s *Store) Setup() *SetupStore { return s.setup }
+
+// Keys returns the store of consumer keys.
+func (s *Store) Keys() *KeyStore { return s.keys }
+
+// Policies returns the store of policies.
+func (s *Store) Policies() *PolicyStore { return s.policies }
+
+// Blocks returns the store of blocks.
+func (s *Store) Blocks() *BlockStore { return s.blocks }
+
+// Webhooks returns the store of webhook endpoints.
+func (s *Store) Webhooks() *WebhookStore { return s.webhooks }
+
+// Outbox returns the webhook outbox that events are written to.
+func (s *Store) Outbox() *Outbox { return s.outbox }
+
+// DeliveryQueue returns the webhook deliveries as the delivery loop reads
+// them.
+func (s *Store) DeliveryQueue() *DeliveryQueue { return s.queue }
+
+// Audit returns the audit log.
+func (s *Store) Audit() *AuditLog { return s.audit }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
@@ -72,7 +124,7 @@ type querier interface {
 type scanner interface{ Scan(dest ...any) error }
 
 // inTx runs fn in a write transaction and commits it if fn succeeds.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *core) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	select {
 	case s.write <- struct{}{}:
 	case <-ctx.Done():
@@ -116,7 +168,7 @@ func (s *Store) Exclusive(ctx context.Context, fn func() error) error {
 // writeConfig runs fn in a write transaction. When fn returns changes, the
 // config version is incremented once in the same transaction and stamped
 // on all of them.
-func (s *Store) writeConfig(ctx context.Context, fn func(tx *sql.Tx) ([]Change, error)) ([]Change, error) {
+func (s *core) writeConfig(ctx context.Context, fn func(tx *sql.Tx) ([]Change, error)) ([]Change, error) {
 	var out []Change
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		changes, err := fn(tx)

@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// Blocks are the operator's; their methods are not tenant-scoped.
+// BlockStore keeps the blocks of identities in tenants. Blocks are the
+// operator's: its methods are not tenant-scoped. Get it from Store.Blocks.
+type BlockStore struct{ *core }
 
 const blockColumns = `id, tenant_id, identity_kind, identity_id, reason, expires_at, created_at`
 
@@ -22,9 +24,9 @@ func scanBlock(sc scanner) (Block, error) {
 	return b, nil
 }
 
-// CreateBlock blocks an identity in a tenant; b's ID and CreatedAt are
+// Create blocks an identity in a tenant; b's ID and CreatedAt are
 // ignored. A missing tenant answers errs.NotFound.
-func (s *Store) CreateBlock(ctx context.Context, b Block, now time.Time) (Block, []Change, error) {
+func (s *BlockStore) Create(ctx context.Context, b Block, now time.Time) (Block, []Change, error) {
 	now = normTime(now)
 	b.ExpiresAt = normOptTime(b.ExpiresAt)
 	if err := b.Validate(now); err != nil {
@@ -57,9 +59,9 @@ func (s *Store) CreateBlock(ctx context.Context, b Block, now time.Time) (Block,
 	return b, changes, nil
 }
 
-// ListBlocks returns the blocks of one tenant, or of all tenants when
+// List returns the blocks of one tenant, or of all tenants when
 // tenantID is "", newest first.
-func (s *Store) ListBlocks(ctx context.Context, tenantID string) ([]Block, error) {
+func (s *BlockStore) List(ctx context.Context, tenantID string) ([]Block, error) {
 	q := `SELECT ` + blockColumns + ` FROM blocks ORDER BY created_at DESC, id`
 	var args []any
 	if tenantID != "" {
@@ -73,14 +75,14 @@ func (s *Store) ListBlocks(ctx context.Context, tenantID string) ([]Block, error
 	return out, nil
 }
 
-// GetBlock returns one block.
-func (s *Store) GetBlock(ctx context.Context, id string) (Block, error) {
+// Get returns one block.
+func (s *BlockStore) Get(ctx context.Context, id string) (Block, error) {
 	return queryOne(ctx, s.db, scanBlock, "block not found", `SELECT `+blockColumns+` FROM blocks WHERE id = ?`, id)
 }
 
-// DeleteBlock lifts a block. With tenantID set, another tenant's block
+// Delete lifts a block. With tenantID set, another tenant's block
 // answers errs.NotFound as a missing one does; the operator passes "".
-func (s *Store) DeleteBlock(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
+func (s *BlockStore) Delete(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		q, args := `SELECT `+blockColumns+` FROM blocks WHERE id = ?`, []any{id}
 		if tenantID != "" {
@@ -102,9 +104,9 @@ func (s *Store) DeleteBlock(ctx context.Context, tenantID, id string, now time.T
 	})
 }
 
-// PurgeExpiredBlocks deletes the blocks that expired at or before now, so
+// PurgeExpired deletes the blocks that expired at or before now, so
 // they stop taking room in every server's snapshot.
-func (s *Store) PurgeExpiredBlocks(ctx context.Context, now time.Time) ([]Change, error) {
+func (s *BlockStore) PurgeExpired(ctx context.Context, now time.Time) ([]Change, error) {
 	now = normTime(now)
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		gone, err := queryAll(ctx, tx, scanBlock, `DELETE FROM blocks WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING `+blockColumns, toMS(now))

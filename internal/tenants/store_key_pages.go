@@ -109,9 +109,9 @@ var keyOrder = map[string]string{
 // ranked sort joins json_each, which has an id column too.
 var qualifiedKeyColumns = "k." + strings.ReplaceAll(consumerKeyColumns, ", ", ", k.")
 
-// ListConsumerKeyPage returns one page of the tenant's consumer keys that
+// Page returns one page of the tenant's consumer keys that
 // q keeps, with the counts the list shows. An unknown tenant has no keys.
-func (s *Store) ListConsumerKeyPage(ctx context.Context, q KeyQuery) (KeyPage, error) {
+func (s *KeyStore) Page(ctx context.Context, q KeyQuery) (KeyPage, error) {
 	if err := q.validate(); err != nil {
 		return KeyPage{}, err
 	}
@@ -196,10 +196,10 @@ func dedupe(ids []string) []string {
 	return out
 }
 
-// ConsumerKeyNames maps those of ids that are the tenant's consumer keys
+// Names maps those of ids that are the tenant's consumer keys
 // to their names; other ids (another tenant's keys, unknown ones) are left
 // out. At most MaxRankedKeys ids.
-func (s *Store) ConsumerKeyNames(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
+func (s *KeyStore) Names(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
 	if len(ids) > MaxRankedKeys {
 		return nil, invalid("ids", "at most %d ids", MaxRankedKeys)
 	}
@@ -226,8 +226,8 @@ func (s *Store) ConsumerKeyNames(ctx context.Context, tenantID string, ids []str
 	return out, rows.Err()
 }
 
-// CountConsumerKeys counts the tenant's consumer keys.
-func (s *Store) CountConsumerKeys(ctx context.Context, tenantID string) (KeyCounts, error) {
+// Count counts the tenant's consumer keys.
+func (s *KeyStore) Count(ctx context.Context, tenantID string) (KeyCounts, error) {
 	var c KeyCounts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(revoked_at IS NOT NULL), 0) FROM consumer_keys WHERE tenant_id = ?`, tenantID).Scan(&c.Total, &c.Revoked)
 	if err != nil {

@@ -33,25 +33,25 @@ func TestConsumerKeyPages(t *testing.T) {
 		if i%2 == 0 {
 			expires = &exp
 		}
-		k, _, _, err := s.CreateConsumerKey(ctx, a.ID, sp.name, sp.tier, expires, nil, t0.Add(time.Duration(i)*time.Millisecond))
+		k, _, _, err := s.Keys().Create(ctx, a.ID, sp.name, sp.tier, expires, nil, t0.Add(time.Duration(i)*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids[sp.name] = k.ID
 	}
 	// Another tenant's key matches every filter below; it must never show.
-	other, _, _, err := s.CreateConsumerKey(ctx, b.ID, "alpha bravo charlie", "pro", nil, nil, t0)
+	other, _, _, err := s.Keys().Create(ctx, b.ID, "alpha bravo charlie", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.RevokeConsumerKey(ctx, a.ID, ids["charlie"], t0); err != nil {
+	if _, _, err := s.Keys().Revoke(ctx, a.ID, ids["charlie"], t0); err != nil {
 		t.Fatal(err)
 	}
 
 	page := func(q tenants.KeyQuery) tenants.KeyPage {
 		t.Helper()
 		q.TenantID = a.ID
-		p, err := s.ListConsumerKeyPage(ctx, q)
+		p, err := s.Keys().Page(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,34 +100,34 @@ func TestConsumerKeyPages(t *testing.T) {
 	}
 	for _, q := range []tenants.KeyQuery{{Sort: "hash"}, {Limit: tenants.MaxKeyPage + 1}, {Offset: -1}, {Sort: tenants.KeySortRanked, Ranked: make([]string, tenants.MaxRankedKeys+1)}} {
 		q.TenantID = a.ID
-		if _, err := s.ListConsumerKeyPage(ctx, q); !errs.Is(err, errs.Invalid) {
+		if _, err := s.Keys().Page(ctx, q); !errs.Is(err, errs.Invalid) {
 			t.Errorf("%+v: err %v, want invalid", q, err)
 		}
 	}
 
 	// Another tenant sees only its own key, and an unknown tenant none.
-	if p := must[tenants.KeyPage](t)(s.ListConsumerKeyPage(ctx, tenants.KeyQuery{TenantID: b.ID, Search: "alpha"})); len(p.Keys) != 1 || p.Keys[0].ID != other.ID || p.Total != 1 {
+	if p := must[tenants.KeyPage](t)(s.Keys().Page(ctx, tenants.KeyQuery{TenantID: b.ID, Search: "alpha"})); len(p.Keys) != 1 || p.Keys[0].ID != other.ID || p.Total != 1 {
 		t.Errorf("tenant b's page %+v", p)
 	}
-	if p := must[tenants.KeyPage](t)(s.ListConsumerKeyPage(ctx, tenants.KeyQuery{TenantID: "ten_nope"})); len(p.Keys) != 0 || p.Total != 0 {
+	if p := must[tenants.KeyPage](t)(s.Keys().Page(ctx, tenants.KeyQuery{TenantID: "ten_nope"})); len(p.Keys) != 0 || p.Total != 0 {
 		t.Errorf("unknown tenant's page %+v", p)
 	}
 
-	names := must[map[string]string](t)(s.ConsumerKeyNames(ctx, a.ID, []string{ids["Delta"], ids["charlie"], other.ID, "ckey_nope"}))
+	names := must[map[string]string](t)(s.Keys().Names(ctx, a.ID, []string{ids["Delta"], ids["charlie"], other.ID, "ckey_nope"}))
 	if want := map[string]string{ids["Delta"]: "Delta", ids["charlie"]: "charlie"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("names %v, want %v (never another tenant's)", names, want)
 	}
-	if names := must[map[string]string](t)(s.ConsumerKeyNames(ctx, b.ID, []string{ids["Delta"], other.ID})); !reflect.DeepEqual(names, map[string]string{other.ID: "alpha bravo charlie"}) {
+	if names := must[map[string]string](t)(s.Keys().Names(ctx, b.ID, []string{ids["Delta"], other.ID})); !reflect.DeepEqual(names, map[string]string{other.ID: "alpha bravo charlie"}) {
 		t.Errorf("tenant b's names %v", names)
 	}
-	if _, err := s.ConsumerKeyNames(ctx, a.ID, make([]string, tenants.MaxRankedKeys+1)); !errs.Is(err, errs.Invalid) {
+	if _, err := s.Keys().Names(ctx, a.ID, make([]string, tenants.MaxRankedKeys+1)); !errs.Is(err, errs.Invalid) {
 		t.Errorf("too many ids: %v", err)
 	}
 
-	if c := must[tenants.KeyCounts](t)(s.CountConsumerKeys(ctx, a.ID)); c != (tenants.KeyCounts{Total: 6, Revoked: 1}) {
+	if c := must[tenants.KeyCounts](t)(s.Keys().Count(ctx, a.ID)); c != (tenants.KeyCounts{Total: 6, Revoked: 1}) {
 		t.Errorf("counts %+v", c)
 	}
-	if c := must[tenants.KeyCounts](t)(s.CountConsumerKeys(ctx, b.ID)); c != (tenants.KeyCounts{Total: 1}) {
+	if c := must[tenants.KeyCounts](t)(s.Keys().Count(ctx, b.ID)); c != (tenants.KeyCounts{Total: 1}) {
 		t.Errorf("tenant b's counts %+v", c)
 	}
 }

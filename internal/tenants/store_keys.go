@@ -10,6 +10,11 @@ import (
 
 const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at, billing_anchor`
 
+// KeyStore keeps a tenant's consumer keys: issues, changes and revokes
+// them, and reads them whole or by the page (store_key_pages.go). Get it
+// from Store.Keys.
+type KeyStore struct{ *core }
+
 func scanConsumerKey(sc scanner) (ConsumerKey, error) {
 	var k ConsumerKey
 	var overrides string
@@ -64,9 +69,9 @@ func checkOverridePolicies(ctx context.Context, q querier, tenantID string, over
 	return nil
 }
 
-// CreateConsumerKey issues a consumer key in the tenant and returns it with
+// Create issues a consumer key in the tenant and returns it with
 // its plain text, shown once. Overrides must name the tenant's policies.
-func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier string, expiresAt *time.Time, overrides map[string]Limits, now time.Time) (ConsumerKey, string, []Change, error) {
+func (s *KeyStore) Create(ctx context.Context, tenantID, name, tier string, expiresAt *time.Time, overrides map[string]Limits, now time.Time) (ConsumerKey, string, []Change, error) {
 	now = normTime(now)
 	if len(overrides) == 0 {
 		overrides = nil
@@ -112,8 +117,8 @@ func (s *Store) CreateConsumerKey(ctx context.Context, tenantID, name, tier stri
 	return k, plain, changes, nil
 }
 
-// GetConsumerKey returns one of the tenant's consumer keys.
-func (s *Store) GetConsumerKey(ctx context.Context, tenantID, id string) (ConsumerKey, error) {
+// Get returns one of the tenant's consumer keys.
+func (s *KeyStore) Get(ctx context.Context, tenantID, id string) (ConsumerKey, error) {
 	return getConsumerKey(ctx, s.db, tenantID, id)
 }
 
@@ -122,9 +127,9 @@ func getConsumerKey(ctx context.Context, q querier, tenantID, id string) (Consum
 		`SELECT `+consumerKeyColumns+` FROM consumer_keys WHERE id = ? AND tenant_id = ?`, id, tenantID)
 }
 
-// ListConsumerKeys returns the tenant's consumer keys, oldest first,
+// List returns the tenant's consumer keys, oldest first,
 // revoked and expired ones included.
-func (s *Store) ListConsumerKeys(ctx context.Context, tenantID string) ([]ConsumerKey, error) {
+func (s *KeyStore) List(ctx context.Context, tenantID string) ([]ConsumerKey, error) {
 	out, err := queryAll(ctx, s.db, scanConsumerKey,
 		`SELECT `+consumerKeyColumns+` FROM consumer_keys WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
 	if err != nil {
@@ -133,9 +138,9 @@ func (s *Store) ListConsumerKeys(ctx context.Context, tenantID string) ([]Consum
 	return out, nil
 }
 
-// UpdateConsumerKey applies a patch to one of the tenant's consumer keys.
+// Update applies a patch to one of the tenant's consumer keys.
 // An empty patch writes nothing and returns no changes.
-func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patch KeyPatch, now time.Time) (ConsumerKey, []Change, error) {
+func (s *KeyStore) Update(ctx context.Context, tenantID, id string, patch KeyPatch, now time.Time) (ConsumerKey, []Change, error) {
 	now = normTime(now)
 	if err := patch.Validate(now); err != nil {
 		return ConsumerKey{}, nil, err
@@ -195,9 +200,9 @@ func (s *Store) UpdateConsumerKey(ctx context.Context, tenantID, id string, patc
 	return k, changes, nil
 }
 
-// RevokeConsumerKey revokes one of the tenant's consumer keys. Revoking a
+// Revoke revokes one of the tenant's consumer keys. Revoking a
 // revoked key changes nothing and returns no changes.
-func (s *Store) RevokeConsumerKey(ctx context.Context, tenantID, id string, now time.Time) (ConsumerKey, []Change, error) {
+func (s *KeyStore) Revoke(ctx context.Context, tenantID, id string, now time.Time) (ConsumerKey, []Change, error) {
 	now = normTime(now)
 	var k ConsumerKey
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {

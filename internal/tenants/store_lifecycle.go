@@ -24,9 +24,9 @@ import (
 	"time"
 )
 
-// SuspendTenant suspends a tenant. Suspending a suspended tenant changes
+// Suspend suspends a tenant. Suspending a suspended tenant changes
 // nothing and returns no changes.
-func (s *Store) SuspendTenant(ctx context.Context, id string, now time.Time) (Tenant, []Change, error) {
+func (s *TenantStore) Suspend(ctx context.Context, id string, now time.Time) (Tenant, []Change, error) {
 	now = normTime(now)
 	var t Tenant
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
@@ -60,9 +60,9 @@ func (s *Store) SuspendTenant(ctx context.Context, id string, now time.Time) (Te
 	return t, changes, nil
 }
 
-// ResumeTenant lifts a tenant's suspension. Resuming an active tenant
+// Resume lifts a tenant's suspension. Resuming an active tenant
 // changes nothing and returns no changes.
-func (s *Store) ResumeTenant(ctx context.Context, id string) (Tenant, []Change, error) {
+func (s *TenantStore) Resume(ctx context.Context, id string) (Tenant, []Change, error) {
 	var t Tenant
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
@@ -84,11 +84,11 @@ func (s *Store) ResumeTenant(ctx context.Context, id string) (Tenant, []Change, 
 	return t, changes, nil
 }
 
-// DeleteTenant deletes a tenant and everything it owns: configuration,
+// Delete deletes a tenant and everything it owns: configuration,
 // users, persisted buckets and analytics. An unknown id answers
 // errs.NotFound. Bucket states and counters still in flight from servers
-// when it commits may land afterwards; PurgeTenantData removes them.
-func (s *Store) DeleteTenant(ctx context.Context, id string) (Tenant, []Change, error) {
+// when it commits may land afterwards; PurgeData removes them.
+func (s *TenantStore) Delete(ctx context.Context, id string) (Tenant, []Change, error) {
 	var t Tenant
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
@@ -121,11 +121,11 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) (Tenant, []Change, 
 	return t, changes, nil
 }
 
-// PurgeTenantData deletes the persisted buckets and analytics of a tenant
+// PurgeData deletes the persisted buckets and analytics of a tenant
 // that no longer exists: the worker runs it again a little after a delete,
 // for the states and counters servers had in flight. A tenant that exists
 // is left alone.
-func (s *Store) PurgeTenantData(ctx context.Context, id string) error {
+func (s *TenantStore) PurgeData(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = ?`, id)
 		if err != nil || ok {

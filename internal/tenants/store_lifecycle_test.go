@@ -18,44 +18,44 @@ func TestTenantLifecycle(t *testing.T) {
 	s := newStore(t)
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 	for _, tn := range []tenants.Tenant{a, b} {
-		must[tenants.Policy](t)(first(s.CreatePolicy(ctx, tn.ID, samplePolicy("heavy"), t0)))
-		must[tenants.ConsumerKey](t)(first4(s.CreateConsumerKey(ctx, tn.ID, "k", "pro", nil, nil, t0)))
-		must[tenants.Block](t)(first(s.CreateBlock(ctx, tenants.Block{TenantID: tn.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}}, t0)))
+		must[tenants.Policy](t)(first(s.Policies().Create(ctx, tn.ID, samplePolicy("heavy"), t0)))
+		must[tenants.ConsumerKey](t)(first4(s.Keys().Create(ctx, tn.ID, "k", "pro", nil, nil, t0)))
+		must[tenants.Block](t)(first(s.Blocks().Create(ctx, tenants.Block{TenantID: tn.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}}, t0)))
 	}
-	m := must[tenants.User](t)(s.CreateUser(ctx, a.ID, "m@a.test", "member password 1", tenants.RoleMember, t0))
+	m := must[tenants.User](t)(s.Users().Create(ctx, a.ID, "m@a.test", "member password 1", tenants.RoleMember, t0))
 	start := must[tenants.Snapshot](t)(s.Snapshot(ctx))
 	var all []tenants.Change
 
 	before := version(t, s)
-	susp, changes, err := s.SuspendTenant(ctx, a.ID, t0)
+	susp, changes, err := s.Tenants().Suspend(ctx, a.ID, t0)
 	if err != nil || susp.SuspendedAt == nil || !susp.SuspendedAt.Equal(t0.Truncate(1e6)) {
 		t.Fatalf("suspend: %+v %v", susp, err)
 	}
 	checkChanges(t, s, before, changes, tenants.ChangeTenant, tenants.ChangeUserSession, tenants.ChangeUserSession)
 	all = append(all, changes...)
-	if u := must[tenants.User](t)(s.GetUser(ctx, m.ID)); u.SessionVersion != m.SessionVersion+1 {
+	if u := must[tenants.User](t)(s.Users().Get(ctx, m.ID)); u.SessionVersion != m.SessionVersion+1 {
 		t.Fatalf("member's session version %d, want %d", u.SessionVersion, m.SessionVersion+1)
 	}
-	if got := must[tenants.TenantSummary](t)(s.GetTenantSummary(ctx, a.ID)); got.SuspendedAt == nil || got.Policies != 1 || got.ConsumerKeys != 1 || got.Users != 2 {
+	if got := must[tenants.TenantSummary](t)(s.Tenants().Summary(ctx, a.ID)); got.SuspendedAt == nil || got.Policies != 1 || got.ConsumerKeys != 1 || got.Users != 2 {
 		t.Fatalf("suspended tenant: %+v", got)
 	}
-	if got := must[tenants.TenantSummary](t)(s.GetTenantSummary(ctx, b.ID)); got.SuspendedAt != nil {
+	if got := must[tenants.TenantSummary](t)(s.Tenants().Summary(ctx, b.ID)); got.SuspendedAt != nil {
 		t.Fatal("suspending a suspended b")
 	}
-	if _, changes, err := s.SuspendTenant(ctx, a.ID, t0); err != nil || len(changes) != 0 {
+	if _, changes, err := s.Tenants().Suspend(ctx, a.ID, t0); err != nil || len(changes) != 0 {
 		t.Fatalf("suspend twice: %v %v", changes, err)
 	}
-	_, _, err = s.SuspendTenant(ctx, "ten_missing", t0)
+	_, _, err = s.Tenants().Suspend(ctx, "ten_missing", t0)
 	wantCode(t, err, "not_found")
 
 	before = version(t, s)
-	res, changes, err := s.ResumeTenant(ctx, a.ID)
+	res, changes, err := s.Tenants().Resume(ctx, a.ID)
 	if err != nil || res.SuspendedAt != nil {
 		t.Fatalf("resume: %+v %v", res, err)
 	}
 	checkChanges(t, s, before, changes, tenants.ChangeTenant)
 	all = append(all, changes...)
-	if _, changes, err := s.ResumeTenant(ctx, a.ID); err != nil || len(changes) != 0 {
+	if _, changes, err := s.Tenants().Resume(ctx, a.ID); err != nil || len(changes) != 0 {
 		t.Fatalf("resume twice: %v %v", changes, err)
 	}
 
@@ -87,13 +87,13 @@ func TestTenantLifecycle(t *testing.T) {
 	}
 
 	before = version(t, s)
-	del, changes, err := s.DeleteTenant(ctx, a.ID)
+	del, changes, err := s.Tenants().Delete(ctx, a.ID)
 	if err != nil || del.ID != a.ID {
 		t.Fatalf("delete: %+v %v", del, err)
 	}
 	checkChanges(t, s, before, changes, tenants.ChangeUserDeleted, tenants.ChangeUserDeleted, tenants.ChangeTenantDeleted)
 	all = append(all, changes...)
-	_, _, err = s.DeleteTenant(ctx, a.ID)
+	_, _, err = s.Tenants().Delete(ctx, a.ID)
 	wantCode(t, err, "not_found")
 
 	count := func(table, tenantID string) int {
@@ -126,10 +126,10 @@ func TestTenantLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PurgeTenantData(ctx, a.ID); err != nil || count("counters", a.ID) != 0 {
+	if err := s.Tenants().PurgeData(ctx, a.ID); err != nil || count("counters", a.ID) != 0 {
 		t.Fatalf("purge: %v, %d rows left", err, count("counters", a.ID))
 	}
-	if err := s.PurgeTenantData(ctx, b.ID); err != nil || count("counters", b.ID) == 0 {
+	if err := s.Tenants().PurgeData(ctx, b.ID); err != nil || count("counters", b.ID) == 0 {
 		t.Fatalf("purging an existing tenant deleted its data: %v", err)
 	}
 

@@ -13,6 +13,11 @@ import (
 
 const policyColumns = `id, tenant_id, name, method, path, query, consistency, shadow, tiers, unlisted_tiers, descriptor, created_at, updated_at`
 
+// PolicyStore keeps a tenant's policies, answers their names and counts
+// (store_policy_names.go), and announces the bucket resets that name
+// them. Get it from Store.Policies.
+type PolicyStore struct{ *core }
+
 func scanPolicy(sc scanner) (Policy, error) {
 	var p Policy
 	var query, tiers, descriptor string
@@ -57,10 +62,10 @@ func checkPolicyName(ctx context.Context, q querier, tenantID, name, exceptID st
 	return nil
 }
 
-// CreatePolicy validates p, fills its defaults, and stores it as a new
+// Create validates p, fills its defaults, and stores it as a new
 // policy of the tenant; p's ID, TenantID and times are ignored. A name the
 // tenant already uses answers errs.Conflict.
-func (s *Store) CreatePolicy(ctx context.Context, tenantID string, p Policy, now time.Time) (Policy, []Change, error) {
+func (s *PolicyStore) Create(ctx context.Context, tenantID string, p Policy, now time.Time) (Policy, []Change, error) {
 	p.Normalize()
 	if err := p.Validate(); err != nil {
 		return Policy{}, nil, err
@@ -125,8 +130,8 @@ func policyJSON(p Policy) (query, tiers, descriptor string, err error) {
 	return query, tiers, descriptor, nil
 }
 
-// GetPolicy returns one of the tenant's policies.
-func (s *Store) GetPolicy(ctx context.Context, tenantID, id string) (Policy, error) {
+// Get returns one of the tenant's policies.
+func (s *PolicyStore) Get(ctx context.Context, tenantID, id string) (Policy, error) {
 	return getPolicy(ctx, s.db, tenantID, id)
 }
 
@@ -135,8 +140,8 @@ func getPolicy(ctx context.Context, q querier, tenantID, id string) (Policy, err
 		`SELECT `+policyColumns+` FROM policies WHERE id = ? AND tenant_id = ?`, id, tenantID)
 }
 
-// ListPolicies returns the tenant's policies by name.
-func (s *Store) ListPolicies(ctx context.Context, tenantID string) ([]Policy, error) {
+// List returns the tenant's policies by name.
+func (s *PolicyStore) List(ctx context.Context, tenantID string) ([]Policy, error) {
 	out, err := queryAll(ctx, s.db, scanPolicy,
 		`SELECT `+policyColumns+` FROM policies WHERE tenant_id = ? ORDER BY name`, tenantID)
 	if err != nil {
@@ -145,9 +150,9 @@ func (s *Store) ListPolicies(ctx context.Context, tenantID string) ([]Policy, er
 	return out, nil
 }
 
-// UpdatePolicy replaces every field a client sets on the tenant's policy
+// Update replaces every field a client sets on the tenant's policy
 // id with p's, keeping its ID and CreatedAt.
-func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy, now time.Time) (Policy, []Change, error) {
+func (s *PolicyStore) Update(ctx context.Context, tenantID, id string, p Policy, now time.Time) (Policy, []Change, error) {
 	p.Normalize()
 	if err := p.Validate(); err != nil {
 		return Policy{}, nil, err
@@ -189,10 +194,10 @@ func (s *Store) UpdatePolicy(ctx context.Context, tenantID, id string, p Policy,
 	return p, changes, nil
 }
 
-// DeletePolicy deletes one of the tenant's policies. Consumer key
+// Delete deletes one of the tenant's policies. Consumer key
 // overrides naming it stay, inert, and apply again if a policy of that
 // name is created. The audit entry keeps the deleted policy's fields.
-func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
+func (s *PolicyStore) Delete(ctx context.Context, tenantID, id string, now time.Time) ([]Change, error) {
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		cur, err := getPolicy(ctx, tx, tenantID, id)
 		if err != nil {
@@ -214,7 +219,7 @@ func (s *Store) DeletePolicy(ctx context.Context, tenantID, id string, now time.
 // policy (by name, as POST /v1/buckets/reset names it) are to be refilled.
 // Nothing here is stored but the version; the servers' caches act on the
 // change and their next state flush replaces the persisted buckets.
-func (s *Store) ResetBuckets(ctx context.Context, tenantID, policyName string, id Identity, now time.Time) ([]Change, error) {
+func (s *PolicyStore) ResetBuckets(ctx context.Context, tenantID, policyName string, id Identity, now time.Time) ([]Change, error) {
 	if policyName == "" {
 		return nil, invalid("policy", "required")
 	}

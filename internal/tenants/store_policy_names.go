@@ -11,7 +11,7 @@ import (
 	"fmt"
 )
 
-// MaxPolicyNameIDs bounds the ids of one PolicyNames lookup.
+// MaxPolicyNameIDs bounds the ids of one PolicyStore.Names lookup.
 const MaxPolicyNameIDs = 1000
 
 // PolicyName is a policy's id and name.
@@ -20,10 +20,10 @@ type PolicyName struct {
 	Name string `json:"name"`
 }
 
-// PolicyNames returns the ids and names of the tenant's policies by name;
+// Names returns the ids and names of the tenant's policies by name;
 // with ids, only those of them that are the tenant's (another tenant's or
 // unknown ids are left out). At most MaxPolicyNameIDs ids.
-func (s *Store) PolicyNames(ctx context.Context, tenantID string, ids []string) ([]PolicyName, error) {
+func (s *PolicyStore) Names(ctx context.Context, tenantID string, ids []string) ([]PolicyName, error) {
 	if len(ids) > MaxPolicyNameIDs {
 		return nil, invalid("ids", "at most %d ids", MaxPolicyNameIDs)
 	}
@@ -50,8 +50,8 @@ func (s *Store) PolicyNames(ctx context.Context, tenantID string, ids []string) 
 	return out, nil
 }
 
-// CountPolicies counts the tenant's policies.
-func (s *Store) CountPolicies(ctx context.Context, tenantID string) (int, error) {
+// Count counts the tenant's policies.
+func (s *PolicyStore) Count(ctx context.Context, tenantID string) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM policies WHERE tenant_id = ?`, tenantID).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count policies: %w", err)

@@ -26,14 +26,18 @@ const settingSetupTokenHash = "setup_token_hash"
 // say which.
 var ErrSetupLinkDead = errs.Errorf(errs.Unauthenticated, "this setup link was used already or replaced by a newer one")
 
+// SetupStore keeps the first-run setup link (above). Get it from
+// Store.Setup.
+type SetupStore struct{ *core }
+
 func hasOperator(ctx context.Context, q querier) (bool, error) {
 	return exists(ctx, q, `SELECT 1 FROM users WHERE role = ?`, RoleOperator)
 }
 
-// OfferSetup stores hash as the setup token's while no operator login
+// Offer stores hash as the setup token's while no operator login
 // exists, replacing any earlier offer, and reports whether it did. With an
 // operator login it stores nothing and deletes a stale offer.
-func (s *Store) OfferSetup(ctx context.Context, hash string) (open bool, err error) {
+func (s *SetupStore) Offer(ctx context.Context, hash string) (open bool, err error) {
 	if len(hash) != len(HashToken("x")) {
 		return false, errs.Errorf(errs.Invalid, "setup offer: not a token hash")
 	}
@@ -84,25 +88,25 @@ func checkSetup(ctx context.Context, q querier, token string) error {
 // maxSetupToken bounds what a setup token may make the store hash.
 const maxSetupToken = 256
 
-// CheckSetup reports whether token is a live setup link (nil) or not
+// Check reports whether token is a live setup link (nil) or not
 // (ErrSetupLinkDead), changing nothing.
-func (s *Store) CheckSetup(ctx context.Context, token string) error {
+func (s *SetupStore) Check(ctx context.Context, token string) error {
 	return checkSetup(ctx, s.db, token)
 }
 
 // SetupClaim is a setup claim checked and its password hashed
-// (PrepareSetupClaim), ready for CommitSetupClaim.
+// (SetupStore.PrepareClaim), ready for SetupStore.CommitClaim.
 type SetupClaim struct {
 	token string
 	user  User
 }
 
-// PrepareSetupClaim checks a claim of the first-run setup link: the token
+// PrepareClaim checks a claim of the first-run setup link: the token
 // first (a dead link costs no password hashing, ErrSetupLinkDead), then
-// the email and password by the rules of EnsureOperator, and hashes the
+// the email and password by the rules of OperatorStore.Ensure, and hashes the
 // password, holding no lock.
-func (s *Store) PrepareSetupClaim(ctx context.Context, token, email, password string) (SetupClaim, error) {
-	if err := s.CheckSetup(ctx, token); err != nil {
+func (s *SetupStore) PrepareClaim(ctx context.Context, token, email, password string) (SetupClaim, error) {
+	if err := s.Check(ctx, token); err != nil {
 		return SetupClaim{}, err
 	}
 	if err := ValidateEmail(email); err != nil {
@@ -118,13 +122,13 @@ func (s *Store) PrepareSetupClaim(ctx context.Context, token, email, password st
 	return SetupClaim{token: token, user: User{Email: NormalizeEmail(email), PasswordHash: hash, Role: RoleOperator, SessionVersion: 1}}, nil
 }
 
-// CommitSetupClaim creates the operator login a prepared claim names when
+// CommitClaim creates the operator login a prepared claim names when
 // its token is still the current setup token and no operator login exists
 // (ErrSetupLinkDead otherwise), and deletes the token in the same
 // transaction, so the link works once. An email that is a tenant user's
 // answers errs.Conflict and leaves the link working. The change announces
 // the new user's session version.
-func (s *Store) CommitSetupClaim(ctx context.Context, c SetupClaim, now time.Time) (User, []Change, error) {
+func (s *SetupStore) CommitClaim(ctx context.Context, c SetupClaim, now time.Time) (User, []Change, error) {
 	if c.user.PasswordHash == "" {
 		return User{}, nil, errors.New("setup claim: not prepared")
 	}
@@ -154,30 +158,15 @@ func (s *Store) CommitSetupClaim(ctx context.Context, c SetupClaim, now time.Tim
 	return u, changes, nil
 }
 
-// ClaimSetup is PrepareSetupClaim then CommitSetupClaim.
-func (s *Store) ClaimSetup(ctx context.Context, token, email, password string, now time.Time) (User, []Change, error) {
-	c, err := s.PrepareSetupClaim(ctx, token, email, password)
+// Claim is PrepareClaim then CommitClaim.
+func (s *SetupStore) Claim(ctx context.Context, token, email, password string, now time.Time) (User, []Change, error) {
+	c, err := s.PrepareClaim(ctx, token, email, password)
 	if err != nil {
 		return User{}, nil, err
 	}
-	return s.CommitSetupClaim(ctx, c, now)
+	return s.CommitClaim(ctx, c, now)
 }
 
 // ActionOpened is the audit action of the operator opening a tenant's
-// dashboard (RecordTenantOpened).
+// dashboard (TenantStore.RecordOpened).
 const ActionOpened = "opened"
-
-// RecordTenantOpened records in the tenant's audit log that the actor of
-// ctx (the operator) opened its dashboard, and returns the tenant. It is
-// no config change: nothing is announced.
-func (s *Store) RecordTenantOpened(ctx context.Context, tenantID string, now time.Time) (TenantSummary, error) {
-	t, err := s.GetTenantSummary(ctx, tenantID)
-	if err != nil {
-		return TenantSummary{}, err
-	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		return recordAudit(ctx, tx, AuditEntry{TenantID: t.ID, At: normTime(now), Action: ActionOpened, ObjectType: AuditTenant,
-			ObjectID: t.ID, ObjectName: t.Name, Changes: []FieldChange{{Field: "dashboard", After: "opened by the operator"}}})
-	})
-	return t, err
-}

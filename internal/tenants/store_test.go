@@ -33,7 +33,7 @@ func newStore(t *testing.T) *tenants.Store {
 
 func mustTenant(t *testing.T, s *tenants.Store, name string) tenants.Tenant {
 	t.Helper()
-	tn, _, _, err := s.CreateTenant(context.Background(), name, name+"@example.com", "correct horse battery", t0)
+	tn, _, _, err := s.Tenants().Create(context.Background(), name, name+"@example.com", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func checkChanges(t *testing.T, s *tenants.Store, before int64, changes []tenant
 func TestCreateTenant(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	tn, key, changes, err := s.CreateTenant(ctx, "acme", "Owner@Example.com", "correct horse battery", t0)
+	tn, key, changes, err := s.Tenants().Create(ctx, "acme", "Owner@Example.com", "correct horse battery", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,29 +113,29 @@ func TestCreateTenant(t *testing.T) {
 	if sk.Hash != tenants.HashKey(key) || sk.Prefix != key[:8] || sk.TenantID != tn.ID {
 		t.Fatalf("service key record %+v", sk)
 	}
-	if got := must[tenants.Tenant](t)(s.GetTenant(ctx, tn.ID)); got != tn {
+	if got := must[tenants.Tenant](t)(s.Tenants().Get(ctx, tn.ID)); got != tn {
 		t.Fatalf("GetTenant = %+v, want %+v", got, tn)
 	}
 
-	owner, err := s.Authenticate(ctx, "owner@example.com", "correct horse battery")
+	owner, err := s.Users().Authenticate(ctx, "owner@example.com", "correct horse battery")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if owner.Role != tenants.RoleOwner || owner.TenantID != tn.ID || owner.Email != "owner@example.com" {
 		t.Fatalf("owner = %+v", owner)
 	}
-	_, err = s.Authenticate(ctx, "owner@example.com", "wrong horse battery")
+	_, err = s.Users().Authenticate(ctx, "owner@example.com", "wrong horse battery")
 	wantCode(t, err, errs.Unauthenticated)
-	_, err = s.Authenticate(ctx, "nobody@example.com", "correct horse battery")
+	_, err = s.Users().Authenticate(ctx, "nobody@example.com", "correct horse battery")
 	wantCode(t, err, errs.Unauthenticated)
 
-	_, _, _, err = s.CreateTenant(ctx, "acme", "other@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "acme", "other@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Conflict)
-	_, _, _, err = s.CreateTenant(ctx, "other", "OWNER@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "other", "OWNER@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Conflict)
-	_, _, _, err = s.CreateTenant(ctx, "Bad/Name", "x@example.com", "correct horse battery", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "Bad/Name", "x@example.com", "correct horse battery", t0)
 	wantCode(t, err, errs.Invalid)
-	_, _, _, err = s.CreateTenant(ctx, "short", "x@example.com", "short", t0)
+	_, _, _, err = s.Tenants().Create(ctx, "short", "x@example.com", "short", t0)
 	if errs.Message(err) != "owner_password: must be at least 12 characters" {
 		t.Fatalf("err = %v", err)
 	}
@@ -144,8 +144,8 @@ func TestCreateTenant(t *testing.T) {
 	}
 
 	mustTenant(t, s, "beta")
-	_ = must[tenants.Policy](t)(first(s.CreatePolicy(ctx, tn.ID, samplePolicy("a"), t0)))
-	list := must[[]tenants.TenantSummary](t)(s.ListTenants(ctx))
+	_ = must[tenants.Policy](t)(first(s.Policies().Create(ctx, tn.ID, samplePolicy("a"), t0)))
+	list := must[[]tenants.TenantSummary](t)(s.Tenants().List(ctx))
 	if len(list) != 2 || list[0].Name != "acme" || list[0].Policies != 1 || list[0].ServiceKeys != 1 || list[0].Users != 1 || list[1].Policies != 0 {
 		t.Fatalf("ListTenants = %+v", list)
 	}
@@ -160,7 +160,7 @@ func TestServiceKeys(t *testing.T) {
 	s := newStore(t)
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 	v := version(t, s)
-	k, plain, changes, err := s.CreateServiceKey(ctx, a.ID, t0)
+	k, plain, changes, err := s.ServiceKeys().Create(ctx, a.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +168,13 @@ func TestServiceKeys(t *testing.T) {
 	if k.Hash != tenants.HashKey(plain) {
 		t.Fatal("hash mismatch")
 	}
-	if keys := must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID)); len(keys) != 2 {
+	if keys := must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, a.ID)); len(keys) != 2 {
 		t.Fatalf("ListServiceKeys = %d keys", len(keys))
 	}
-	_, _, err = s.RevokeServiceKey(ctx, b.ID, k.ID, t0)
+	_, _, err = s.ServiceKeys().Revoke(ctx, b.ID, k.ID, t0)
 	wantCode(t, err, errs.NotFound)
 	v = version(t, s)
-	k2, changes, err := s.RevokeServiceKey(ctx, a.ID, k.ID, t0)
+	k2, changes, err := s.ServiceKeys().Revoke(ctx, a.ID, k.ID, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,21 +182,21 @@ func TestServiceKeys(t *testing.T) {
 	if k2.RevokedAt == nil {
 		t.Fatal("not revoked")
 	}
-	if _, changes, err := s.RevokeServiceKey(ctx, a.ID, k.ID, t0.Add(time.Hour)); err != nil || len(changes) != 0 {
+	if _, changes, err := s.ServiceKeys().Revoke(ctx, a.ID, k.ID, t0.Add(time.Hour)); err != nil || len(changes) != 0 {
 		t.Fatalf("second revoke: %v, %d changes", err, len(changes))
 	}
-	_, _, _, err = s.CreateServiceKey(ctx, "ten_missing", t0)
+	_, _, _, err = s.ServiceKeys().Create(ctx, "ten_missing", t0)
 	wantCode(t, err, errs.NotFound)
 
 	// The last active key is kept: a tenant without one is locked out.
 	var last string
-	for _, k := range must[[]tenants.ServiceKey](t)(s.ListServiceKeys(ctx, a.ID)) {
+	for _, k := range must[[]tenants.ServiceKey](t)(s.ServiceKeys().List(ctx, a.ID)) {
 		if k.RevokedAt == nil {
 			last = k.ID
 		}
 	}
 	v = version(t, s)
-	_, _, err = s.RevokeServiceKey(ctx, a.ID, last, t0)
+	_, _, err = s.ServiceKeys().Revoke(ctx, a.ID, last, t0)
 	wantCode(t, err, errs.Conflict)
 	if version(t, s) != v {
 		t.Fatal("a refused revocation moved the config version")
@@ -209,7 +209,7 @@ func TestPolicyCRUD(t *testing.T) {
 	a := mustTenant(t, s, "a")
 
 	v := version(t, s)
-	p, changes, err := s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)
+	p, changes, err := s.Policies().Create(ctx, a.ID, samplePolicy("heavy"), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestPolicyCRUD(t *testing.T) {
 	if !reflect.DeepEqual(*changes[0].Policy, p) {
 		t.Fatalf("change carries %+v, want %+v", *changes[0].Policy, p)
 	}
-	got := must[tenants.Policy](t)(s.GetPolicy(ctx, a.ID, p.ID))
+	got := must[tenants.Policy](t)(s.Policies().Get(ctx, a.ID, p.ID))
 	if !reflect.DeepEqual(got, p) {
 		t.Fatalf("GetPolicy = %+v\nwant %+v", got, p)
 	}
@@ -231,9 +231,9 @@ func TestPolicyCRUD(t *testing.T) {
 		t.Fatalf("JSON round trip: %v\n%s", err, b)
 	}
 
-	_, _, err = s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)
+	_, _, err = s.Policies().Create(ctx, a.ID, samplePolicy("heavy"), t0)
 	wantCode(t, err, errs.Conflict)
-	other := must[tenants.Policy](t)(first(s.CreatePolicy(ctx, a.ID, samplePolicy("light"), t0)))
+	other := must[tenants.Policy](t)(first(s.Policies().Create(ctx, a.ID, samplePolicy("light"), t0)))
 
 	upd := samplePolicy("heavy2")
 	upd.Method = "post"
@@ -242,7 +242,7 @@ func TestPolicyCRUD(t *testing.T) {
 	upd.Query = nil
 	later := t0.Add(time.Minute)
 	v = version(t, s)
-	p2, changes, err := s.UpdatePolicy(ctx, a.ID, p.ID, upd, later)
+	p2, changes, err := s.Policies().Update(ctx, a.ID, p.ID, upd, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,24 +251,24 @@ func TestPolicyCRUD(t *testing.T) {
 		p2.Method != "POST" || !p2.Shadow || p2.Query != nil || p2.Name != "heavy2" {
 		t.Fatalf("updated = %+v", p2)
 	}
-	if got := must[tenants.Policy](t)(s.GetPolicy(ctx, a.ID, p.ID)); !reflect.DeepEqual(got, p2) {
+	if got := must[tenants.Policy](t)(s.Policies().Get(ctx, a.ID, p.ID)); !reflect.DeepEqual(got, p2) {
 		t.Fatalf("after update GetPolicy = %+v", got)
 	}
 	upd.Name = other.Name
-	_, _, err = s.UpdatePolicy(ctx, a.ID, p.ID, upd, later)
+	_, _, err = s.Policies().Update(ctx, a.ID, p.ID, upd, later)
 	wantCode(t, err, errs.Conflict)
 	// Keeping its own name is no conflict.
-	if _, _, err := s.UpdatePolicy(ctx, a.ID, other.ID, samplePolicy("light"), later); err != nil {
+	if _, _, err := s.Policies().Update(ctx, a.ID, other.ID, samplePolicy("light"), later); err != nil {
 		t.Fatal(err)
 	}
 
-	list := must[[]tenants.Policy](t)(s.ListPolicies(ctx, a.ID))
+	list := must[[]tenants.Policy](t)(s.Policies().List(ctx, a.ID))
 	if len(list) != 2 || list[0].Name != "heavy2" || list[1].Name != "light" {
 		t.Fatalf("ListPolicies = %v", list)
 	}
 
 	v = version(t, s)
-	changes, err = s.DeletePolicy(ctx, a.ID, p.ID, time.Now())
+	changes, err = s.Policies().Delete(ctx, a.ID, p.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,18 +276,18 @@ func TestPolicyCRUD(t *testing.T) {
 	if changes[0].ID != p.ID || changes[0].TenantID != a.ID {
 		t.Fatalf("delete change = %+v", changes[0])
 	}
-	_, err = s.GetPolicy(ctx, a.ID, p.ID)
+	_, err = s.Policies().Get(ctx, a.ID, p.ID)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.DeletePolicy(ctx, a.ID, p.ID, time.Now())
+	_, err = s.Policies().Delete(ctx, a.ID, p.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
 
 	bad := samplePolicy("bad")
 	bad.Tiers["pro"][1].Period = "soon"
-	_, _, err = s.CreatePolicy(ctx, a.ID, bad, t0)
+	_, _, err = s.Policies().Create(ctx, a.ID, bad, t0)
 	if errs.Message(err) != `tiers.pro[1].period: must be a duration such as "60s" or "1m"` {
 		t.Fatalf("err = %v", err)
 	}
-	_, _, err = s.CreatePolicy(ctx, "ten_missing", samplePolicy("x"), t0)
+	_, _, err = s.Policies().Create(ctx, "ten_missing", samplePolicy("x"), t0)
 	wantCode(t, err, errs.NotFound)
 }
 
@@ -295,12 +295,12 @@ func TestConsumerKeyCRUD(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	a := mustTenant(t, s, "a")
-	_ = must[tenants.Policy](t)(first(s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)))
+	_ = must[tenants.Policy](t)(first(s.Policies().Create(ctx, a.ID, samplePolicy("heavy"), t0)))
 	exp := t0.Add(24 * time.Hour)
 	overrides := map[string]tenants.Limits{"heavy": {{Algorithm: tenants.TokenBucket, Limit: 50, Period: "1s", Burst: 100}}}
 
 	v := version(t, s)
-	k, plain, changes, err := s.CreateConsumerKey(ctx, a.ID, "mobile app", "pro", &exp, overrides, t0)
+	k, plain, changes, err := s.Keys().Create(ctx, a.ID, "mobile app", "pro", &exp, overrides, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestConsumerKeyCRUD(t *testing.T) {
 	if rec := changes[0].ConsumerKey; rec.Hash != k.Hash || !reflect.DeepEqual(rec.ConsumerKey, k) {
 		t.Fatalf("change record = %+v", rec)
 	}
-	got := must[tenants.ConsumerKey](t)(s.GetConsumerKey(ctx, a.ID, k.ID))
+	got := must[tenants.ConsumerKey](t)(s.Keys().Get(ctx, a.ID, k.ID))
 	if !reflect.DeepEqual(got, k) {
 		t.Fatalf("GetConsumerKey = %+v\nwant %+v", got, k)
 	}
@@ -319,12 +319,12 @@ func TestConsumerKeyCRUD(t *testing.T) {
 		t.Fatal("Active wrong around expiry")
 	}
 
-	_, _, _, err = s.CreateConsumerKey(ctx, a.ID, "x", "pro", nil, map[string]tenants.Limits{"nope": overrides["heavy"]}, t0)
+	_, _, _, err = s.Keys().Create(ctx, a.ID, "x", "pro", nil, map[string]tenants.Limits{"nope": overrides["heavy"]}, t0)
 	if errs.Message(err) != "overrides.nope: no policy has this name" {
 		t.Fatalf("err = %v", err)
 	}
 	past := t0.Add(-time.Second)
-	_, _, _, err = s.CreateConsumerKey(ctx, a.ID, "x", "pro", &past, nil, t0)
+	_, _, _, err = s.Keys().Create(ctx, a.ID, "x", "pro", &past, nil, t0)
 	if errs.Message(err) != "expires_at: must be in the future" {
 		t.Fatalf("err = %v", err)
 	}
@@ -334,7 +334,7 @@ func TestConsumerKeyCRUD(t *testing.T) {
 	empty := map[string]tenants.Limits{}
 	later := t0.Add(time.Minute)
 	v = version(t, s)
-	k2, changes, err := s.UpdateConsumerKey(ctx, a.ID, k.ID, tenants.KeyPatch{Name: &name, Tier: &tier, ClearExpiry: true, Overrides: &empty}, later)
+	k2, changes, err := s.Keys().Update(ctx, a.ID, k.ID, tenants.KeyPatch{Name: &name, Tier: &tier, ClearExpiry: true, Overrides: &empty}, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,21 +342,21 @@ func TestConsumerKeyCRUD(t *testing.T) {
 	if k2.Name != name || k2.Tier != tier || k2.ExpiresAt != nil || k2.Overrides != nil || k2.Hash != k.Hash || !k2.CreatedAt.Equal(k.CreatedAt) {
 		t.Fatalf("patched = %+v", k2)
 	}
-	if got := must[tenants.ConsumerKey](t)(s.GetConsumerKey(ctx, a.ID, k.ID)); !reflect.DeepEqual(got, k2) {
+	if got := must[tenants.ConsumerKey](t)(s.Keys().Get(ctx, a.ID, k.ID)); !reflect.DeepEqual(got, k2) {
 		t.Fatalf("after patch = %+v", got)
 	}
 	v = version(t, s)
-	if _, changes, err := s.UpdateConsumerKey(ctx, a.ID, k.ID, tenants.KeyPatch{}, later); err != nil || len(changes) != 0 || version(t, s) != v {
+	if _, changes, err := s.Keys().Update(ctx, a.ID, k.ID, tenants.KeyPatch{}, later); err != nil || len(changes) != 0 || version(t, s) != v {
 		t.Fatalf("empty patch: %v, %d changes", err, len(changes))
 	}
 	bad := "Bad Tier"
-	_, _, err = s.UpdateConsumerKey(ctx, a.ID, k.ID, tenants.KeyPatch{Tier: &bad}, later)
+	_, _, err = s.Keys().Update(ctx, a.ID, k.ID, tenants.KeyPatch{Tier: &bad}, later)
 	if errs.Message(err) != "tier: must be 1 to 32 characters of a-z, 0-9, _ and -" {
 		t.Fatalf("err = %v", err)
 	}
 
 	v = version(t, s)
-	k3, changes, err := s.RevokeConsumerKey(ctx, a.ID, k.ID, later)
+	k3, changes, err := s.Keys().Revoke(ctx, a.ID, k.ID, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,13 +364,13 @@ func TestConsumerKeyCRUD(t *testing.T) {
 	if k3.RevokedAt == nil || k3.Active(later) {
 		t.Fatalf("revoked = %+v", k3)
 	}
-	k4, changes, err := s.RevokeConsumerKey(ctx, a.ID, k.ID, later.Add(time.Hour))
+	k4, changes, err := s.Keys().Revoke(ctx, a.ID, k.ID, later.Add(time.Hour))
 	if err != nil || len(changes) != 0 || !k4.RevokedAt.Equal(*k3.RevokedAt) {
 		t.Fatalf("second revoke: %v, %d changes, %+v", err, len(changes), k4)
 	}
 
-	_ = must[tenants.ConsumerKey](t)(first4(s.CreateConsumerKey(ctx, a.ID, "second", "pro", nil, nil, later)))
-	list := must[[]tenants.ConsumerKey](t)(s.ListConsumerKeys(ctx, a.ID))
+	_ = must[tenants.ConsumerKey](t)(first4(s.Keys().Create(ctx, a.ID, "second", "pro", nil, nil, later)))
+	list := must[[]tenants.ConsumerKey](t)(s.Keys().List(ctx, a.ID))
 	if len(list) != 2 || list[0].ID != k.ID || list[1].Name != "second" {
 		t.Fatalf("ListConsumerKeys = %+v", list)
 	}
@@ -383,7 +383,7 @@ func TestBlocks(t *testing.T) {
 	exp := t0.Add(time.Hour)
 
 	v := version(t, s)
-	blk, changes, err := s.CreateBlock(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "2001:DB8::1"}, Reason: "scraping", ExpiresAt: &exp}, t0)
+	blk, changes, err := s.Blocks().Create(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "2001:DB8::1"}, Reason: "scraping", ExpiresAt: &exp}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,27 +391,27 @@ func TestBlocks(t *testing.T) {
 	if blk.Identity.ID != "2001:db8::1" || !strings.HasPrefix(blk.ID, "blk_") {
 		t.Fatalf("block = %+v", blk)
 	}
-	if got := must[tenants.Block](t)(s.GetBlock(ctx, blk.ID)); !reflect.DeepEqual(got, blk) {
+	if got := must[tenants.Block](t)(s.Blocks().Get(ctx, blk.ID)); !reflect.DeepEqual(got, blk) {
 		t.Fatalf("GetBlock = %+v", got)
 	}
-	_ = must[tenants.Block](t)(first(s.CreateBlock(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "key", ID: "ckey_x"}}, t0.Add(time.Second))))
+	_ = must[tenants.Block](t)(first(s.Blocks().Create(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "key", ID: "ckey_x"}}, t0.Add(time.Second))))
 
-	_, _, err = s.CreateBlock(ctx, tenants.Block{TenantID: "ten_missing", Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.1"}}, t0)
+	_, _, err = s.Blocks().Create(ctx, tenants.Block{TenantID: "ten_missing", Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.1"}}, t0)
 	wantCode(t, err, errs.NotFound)
-	_, _, err = s.CreateBlock(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "not-an-ip"}}, t0)
+	_, _, err = s.Blocks().Create(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "not-an-ip"}}, t0)
 	if errs.Message(err) != "identity.id: must be an IPv4 or IPv6 address" {
 		t.Fatalf("err = %v", err)
 	}
 
-	if all := must[[]tenants.Block](t)(s.ListBlocks(ctx, "")); len(all) != 2 || all[0].TenantID != b.ID {
+	if all := must[[]tenants.Block](t)(s.Blocks().List(ctx, "")); len(all) != 2 || all[0].TenantID != b.ID {
 		t.Fatalf("ListBlocks(all) = %+v", all)
 	}
-	if onlyA := must[[]tenants.Block](t)(s.ListBlocks(ctx, a.ID)); len(onlyA) != 1 || onlyA[0].ID != blk.ID {
+	if onlyA := must[[]tenants.Block](t)(s.Blocks().List(ctx, a.ID)); len(onlyA) != 1 || onlyA[0].ID != blk.ID {
 		t.Fatalf("ListBlocks(a) = %+v", onlyA)
 	}
 
 	v = version(t, s)
-	changes, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
+	changes, err = s.Blocks().Delete(ctx, "", blk.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,21 +419,21 @@ func TestBlocks(t *testing.T) {
 	if changes[0].ID != blk.ID || changes[0].TenantID != a.ID {
 		t.Fatalf("change = %+v", changes[0])
 	}
-	_, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
+	_, err = s.Blocks().Delete(ctx, "", blk.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
 
 	// Purging: one expired block goes, the permanent one stays.
-	_ = must[tenants.Block](t)(first(s.CreateBlock(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, ExpiresAt: &exp}, t0)))
+	_ = must[tenants.Block](t)(first(s.Blocks().Create(ctx, tenants.Block{TenantID: a.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, ExpiresAt: &exp}, t0)))
 	v = version(t, s)
-	changes, err = s.PurgeExpiredBlocks(ctx, exp)
+	changes, err = s.Blocks().PurgeExpired(ctx, exp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkChanges(t, s, v, changes, tenants.ChangeBlockDeleted)
-	if n := len(must[[]tenants.Block](t)(s.ListBlocks(ctx, ""))); n != 1 {
+	if n := len(must[[]tenants.Block](t)(s.Blocks().List(ctx, ""))); n != 1 {
 		t.Fatalf("%d blocks after purge", n)
 	}
-	if changes, err := s.PurgeExpiredBlocks(ctx, exp); err != nil || len(changes) != 0 || version(t, s) != v+1 {
+	if changes, err := s.Blocks().PurgeExpired(ctx, exp); err != nil || len(changes) != 0 || version(t, s) != v+1 {
 		t.Fatalf("idle purge: %v, %d changes", err, len(changes))
 	}
 }
@@ -442,39 +442,39 @@ func TestTenantIsolation(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
-	p := must[tenants.Policy](t)(first(s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)))
-	k := must[tenants.ConsumerKey](t)(first4(s.CreateConsumerKey(ctx, a.ID, "k", "pro", nil, nil, t0)))
+	p := must[tenants.Policy](t)(first(s.Policies().Create(ctx, a.ID, samplePolicy("heavy"), t0)))
+	k := must[tenants.ConsumerKey](t)(first4(s.Keys().Create(ctx, a.ID, "k", "pro", nil, nil, t0)))
 	v := version(t, s)
 
-	_, err := s.GetPolicy(ctx, b.ID, p.ID)
+	_, err := s.Policies().Get(ctx, b.ID, p.ID)
 	wantCode(t, err, errs.NotFound)
-	_, _, err = s.UpdatePolicy(ctx, b.ID, p.ID, samplePolicy("stolen"), t0)
+	_, _, err = s.Policies().Update(ctx, b.ID, p.ID, samplePolicy("stolen"), t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.DeletePolicy(ctx, b.ID, p.ID, time.Now())
+	_, err = s.Policies().Delete(ctx, b.ID, p.ID, time.Now())
 	wantCode(t, err, errs.NotFound)
-	_, err = s.GetConsumerKey(ctx, b.ID, k.ID)
+	_, err = s.Keys().Get(ctx, b.ID, k.ID)
 	wantCode(t, err, errs.NotFound)
 	name := "stolen"
-	_, _, err = s.UpdateConsumerKey(ctx, b.ID, k.ID, tenants.KeyPatch{Name: &name}, t0)
+	_, _, err = s.Keys().Update(ctx, b.ID, k.ID, tenants.KeyPatch{Name: &name}, t0)
 	wantCode(t, err, errs.NotFound)
-	_, _, err = s.RevokeConsumerKey(ctx, b.ID, k.ID, t0)
+	_, _, err = s.Keys().Revoke(ctx, b.ID, k.ID, t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.ResetBuckets(ctx, b.ID, p.Name, tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
+	_, err = s.Policies().ResetBuckets(ctx, b.ID, p.Name, tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	wantCode(t, err, errs.NotFound)
 	// Tenant B may not point an override at A's policy either.
-	_, _, _, err = s.CreateConsumerKey(ctx, b.ID, "k", "pro", nil, map[string]tenants.Limits{"heavy": samplePolicy("x").Tiers["anonymous"]}, t0)
+	_, _, _, err = s.Keys().Create(ctx, b.ID, "k", "pro", nil, map[string]tenants.Limits{"heavy": samplePolicy("x").Tiers["anonymous"]}, t0)
 	wantCode(t, err, errs.Invalid)
 	// The same message as for an id that never existed.
-	_, errMissing := s.GetPolicy(ctx, b.ID, "pol_missing")
-	_, errForeign := s.GetPolicy(ctx, b.ID, p.ID)
+	_, errMissing := s.Policies().Get(ctx, b.ID, "pol_missing")
+	_, errForeign := s.Policies().Get(ctx, b.ID, p.ID)
 	if errMissing.Error() != errForeign.Error() {
 		t.Fatalf("foreign %q differs from missing %q", errForeign, errMissing)
 	}
 
 	for name, n := range map[string]int{
-		"policies": len(must[[]tenants.Policy](t)(s.ListPolicies(ctx, b.ID))),
-		"keys":     len(must[[]tenants.ConsumerKey](t)(s.ListConsumerKeys(ctx, b.ID))),
-		"blocks":   len(must[[]tenants.Block](t)(s.ListBlocks(ctx, b.ID))),
+		"policies": len(must[[]tenants.Policy](t)(s.Policies().List(ctx, b.ID))),
+		"keys":     len(must[[]tenants.ConsumerKey](t)(s.Keys().List(ctx, b.ID))),
+		"blocks":   len(must[[]tenants.Block](t)(s.Blocks().List(ctx, b.ID))),
 	} {
 		if n != 0 {
 			t.Errorf("tenant b lists %d %s of tenant a", n, name)
@@ -484,10 +484,10 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal("refused writes moved the config version")
 	}
 	// A's objects are untouched.
-	if got := must[tenants.Policy](t)(s.GetPolicy(ctx, a.ID, p.ID)); !reflect.DeepEqual(got, p) {
+	if got := must[tenants.Policy](t)(s.Policies().Get(ctx, a.ID, p.ID)); !reflect.DeepEqual(got, p) {
 		t.Fatalf("policy changed: %+v", got)
 	}
-	if got := must[tenants.ConsumerKey](t)(s.GetConsumerKey(ctx, a.ID, k.ID)); !reflect.DeepEqual(got, k) {
+	if got := must[tenants.ConsumerKey](t)(s.Keys().Get(ctx, a.ID, k.ID)); !reflect.DeepEqual(got, k) {
 		t.Fatalf("key changed: %+v", got)
 	}
 }
@@ -498,23 +498,23 @@ func TestUsersAndOperator(t *testing.T) {
 	a := mustTenant(t, s, "a")
 	v := version(t, s)
 
-	m, err := s.CreateUser(ctx, a.ID, "Member@Example.com", "member password 1", tenants.RoleMember, t0)
+	m, err := s.Users().Create(ctx, a.ID, "Member@Example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Email != "member@example.com" || m.Role != tenants.RoleMember {
 		t.Fatalf("member = %+v", m)
 	}
-	_, err = s.CreateUser(ctx, a.ID, "member@example.com", "member password 1", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, a.ID, "member@example.com", "member password 1", tenants.RoleMember, t0)
 	wantCode(t, err, errs.Conflict)
-	_, err = s.CreateUser(ctx, a.ID, "x@example.com", "member password 1", tenants.RoleOperator, t0)
+	_, err = s.Users().Create(ctx, a.ID, "x@example.com", "member password 1", tenants.RoleOperator, t0)
 	wantCode(t, err, errs.Invalid)
-	_, err = s.CreateUser(ctx, "ten_missing", "y@example.com", "member password 1", tenants.RoleMember, t0)
+	_, err = s.Users().Create(ctx, "ten_missing", "y@example.com", "member password 1", tenants.RoleMember, t0)
 	wantCode(t, err, errs.NotFound)
-	if users := must[[]tenants.User](t)(s.ListUsers(ctx, a.ID)); len(users) != 2 {
+	if users := must[[]tenants.User](t)(s.Users().List(ctx, a.ID)); len(users) != 2 {
 		t.Fatalf("ListUsers = %+v", users)
 	}
-	got := must[tenants.User](t)(s.UserByEmail(ctx, "MEMBER@example.com"))
+	got := must[tenants.User](t)(s.Users().ByEmail(ctx, "MEMBER@example.com"))
 	if got.ID != m.ID || !tenants.CheckPassword(got.PasswordHash, "member password 1") {
 		t.Fatalf("UserByEmail = %+v", got)
 	}
@@ -522,52 +522,52 @@ func TestUsersAndOperator(t *testing.T) {
 		t.Fatalf("user JSON leaks the hash: %s", b)
 	}
 
-	op, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0)
+	op, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "operator password", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if op.Role != tenants.RoleOperator || op.TenantID != "" || len(cs) != 1 || cs[0].Kind != tenants.ChangeUserSession {
 		t.Fatalf("operator = %+v, changes %+v", op, cs)
 	}
-	if _, cs, err := s.EnsureOperator(ctx, "ops@example.com", "operator password", t0); err != nil || len(cs) != 0 {
+	if _, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "operator password", t0); err != nil || len(cs) != 0 {
 		t.Fatalf("an unchanged operator login: %v, changes %+v", err, cs)
 	}
 	// A new password ends the operator's older sessions.
-	op2, cs, err := s.EnsureOperator(ctx, "ops@example.com", "a new operator password", t0)
+	op2, cs, err := s.Operator().Ensure(ctx, "ops@example.com", "a new operator password", t0)
 	if err != nil || op2.ID != op.ID || op2.SessionVersion != op.SessionVersion+1 || len(cs) != 1 ||
 		cs[0].UserSession == nil || cs[0].UserSession.Version != op2.SessionVersion {
 		t.Fatalf("EnsureOperator again: %v, %+v, changes %+v", err, op2, cs)
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "operator password"); !errs.Is(err, errs.Unauthenticated) {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatal("old operator password still works")
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = s.EnsureOperator(ctx, "member@example.com", "operator password", t0)
+	_, _, err = s.Operator().Ensure(ctx, "member@example.com", "operator password", t0)
 	wantCode(t, err, errs.Conflict)
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); err != nil {
 		t.Fatalf("a refused operator email retired the current operator: %v", err)
 	}
 	// A new configured email replaces the operator login: the old one
 	// can no longer sign in and its user is gone.
-	op3, cs, err := s.EnsureOperator(ctx, "Root@Example.com", "the root password", t0)
+	op3, cs, err := s.Operator().Ensure(ctx, "Root@Example.com", "the root password", t0)
 	if err != nil || op3.ID == op.ID || op3.Email != "root@example.com" {
 		t.Fatalf("EnsureOperator with a new email: %v, %+v", err, op3)
 	}
 	if len(cs) != 2 || cs[1].Kind != tenants.ChangeUserDeleted || cs[1].ID != op.ID {
 		t.Fatalf("retiring the previous operator announced %+v, want its deletion", cs)
 	}
-	if _, err := s.Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
+	if _, err := s.Users().Authenticate(ctx, "ops@example.com", "a new operator password"); !errs.Is(err, errs.Unauthenticated) {
 		t.Fatalf("previous operator still signs in: %v", err)
 	}
-	if _, err := s.UserByEmail(ctx, "ops@example.com"); !errs.Is(err, errs.NotFound) {
+	if _, err := s.Users().ByEmail(ctx, "ops@example.com"); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("previous operator login kept: %v", err)
 	}
-	if _, err := s.Authenticate(ctx, "root@example.com", "the root password"); err != nil {
+	if _, err := s.Users().Authenticate(ctx, "root@example.com", "the root password"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UserByEmail(ctx, "member@example.com"); err != nil {
+	if _, err := s.Users().ByEmail(ctx, "member@example.com"); err != nil {
 		t.Fatalf("tenant users are not operator logins: %v", err)
 	}
 	// Three operator writes changed something (created, new password, new
@@ -577,24 +577,24 @@ func TestUsersAndOperator(t *testing.T) {
 	}
 
 	hash := tenants.HashToken("op_token_0123456789012345678901234567890")
-	set, c, err := s.SetOperatorTokenHash(ctx, hash, true, time.Now())
+	set, c, err := s.Operator().SetTokenHash(ctx, hash, true, time.Now())
 	if err != nil || !set {
 		t.Fatalf("first set: %v %v", set, err)
 	}
 	checkChanges(t, s, v+3, []tenants.Change{c}, tenants.ChangeOperatorToken)
-	if set, _, err := s.SetOperatorTokenHash(ctx, "other", true, time.Now()); err != nil || set {
+	if set, _, err := s.Operator().SetTokenHash(ctx, "other", true, time.Now()); err != nil || set {
 		t.Fatalf("onlyIfAbsent overwrote: %v %v", set, err)
 	}
-	if set, _, err := s.SetOperatorTokenHash(ctx, hash, false, time.Now()); err != nil || set {
+	if set, _, err := s.Operator().SetTokenHash(ctx, hash, false, time.Now()); err != nil || set {
 		t.Fatalf("same hash rewritten: %v %v", set, err)
 	}
 	v = version(t, s)
-	set, c, err = s.SetOperatorTokenHash(ctx, "other", false, time.Now())
+	set, c, err = s.Operator().SetTokenHash(ctx, "other", false, time.Now())
 	if err != nil || !set {
 		t.Fatalf("replace: %v %v", set, err)
 	}
 	checkChanges(t, s, v, []tenants.Change{c}, tenants.ChangeOperatorToken)
-	if h := must[string](t)(s.OperatorTokenHash(ctx)); h != "other" {
+	if h := must[string](t)(s.Operator().TokenHash(ctx)); h != "other" {
 		t.Fatalf("hash = %q", h)
 	}
 }
@@ -603,9 +603,9 @@ func TestResetBuckets(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	a := mustTenant(t, s, "a")
-	p := must[tenants.Policy](t)(first(s.CreatePolicy(ctx, a.ID, samplePolicy("heavy"), t0)))
+	p := must[tenants.Policy](t)(first(s.Policies().Create(ctx, a.ID, samplePolicy("heavy"), t0)))
 	v := version(t, s)
-	changes, err := s.ResetBuckets(ctx, a.ID, "heavy", tenants.Identity{Kind: "ip", ID: "::ffff:192.0.2.1"}, time.Now())
+	changes, err := s.Policies().ResetBuckets(ctx, a.ID, "heavy", tenants.Identity{Kind: "ip", ID: "::ffff:192.0.2.1"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func TestResetBuckets(t *testing.T) {
 	if *changes[0].BucketReset != want {
 		t.Fatalf("reset = %+v", *changes[0].BucketReset)
 	}
-	_, err = s.ResetBuckets(ctx, a.ID, "missing", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
+	_, err = s.Policies().ResetBuckets(ctx, a.ID, "missing", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	wantCode(t, err, errs.NotFound)
 }
 
@@ -638,45 +638,45 @@ func TestSnapshotFollowsChanges(t *testing.T) {
 		}
 		all = append(all, changes...)
 	}
-	b, _, changes, err := s.CreateTenant(ctx, "b", "b@example.com", "correct horse battery", t0)
+	b, _, changes, err := s.Tenants().Create(ctx, "b", "b@example.com", "correct horse battery", t0)
 	record(changes, err)
-	p, changes, err := s.CreatePolicy(ctx, b.ID, samplePolicy("heavy"), t0)
+	p, changes, err := s.Policies().Create(ctx, b.ID, samplePolicy("heavy"), t0)
 	record(changes, err)
-	_, changes, err = s.CreatePolicy(ctx, b.ID, samplePolicy("light"), t0)
+	_, changes, err = s.Policies().Create(ctx, b.ID, samplePolicy("light"), t0)
 	record(changes, err)
-	_, changes, err = s.UpdatePolicy(ctx, b.ID, p.ID, samplePolicy("heavier"), t0)
+	_, changes, err = s.Policies().Update(ctx, b.ID, p.ID, samplePolicy("heavier"), t0)
 	record(changes, err)
-	k, _, changes, err := s.CreateConsumerKey(ctx, b.ID, "k", "pro", nil, nil, t0)
+	k, _, changes, err := s.Keys().Create(ctx, b.ID, "k", "pro", nil, nil, t0)
 	record(changes, err)
-	_, changes, err = s.RevokeConsumerKey(ctx, b.ID, k.ID, t0)
+	_, changes, err = s.Keys().Revoke(ctx, b.ID, k.ID, t0)
 	record(changes, err)
-	blk, changes, err := s.CreateBlock(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}, Reason: "abuse"}, t0)
+	blk, changes, err := s.Blocks().Create(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "ip", ID: "192.0.2.9"}, Reason: "abuse"}, t0)
 	record(changes, err)
-	_, changes, err = s.CreateBlock(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "key", ID: k.ID}}, t0)
+	_, changes, err = s.Blocks().Create(ctx, tenants.Block{TenantID: b.ID, Identity: tenants.Identity{Kind: "key", ID: k.ID}}, t0)
 	record(changes, err)
-	changes, err = s.DeleteBlock(ctx, "", blk.ID, time.Now())
+	changes, err = s.Blocks().Delete(ctx, "", blk.ID, time.Now())
 	record(changes, err)
-	changes, err = s.DeletePolicy(ctx, b.ID, p.ID, time.Now())
+	changes, err = s.Policies().Delete(ctx, b.ID, p.ID, time.Now())
 	record(changes, err)
-	_, c, err := s.SetOperatorTokenHash(ctx, tenants.HashToken("token"), false, time.Now())
+	_, c, err := s.Operator().SetTokenHash(ctx, tenants.HashToken("token"), false, time.Now())
 	record([]tenants.Change{c}, err)
-	changes, err = s.ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
+	changes, err = s.Policies().ResetBuckets(ctx, b.ID, "light", tenants.Identity{Kind: "ip", ID: "192.0.2.1"}, time.Now())
 	record(changes, err)
-	m, err := s.CreateUser(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
+	m, err := s.Users().Create(ctx, b.ID, "m@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record(s.AnnounceUser(ctx, m.ID))
-	_, changes, err = s.ChangePassword(ctx, m.ID, "member password 1", "member password 2", time.Now())
+	record(s.Users().Announce(ctx, m.ID))
+	_, changes, err = s.Users().ChangePassword(ctx, m.ID, "member password 1", "member password 2", time.Now())
 	record(changes, err)
-	_, changes, err = s.SetUserRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
+	_, changes, err = s.Users().SetRole(ctx, b.ID, m.ID, tenants.RoleOwner, time.Now())
 	record(changes, err)
-	m2, err := s.CreateUser(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
+	m2, err := s.Users().Create(ctx, b.ID, "m2@example.com", "member password 1", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record(s.AnnounceUser(ctx, m2.ID))
-	_, changes, err = s.DeleteUser(ctx, b.ID, m2.ID, time.Now())
+	record(s.Users().Announce(ctx, m2.ID))
+	_, changes, err = s.Users().Delete(ctx, b.ID, m2.ID, time.Now())
 	record(changes, err)
 
 	end := must[tenants.Snapshot](t)(s.Snapshot(ctx))
@@ -750,7 +750,7 @@ func TestConcurrentWriters(t *testing.T) {
 		s := stores[w%2]
 		wg.Go(func() {
 			for i := range each {
-				if _, _, err := s.CreatePolicy(ctx, a.ID, samplePolicy(fmt.Sprintf("p%d-%d", w, i)), t0); err != nil {
+				if _, _, err := s.Policies().Create(ctx, a.ID, samplePolicy(fmt.Sprintf("p%d-%d", w, i)), t0); err != nil {
 					errc <- err
 				}
 				if _, err := s.Snapshot(ctx); err != nil {
@@ -767,7 +767,7 @@ func TestConcurrentWriters(t *testing.T) {
 	if got := version(t, s); got != v+writers*each {
 		t.Fatalf("version = %d, want %d", got, v+writers*each)
 	}
-	if n := len(must[[]tenants.Policy](t)(s.ListPolicies(ctx, a.ID))); n != writers*each {
+	if n := len(must[[]tenants.Policy](t)(s.Policies().List(ctx, a.ID))); n != writers*each {
 		t.Fatalf("%d policies", n)
 	}
 }
@@ -779,18 +779,18 @@ func TestPolicyUnlistedTiers(t *testing.T) {
 	s := newStore(t)
 	tn := mustTenant(t, s, "unlisted")
 	p := tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"pro": {{Algorithm: "token_bucket", Limit: 1, Period: "1s"}}}}
-	created, _, err := s.CreatePolicy(ctx, tn.ID, p, t0)
+	created, _, err := s.Policies().Create(ctx, tn.ID, p, t0)
 	if err != nil || created.UnlistedTiers != tenants.UnlistedAllow {
 		t.Fatalf("default: %v %+v", err, created)
 	}
 	p.UnlistedTiers = tenants.UnlistedDeny
-	if _, _, err := s.UpdatePolicy(ctx, tn.ID, created.ID, p, t0); err != nil {
+	if _, _, err := s.Policies().Update(ctx, tn.ID, created.ID, p, t0); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.GetPolicy(ctx, tn.ID, created.ID); err != nil || got.UnlistedTiers != tenants.UnlistedDeny {
+	if got, err := s.Policies().Get(ctx, tn.ID, created.ID); err != nil || got.UnlistedTiers != tenants.UnlistedDeny {
 		t.Fatalf("after update: %v %+v", err, got)
 	}
 	p.UnlistedTiers = "maybe"
-	_, _, err = s.UpdatePolicy(ctx, tn.ID, created.ID, p, t0)
+	_, _, err = s.Policies().Update(ctx, tn.ID, created.ID, p, t0)
 	wantCode(t, err, errs.Invalid)
 }

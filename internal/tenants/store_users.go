@@ -19,6 +19,45 @@ import (
 	"github.com/sluicehq/sluice/internal/errs"
 )
 
+func insertUser(ctx context.Context, tx *sql.Tx, u User) error {
+	taken, err := exists(ctx, tx, `SELECT 1 FROM users WHERE email = ?`, u.Email)
+	if err != nil {
+		return fmt.Errorf("create user: %w", err)
+	}
+	if taken {
+		return errs.Errorf(errs.Conflict, "a user with this email already exists")
+	}
+	var tenant any
+	if u.TenantID != "" {
+		tenant = u.TenantID
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO users (id, tenant_id, email, password_hash, role, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		u.ID, tenant, u.Email, u.PasswordHash, u.Role, toMS(u.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("create user: %w", err)
+	}
+	return nil
+}
+
+// UserStore keeps dashboard logins: a tenant's owners and members and
+// the operator's, their passwords, emails, roles and sessions. Get it
+// from Store.Users.
+type UserStore struct{ *core }
+
+const userColumns = `id, COALESCE(tenant_id, ''), email, password_hash, role, created_at, session_version, last_login_at`
+
+func scanUser(sc scanner) (User, error) {
+	var u User
+	var created int64
+	var login sql.NullInt64
+	if err := sc.Scan(&u.ID, &u.TenantID, &u.Email, &u.PasswordHash, &u.Role, &created, &u.SessionVersion, &login); err != nil {
+		return User{}, err
+	}
+	u.CreatedAt = fromMS(created)
+	u.LastLoginAt = fromOptMS(login)
+	return u, nil
+}
+
 func scanUserSession(sc scanner) (UserSession, error) {
 	var u UserSession
 	err := sc.Scan(&u.ID, &u.TenantID, &u.Version)
@@ -29,21 +68,16 @@ func userSessionChange(u User) Change {
 	return Change{Kind: ChangeUserSession, TenantID: u.TenantID, UserSession: &UserSession{ID: u.ID, TenantID: u.TenantID, Version: u.SessionVersion}}
 }
 
-// RequireTenant answers errs.NotFound for a tenant that does not exist.
-func (s *Store) RequireTenant(ctx context.Context, id string) error {
-	return requireTenant(ctx, s.db, id)
-}
-
-// GetUser returns one user, password hash included.
-func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
+// Get returns one user, password hash included.
+func (s *UserStore) Get(ctx context.Context, id string) (User, error) {
 	return queryOne(ctx, s.db, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE id = ?`, id)
 }
 
-// AnnounceUser returns the change that tells servers a user's current
+// Announce returns the change that tells servers a user's current
 // session version, in a config write of its own. Writes that create users
-// (CreateUser, EnsureOperator) are followed by it, so a new user's first
+// (UserStore.Create, OperatorStore.Ensure) are followed by it, so a new user's first
 // session is known everywhere.
-func (s *Store) AnnounceUser(ctx context.Context, id string) ([]Change, error) {
+func (s *UserStore) Announce(ctx context.Context, id string) ([]Change, error) {
 	return s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		u, err := queryOne(ctx, tx, scanUser, "user not found", `SELECT `+userColumns+` FROM users WHERE id = ?`, id)
 		if err != nil {
@@ -73,8 +107,8 @@ func updateUser(ctx context.Context, tx *sql.Tx, id string, set string, args ...
 // checkCurrentPassword refuses a change made without the user's current
 // password, naming the field so a form can put the message beside it. It
 // returns the user as read, whose PasswordHash is the hash checked.
-func (s *Store) checkCurrentPassword(ctx context.Context, id, current string) (User, error) {
-	u, err := s.GetUser(ctx, id)
+func (s *UserStore) checkCurrentPassword(ctx context.Context, id, current string) (User, error) {
+	u, err := s.Get(ctx, id)
 	if err != nil {
 		return User{}, err
 	}
@@ -106,7 +140,7 @@ func stillChecked(ctx context.Context, tx *sql.Tx, id, checkedHash string) error
 }
 
 // PasswordChange is a change of password whose current password was
-// checked and whose new one is hashed (PreparePasswordChange), ready for
+// checked and whose new one is hashed (UserStore.PreparePasswordChange), ready for
 // CommitPasswordChange.
 type PasswordChange struct {
 	user    User   // as read when checked
@@ -115,7 +149,7 @@ type PasswordChange struct {
 
 // PreparePasswordChange checks a user's current password and hashes the
 // new one, holding no lock: the slow half of ChangePassword.
-func (s *Store) PreparePasswordChange(ctx context.Context, id, current, next string) (PasswordChange, error) {
+func (s *UserStore) PreparePasswordChange(ctx context.Context, id, current, next string) (PasswordChange, error) {
 	if err := validatePassword("new_password", next); err != nil {
 		return PasswordChange{}, err
 	}
@@ -133,7 +167,7 @@ func (s *Store) PreparePasswordChange(ctx context.Context, id, current, next str
 // CommitPasswordChange sets the prepared password and ends every session
 // of the user (the session version moves). A password changed since it was
 // checked answers as a wrong current password.
-func (s *Store) CommitPasswordChange(ctx context.Context, p PasswordChange, now time.Time) (User, []Change, error) {
+func (s *UserStore) CommitPasswordChange(ctx context.Context, p PasswordChange, now time.Time) (User, []Change, error) {
 	if p.newHash == "" {
 		return User{}, nil, errors.New("change password: not prepared")
 	}
@@ -160,7 +194,7 @@ func (s *Store) CommitPasswordChange(ctx context.Context, p PasswordChange, now 
 
 // ChangePassword sets a user's password after checking the current one,
 // and ends every session of theirs (the session version moves).
-func (s *Store) ChangePassword(ctx context.Context, id, current, next string, now time.Time) (User, []Change, error) {
+func (s *UserStore) ChangePassword(ctx context.Context, id, current, next string, now time.Time) (User, []Change, error) {
 	p, err := s.PreparePasswordChange(ctx, id, current, next)
 	if err != nil {
 		return User{}, nil, err
@@ -170,7 +204,7 @@ func (s *Store) ChangePassword(ctx context.Context, id, current, next string, no
 
 // EndSessions ends every session of a user (sign out everywhere) by
 // moving their session version.
-func (s *Store) EndSessions(ctx context.Context, id string, now time.Time) (User, []Change, error) {
+func (s *UserStore) EndSessions(ctx context.Context, id string, now time.Time) (User, []Change, error) {
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
@@ -189,7 +223,7 @@ func (s *Store) EndSessions(ctx context.Context, id string, now time.Time) (User
 }
 
 // EmailChange is a change of email whose password was checked
-// (PrepareEmailChange), ready for CommitEmailChange.
+// (UserStore.PrepareEmailChange), ready for CommitEmailChange.
 type EmailChange struct {
 	user  User // as read when checked
 	email string
@@ -199,7 +233,7 @@ type EmailChange struct {
 // holding no lock: the slow half of ChangeEmail. The password is checked
 // before the email is looked up, so that only the user's password tells
 // whether an address is taken.
-func (s *Store) PrepareEmailChange(ctx context.Context, id, password, email string) (EmailChange, error) {
+func (s *UserStore) PrepareEmailChange(ctx context.Context, id, password, email string) (EmailChange, error) {
 	if err := ValidateEmail(email); err != nil {
 		return EmailChange{}, err
 	}
@@ -214,7 +248,7 @@ func (s *Store) PrepareEmailChange(ctx context.Context, id, password, email stri
 // user. The same email changes nothing. A taken email answers
 // errs.Conflict; a password changed since it was checked answers as a
 // wrong one.
-func (s *Store) CommitEmailChange(ctx context.Context, c EmailChange, now time.Time) (User, []Change, error) {
+func (s *UserStore) CommitEmailChange(ctx context.Context, c EmailChange, now time.Time) (User, []Change, error) {
 	if c.email == "" {
 		return User{}, nil, errors.New("change email: not prepared")
 	}
@@ -252,7 +286,7 @@ func (s *Store) CommitEmailChange(ctx context.Context, c EmailChange, now time.T
 // ChangeEmail sets the email a user signs in with, after checking their
 // password, and ends every session of theirs. A taken email answers
 // errs.Conflict.
-func (s *Store) ChangeEmail(ctx context.Context, id, password, email string, now time.Time) (User, []Change, error) {
+func (s *UserStore) ChangeEmail(ctx context.Context, id, password, email string, now time.Time) (User, []Change, error) {
 	c, err := s.PrepareEmailChange(ctx, id, password, email)
 	if err != nil {
 		return User{}, nil, err
@@ -275,11 +309,11 @@ func otherOwner(ctx context.Context, tx *sql.Tx, tenantID, id string) (bool, err
 	return ok, nil
 }
 
-// SetUserRole makes one of a tenant's users an owner or a member and ends
+// SetRole makes one of a tenant's users an owner or a member and ends
 // their sessions, so the new role applies at once. Setting the role a user
 // already has changes nothing. The tenant's last owner cannot become a
 // member (errs.Conflict): nobody could manage its members any more.
-func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string, now time.Time) (User, []Change, error) {
+func (s *UserStore) SetRole(ctx context.Context, tenantID, id, role string, now time.Time) (User, []Change, error) {
 	if role != RoleOwner && role != RoleMember {
 		return User{}, nil, invalid("role", "must be owner or member")
 	}
@@ -314,11 +348,11 @@ func (s *Store) SetUserRole(ctx context.Context, tenantID, id, role string, now 
 	return u, changes, nil
 }
 
-// DeleteUser removes one of a tenant's users; their sessions end on every
+// Delete removes one of a tenant's users; their sessions end on every
 // server with the announced change, and the webhook endpoints they added
 // are paused (webhook_lifecycle.go). The tenant's last owner cannot be
 // removed (errs.Conflict).
-func (s *Store) DeleteUser(ctx context.Context, tenantID, id string, now time.Time) (User, []Change, error) {
+func (s *UserStore) Delete(ctx context.Context, tenantID, id string, now time.Time) (User, []Change, error) {
 	var u User
 	changes, err := s.writeConfig(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
@@ -364,7 +398,7 @@ func userEntry(u User, now time.Time, action string, changes []FieldChange) Audi
 
 // RecordSignIn stores when a user last signed in. It changes nothing
 // servers hold.
-func (s *Store) RecordSignIn(ctx context.Context, id string, at time.Time) error {
+func (s *UserStore) RecordSignIn(ctx context.Context, id string, at time.Time) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE users SET last_login_at = ? WHERE id = ?`, toMS(at), id); err != nil {
 			return fmt.Errorf("record sign-in: %w", err)
@@ -373,31 +407,100 @@ func (s *Store) RecordSignIn(ctx context.Context, id string, at time.Time) error
 	})
 }
 
-// KeyUse is the last minute a server saw a service key.
-type KeyUse struct {
-	ID string    `json:"id"`
-	At time.Time `json:"at"`
+// Create adds a dashboard login to a tenant with role RoleOwner or
+// RoleMember. A taken email answers errs.Conflict. It announces nothing:
+// the worker follows it with Announce.
+func (s *UserStore) Create(ctx context.Context, tenantID, email, password, role string, now time.Time) (User, error) {
+	if role != RoleOwner && role != RoleMember {
+		return User{}, invalid("role", "must be owner or member")
+	}
+	if err := ValidateEmail(email); err != nil {
+		return User{}, err
+	}
+	if err := ValidatePassword(password); err != nil {
+		return User{}, err
+	}
+	// Refuse what cannot succeed before the slow hash.
+	if err := requireTenant(ctx, s.db, tenantID); err != nil {
+		return User{}, err
+	}
+	// The members cap before the email, here as in the write: a full
+	// tenant answers the same for every address.
+	if err := s.checkRoom(ctx, s.db, tenantID, CapMembers); err != nil {
+		return User{}, err
+	}
+	if err := s.refuseTaken(ctx, "", NormalizeEmail(email)); err != nil {
+		return User{}, err
+	}
+	hash, err := s.hashPassword(ctx, password)
+	if err != nil {
+		return User{}, err
+	}
+	u := User{ID: NewID(IDUser), TenantID: tenantID, Email: NormalizeEmail(email), PasswordHash: hash, Role: role, CreatedAt: normTime(now), SessionVersion: 1}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := requireTenant(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		// Before the email check: a full tenant answers the same for
+		// every address, so the cap says nothing of who has a login.
+		if err := s.checkRoom(ctx, tx, tenantID, CapMembers); err != nil {
+			return err
+		}
+		if err := insertUser(ctx, tx, u); err != nil {
+			return err
+		}
+		return recordAudit(ctx, tx, AuditEntry{TenantID: tenantID, At: u.CreatedAt, Action: ActionInvited, ObjectType: AuditUser,
+			ObjectID: u.ID, ObjectName: u.Email, Changes: created([]field{{"email", u.Email}, {"role", u.Role}})})
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
 }
 
-// RecordServiceKeyUse stores the last-use times servers report, keeping
-// the later of the stored and the reported one (reports from several
-// servers arrive in any order). Unknown ids are ignored. It changes nothing
-// servers hold.
-func (s *Store) RecordServiceKeyUse(ctx context.Context, uses []KeyUse) error {
-	if len(uses) == 0 {
-		return nil
+// List returns a tenant's dashboard logins, oldest first.
+func (s *UserStore) List(ctx context.Context, tenantID string) ([]User, error) {
+	out, err := queryAll(ctx, s.db, scanUser,
+		`SELECT `+userColumns+` FROM users WHERE tenant_id = ? ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `UPDATE service_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?`)
-		if err != nil {
-			return fmt.Errorf("record service key use: %w", err)
-		}
-		defer st.Close()
-		for _, u := range uses {
-			if _, err := st.ExecContext(ctx, toMS(u.At), u.ID); err != nil {
-				return fmt.Errorf("record service key use: %w", err)
-			}
-		}
-		return nil
-	})
+	return out, nil
+}
+
+// ByEmail returns the user signing in with email, password hash
+// included; errs.NotFound if there is none.
+func (s *UserStore) ByEmail(ctx context.Context, email string) (User, error) {
+	return userByEmail(ctx, s.db, email)
+}
+
+func userByEmail(ctx context.Context, q querier, email string) (User, error) {
+	return queryOne(ctx, q, scanUser, "user not found",
+		`SELECT `+userColumns+` FROM users WHERE email = ?`, NormalizeEmail(email))
+}
+
+// Authenticate returns the user whose email and password these are, or
+// errs.Unauthenticated without saying which was wrong. An unknown email
+// costs as much time as a wrong password.
+func (s *UserStore) Authenticate(ctx context.Context, email, password string) (User, error) {
+	wrong := errs.Errorf(errs.Unauthenticated, "wrong email or password")
+	if len(email) > maxEmailLength || len(password) > maxPasswordBytes {
+		return User{}, wrong // no account has these: nothing to learn from the time
+	}
+	u, err := s.ByEmail(ctx, email)
+	hash := u.PasswordHash
+	switch {
+	case errs.Is(err, errs.NotFound):
+		hash = dummyPasswordHash()
+	case err != nil:
+		return User{}, err
+	}
+	ok, cerr := s.checkPassword(ctx, hash, password)
+	switch {
+	case cerr != nil:
+		return User{}, cerr
+	case err != nil || !ok:
+		return User{}, wrong
+	}
+	return u, nil
 }

@@ -1,14 +1,3 @@
-// Package tenants holds Sluice's configuration domain: tenants, dashboard
-// users, service and consumer keys, policies and blocks, with their
-// validation, key and password hashing, and the SQLite store the worker
-// writes them with.
-//
-// Only the worker opens SQLite. Servers receive a Snapshot over NATS when
-// they start and then apply the Changes the worker announces after each
-// committed write, so every type here round-trips through encoding/json
-// without loss. API-facing types never marshal a secret or a hash; the
-// *Record types in snapshot.go are the internal shapes that do carry key
-// hashes, because servers need them to verify keys.
 package tenants
 
 import (

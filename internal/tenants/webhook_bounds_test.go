@@ -39,7 +39,7 @@ func crossings(t *testing.T, s *tenants.Store, tenantID string, from, n int, at 
 			Quota: 10, Before: 7, After: 8, PeriodStart: at.Truncate(24 * time.Hour), PeriodEnd: at.Truncate(24 * time.Hour).Add(24 * time.Hour), At: at})
 	}
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
-		_, err := s.EnqueueQuotaCrossings(ctx, tx, cs, at)
+		_, err := s.Outbox().EnqueueQuotaCrossings(ctx, tx, cs, at)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func crossings(t *testing.T, s *tenants.Store, tenantID string, from, n int, at 
 
 func thresholdHook(t *testing.T, s *tenants.Store, tenantID string) tenants.Webhook {
 	t.Helper()
-	c, err := s.CreateWebhook(context.Background(), tenantID, tenants.WebhookBody{URL: ptr("https://example.com/" + tenantID),
+	c, err := s.Webhooks().Create(context.Background(), tenantID, tenants.WebhookBody{URL: ptr("https://example.com/" + tenantID),
 		Events: &[]string{tenants.EventQuotaThreshold}, Thresholds: &[]int{80}}, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestWebhookDueReadsUseTheirIndexes(t *testing.T) {
 	crossings(t, s, a.ID, 0, 3000, t0) // a backlog of 3000 queues
 	crossings(t, s, b.ID, 0, 2, t0)
 
-	eps, err := s.DueWebhookEndpoints(ctx, t0)
+	eps, err := s.DeliveryQueue().DueEndpoints(ctx, t0)
 	// By tenant.
 	want := []tenants.DueEndpoint{{WebhookID: dead.ID, TenantID: a.ID}, {WebhookID: other.ID, TenantID: b.ID}}
 	if b.ID < a.ID {
@@ -76,15 +76,15 @@ func TestWebhookDueReadsUseTheirIndexes(t *testing.T) {
 	if err != nil || fmt.Sprint(eps) != fmt.Sprint(want) {
 		t.Fatalf("due endpoints %v %v, want %v", eps, err, want)
 	}
-	qs, err := s.DueWebhookQueues(ctx, dead.ID, t0, 8)
+	qs, err := s.DeliveryQueue().DueQueues(ctx, dead.ID, t0, 8)
 	if err != nil || len(qs) != 8 {
 		t.Fatalf("due queues %d %v", len(qs), err)
 	}
-	if qs, _ := s.DueWebhookQueues(ctx, other.ID, t0, 8); len(qs) != 2 {
+	if qs, _ := s.DeliveryQueue().DueQueues(ctx, other.ID, t0, 8); len(qs) != 2 {
 		t.Fatalf("the other endpoint's due queues: %v", qs)
 	}
 	// Nothing is due before its time.
-	if eps, _ := s.DueWebhookEndpoints(ctx, t0.Add(-time.Second)); len(eps) != 0 {
+	if eps, _ := s.DeliveryQueue().DueEndpoints(ctx, t0.Add(-time.Second)); len(eps) != 0 {
 		t.Fatalf("due early: %v", eps)
 	}
 	for _, tc := range []struct {
@@ -103,16 +103,16 @@ func TestWebhookDueReadsUseTheirIndexes(t *testing.T) {
 		}
 	}
 	// A paused or deleted endpoint is not due.
-	if _, err := s.UpdateWebhook(ctx, a.ID, dead.ID, tenants.WebhookBody{Paused: ptr(true)}, t0); err != nil {
+	if _, err := s.Webhooks().Update(ctx, a.ID, dead.ID, tenants.WebhookBody{Paused: ptr(true)}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if eps, _ := s.DueWebhookEndpoints(ctx, t0); len(eps) != 1 || eps[0].WebhookID != other.ID {
+	if eps, _ := s.DeliveryQueue().DueEndpoints(ctx, t0); len(eps) != 1 || eps[0].WebhookID != other.ID {
 		t.Fatalf("due with one paused: %v", eps)
 	}
-	if _, err := s.DeleteWebhook(ctx, b.ID, other.ID, t0); err != nil {
+	if _, err := s.Webhooks().Delete(ctx, b.ID, other.ID, t0); err != nil {
 		t.Fatal(err)
 	}
-	if eps, _ := s.DueWebhookEndpoints(ctx, t0); len(eps) != 0 {
+	if eps, _ := s.DeliveryQueue().DueEndpoints(ctx, t0); len(eps) != 0 {
 		t.Fatalf("due with one deleted: %v", eps)
 	}
 }
@@ -144,15 +144,15 @@ func TestDeletedWebhookPurgedInBatches(t *testing.T) {
 	a := mustTenant(t, s, "acme")
 	w := thresholdHook(t, s, a.ID)
 	crossings(t, s, a.ID, 0, 2500, t0)
-	if _, err := s.DeleteWebhook(ctx, a.ID, w.ID, t0); err != nil {
+	if _, err := s.Webhooks().Delete(ctx, a.ID, w.ID, t0); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.GetWebhook(ctx, a.ID, w.ID)
+	_, err := s.Webhooks().Get(ctx, a.ID, w.ID)
 	wantCode(t, err, errs.NotFound)
-	if ws, _ := s.ListWebhooks(ctx, a.ID); len(ws) != 0 {
+	if ws, _ := s.Webhooks().List(ctx, a.ID); len(ws) != 0 {
 		t.Fatalf("listed after delete: %v", ws)
 	}
-	if _, err := s.WebhookSecrets(ctx, w.ID, t0); !errs.Is(err, errs.NotFound) {
+	if _, err := s.DeliveryQueue().Secrets(ctx, w.ID, t0); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("secrets of a deleted endpoint: %v", err)
 	}
 	count := func(table string) int {
@@ -171,7 +171,7 @@ func TestDeletedWebhookPurgedInBatches(t *testing.T) {
 	}
 	var steps []int64
 	for {
-		n, err := s.PurgeDeletedWebhooks(ctx, 1000)
+		n, err := s.DeliveryQueue().PurgeDeleted(ctx, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestDeletedWebhookPurgedInBatches(t *testing.T) {
 			t.Fatalf("%d rows left in %s", n, table)
 		}
 	}
-	if u, _ := s.WebhookOutbox(ctx, a.ID); u.Rows != 0 || u.Bytes != 0 || u.PendingRows != 0 || u.PendingBytes != 0 {
+	if u, _ := s.Outbox().Usage(ctx, a.ID); u.Rows != 0 || u.Bytes != 0 || u.PendingRows != 0 || u.PendingBytes != 0 {
 		t.Fatalf("outbox counts after the purge: %+v", u)
 	}
 }
@@ -209,15 +209,15 @@ func TestWebhookOutboxBoundedPerTenant(t *testing.T) {
 	s, db := webhookStoreDB(t)
 	a, b := mustTenant(t, s, "acme"), mustTenant(t, s, "globex")
 	wa, wb := thresholdHook(t, s, a.ID), thresholdHook(t, s, b.ID)
-	if err := s.SetWebhookOutboxLimits(ctx, a.ID, tenants.OutboxLimits{Rows: 80, PendingRows: 50}); err != nil {
+	if err := s.Outbox().SetLimits(ctx, a.ID, tenants.OutboxLimits{Rows: 80, PendingRows: 50}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetWebhookOutboxLimits(ctx, a.ID, tenants.OutboxLimits{Rows: 10, PendingRows: 50}); !errs.Is(err, errs.Invalid) {
+	if err := s.Outbox().SetLimits(ctx, a.ID, tenants.OutboxLimits{Rows: 10, PendingRows: 50}); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("pending bound above the kept one: %v", err)
 	}
 	crossings(t, s, b.ID, 0, 120, t0)
 	crossings(t, s, a.ID, 0, 200, t0)
-	u, err := s.WebhookOutbox(ctx, a.ID)
+	u, err := s.Outbox().Usage(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,53 +252,53 @@ func TestWebhookOutboxBoundedPerTenant(t *testing.T) {
 			t.Fatalf("dropped delivery %+v", d)
 		}
 	}
-	_, err = s.ResendWebhookDelivery(ctx, a.ID, wa.ID, ds[79].ID, t0)
+	_, err = s.Webhooks().Resend(ctx, a.ID, wa.ID, ds[79].ID, t0)
 	wantCode(t, err, errs.Conflict)
 	// Dropped deliveries left their queues: only the 50 pending ones'
 	// are there.
-	if qs, _ := s.DueWebhookQueues(ctx, wa.ID, t0, 1000); len(qs) != 50 {
+	if qs, _ := s.DeliveryQueue().DueQueues(ctx, wa.ID, t0, 1000); len(qs) != 50 {
 		t.Fatalf("%d queues due, want 50", len(qs))
 	}
-	if u, _ := s.WebhookOutbox(ctx, b.ID); u.Rows != 120 || u.PendingRows != 120 || u.Dropped != 0 {
+	if u, _ := s.Outbox().Usage(ctx, b.ID); u.Rows != 120 || u.PendingRows != 120 || u.Dropped != 0 {
 		t.Fatalf("the other tenant's outbox: %+v", u)
 	}
 	if n := len(deliveries(t, s, b.ID, wb.ID)); n != 120 {
 		t.Fatalf("the other tenant has %d deliveries", n)
 	}
-	drops, err := s.WebhookOutboxDrops(ctx)
+	drops, err := s.DeliveryQueue().Drops(ctx)
 	if err != nil || len(drops) != 1 || drops[a.ID] != 150 {
 		t.Fatalf("drops %v %v", drops, err)
 	}
 
 	// In bytes: a pending bound of 4 KiB holds about a dozen of these.
-	if err := s.SetWebhookOutboxLimits(ctx, b.ID, tenants.OutboxLimits{PendingBytes: 4 << 10}); err != nil {
+	if err := s.Outbox().SetLimits(ctx, b.ID, tenants.OutboxLimits{PendingBytes: 4 << 10}); err != nil {
 		t.Fatal(err)
 	}
 	crossings(t, s, b.ID, 1000, 5, t0)
-	if u, _ := s.WebhookOutbox(ctx, b.ID); u.PendingBytes > 4<<10 || u.PendingRows == 0 || u.Dropped < 100 {
+	if u, _ := s.Outbox().Usage(ctx, b.ID); u.PendingBytes > 4<<10 || u.PendingRows == 0 || u.Dropped < 100 {
 		t.Fatalf("the bytes bound: %+v", u)
 	}
 	if pb := payloadBytes(t, db, b.ID, "pending"); pb > 4<<10 {
 		t.Fatalf("%d pending bytes", pb)
 	}
-	if err := s.SetWebhookOutboxLimits(ctx, b.ID, tenants.OutboxLimits{Bytes: 6 << 10, PendingBytes: 4 << 10}); err != nil {
+	if err := s.Outbox().SetLimits(ctx, b.ID, tenants.OutboxLimits{Bytes: 6 << 10, PendingBytes: 4 << 10}); err != nil {
 		t.Fatal(err)
 	}
 	// Delivered ones are kept within the kept bound.
-	qs, _ := s.DueWebhookQueues(ctx, wb.ID, t0, 1000)
+	qs, _ := s.DeliveryQueue().DueQueues(ctx, wb.ID, t0, 1000)
 	var as []tenants.Attempt
 	for _, q := range qs {
-		h, ok, err := s.QueueHead(ctx, q)
+		h, ok, err := s.DeliveryQueue().Head(ctx, q)
 		if err != nil || !ok {
 			t.Fatalf("head %v %v", ok, err)
 		}
 		as = append(as, tenants.Attempt{RowID: h.RowID, WebhookID: q.WebhookID, OrderKey: q.OrderKey, At: t0, Delivered: true, Code: 200})
 	}
-	if err := s.RecordAttempts(ctx, as); err != nil {
+	if err := s.DeliveryQueue().RecordAttempts(ctx, as); err != nil {
 		t.Fatal(err)
 	}
 	crossings(t, s, b.ID, 2000, 40, t0)
-	if u, _ := s.WebhookOutbox(ctx, b.ID); u.Bytes > 6<<10 || u.PendingBytes > 4<<10 {
+	if u, _ := s.Outbox().Usage(ctx, b.ID); u.Bytes > 6<<10 || u.PendingBytes > 4<<10 {
 		t.Fatalf("kept bytes: %+v", u)
 	}
 	if kb := payloadBytes(t, db, b.ID, ""); kb > 6<<10 {
@@ -323,31 +323,31 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 	ctx := context.Background()
 	s := webhookStore(t)
 	a := mustTenant(t, s, "acme")
-	users, err := s.ListUsers(ctx, a.ID)
+	users, err := s.Users().List(ctx, a.ID)
 	if err != nil || len(users) != 1 {
 		t.Fatal(users, err)
 	}
 	owner := users[0]
-	second, err := s.CreateUser(ctx, a.ID, "second@example.com", "correct horse battery", tenants.RoleOwner, t0)
+	second, err := s.Users().Create(ctx, a.ID, "second@example.com", "correct horse battery", tenants.RoleOwner, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, err := s.CreateUser(ctx, a.ID, "member@example.com", "correct horse battery", tenants.RoleMember, t0)
+	member, err := s.Users().Create(ctx, a.ID, "member@example.com", "correct horse battery", tenants.RoleMember, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	as := func(u tenants.User) context.Context {
 		return tenants.WithActor(ctx, tenants.UserActor(u.ID, u.Email, u.Role))
 	}
-	byOwner, err := s.CreateWebhook(as(owner), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/owner")}, t0)
+	byOwner, err := s.Webhooks().Create(as(owner), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/owner")}, t0)
 	if err != nil || byOwner.Webhook.CreatedBy != owner.ID {
 		t.Fatalf("owner's create: %+v %v", byOwner.Webhook, err)
 	}
-	bySecond, err := s.CreateWebhook(as(second), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/second")}, t0)
+	bySecond, err := s.Webhooks().Create(as(second), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/second")}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byKey, err := s.CreateWebhook(tenants.WithActor(ctx, tenants.ServiceKeyActor("sk_abcdefgh")), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/key")}, t0)
+	byKey, err := s.Webhooks().Create(tenants.WithActor(ctx, tenants.ServiceKeyActor("sk_abcdefgh")), a.ID, tenants.WebhookBody{URL: ptr("https://example.com/key")}, t0)
 	if err != nil || byKey.Webhook.CreatedBy != "" {
 		t.Fatalf("service key's create: %+v %v", byKey.Webhook, err)
 	}
@@ -355,17 +355,17 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 	m := as(member)
 	for name, call := range map[string]func() error{
 		"create": func() error {
-			_, err := s.CreateWebhook(m, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/member")}, t0)
+			_, err := s.Webhooks().Create(m, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/member")}, t0)
 			return err
 		},
 		"update": func() error {
-			_, err := s.UpdateWebhook(m, a.ID, id, tenants.WebhookBody{URL: ptr("https://example.com/x")}, t0)
+			_, err := s.Webhooks().Update(m, a.ID, id, tenants.WebhookBody{URL: ptr("https://example.com/x")}, t0)
 			return err
 		},
-		"rotate": func() error { _, err := s.RotateWebhookSecret(m, a.ID, id, time.Hour, t0); return err },
-		"delete": func() error { _, err := s.DeleteWebhook(m, a.ID, id, t0); return err },
+		"rotate": func() error { _, err := s.Webhooks().RotateSecret(m, a.ID, id, time.Hour, t0); return err },
+		"delete": func() error { _, err := s.Webhooks().Delete(m, a.ID, id, t0); return err },
 		"resend": func() error {
-			_, err := s.ResendWebhookDelivery(m, a.ID, id, deliveries(t, s, a.ID, id)[0].ID, t0)
+			_, err := s.Webhooks().Resend(m, a.ID, id, deliveries(t, s, a.ID, id)[0].ID, t0)
 			return err
 		},
 	} {
@@ -373,24 +373,24 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 			t.Errorf("a member's %s: %v", name, err)
 		}
 	}
-	if w, err := s.GetWebhook(ctx, a.ID, id); err != nil || w.URL != "https://example.com/owner" || w.SecretPrefix != byOwner.Webhook.SecretPrefix {
+	if w, err := s.Webhooks().Get(ctx, a.ID, id); err != nil || w.URL != "https://example.com/owner" || w.SecretPrefix != byOwner.Webhook.SecretPrefix {
 		t.Fatalf("after the member's attempts: %+v %v", w, err)
 	}
-	if ws, _ := s.ListWebhooks(ctx, a.ID); len(ws) != 3 {
+	if ws, _ := s.Webhooks().List(ctx, a.ID); len(ws) != 3 {
 		t.Fatalf("after the member's attempts: %d endpoints", len(ws))
 	}
 
 	// The second owner is removed: their endpoint is paused, says why,
 	// and hears nothing more; the others still do.
-	if _, _, err := s.DeleteUser(as(owner), a.ID, second.ID, t0); err != nil {
+	if _, _, err := s.Users().Delete(as(owner), a.ID, second.ID, t0); err != nil {
 		t.Fatal(err)
 	}
-	paused, err := s.GetWebhook(ctx, a.ID, bySecond.Webhook.ID)
+	paused, err := s.Webhooks().Get(ctx, a.ID, bySecond.Webhook.ID)
 	if err != nil || paused.Paused != tenants.PausedCreatorRemoved {
 		t.Fatalf("the removed owner's endpoint: %+v %v", paused, err)
 	}
 	before := len(deliveries(t, s, a.ID, paused.ID))
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "alice", "pro", nil, nil, t0); err != nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "alice", "pro", nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(deliveries(t, s, a.ID, paused.ID)); n != before {
@@ -404,14 +404,14 @@ func TestWebhookChangesAreOwnersOnly(t *testing.T) {
 		t.Fatal("the owner's endpoint did not hear of the pause")
 	}
 	// A member cannot resume it; an owner can, and becomes its creator.
-	if _, err := s.UpdateWebhook(m, a.ID, paused.ID, tenants.WebhookBody{Paused: ptr(false)}, t0); !errs.Is(err, errs.Forbidden) {
+	if _, err := s.Webhooks().Update(m, a.ID, paused.ID, tenants.WebhookBody{Paused: ptr(false)}, t0); !errs.Is(err, errs.Forbidden) {
 		t.Fatalf("a member's resume: %v", err)
 	}
-	resumed, err := s.UpdateWebhook(as(owner), a.ID, paused.ID, tenants.WebhookBody{Paused: ptr(false)}, t0)
+	resumed, err := s.Webhooks().Update(as(owner), a.ID, paused.ID, tenants.WebhookBody{Paused: ptr(false)}, t0)
 	if err != nil || resumed.Paused != "" || resumed.CreatedBy != owner.ID {
 		t.Fatalf("resumed: %+v %v", resumed, err)
 	}
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "bob", "pro", nil, nil, t0); err != nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "bob", "pro", nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(deliveries(t, s, a.ID, paused.ID)); n <= before {
@@ -429,23 +429,23 @@ func TestWebhookOutboxCatchesUpInSteps(t *testing.T) {
 	a := mustTenant(t, s, "acme")
 	thresholdHook(t, s, a.ID)
 	crossings(t, s, a.ID, 0, 3000, t0)
-	if err := s.SetWebhookOutboxLimits(ctx, a.ID, tenants.OutboxLimits{PendingRows: 10}); err != nil {
+	if err := s.Outbox().SetLimits(ctx, a.ID, tenants.OutboxLimits{PendingRows: 10}); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int64{1024, 2048, 2993} {
 		crossings(t, s, a.ID, 10_000+i, 1, t0)
-		u, err := s.WebhookOutbox(ctx, a.ID)
+		u, err := s.Outbox().Usage(ctx, a.ID)
 		if err != nil || u.Dropped != want {
 			t.Fatalf("after enqueue %d: %+v %v, want %d dropped", i+1, u, err, want)
 		}
 	}
-	if u, _ := s.WebhookOutbox(ctx, a.ID); u.PendingRows != 10 {
+	if u, _ := s.Outbox().Usage(ctx, a.ID); u.PendingRows != 10 {
 		t.Fatalf("pending %d, want 10", u.PendingRows)
 	}
-	if _, _, err := s.DeleteTenant(ctx, a.ID); err != nil {
+	if _, _, err := s.Tenants().Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if drops, _ := s.WebhookOutboxDrops(ctx); len(drops) != 0 {
+	if drops, _ := s.DeliveryQueue().Drops(ctx); len(drops) != 0 {
 		t.Fatalf("a deleted tenant's drops: %v", drops)
 	}
 }

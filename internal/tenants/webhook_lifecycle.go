@@ -64,11 +64,11 @@ func pauseWebhooksOf(ctx context.Context, tx *sql.Tx, tenantID, userID string, n
 	return nil
 }
 
-// PurgeDeletedWebhooks takes one step of removing deleted endpoints: up to
+// PurgeDeleted takes one step of removing deleted endpoints: up to
 // batch deliveries of one of them, or once it has none, up to batch of its
 // queues, or once it has none, the endpoint itself, in one transaction. It
 // answers how many rows went, 0 when no deleted endpoint is left.
-func (s *Store) PurgeDeletedWebhooks(ctx context.Context, batch int) (int64, error) {
+func (s *DeliveryQueue) PurgeDeleted(ctx context.Context, batch int) (int64, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var id string

@@ -38,7 +38,7 @@ type OutboxLimits struct {
 }
 
 // DefaultOutboxLimits are every tenant's bounds unless the operator set
-// others for it (SetWebhookOutboxLimits).
+// others for it (Outbox.SetLimits).
 var DefaultOutboxLimits = OutboxLimits{Rows: 100_000, Bytes: 64 << 20, PendingRows: 10_000, PendingBytes: 16 << 20}
 
 // or answers l with each zero field taken from d.
@@ -53,9 +53,9 @@ func (l OutboxLimits) or(d OutboxLimits) OutboxLimits {
 		PendingRows: pick(l.PendingRows, d.PendingRows), PendingBytes: pick(l.PendingBytes, d.PendingBytes)}
 }
 
-// SetWebhookOutboxLimits sets a tenant's outbox bounds; a zero field
+// SetLimits sets a tenant's outbox bounds; a zero field
 // takes the default. Pending bounds above the kept ones are refused.
-func (s *Store) SetWebhookOutboxLimits(ctx context.Context, tenantID string, l OutboxLimits) error {
+func (s *Outbox) SetLimits(ctx context.Context, tenantID string, l OutboxLimits) error {
 	if e := l.or(DefaultOutboxLimits); e.Rows < 1 || e.Bytes < 1 || e.PendingRows > e.Rows || e.PendingBytes > e.Bytes ||
 		l.Rows < 0 || l.Bytes < 0 || l.PendingRows < 0 || l.PendingBytes < 0 {
 		return invalid("limits", "pending bounds must be positive and at most the bounds of what is kept")
@@ -84,8 +84,8 @@ type OutboxUsage struct {
 	Limits  OutboxLimits
 }
 
-// WebhookOutbox answers a tenant's outbox counts and bounds.
-func (s *Store) WebhookOutbox(ctx context.Context, tenantID string) (OutboxUsage, error) {
+// Usage answers a tenant's outbox counts and bounds.
+func (s *Outbox) Usage(ctx context.Context, tenantID string) (OutboxUsage, error) {
 	u, _, err := outboxUsage(ctx, s.db, tenantID)
 	return u, err
 }
@@ -105,26 +105,6 @@ func outboxUsage(ctx context.Context, q querier, tenantID string) (OutboxUsage, 
 	}
 	u.Limits = l.or(DefaultOutboxLimits)
 	return u, true, nil
-}
-
-// WebhookOutboxDrops answers, per tenant that ever had a delivery dropped,
-// how many were.
-func (s *Store) WebhookOutboxDrops(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT tenant_id, dropped FROM webhook_outbox WHERE dropped > 0`)
-	if err != nil {
-		return nil, fmt.Errorf("webhook outbox drops: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
 }
 
 // outboxBounds is bound's statements, prepared at first use.
@@ -179,7 +159,7 @@ const boundSteps = 1024
 
 // bound brings the tenant's outbox back within its bounds (see the top of
 // this file), by at most boundSteps rows.
-func (q *outbox) bound(ctx context.Context, tenantID string, now time.Time) error {
+func (q *outboxWriter) bound(ctx context.Context, tenantID string, now time.Time) error {
 	for range boundSteps {
 		u, ok, err := outboxUsage(ctx, q.tx, tenantID)
 		if err != nil || !ok {

@@ -143,6 +143,15 @@ type WebhookCreated struct {
 	Secret  string  `json:"secret"`
 }
 
+// WebhookStore keeps a tenant's endpoints and their secrets, and the
+// deliveries the tenant sees and resends. Get it from Store.Webhooks.
+type WebhookStore struct{ *core }
+
+// Outbox writes the events endpoints are sent, beside the change that
+// caused them, and bounds each tenant's outbox (webhook_outbox.go). Get it
+// from Store.Outbox.
+type Outbox struct{ *core }
+
 // WebhookSealer seals the signing secrets the store keeps, so that a copy
 // of the database alone does not reveal them.
 type WebhookSealer interface {
@@ -154,7 +163,7 @@ type WebhookSealer interface {
 // fail without one.
 func (s *Store) SetWebhookSealer(ws WebhookSealer) { s.sealer.Store(&ws) }
 
-func (s *Store) webhookSealer() (WebhookSealer, error) {
+func (s *core) webhookSealer() (WebhookSealer, error) {
 	p := s.sealer.Load()
 	if p == nil || *p == nil {
 		return nil, errs.Errorf(errs.Unavailable, "Webhooks are not available: the worker has no key to seal their secrets.")
@@ -287,9 +296,9 @@ func webhookFields(w Webhook) []field {
 	}
 }
 
-// CreateWebhook adds an endpoint to the tenant and answers it with its
+// Create adds an endpoint to the tenant and answers it with its
 // secret. b.URL must already have been checked for where it points.
-func (s *Store) CreateWebhook(ctx context.Context, tenantID string, b WebhookBody, now time.Time) (WebhookCreated, error) {
+func (s *WebhookStore) Create(ctx context.Context, tenantID string, b WebhookBody, now time.Time) (WebhookCreated, error) {
 	now = normTime(now)
 	w := Webhook{ID: NewID("wh_"), TenantID: tenantID, Events: slices.Clone(WebhookEvents), Thresholds: slices.Clone(DefaultWebhookThresholds),
 		CreatedAt: now, UpdatedAt: now}
@@ -339,13 +348,13 @@ func (s *Store) CreateWebhook(ctx context.Context, tenantID string, b WebhookBod
 	return WebhookCreated{Webhook: w, Secret: secret}, nil
 }
 
-// GetWebhook answers one of the tenant's endpoints.
-func (s *Store) GetWebhook(ctx context.Context, tenantID, id string) (Webhook, error) {
+// Get answers one of the tenant's endpoints.
+func (s *WebhookStore) Get(ctx context.Context, tenantID, id string) (Webhook, error) {
 	return getWebhook(ctx, s.db, tenantID, id)
 }
 
-// ListWebhooks answers the tenant's endpoints, oldest first.
-func (s *Store) ListWebhooks(ctx context.Context, tenantID string) ([]Webhook, error) {
+// List answers the tenant's endpoints, oldest first.
+func (s *WebhookStore) List(ctx context.Context, tenantID string) ([]Webhook, error) {
 	if err := requireTenant(ctx, s.db, tenantID); err != nil {
 		return nil, err
 	}
@@ -359,9 +368,9 @@ func (s *Store) ListWebhooks(ctx context.Context, tenantID string) ([]Webhook, e
 	return out, nil
 }
 
-// UpdateWebhook changes an endpoint's fields that b sets. A new URL must
+// Update changes an endpoint's fields that b sets. A new URL must
 // already have been checked for where it points.
-func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b WebhookBody, now time.Time) (Webhook, error) {
+func (s *WebhookStore) Update(ctx context.Context, tenantID, id string, b WebhookBody, now time.Time) (Webhook, error) {
 	now = normTime(now)
 	var w Webhook
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -408,11 +417,11 @@ func (s *Store) UpdateWebhook(ctx context.Context, tenantID, id string, b Webhoo
 	return w, err
 }
 
-// DeleteWebhook removes an endpoint with its deliveries, pending ones
+// Delete removes an endpoint with its deliveries, pending ones
 // included: it is gone at once, and its deliveries are deleted afterwards
-// in batches (PurgeDeletedWebhooks), so that a long backlog does not make
+// in batches (DeliveryQueue.PurgeDeleted), so that a long backlog does not make
 // one long write transaction.
-func (s *Store) DeleteWebhook(ctx context.Context, tenantID, id string, now time.Time) (Webhook, error) {
+func (s *WebhookStore) Delete(ctx context.Context, tenantID, id string, now time.Time) (Webhook, error) {
 	now = normTime(now)
 	var w Webhook
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -433,7 +442,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, tenantID, id string, now time
 }
 
 // newWebhookSecret makes an endpoint's secret and seals it for storage.
-func (s *Store) newWebhookSecret() (secret string, sealed []byte, err error) {
+func (s *WebhookStore) newWebhookSecret() (secret string, sealed []byte, err error) {
 	sealer, err := s.webhookSealer()
 	if err != nil {
 		return "", nil, err
@@ -445,10 +454,10 @@ func (s *Store) newWebhookSecret() (secret string, sealed []byte, err error) {
 	return secret, sealed, nil
 }
 
-// RotateWebhookSecret gives an endpoint a new secret and answers it. For
+// RotateSecret gives an endpoint a new secret and answers it. For
 // overlap after it, deliveries are signed with the new and the previous
 // secret, so that the receiver can switch at its own pace.
-func (s *Store) RotateWebhookSecret(ctx context.Context, tenantID, id string, overlap time.Duration, now time.Time) (WebhookCreated, error) {
+func (s *WebhookStore) RotateSecret(ctx context.Context, tenantID, id string, overlap time.Duration, now time.Time) (WebhookCreated, error) {
 	now = normTime(now)
 	secret, sealed, err := s.newWebhookSecret()
 	if err != nil {
@@ -477,36 +486,6 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, tenantID, id string, ov
 		return WebhookCreated{}, err
 	}
 	return WebhookCreated{Webhook: w, Secret: secret}, nil
-}
-
-// WebhookSecrets answers the secrets an endpoint's deliveries are signed
-// with at now: its secret and, within a rotation's overlap, the previous
-// one.
-func (s *Store) WebhookSecrets(ctx context.Context, webhookID string, now time.Time) ([]string, error) {
-	sealer, err := s.webhookSealer()
-	if err != nil {
-		return nil, err
-	}
-	var cur, old []byte
-	var oldUntil int64
-	err = s.db.QueryRowContext(ctx, `SELECT secret, old_secret, old_secret_until FROM webhooks WHERE id = ? AND deleted_at = 0`, webhookID).Scan(&cur, &old, &oldUntil)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errs.Errorf(errs.NotFound, "webhook not found")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read webhook secret: %w", err)
-	}
-	plain, err := sealer.Open(cur)
-	if err != nil {
-		return nil, fmt.Errorf("open webhook secret: %w", err)
-	}
-	out := []string{string(plain)}
-	if old != nil && toMS(now) < oldUntil {
-		if p, err := sealer.Open(old); err == nil {
-			out = append(out, string(p))
-		}
-	}
-	return out, nil
 }
 
 // Event is the body of every delivery.
@@ -543,21 +522,21 @@ func tenantWebhooks(ctx context.Context, tx *sql.Tx, tenantID string) ([]Webhook
 // before, and makes the endpoint's queue for the key due. It reports
 // whether a delivery was written.
 func enqueue(ctx context.Context, tx *sql.Tx, w Webhook, ev outboxEvent, now time.Time) (bool, error) {
-	q := outbox{tx: tx}
+	q := outboxWriter{tx: tx}
 	defer q.close()
 	return q.enqueue(ctx, w, ev, now)
 }
 
-// outbox writes deliveries in one transaction, its two statements
+// outboxWriter writes deliveries in one transaction, its two statements
 // prepared at first use and kept for the rest: a batch of quota crossings
 // writes hundreds.
-type outbox struct {
+type outboxWriter struct {
 	tx              *sql.Tx
 	delivery, queue *sql.Stmt
 	bounds          *outboxBounds // webhook_outbox.go
 }
 
-func (q *outbox) close() {
+func (q *outboxWriter) close() {
 	for _, st := range []*sql.Stmt{q.delivery, q.queue} {
 		if st != nil {
 			st.Close()
@@ -570,7 +549,7 @@ func (q *outbox) close() {
 
 // enqueue writes ev's delivery to w, unless its dedupe key is written
 // already; it reports whether it wrote one.
-func (q *outbox) enqueue(ctx context.Context, w Webhook, ev outboxEvent, now time.Time) (bool, error) {
+func (q *outboxWriter) enqueue(ctx context.Context, w Webhook, ev outboxEvent, now time.Time) (bool, error) {
 	body, err := json.Marshal(Event{Type: ev.event, Timestamp: ev.at.UTC(), Data: ev.data})
 	if err != nil {
 		return false, fmt.Errorf("encode event: %w", err)
@@ -708,8 +687,8 @@ func ThresholdUnits(t int, quota int64) int64 {
 // Each is written once per endpoint, key, policy, limit, period and
 // threshold however many times it is reported (several servers, a stream
 // redelivery). It answers how many deliveries were written.
-func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []QuotaCrossing, now time.Time) (int, error) {
-	q := outbox{tx: tx}
+func (s *Outbox) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []QuotaCrossing, now time.Time) (int, error) {
+	q := outboxWriter{tx: tx}
 	defer q.close()
 	byTenant := map[string][]Webhook{}
 	written := 0
@@ -762,8 +741,8 @@ func (s *Store) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quot
 	return written, nil
 }
 
-// WebhookTenants answers the tenants with an endpoint that wants event.
-func (s *Store) WebhookTenants(ctx context.Context, event string) ([]string, error) {
+// TenantsWanting answers the tenants with an endpoint that wants event.
+func (s *Outbox) TenantsWanting(ctx context.Context, event string) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT w.tenant_id FROM webhooks w, json_each(w.events) e WHERE w.deleted_at = 0 AND w.paused = '' AND e.value = ?`, event)
 	if err != nil {
 		return nil, fmt.Errorf("webhook tenants: %w", err)
@@ -802,7 +781,7 @@ const TopOffenderQuiet = 24 * time.Hour
 // EnqueueTopOffenders writes a caller.top_offender delivery for each
 // offender not announced within TopOffenderQuiet, to the tenant's
 // endpoints that want it, and answers how many callers were announced.
-func (s *Store) EnqueueTopOffenders(ctx context.Context, tenantID string, offenders []TopOffender, from, now time.Time) (int, error) {
+func (s *Outbox) EnqueueTopOffenders(ctx context.Context, tenantID string, offenders []TopOffender, from, now time.Time) (int, error) {
 	now = normTime(now)
 	n := 0
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -904,9 +883,9 @@ func scanDelivery(sc scanner) (int64, WebhookDelivery, error) {
 	return rowID, d, nil
 }
 
-// ListWebhookDeliveries answers a page of one of the tenant's endpoints'
+// Deliveries answers a page of one of the tenant's endpoints'
 // deliveries, newest first.
-func (s *Store) ListWebhookDeliveries(ctx context.Context, q DeliveryQuery) (DeliveryPage, error) {
+func (s *WebhookStore) Deliveries(ctx context.Context, q DeliveryQuery) (DeliveryPage, error) {
 	switch {
 	case q.Limit < 0 || q.Limit > MaxDeliveryPage:
 		return DeliveryPage{}, invalid("limit", "must be between 1 and %d", MaxDeliveryPage)
@@ -946,10 +925,10 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, q DeliveryQuery) (Del
 	return page, rows.Err()
 }
 
-// ResendWebhookDelivery sends a delivery again, with the same id: one that
+// Resend sends a delivery again, with the same id: one that
 // was delivered or failed starts a new retry schedule; a pending one is
 // attempted now.
-func (s *Store) ResendWebhookDelivery(ctx context.Context, tenantID, webhookID, deliveryID string, now time.Time) (WebhookDelivery, error) {
+func (s *WebhookStore) Resend(ctx context.Context, tenantID, webhookID, deliveryID string, now time.Time) (WebhookDelivery, error) {
 	now = normTime(now)
 	var d WebhookDelivery
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -979,7 +958,7 @@ func (s *Store) ResendWebhookDelivery(ctx context.Context, tenantID, webhookID, 
 			WHERE msg_id = ?`, toMS(now), toMS(now), deliveryID); err != nil {
 			return fmt.Errorf("resend delivery: %w", err)
 		}
-		ob := outbox{tx: tx}
+		ob := outboxWriter{tx: tx}
 		defer ob.close()
 		if err := ob.bound(ctx, tenantID, now); err != nil {
 			return err
@@ -993,243 +972,4 @@ func (s *Store) ResendWebhookDelivery(ctx context.Context, tenantID, webhookID, 
 		return err
 	})
 	return d, err
-}
-
-// DueQueue is an endpoint's ordering key whose first delivery may be due.
-type DueQueue struct {
-	WebhookID, OrderKey string
-}
-
-// DueEndpoint is an endpoint with a queue due.
-type DueEndpoint struct {
-	WebhookID, TenantID string
-}
-
-// DueWebhookEndpoints answers the endpoints, not deleted or paused, with
-// a queue due at now, by tenant. It reads one row per endpoint
-// (webhooks.next_due), however many queues each has.
-func (s *Store) DueWebhookEndpoints(ctx context.Context, now time.Time) ([]DueEndpoint, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT id, tenant_id FROM webhooks INDEXED BY webhooks_due
-		WHERE next_due IS NOT NULL AND deleted_at = 0 AND paused = '' AND next_due <= ?
-		ORDER BY tenant_id, id`, toMS(now))
-	if err != nil {
-		return nil, fmt.Errorf("due webhook endpoints: %w", err)
-	}
-	defer rows.Close()
-	var out []DueEndpoint
-	for rows.Next() {
-		var e DueEndpoint
-		if err := rows.Scan(&e.WebhookID, &e.TenantID); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-// DueWebhookQueues answers up to limit of an endpoint's queues due at
-// now, the longest due first: it reads limit rows of the endpoint's index
-// (webhook_id, next_at), whatever the endpoint's backlog.
-func (s *Store) DueWebhookQueues(ctx context.Context, webhookID string, now time.Time, limit int) ([]DueQueue, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT order_key FROM webhook_queues INDEXED BY webhook_queues_endpoint
-		WHERE webhook_id = ? AND next_at <= ? ORDER BY next_at LIMIT ?`, webhookID, toMS(now), limit)
-	if err != nil {
-		return nil, fmt.Errorf("due webhook queues: %w", err)
-	}
-	defer rows.Close()
-	var out []DueQueue
-	for rows.Next() {
-		q := DueQueue{WebhookID: webhookID}
-		if err := rows.Scan(&q.OrderKey); err != nil {
-			return nil, err
-		}
-		out = append(out, q)
-	}
-	return out, rows.Err()
-}
-
-// OutboxDelivery is a delivery as the delivery loop sends it.
-type OutboxDelivery struct {
-	RowID     int64
-	MsgID     string
-	WebhookID string
-	TenantID  string
-	OrderKey  string
-	Event     string
-	URL       string
-	Payload   []byte
-	// Step is how many attempts of its current retry schedule were made.
-	Step int
-	// Due is when it may be attempted.
-	Due time.Time
-}
-
-// QueueHead answers the first pending delivery of an endpoint's ordering
-// key; ok is false when there is none.
-func (s *Store) QueueHead(ctx context.Context, q DueQueue) (d OutboxDelivery, ok bool, err error) {
-	qh := &s.queueHead
-	qh.once.Do(func() {
-		qh.stmt, qh.err = s.db.PrepareContext(context.Background(), `
-			SELECT d.id, d.msg_id, d.webhook_id, d.tenant_id, d.order_key, d.event, w.url, d.payload, d.step, d.next_at, d.available_at
-			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.deleted_at = 0 AND w.paused = ''
-			WHERE d.webhook_id = ? AND d.order_key = ? AND d.status = 'pending'
-			ORDER BY d.available_at, d.id LIMIT 1`)
-	})
-	if qh.err != nil {
-		return d, false, fmt.Errorf("webhook queue head: %w", qh.err)
-	}
-	var next, avail int64
-	err = qh.stmt.QueryRowContext(ctx, q.WebhookID, q.OrderKey).
-		Scan(&d.RowID, &d.MsgID, &d.WebhookID, &d.TenantID, &d.OrderKey, &d.Event, &d.URL, &d.Payload, &d.Step, &next, &avail)
-	if errors.Is(err, sql.ErrNoRows) {
-		return d, false, nil
-	}
-	if err != nil {
-		return d, false, fmt.Errorf("webhook queue head: %w", err)
-	}
-	d.Due = fromMS(max(next, avail))
-	return d, true, nil
-}
-
-// Attempt is the outcome of one attempt to send a delivery.
-type Attempt struct {
-	RowID     int64
-	WebhookID string
-	OrderKey  string
-	At        time.Time
-	Code      int // the response's status, 0 without one
-	Latency   time.Duration
-	Err       string // why it failed, "" when delivered
-	Delivered bool
-	// Retry is when to try again; zero when the delivery failed for good
-	// (or was delivered).
-	Retry time.Time
-}
-
-// RecordAttempts writes attempts' outcomes in one transaction and sets
-// each one's queue due at its next delivery, or removes the queue when
-// none is left.
-func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		update, err := tx.PrepareContext(ctx, `
-			UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, step = step + 1, last_attempt_at = ?,
-				response_code = ?, latency_ms = ?, last_error = ?, next_at = CASE WHEN ? > 0 THEN ? ELSE next_at END, done_at = ?
-			WHERE id = ? AND status = 'pending'`)
-		if err != nil {
-			return fmt.Errorf("record webhook attempt: %w", err)
-		}
-		defer update.Close()
-		q, err := prepareQueueRefresh(ctx, tx)
-		if err != nil {
-			return err
-		}
-		defer q.close()
-		for _, a := range as {
-			status, next, done := DeliveryPending, toMS(a.Retry), int64(0)
-			switch {
-			case a.Delivered:
-				status, next, done = DeliveryDelivered, 0, toMS(a.At)
-			case a.Retry.IsZero():
-				status, next, done = DeliveryFailed, 0, toMS(a.At)
-			}
-			if _, err := update.ExecContext(ctx, status, toMS(a.At), a.Code, a.Latency.Milliseconds(), truncate(a.Err, 500), next, next, done, a.RowID); err != nil {
-				return fmt.Errorf("record webhook attempt: %w", err)
-			}
-			if err := q.refresh(ctx, a.WebhookID, a.OrderKey); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// queueRefresh is refreshQueue's statements, prepared for a batch.
-type queueRefresh struct{ head, del, set *sql.Stmt }
-
-func prepareQueueRefresh(ctx context.Context, tx *sql.Tx) (*queueRefresh, error) {
-	var q queueRefresh
-	var err error
-	if q.head, err = tx.PrepareContext(ctx, `
-		SELECT next_at, available_at FROM webhook_deliveries
-		WHERE webhook_id = ? AND order_key = ? AND status = 'pending' ORDER BY available_at, id LIMIT 1`); err != nil {
-		return nil, fmt.Errorf("webhook queue: %w", err)
-	}
-	if q.del, err = tx.PrepareContext(ctx, `DELETE FROM webhook_queues WHERE webhook_id = ? AND order_key = ?`); err != nil {
-		q.close()
-		return nil, fmt.Errorf("webhook queue: %w", err)
-	}
-	if q.set, err = tx.PrepareContext(ctx, `UPDATE webhook_queues SET next_at = ? WHERE webhook_id = ? AND order_key = ?`); err != nil {
-		q.close()
-		return nil, fmt.Errorf("webhook queue: %w", err)
-	}
-	return &q, nil
-}
-
-func (q *queueRefresh) close() {
-	for _, st := range []*sql.Stmt{q.head, q.del, q.set} {
-		if st != nil {
-			st.Close()
-		}
-	}
-}
-
-// refresh sets a queue due when its first pending delivery is, or removes
-// it when none is left.
-func (q *queueRefresh) refresh(ctx context.Context, webhookID, orderKey string) error {
-	var next, avail int64
-	err := q.head.QueryRowContext(ctx, webhookID, orderKey).Scan(&next, &avail)
-	if errors.Is(err, sql.ErrNoRows) {
-		_, err = q.del.ExecContext(ctx, webhookID, orderKey)
-		return err
-	}
-	if err != nil {
-		return fmt.Errorf("webhook queue: %w", err)
-	}
-	_, err = q.set.ExecContext(ctx, max(next, avail), webhookID, orderKey)
-	return err
-}
-
-// refreshQueue is queueRefresh.refresh for one queue.
-func refreshQueue(ctx context.Context, tx *sql.Tx, webhookID, orderKey string) error {
-	q, err := prepareQueueRefresh(ctx, tx)
-	if err != nil {
-		return err
-	}
-	defer q.close()
-	return q.refresh(ctx, webhookID, orderKey)
-}
-
-// RefreshWebhookQueue sets a queue due when its first pending delivery
-// is (the loop found it due early), or removes it when it is empty.
-func (s *Store) RefreshWebhookQueue(ctx context.Context, q DueQueue) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error { return refreshQueue(ctx, tx, q.WebhookID, q.OrderKey) })
-}
-
-// PendingDeliveries counts the deliveries not yet delivered or failed,
-// from the tenants' outbox counts.
-func (s *Store) PendingDeliveries(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(pending_rows), 0) FROM webhook_outbox`).Scan(&n)
-	return n, err
-}
-
-// PruneWebhookDeliveries deletes up to batch deliveries delivered or
-// failed before cut, and offenders' announcements older than a day, and
-// answers how many deliveries went.
-func (s *Store) PruneWebhookDeliveries(ctx context.Context, cut, now time.Time, batch int) (int64, error) {
-	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-			DELETE FROM webhook_deliveries WHERE id IN (
-				SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND done_at < ? ORDER BY done_at, id LIMIT ?)`, toMS(cut), batch)
-		if err != nil {
-			return fmt.Errorf("prune deliveries: %w", err)
-		}
-		n, _ = res.RowsAffected()
-		_, err = tx.ExecContext(ctx, `DELETE FROM webhook_offenders WHERE notified_at < ?`, toMS(now.Add(-TopOffenderQuiet)))
-		return err
-	})
-	return n, err
 }

@@ -59,17 +59,17 @@ func TestWebhookCRUDAndValidation(t *testing.T) {
 		{tenants.WebhookBody{URL: ptr("https://example.com/"), Thresholds: &[]int{0}}, "thresholds"},
 		{tenants.WebhookBody{URL: ptr("https://example.com/"), Thresholds: &[]int{101}}, "thresholds"},
 	} {
-		_, err := s.CreateWebhook(ctx, a.ID, tc.body, t0)
+		_, err := s.Webhooks().Create(ctx, a.ID, tc.body, t0)
 		wantCode(t, err, errs.Invalid)
 		if !strings.Contains(errs.Message(err), tc.field) {
 			t.Errorf("%+v: error %q does not name %q", tc.body, errs.Message(err), tc.field)
 		}
 	}
-	if ws, _ := s.ListWebhooks(ctx, a.ID); len(ws) != 0 {
+	if ws, _ := s.Webhooks().List(ctx, a.ID); len(ws) != 0 {
 		t.Fatalf("refused creates left %d webhooks", len(ws))
 	}
 
-	c, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/hook")}, t0)
+	c, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/hook")}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,58 +79,58 @@ func TestWebhookCRUDAndValidation(t *testing.T) {
 	if len(c.Webhook.Events) != len(tenants.WebhookEvents) || len(c.Webhook.Thresholds) != 2 {
 		t.Fatalf("defaults: %+v", c.Webhook)
 	}
-	got, err := s.GetWebhook(ctx, a.ID, c.Webhook.ID)
+	got, err := s.Webhooks().Get(ctx, a.ID, c.Webhook.ID)
 	if err != nil || got.URL != "https://example.com/hook" {
 		t.Fatalf("get: %+v %v", got, err)
 	}
 	// Another tenant's id answers as a missing one.
-	_, err = s.GetWebhook(ctx, b.ID, c.Webhook.ID)
+	_, err = s.Webhooks().Get(ctx, b.ID, c.Webhook.ID)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.UpdateWebhook(ctx, b.ID, c.Webhook.ID, tenants.WebhookBody{Description: ptr("x")}, t0)
+	_, err = s.Webhooks().Update(ctx, b.ID, c.Webhook.ID, tenants.WebhookBody{Description: ptr("x")}, t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.DeleteWebhook(ctx, b.ID, c.Webhook.ID, t0)
+	_, err = s.Webhooks().Delete(ctx, b.ID, c.Webhook.ID, t0)
 	wantCode(t, err, errs.NotFound)
-	_, err = s.ListWebhookDeliveries(ctx, tenants.DeliveryQuery{TenantID: b.ID, WebhookID: c.Webhook.ID})
+	_, err = s.Webhooks().Deliveries(ctx, tenants.DeliveryQuery{TenantID: b.ID, WebhookID: c.Webhook.ID})
 	wantCode(t, err, errs.NotFound)
 
-	up, err := s.UpdateWebhook(ctx, a.ID, c.Webhook.ID, tenants.WebhookBody{Thresholds: &[]int{100, 50, 50}}, t0)
+	up, err := s.Webhooks().Update(ctx, a.ID, c.Webhook.ID, tenants.WebhookBody{Thresholds: &[]int{100, 50, 50}}, t0)
 	if err != nil || len(up.Thresholds) != 2 || up.Thresholds[0] != 50 {
 		t.Fatalf("update: %+v %v", up, err)
 	}
-	secrets, err := s.WebhookSecrets(ctx, c.Webhook.ID, t0)
+	secrets, err := s.DeliveryQueue().Secrets(ctx, c.Webhook.ID, t0)
 	if err != nil || len(secrets) != 1 || secrets[0] != c.Secret {
 		t.Fatalf("secrets %v %v", secrets, err)
 	}
-	r, err := s.RotateWebhookSecret(ctx, a.ID, c.Webhook.ID, 24*time.Hour, t0)
+	r, err := s.Webhooks().RotateSecret(ctx, a.ID, c.Webhook.ID, 24*time.Hour, t0)
 	if err != nil || r.Secret == c.Secret {
 		t.Fatalf("rotate: %v", err)
 	}
-	secrets, _ = s.WebhookSecrets(ctx, c.Webhook.ID, t0.Add(time.Hour))
+	secrets, _ = s.DeliveryQueue().Secrets(ctx, c.Webhook.ID, t0.Add(time.Hour))
 	if len(secrets) != 2 || secrets[0] != r.Secret || secrets[1] != c.Secret {
 		t.Fatalf("during the overlap: %d secrets", len(secrets))
 	}
-	secrets, _ = s.WebhookSecrets(ctx, c.Webhook.ID, t0.Add(25*time.Hour))
+	secrets, _ = s.DeliveryQueue().Secrets(ctx, c.Webhook.ID, t0.Add(25*time.Hour))
 	if len(secrets) != 1 || secrets[0] != r.Secret {
 		t.Fatalf("after the overlap: %d secrets", len(secrets))
 	}
-	if _, err := s.DeleteWebhook(ctx, a.ID, c.Webhook.ID, t0); err != nil {
+	if _, err := s.Webhooks().Delete(ctx, a.ID, c.Webhook.ID, t0); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.GetWebhook(ctx, a.ID, c.Webhook.ID)
+	_, err = s.Webhooks().Get(ctx, a.ID, c.Webhook.ID)
 	wantCode(t, err, errs.NotFound)
 
 	for range tenants.MaxWebhooks {
-		if _, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/")}, t0); err != nil {
+		if _, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/")}, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/")}, t0)
+	_, err = s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/")}, t0)
 	wantCode(t, err, errs.Conflict)
 }
 
 func deliveries(t *testing.T, s *tenants.Store, tenantID, webhookID string) []tenants.WebhookDelivery {
 	t.Helper()
-	p, err := s.ListWebhookDeliveries(context.Background(), tenants.DeliveryQuery{TenantID: tenantID, WebhookID: webhookID, Limit: 200})
+	p, err := s.Webhooks().Deliveries(context.Background(), tenants.DeliveryQuery{TenantID: tenantID, WebhookID: webhookID, Limit: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,23 +141,23 @@ func TestWebhookOutboxCommitsWithTheChange(t *testing.T) {
 	ctx := context.Background()
 	s := webhookStore(t)
 	a := mustTenant(t, s, "acme")
-	keysOnly, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/k"), Events: &[]string{tenants.EventKeyCreated, tenants.EventKeyRevoked}}, t0)
+	keysOnly, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/k"), Events: &[]string{tenants.EventKeyCreated, tenants.EventKeyRevoked}}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/all")}, t0)
+	all, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/all")}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _, _, err := s.CreateConsumerKey(ctx, a.ID, "alice", "pro", nil, nil, t0)
+	k, _, _, err := s.Keys().Create(ctx, a.ID, "alice", "pro", nil, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.RevokeConsumerKey(ctx, a.ID, k.ID, t0); err != nil {
+	if _, _, err := s.Keys().Revoke(ctx, a.ID, k.ID, t0); err != nil {
 		t.Fatal(err)
 	}
 	// A write that fails enqueues nothing.
-	if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, "", "pro", nil, nil, t0); err == nil {
+	if _, _, _, err := s.Keys().Create(ctx, a.ID, "", "pro", nil, nil, t0); err == nil {
 		t.Fatal("a key without a name was created")
 	}
 
@@ -190,7 +190,7 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	ctx := context.Background()
 	s := webhookStore(t)
 	a := mustTenant(t, s, "acme")
-	w, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/q"), Events: &[]string{tenants.EventQuotaThreshold, tenants.EventQuotaReset},
+	w, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/q"), Events: &[]string{tenants.EventQuotaThreshold, tenants.EventQuotaReset},
 		Thresholds: &[]int{50, 80, 100}}, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	total := 0
 	for _, b := range batches {
 		err := s.WriteTx(ctx, func(tx *sql.Tx) error {
-			n, err := s.EnqueueQuotaCrossings(ctx, tx, b, t0)
+			n, err := s.Outbox().EnqueueQuotaCrossings(ctx, tx, b, t0)
 			total += n
 			return err
 		})
@@ -227,14 +227,14 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	}
 	// Only the 50 % crossing is due now; the others wait their turn
 	// behind it (one key), the reset until the period ends.
-	if eps, err := s.DueWebhookEndpoints(ctx, t0); err != nil || len(eps) != 1 || eps[0] != (tenants.DueEndpoint{WebhookID: w.Webhook.ID, TenantID: a.ID}) {
+	if eps, err := s.DeliveryQueue().DueEndpoints(ctx, t0); err != nil || len(eps) != 1 || eps[0] != (tenants.DueEndpoint{WebhookID: w.Webhook.ID, TenantID: a.ID}) {
 		t.Fatalf("due endpoints %v %v", eps, err)
 	}
-	q, err := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10)
+	q, err := s.DeliveryQueue().DueQueues(ctx, w.Webhook.ID, t0, 10)
 	if err != nil || len(q) != 1 {
 		t.Fatalf("due queues %v %v", q, err)
 	}
-	h, ok, err := s.QueueHead(ctx, q[0])
+	h, ok, err := s.DeliveryQueue().Head(ctx, q[0])
 	if err != nil || !ok || !strings.Contains(string(h.Payload), `"threshold":50`) {
 		t.Fatalf("head %s %v %v", h.Payload, ok, err)
 	}
@@ -246,31 +246,31 @@ func TestWebhookDeliveriesPruned(t *testing.T) {
 	ctx := context.Background()
 	s := webhookStore(t)
 	a := mustTenant(t, s, "acme")
-	w, err := s.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/k"), Events: &[]string{tenants.EventKeyCreated}}, t0)
+	w, err := s.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://example.com/k"), Events: &[]string{tenants.EventKeyCreated}}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		if _, _, _, err := s.CreateConsumerKey(ctx, a.ID, name, "pro", nil, nil, t0); err != nil {
+		if _, _, _, err := s.Keys().Create(ctx, a.ID, name, "pro", nil, nil, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	qs, err := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10)
+	qs, err := s.DeliveryQueue().DueQueues(ctx, w.Webhook.ID, t0, 10)
 	if err != nil || len(qs) != 3 {
 		t.Fatalf("queues %v %v", qs, err)
 	}
 	var as []tenants.Attempt
 	for i, q := range qs[:2] {
-		h, _, _ := s.QueueHead(ctx, q)
+		h, _, _ := s.DeliveryQueue().Head(ctx, q)
 		as = append(as, tenants.Attempt{RowID: h.RowID, WebhookID: q.WebhookID, OrderKey: q.OrderKey, At: t0, Delivered: i == 0, Code: 500})
 	}
-	if err := s.RecordAttempts(ctx, as); err != nil {
+	if err := s.DeliveryQueue().RecordAttempts(ctx, as); err != nil {
 		t.Fatal(err)
 	}
-	if qs, _ := s.DueWebhookQueues(ctx, w.Webhook.ID, t0, 10); len(qs) != 1 {
+	if qs, _ := s.DeliveryQueue().DueQueues(ctx, w.Webhook.ID, t0, 10); len(qs) != 1 {
 		t.Fatalf("%d queues left, want the one pending", len(qs))
 	}
-	n, err := s.PruneWebhookDeliveries(ctx, t0.Add(time.Hour), t0, 100)
+	n, err := s.DeliveryQueue().Prune(ctx, t0.Add(time.Hour), t0, 100)
 	if err != nil || n != 2 {
 		t.Fatalf("pruned %d %v", n, err)
 	}

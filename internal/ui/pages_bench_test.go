@@ -48,7 +48,7 @@ func seedLargeTenant(b *testing.B, dir string) (tenantID, policyID, keyID string
 	defer db.Close()
 	st := tenants.NewStore(db)
 	now := time.Now()
-	tn, _, _, err := st.CreateTenant(ctx, "large", benchOwner, benchPassword, now)
+	tn, _, _, err := st.Tenants().Create(ctx, "large", benchOwner, benchPassword, now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func seedLargeTenant(b *testing.B, dir string) (tenantID, policyID, keyID string
 				"pro":       {{Algorithm: tenants.SlidingWindow, Limit: 1000, Period: "1m"}},
 			},
 		}
-		created, _, err := st.CreatePolicy(ctx, tn.ID, p, now)
+		created, _, err := st.Policies().Create(ctx, tn.ID, p, now)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func seedLargeTenant(b *testing.B, dir string) (tenantID, policyID, keyID string
 		}
 	}
 	for i := range benchKeys {
-		k, _, _, err := st.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("customer %05d", i), []string{"pro", "free", "enterprise"}[i%3], nil, nil, now)
+		k, _, _, err := st.Keys().Create(ctx, tn.ID, fmt.Sprintf("customer %05d", i), []string{"pro", "free", "enterprise"}[i%3], nil, nil, now)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -197,11 +197,11 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	ctx := context.Background()
 	st := tenants.NewStore(e.db)
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	tn, _, _, err := st.CreateTenant(ctx, "acme", "owner@acme.test", "correct horse battery", now.Add(-500*24*time.Hour))
+	tn, _, _, err := st.Tenants().Create(ctx, "acme", "owner@acme.test", "correct horse battery", now.Add(-500*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.CreatePolicy(ctx, tn.ID, tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1, Period: "1s"}}}}, now.Add(-time.Hour)); err != nil {
+	if _, _, err := st.Policies().Create(ctx, tn.ID, tenants.Policy{Name: "p", Path: "/p", Tiers: map[string]tenants.Limits{"default": {{Algorithm: tenants.TokenBucket, Limit: 1, Period: "1s"}}}}, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := analytics.Maintain(ctx, e.db, analytics.Retention{}, now, nil) // the default: 400 days
@@ -211,7 +211,7 @@ func TestMaintenanceDeletesAuditPastRetention(t *testing.T) {
 	if ms.AuditDeleted != 1 {
 		t.Fatalf("deleted %d audit entries, want 1 (the tenant's, 500 days old)", ms.AuditDeleted)
 	}
-	page, err := st.ListAudit(ctx, tenants.AuditQuery{TenantID: tn.ID})
+	page, err := st.Audit().List(ctx, tenants.AuditQuery{TenantID: tn.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (w *Worker) registerConfig(add func(subject, name string, h micro.Handler) 
 			if r.V != bus.WireVersion {
 				return none{}, errs.Errorf(errs.Invalid, "service key use report: wire version %d", r.V)
 			}
-			return none{}, st.RecordServiceKeyUse(ctx, r.Used)
+			return none{}, st.ServiceKeys().RecordUse(ctx, r.Used)
 		}),
 
 		bus.OpTenantCreate.Name: serve(w, bus.OpTenantCreate, func(ctx context.Context, r bus.TenantCreate) (service.Written[service.TenantCreated], error) {
@@ -302,7 +302,7 @@ func (w *Worker) purgeDeleted(ctx context.Context) {
 					rest = append(rest, p)
 					continue
 				}
-				if err := w.store.PurgeTenantData(ctx, p.tenantID); err != nil && ctx.Err() == nil {
+				if err := w.store.Tenants().PurgeData(ctx, p.tenantID); err != nil && ctx.Err() == nil {
 					w.log.Warn("purge deleted tenant's late data", "tenant", p.tenantID, "err", err)
 				}
 			}

@@ -52,7 +52,7 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 	}
 	if token != "" {
 		res, err := configsvc.Write(w.config, func() (bool, []tenants.Change, error) {
-			set, c, err := w.store.SetOperatorTokenHash(ctx, tenants.HashToken(token), generated, w.cfg.Now())
+			set, c, err := w.store.Operator().SetTokenHash(ctx, tenants.HashToken(token), generated, w.cfg.Now())
 			if err != nil || !set {
 				return set, nil, err
 			}
@@ -67,11 +67,11 @@ func (w *Worker) bootstrapOperator(ctx context.Context) {
 	}
 	if op.Email != "" {
 		// Announced: a retired operator login or a new password ends the
-		// sessions it had on every server. EnsureOperator may hash while
+		// sessions it had on every server. Operator().Ensure may hash while
 		// the writer is held; this runs before any request is served, so
 		// no config write waits on it.
 		if _, err := configsvc.Write(w.config, func() (tenants.User, []tenants.Change, error) {
-			return w.store.EnsureOperator(ctx, op.Email, op.Password, w.cfg.Now())
+			return w.store.Operator().Ensure(ctx, op.Email, op.Password, w.cfg.Now())
 		}); err != nil {
 			w.log.Error("operator login bootstrap failed", "err", err)
 		}

@@ -21,7 +21,7 @@ func TestOperatorBootstrap(t *testing.T) {
 	e := newEnv(t, Config{Operator: Operator{Out: &out}})
 	ctx := context.Background()
 	hash := func() string {
-		h, err := e.w.store.OperatorTokenHash(ctx)
+		h, err := e.w.store.Operator().TokenHash(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

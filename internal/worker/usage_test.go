@@ -20,14 +20,14 @@ import (
 func TestDailyUsageInTheTenantsZone(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
-	tn, _, _, err := e.w.store.CreateTenant(ctx, "billing", "owner@billing.test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(ctx, "billing", "owner@billing.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.w.store.SetTenantTimeZone(ctx, tn.ID, "Asia/Kolkata", time.Now()); err != nil {
+	if _, _, err := e.w.store.Tenants().SetTimeZone(ctx, tn.ID, "Asia/Kolkata", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	key, _, _, err := e.w.store.CreateConsumerKey(ctx, tn.ID, "customer", "pro", nil, nil, time.Now())
+	key, _, _, err := e.w.store.Keys().Create(ctx, tn.ID, "customer", "pro", nil, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 func TestDailyUsageRowCap(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
-	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func pages(t *testing.T, e *env, q service.UsageQuery, total int64) ([]service.U
 func TestDailyUsagePages(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
-	tn, _, _, err := e.w.store.CreateTenant(ctx, "paged", "owner@paged.test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(ctx, "paged", "owner@paged.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestDailyUsagePages(t *testing.T) {
 func TestDailyUsageDefaultPageKeepsItsTail(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
-	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func TestWebhookDropsCountedAndLogged(t *testing.T) {
 	r := newReceiver(t)
 	e.hook(t, tn.ID, r, tenants.EventKeyCreated)
 	r.stop() // nothing is delivered: everything stays pending
-	if err := e.w.store.SetWebhookOutboxLimits(ctx, tn.ID, tenants.OutboxLimits{PendingRows: 5}); err != nil {
+	if err := e.w.store.Outbox().SetLimits(ctx, tn.ID, tenants.OutboxLimits{PendingRows: 5}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {

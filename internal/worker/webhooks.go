@@ -155,7 +155,7 @@ func (w *Worker) setUpWebhooks() error {
 	}
 	w.webhooks = webhook.New(webhook.Config{AllowPrivate: o.AllowPrivate, RootCAs: roots, Timeout: o.Timeout, Schedule: o.Schedule,
 		Concurrency: o.Slots, PerTenant: o.TenantSlots, Poll: o.Poll, Housekeeping: o.Housekeeping,
-		Now: w.cfg.Now, Log: w.log.With("component", "webhooks")}, w.store)
+		Now: w.cfg.Now, Log: w.log.With("component", "webhooks")}, w.store.DeliveryQueue())
 	return nil
 }
 
@@ -177,7 +177,7 @@ func (w *Worker) applyQuota(tx *sql.Tx, payloads []payload) (int, error) {
 	if len(cs) == 0 {
 		return 0, nil
 	}
-	n, err := w.store.EnqueueQuotaCrossings(context.Background(), tx, cs, w.cfg.Now())
+	n, err := w.store.Outbox().EnqueueQuotaCrossings(context.Background(), tx, cs, w.cfg.Now())
 	if err == nil && n > 0 {
 		// Committed a moment later; the loop's next look finds them.
 		w.webhooks.Kick()
@@ -202,7 +202,7 @@ func (w *Worker) watchTopOffenders(ctx context.Context) {
 	}
 	queries := analytics.Queries{DB: w.db}
 	tick.Every(ctx, every, func() {
-		ids, err := w.store.WebhookTenants(ctx, tenants.EventTopOffender)
+		ids, err := w.store.Outbox().TenantsWanting(ctx, tenants.EventTopOffender)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("top offenders for webhooks: listing tenants failed", "err", err)
@@ -228,7 +228,7 @@ func (w *Worker) watchTopOffenders(ctx context.Context) {
 			if len(os) == 0 {
 				continue
 			}
-			if n, err := w.store.EnqueueTopOffenders(ctx, id, os, from, now); err != nil {
+			if n, err := w.store.Outbox().EnqueueTopOffenders(ctx, id, os, from, now); err != nil {
 				if ctx.Err() == nil {
 					w.log.Warn("top offenders for webhooks: enqueue failed", "tenant", id, "err", err)
 				}

@@ -189,7 +189,7 @@ func (e *env) hook(t *testing.T, tenantID string, r *receiver, events ...string)
 
 func (e *env) tenant(t *testing.T, name string) tenants.Tenant {
 	t.Helper()
-	tn, _, _, err := e.w.store.CreateTenant(context.Background(), name, "owner@"+name+".test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(context.Background(), name, "owner@"+name+".test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestWebhookIsolationAndRefusals(t *testing.T) {
 	}
 	// Stored directly (as if it had resolved elsewhere), a loopback
 	// endpoint is still not reached: the dialer refuses it.
-	c, err := e.w.store.CreateWebhook(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://127.0.0.1:1/hook")}, time.Now())
+	c, err := e.w.store.Webhooks().Create(ctx, a.ID, tenants.WebhookBody{URL: ptr("https://127.0.0.1:1/hook")}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -323,13 +323,13 @@ func TestLargeLoadsFitMaxPayload(t *testing.T) {
 	// A reply too large for one message would be dropped: bound the wait.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tn, _, _, err := e.w.store.CreateTenant(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
+	tn, _, _, err := e.w.store.Tenants().Create(ctx, "big", "owner@big.test", "a long passphrase", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	const keys = 600
 	for i := range keys {
-		if _, _, _, err := e.w.store.CreateConsumerKey(ctx, tn.ID, fmt.Sprintf("customer key number %04d", i), "pro", nil, nil, time.Now()); err != nil {
+		if _, _, _, err := e.w.store.Keys().Create(ctx, tn.ID, fmt.Sprintf("customer key number %04d", i), "pro", nil, nil, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

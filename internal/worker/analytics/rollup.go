@@ -413,7 +413,7 @@ type Maintainer struct {
 	write     func(ctx context.Context, fn func(*sql.Tx) error) error
 	exclusive func(ctx context.Context, fn func() error) error
 	// pruneAudit deletes audit entries older than a time (the store's
-	// PruneAudit), in transactions of at most batch rows.
+	// AuditLog.Prune), in transactions of at most batch rows.
 	pruneAudit  func(ctx context.Context, cut time.Time, batch int) (int64, error)
 	r           Retention
 	log         *slog.Logger
@@ -436,7 +436,7 @@ func Maintain(ctx context.Context, db *sql.DB, r Retention, now time.Time, log *
 // process's only SQLite writer), starting as of now.
 func NewMaintainer(db *sql.DB, st *tenants.Store, r Retention, now time.Time, log *slog.Logger) *Maintainer {
 	r.Defaults()
-	return &Maintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, pruneAudit: st.PruneAudit, r: r, log: log,
+	return &Maintainer{db: db, write: st.WriteTx, exclusive: st.Exclusive, pruneAudit: st.Audit().Prune, r: r, log: log,
 		compactedTo: now.Unix()/60 - int64(r.MinuteRows/time.Minute)}
 }
 

@@ -95,7 +95,7 @@ func Write[T any](s *Service, fn func() (T, []tenants.Change, error)) (service.W
 // user's first session is accepted everywhere.
 func (s *Service) AnnounceUser(ctx context.Context, id string) error {
 	_, err := Write(s, func() (service.None, []tenants.Change, error) {
-		cs, err := s.store.AnnounceUser(ctx, id)
+		cs, err := s.store.Users().Announce(ctx, id)
 		return service.None{}, cs, err
 	})
 	return err
@@ -119,50 +119,50 @@ func (t tenantSvc) Create(ctx context.Context, name, ownerEmail, ownerPassword s
 // cmd/server --demo (tenants.Tenant.Demo), which no front door makes.
 func (s *Service) CreateTenant(ctx context.Context, name, ownerEmail, ownerPassword string, demo bool) (service.Written[service.TenantCreated], error) {
 	// The owner's password is hashed before the writer is taken.
-	nt, err := s.store.PrepareTenant(ctx, name, ownerEmail, ownerPassword)
+	nt, err := s.store.Tenants().Prepare(ctx, name, ownerEmail, ownerPassword)
 	if err != nil {
 		return service.Written[service.TenantCreated]{}, err
 	}
 	nt.Demo = demo
 	return Write(s, func() (service.TenantCreated, []tenants.Change, error) {
-		tn, key, cs, err := s.store.CommitTenant(ctx, nt, s.now())
+		tn, key, cs, err := s.store.Tenants().Commit(ctx, nt, s.now())
 		return service.TenantCreated{Tenant: tn, ServiceKey: key}, cs, err
 	})
 }
 
 func (t tenantSvc) Open(ctx context.Context, id string) (tenants.TenantSummary, error) {
-	return t.s.store.RecordTenantOpened(ctx, id, t.s.now())
+	return t.s.store.Tenants().RecordOpened(ctx, id, t.s.now())
 }
 
 func (t tenantSvc) List(ctx context.Context) ([]tenants.TenantSummary, error) {
-	return t.s.store.ListTenants(ctx)
+	return t.s.store.Tenants().List(ctx)
 }
 
 func (t tenantSvc) Get(ctx context.Context, id string) (tenants.TenantSummary, error) {
-	return t.s.store.GetTenantSummary(ctx, id)
+	return t.s.store.Tenants().Summary(ctx, id)
 }
 
 func (t tenantSvc) Suspend(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.SuspendTenant(ctx, id, t.s.now())
+		return t.s.store.Tenants().Suspend(ctx, id, t.s.now())
 	})
 }
 
 func (t tenantSvc) SetTimeZone(ctx context.Context, id, zone string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.SetTenantTimeZone(ctx, id, zone, t.s.now())
+		return t.s.store.Tenants().SetTimeZone(ctx, id, zone, t.s.now())
 	})
 }
 
 func (t tenantSvc) Resume(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	return Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.ResumeTenant(ctx, id)
+		return t.s.store.Tenants().Resume(ctx, id)
 	})
 }
 
 func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenants.Tenant], error) {
 	res, err := Write(t.s, func() (tenants.Tenant, []tenants.Change, error) {
-		return t.s.store.DeleteTenant(ctx, id)
+		return t.s.store.Tenants().Delete(ctx, id)
 	})
 	if err == nil && t.s.hooks.TenantDeleted != nil {
 		t.s.hooks.TenantDeleted(id)
@@ -174,46 +174,46 @@ type policySvc struct{ s *Service }
 
 func (p policySvc) Create(ctx context.Context, tenantID string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
-		return p.s.store.CreatePolicy(ctx, tenantID, pol, p.s.now())
+		return p.s.store.Policies().Create(ctx, tenantID, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Update(ctx context.Context, tenantID, id string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
-		return p.s.store.UpdatePolicy(ctx, tenantID, id, pol, p.s.now())
+		return p.s.store.Policies().Update(ctx, tenantID, id, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Get(ctx context.Context, tenantID, id string) (tenants.Policy, error) {
-	return p.s.store.GetPolicy(ctx, tenantID, id)
+	return p.s.store.Policies().Get(ctx, tenantID, id)
 }
 
 func (p policySvc) List(ctx context.Context, tenantID string) ([]tenants.Policy, error) {
-	return nonNil(p.s.store.ListPolicies(ctx, tenantID))
+	return nonNil(p.s.store.Policies().List(ctx, tenantID))
 }
 
 func (p policySvc) Names(ctx context.Context, tenantID string, ids []string) (service.PolicyNameList, error) {
-	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return service.PolicyNameList{}, err
 	}
-	n, err := p.s.store.CountPolicies(ctx, tenantID)
+	n, err := p.s.store.Policies().Count(ctx, tenantID)
 	if err != nil {
 		return service.PolicyNameList{}, err
 	}
-	ps, err := p.s.store.PolicyNames(ctx, tenantID, ids)
+	ps, err := p.s.store.Policies().Names(ctx, tenantID, ids)
 	return service.PolicyNameList{Total: n, Policies: ps}, err
 }
 
 func (p policySvc) Count(ctx context.Context, tenantID string) (int, error) {
-	if err := p.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := p.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return 0, err
 	}
-	return p.s.store.CountPolicies(ctx, tenantID)
+	return p.s.store.Policies().Count(ctx, tenantID)
 }
 
 func (p policySvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
 	return Write(p.s, func() (service.None, []tenants.Change, error) {
-		cs, err := p.s.store.DeletePolicy(ctx, tenantID, id, p.s.now())
+		cs, err := p.s.store.Policies().Delete(ctx, tenantID, id, p.s.now())
 		return service.None{}, cs, err
 	})
 }
@@ -225,52 +225,52 @@ func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Writte
 		return service.Written[service.KeyCreated]{}, err
 	}
 	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
-		key, secret, cs, err := k.s.store.CreateConsumerKey(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
+		key, secret, cs, err := k.s.store.Keys().Create(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
 		if err != nil || r.BillingAnchor == 0 {
 			return service.KeyCreated{Key: key, Secret: secret}, cs, err
 		}
 		// The anchor is set right after, in the same write to the servers:
 		// both changes are announced together.
-		key, more, err := k.s.store.UpdateConsumerKey(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
+		key, more, err := k.s.store.Keys().Update(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
 		return service.KeyCreated{Key: key, Secret: secret}, append(cs, more...), err
 	})
 }
 
 func (k keySvc) Get(ctx context.Context, tenantID, id string) (tenants.ConsumerKey, error) {
-	return k.s.store.GetConsumerKey(ctx, tenantID, id)
+	return k.s.store.Keys().Get(ctx, tenantID, id)
 }
 
 func (k keySvc) List(ctx context.Context, tenantID string) ([]tenants.ConsumerKey, error) {
-	return nonNil(k.s.store.ListConsumerKeys(ctx, tenantID))
+	return nonNil(k.s.store.Keys().List(ctx, tenantID))
 }
 
 func (k keySvc) Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage, error) {
-	if err := k.s.store.RequireTenant(ctx, q.TenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, q.TenantID); err != nil {
 		return tenants.KeyPage{}, err
 	}
-	return k.s.store.ListConsumerKeyPage(ctx, q)
+	return k.s.store.Keys().Page(ctx, q)
 }
 
 func (k keySvc) Names(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
-	return k.s.store.ConsumerKeyNames(ctx, tenantID, ids)
+	return k.s.store.Keys().Names(ctx, tenantID, ids)
 }
 
 func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, error) {
-	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return tenants.KeyCounts{}, err
 	}
-	return k.s.store.CountConsumerKeys(ctx, tenantID)
+	return k.s.store.Keys().Count(ctx, tenantID)
 }
 
 func (k keySvc) Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
 	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
-		return k.s.store.UpdateConsumerKey(ctx, tenantID, id, p, k.s.now())
+		return k.s.store.Keys().Update(ctx, tenantID, id, p, k.s.now())
 	})
 }
 
 func (k keySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ConsumerKey], error) {
 	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
-		return k.s.store.RevokeConsumerKey(ctx, tenantID, id, k.s.now())
+		return k.s.store.Keys().Revoke(ctx, tenantID, id, k.s.now())
 	})
 }
 
@@ -278,21 +278,21 @@ type serviceKeySvc struct{ s *Service }
 
 func (k serviceKeySvc) Create(ctx context.Context, tenantID string) (service.Written[service.ServiceKeyCreated], error) {
 	return Write(k.s, func() (service.ServiceKeyCreated, []tenants.Change, error) {
-		key, secret, cs, err := k.s.store.CreateServiceKey(ctx, tenantID, k.s.now())
+		key, secret, cs, err := k.s.store.ServiceKeys().Create(ctx, tenantID, k.s.now())
 		return service.ServiceKeyCreated{Key: key, Secret: secret}, cs, err
 	})
 }
 
 func (k serviceKeySvc) List(ctx context.Context, tenantID string) ([]tenants.ServiceKey, error) {
-	if err := k.s.store.RequireTenant(ctx, tenantID); err != nil {
+	if err := k.s.store.Tenants().Require(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	return nonNil(k.s.store.ListServiceKeys(ctx, tenantID))
+	return nonNil(k.s.store.ServiceKeys().List(ctx, tenantID))
 }
 
 func (k serviceKeySvc) Revoke(ctx context.Context, tenantID, id string) (service.Written[tenants.ServiceKey], error) {
 	return Write(k.s, func() (tenants.ServiceKey, []tenants.Change, error) {
-		return k.s.store.RevokeServiceKey(ctx, tenantID, id, k.s.now())
+		return k.s.store.ServiceKeys().Revoke(ctx, tenantID, id, k.s.now())
 	})
 }
 
@@ -305,20 +305,20 @@ type userSvc struct{ s *Service }
 // other records the sign-in's time.
 func (u userSvc) SignIn(ctx context.Context, email, password string) (service.UserRecord, error) {
 	st := u.s.store
-	usr, err := st.Authenticate(ctx, email, password)
+	usr, err := st.Users().Authenticate(ctx, email, password)
 	if err != nil {
 		return service.UserRecord{}, err
 	}
 	rec := service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}
 	if usr.TenantID != "" {
-		t, err := st.GetTenant(ctx, usr.TenantID)
+		t, err := st.Tenants().Get(ctx, usr.TenantID)
 		if err != nil {
 			return service.UserRecord{}, err
 		}
 		rec.TenantSuspended = t.Suspended()
 	}
 	if !rec.TenantSuspended {
-		if err := st.RecordSignIn(ctx, usr.ID, u.s.now()); err != nil {
+		if err := st.Users().RecordSignIn(ctx, usr.ID, u.s.now()); err != nil {
 			u.s.log.Warn("last sign-in time not recorded", "user", usr.ID, "err", err)
 		}
 	}
@@ -326,7 +326,7 @@ func (u userSvc) SignIn(ctx context.Context, email, password string) (service.Us
 }
 
 func (u userSvc) Create(ctx context.Context, r service.UserCreate) (tenants.User, error) {
-	usr, err := u.s.store.CreateUser(ctx, r.TenantID, r.Email, r.Password, r.Role, u.s.now())
+	usr, err := u.s.store.Users().Create(ctx, r.TenantID, r.Email, r.Password, r.Role, u.s.now())
 	if err != nil {
 		return usr, err
 	}
@@ -334,48 +334,48 @@ func (u userSvc) Create(ctx context.Context, r service.UserCreate) (tenants.User
 }
 
 func (u userSvc) List(ctx context.Context, tenantID string) ([]tenants.User, error) {
-	return nonNil(u.s.store.ListUsers(ctx, tenantID))
+	return nonNil(u.s.store.Users().List(ctx, tenantID))
 }
 
 func (u userSvc) SetRole(ctx context.Context, tenantID, id, role string) (service.Written[tenants.User], error) {
 	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
-		return u.s.store.SetUserRole(ctx, tenantID, id, role, u.s.now())
+		return u.s.store.Users().SetRole(ctx, tenantID, id, role, u.s.now())
 	})
 }
 
 func (u userSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[tenants.User], error) {
 	return Write(u.s, func() (tenants.User, []tenants.Change, error) {
-		return u.s.store.DeleteUser(ctx, tenantID, id, u.s.now())
+		return u.s.store.Users().Delete(ctx, tenantID, id, u.s.now())
 	})
 }
 
 func (u userSvc) ChangePassword(ctx context.Context, id, current, next string) (service.Written[service.UserRecord], error) {
 	// Checked and hashed before the writer is taken; the write goes ahead
 	// only if the password checked is still the stored one.
-	p, err := u.s.store.PreparePasswordChange(ctx, id, current, next)
+	p, err := u.s.store.Users().PreparePasswordChange(ctx, id, current, next)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitPasswordChange(ctx, p, u.s.now())
+		usr, cs, err := u.s.store.Users().CommitPasswordChange(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
 
 func (u userSvc) ChangeEmail(ctx context.Context, id, password, email string) (service.Written[service.UserRecord], error) {
-	c, err := u.s.store.PrepareEmailChange(ctx, id, password, email)
+	c, err := u.s.store.Users().PrepareEmailChange(ctx, id, password, email)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitEmailChange(ctx, c, u.s.now())
+		usr, cs, err := u.s.store.Users().CommitEmailChange(ctx, c, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
 
 func (u userSvc) EndSessions(ctx context.Context, id string) (service.Written[service.UserRecord], error) {
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.EndSessions(ctx, id, u.s.now())
+		usr, cs, err := u.s.store.Users().EndSessions(ctx, id, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
@@ -384,17 +384,17 @@ type blockSvc struct{ s *Service }
 
 func (b blockSvc) Create(ctx context.Context, blk tenants.Block) (service.Written[tenants.Block], error) {
 	return Write(b.s, func() (tenants.Block, []tenants.Change, error) {
-		return b.s.store.CreateBlock(ctx, blk, b.s.now())
+		return b.s.store.Blocks().Create(ctx, blk, b.s.now())
 	})
 }
 
 func (b blockSvc) List(ctx context.Context, tenantID string) ([]tenants.Block, error) {
-	return nonNil(b.s.store.ListBlocks(ctx, tenantID))
+	return nonNil(b.s.store.Blocks().List(ctx, tenantID))
 }
 
 func (b blockSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
 	return Write(b.s, func() (service.None, []tenants.Change, error) {
-		cs, err := b.s.store.DeleteBlock(ctx, tenantID, id, b.s.now())
+		cs, err := b.s.store.Blocks().Delete(ctx, tenantID, id, b.s.now())
 		return service.None{}, cs, err
 	})
 }
@@ -403,7 +403,7 @@ type bucketSvc struct{ s *Service }
 
 func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenants.Identity) (service.Written[service.None], error) {
 	return Write(b.s, func() (service.None, []tenants.Change, error) {
-		cs, err := b.s.store.ResetBuckets(ctx, tenantID, policy, id, b.s.now())
+		cs, err := b.s.store.Policies().ResetBuckets(ctx, tenantID, policy, id, b.s.now())
 		if err == nil && b.s.hooks.BucketsReset != nil {
 			b.s.hooks.BucketsReset(ctx, cs)
 		}
@@ -414,11 +414,11 @@ func (b bucketSvc) Reset(ctx context.Context, tenantID, policy string, id tenant
 type auditSvc struct{ s *Service }
 
 func (a auditSvc) List(ctx context.Context, q tenants.AuditQuery) (tenants.AuditPage, error) {
-	return a.s.store.ListAudit(ctx, q)
+	return a.s.store.Audit().List(ctx, q)
 }
 
 func (a auditSvc) Get(ctx context.Context, g service.AuditGet) (tenants.AuditEntry, error) {
-	return a.s.store.GetAuditEntry(ctx, g.TenantID, g.ID, g.AllTenants)
+	return a.s.store.Audit().Get(ctx, g.TenantID, g.ID, g.AllTenants)
 }
 
 type setupSvc struct{ s *Service }
@@ -427,22 +427,22 @@ func (u setupSvc) Offer(ctx context.Context, tokenHash string) (bool, error) {
 	// Under the writer, so that an offer and a claim never interleave.
 	u.s.writeMu.Lock()
 	defer u.s.writeMu.Unlock()
-	return u.s.store.OfferSetup(ctx, tokenHash)
+	return u.s.store.Setup().Offer(ctx, tokenHash)
 }
 
 func (u setupSvc) Check(ctx context.Context, token string) error {
-	return u.s.store.CheckSetup(ctx, token)
+	return u.s.store.Setup().Check(ctx, token)
 }
 
 func (u setupSvc) Claim(ctx context.Context, token, email, password string) (service.Written[service.UserRecord], error) {
 	// Checked and hashed before the writer is taken; the commit checks the
 	// token again.
-	p, err := u.s.store.PrepareSetupClaim(ctx, token, email, password)
+	p, err := u.s.store.Setup().PrepareClaim(ctx, token, email, password)
 	if err != nil {
 		return service.Written[service.UserRecord]{}, err
 	}
 	return Write(u.s, func() (service.UserRecord, []tenants.Change, error) {
-		usr, cs, err := u.s.store.CommitSetupClaim(ctx, p, u.s.now())
+		usr, cs, err := u.s.store.Setup().CommitClaim(ctx, p, u.s.now())
 		return service.UserRecord{User: usr, SessionVersion: usr.SessionVersion}, cs, err
 	})
 }
@@ -474,26 +474,26 @@ func (w webhookSvc) Create(ctx context.Context, tenantID string, b tenants.Webho
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.WebhookCreated{}, err
 	}
-	return w.s.store.CreateWebhook(ctx, tenantID, b, w.s.now())
+	return w.s.store.Webhooks().Create(ctx, tenantID, b, w.s.now())
 }
 
 func (w webhookSvc) List(ctx context.Context, tenantID string) ([]tenants.Webhook, error) {
-	return w.s.store.ListWebhooks(ctx, tenantID)
+	return w.s.store.Webhooks().List(ctx, tenantID)
 }
 
 func (w webhookSvc) Get(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
-	return w.s.store.GetWebhook(ctx, tenantID, id)
+	return w.s.store.Webhooks().Get(ctx, tenantID, id)
 }
 
 func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.WebhookBody) (tenants.Webhook, error) {
 	// Another tenant's endpoint is not found, before its URL is looked up.
-	if _, err := w.s.store.GetWebhook(ctx, tenantID, id); err != nil {
+	if _, err := w.s.store.Webhooks().Get(ctx, tenantID, id); err != nil {
 		return tenants.Webhook{}, err
 	}
 	if err := w.checkURL(ctx, b); err != nil {
 		return tenants.Webhook{}, err
 	}
-	wh, err := w.s.store.UpdateWebhook(ctx, tenantID, id, b, w.s.now())
+	wh, err := w.s.store.Webhooks().Update(ctx, tenantID, id, b, w.s.now())
 	if err == nil && b.Paused != nil && !*b.Paused && w.s.hooks.WebhookQueued != nil {
 		// A resumed endpoint's pending deliveries are due now.
 		w.s.hooks.WebhookQueued()
@@ -502,19 +502,19 @@ func (w webhookSvc) Update(ctx context.Context, tenantID, id string, b tenants.W
 }
 
 func (w webhookSvc) Delete(ctx context.Context, tenantID, id string) (tenants.Webhook, error) {
-	return w.s.store.DeleteWebhook(ctx, tenantID, id, w.s.now())
+	return w.s.store.Webhooks().Delete(ctx, tenantID, id, w.s.now())
 }
 
 func (w webhookSvc) Rotate(ctx context.Context, tenantID, id string) (tenants.WebhookCreated, error) {
-	return w.s.store.RotateWebhookSecret(ctx, tenantID, id, WebhookRotationOverlap, w.s.now())
+	return w.s.store.Webhooks().RotateSecret(ctx, tenantID, id, WebhookRotationOverlap, w.s.now())
 }
 
 func (w webhookSvc) Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error) {
-	return w.s.store.ListWebhookDeliveries(ctx, q)
+	return w.s.store.Webhooks().Deliveries(ctx, q)
 }
 
 func (w webhookSvc) Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error) {
-	d, err := w.s.store.ResendWebhookDelivery(ctx, tenantID, webhookID, deliveryID, w.s.now())
+	d, err := w.s.store.Webhooks().Resend(ctx, tenantID, webhookID, deliveryID, w.s.now())
 	if err == nil && w.s.hooks.WebhookQueued != nil {
 		w.s.hooks.WebhookQueued()
 	}

@@ -95,7 +95,7 @@ const MaxResponseBody = 4 << 10
 // Deliverer sends the outbox.
 type Deliverer struct {
 	cfg     Config
-	store   *tenants.Store
+	queue   *tenants.DeliveryQueue
 	client  *http.Client
 	kick    chan struct{}
 	results chan tenants.Attempt
@@ -118,8 +118,8 @@ type metrics struct {
 	dropped  prometheus.Counter
 }
 
-// New returns a deliverer of st's outbox.
-func New(cfg Config, st *tenants.Store) *Deliverer {
+// New returns a deliverer of q's outbox.
+func New(cfg Config, q *tenants.DeliveryQueue) *Deliverer {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -163,7 +163,7 @@ func New(cfg Config, st *tenants.Store) *Deliverer {
 		ForceAttemptHTTP2:   true,
 	}
 	d := &Deliverer{
-		cfg: cfg, store: st, kick: make(chan struct{}, 1), results: make(chan tenants.Attempt, cfg.Concurrency),
+		cfg: cfg, queue: q, kick: make(chan struct{}, 1), results: make(chan tenants.Attempt, cfg.Concurrency),
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		slots:  newSlots(cfg.Concurrency, cfg.PerEndpoint, cfg.PerTenant), secretCache: map[string]cachedSecrets{},
 	}
@@ -219,7 +219,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { d.record(ctx) })
 	wg.Go(func() {
-		d.drops, _ = d.store.WebhookOutboxDrops(ctx)
+		d.drops, _ = d.queue.Drops(ctx)
 		tick.Every(ctx, d.cfg.Housekeeping, func() { d.housekeep(ctx) })
 	})
 	wg.Go(func() { tick.Every(ctx, 10*time.Minute, func() { d.prune(ctx) }) })
@@ -248,7 +248,7 @@ func (d *Deliverer) claim(ctx context.Context, attempts *sync.WaitGroup) {
 	}
 	// Releases before the read are in what it read.
 	defer d.slots.forget(mark)
-	eps, err := d.store.DueWebhookEndpoints(ctx, now)
+	eps, err := d.queue.DueEndpoints(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Log.Warn("reading due webhook deliveries failed; will retry", "err", err)
@@ -324,7 +324,7 @@ func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, 
 		// The endpoint goes to the back: the tenant's next turn is
 		// another endpoint's, if it has one.
 		t.endpoints = append(t.endpoints[1:], e)
-		head, ok, err := d.store.QueueHead(ctx, q)
+		head, ok, err := d.queue.Head(ctx, q)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Log.Warn("reading a webhook delivery failed; will retry", "webhook", q.WebhookID, "err", err)
@@ -333,7 +333,7 @@ func (d *Deliverer) startOne(ctx context.Context, t *tenantTurn, now time.Time, 
 		}
 		if !ok || head.Due.After(now) {
 			// Empty, or its first delivery waits for a retry or its time.
-			if err := d.store.RefreshWebhookQueue(ctx, q); err != nil && ctx.Err() == nil {
+			if err := d.queue.Refresh(ctx, q); err != nil && ctx.Err() == nil {
 				d.cfg.Log.Warn("updating a webhook queue failed", "webhook", q.WebhookID, "err", err)
 			}
 			continue
@@ -368,7 +368,7 @@ func (d *Deliverer) nextQueue(ctx context.Context, e *dueEndpoint, now time.Time
 		if room == 0 {
 			return tenants.DueQueue{}, false
 		}
-		qs, err := d.store.DueWebhookQueues(ctx, e.id, now, inflight+room)
+		qs, err := d.queue.DueQueues(ctx, e.id, now, inflight+room)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Log.Warn("reading due webhook deliveries failed; will retry", "webhook", e.id, "err", err)
@@ -415,7 +415,7 @@ func (d *Deliverer) record(ctx context.Context) {
 			}
 		}
 		for {
-			err := d.store.RecordAttempts(ctx, batch)
+			err := d.queue.RecordAttempts(ctx, batch)
 			if err == nil {
 				break
 			}
@@ -521,7 +521,7 @@ func (d *Deliverer) secrets(ctx context.Context, webhookID string, now time.Time
 	if ok && now.Before(c.until) {
 		return c.secrets, nil
 	}
-	ss, err := d.store.WebhookSecrets(ctx, webhookID, now)
+	ss, err := d.queue.Secrets(ctx, webhookID, now)
 	if err != nil {
 		return nil, err
 	}
@@ -553,10 +553,10 @@ func describe(err error, timeout time.Duration) string {
 // bounds dropped since its last look, and removes deleted endpoints'
 // deliveries, a batch per transaction.
 func (d *Deliverer) housekeep(ctx context.Context) {
-	if n, err := d.store.PendingDeliveries(ctx); err == nil {
+	if n, err := d.queue.Pending(ctx); err == nil {
 		d.metrics.pending.Set(float64(n))
 	}
-	if drops, err := d.store.WebhookOutboxDrops(ctx); err == nil {
+	if drops, err := d.queue.Drops(ctx); err == nil {
 		for tenantID, n := range drops {
 			if more := n - d.drops[tenantID]; more > 0 && d.drops != nil {
 				d.metrics.dropped.Add(float64(more))
@@ -567,7 +567,7 @@ func (d *Deliverer) housekeep(ctx context.Context) {
 		d.drops = drops
 	}
 	for ctx.Err() == nil {
-		n, err := d.store.PurgeDeletedWebhooks(ctx, purgeBatch)
+		n, err := d.queue.PurgeDeleted(ctx, purgeBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Log.Warn("removing a deleted webhook's deliveries failed; will retry", "err", err)
@@ -588,7 +588,7 @@ const purgeBatch = 1000
 func (d *Deliverer) prune(ctx context.Context) {
 	now := d.cfg.Now()
 	for ctx.Err() == nil {
-		n, err := d.store.PruneWebhookDeliveries(ctx, now.Add(-d.cfg.Retention), now, 1000)
+		n, err := d.queue.Prune(ctx, now.Add(-d.cfg.Retention), now, 1000)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Log.Warn("pruning old webhook deliveries failed; will retry", "err", err)
