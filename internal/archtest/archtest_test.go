@@ -45,7 +45,6 @@ var layers = map[string]int{
 var bigTypes = map[string]string{
 	"internal/engine.Engine":   "55: decisions beside the config view's resync, hydration and key use; to split (the view next, measuring the check)",
 	"internal/worker.Worker":   "lifecycle, operation dispatch and the bucket read model on one type; to split",
-	"internal/tenants.Store":   "every aggregate's SQL on one type; to split by aggregate",
 	"internal/cluster.Cluster": "41: the membership (claim, heartbeat, counting live members) is still on it; to split",
 }
 
