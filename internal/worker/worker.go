@@ -21,11 +21,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +36,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
@@ -379,129 +376,6 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	})
 	wg.Wait()
 	return nil
-}
-
-// requestActor returns ctx carrying the actor the request names in
-// bus.ActorHeader, for the audit log. A request without one (a server of an
-// older version) is recorded as made by an unknown actor rather than
-// refused, so an upgrade does not stop config writes; one that cannot be
-// read is recorded the same way, since refusing it would lose the change
-// and not only its author.
-func requestActor(ctx context.Context, h micro.Headers) context.Context {
-	v := h.Get(bus.ActorHeader)
-	if v == "" {
-		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
-	}
-	a, err := bus.DecodeActor(v)
-	if err != nil {
-		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
-	}
-	return tenants.WithActor(ctx, a)
-}
-
-// serve is handle for an operation of the table (bus.Op): fn must take and
-// answer the operation's own types, so that a handler and the servers'
-// requests cannot disagree.
-func serve[Req any, Res any](w *Worker, o bus.Op[Req, Res], fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
-	return handle(w, o.Name, fn)
-}
-
-// handle adapts a typed function to a micro endpoint: it decodes the
-// request, runs fn, and replies with the envelope. Each call runs in its own
-// goroutine so a slow request (a sync wait) does not hold up the others.
-func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
-	return micro.HandlerFunc(func(r micro.Request) {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			var req Req
-			var res Res
-			var err error
-			ctx = requestActor(ctx, r.Headers())
-			if len(r.Data()) > 0 {
-				if jerr := json.Unmarshal(r.Data(), &req); jerr != nil {
-					err = errs.Errorf(errs.Invalid, "malformed request: %v", jerr)
-				}
-			}
-			if err == nil {
-				var release func()
-				if release, err = w.admitConfigWrite(ctx, op, r.Data()); err == nil {
-					res, err = fn(ctx, req)
-					release()
-				}
-			}
-			if err != nil && diskFull(err) {
-				w.log.Error("SQLite disk is full: a config write or query failed; free space under --data", "op", op, "err", err)
-				err = errs.Errorf(errs.Unavailable, "Sluice cannot store this now: its database's disk is full. Try again once there is room.")
-			}
-			code := "ok"
-			if err != nil {
-				code = errs.Code(err)
-				if code == errs.Internal {
-					w.log.Error("request failed", "op", op, "err", err)
-				}
-			}
-			w.metrics.configOps.WithLabelValues(op, code).Inc()
-			if raw, ok := any(res).(bus.RawReply); ok && err == nil {
-				if data, hdr, ok := raw.RawReply(); ok && len(data) <= int(w.nc.MaxPayload())-1024 {
-					h := micro.Headers{bus.RawReplyHeader: []string{"1"}}
-					for k, v := range hdr {
-						h[k] = v
-					}
-					if rerr := r.Respond(data, micro.WithHeaders(h)); rerr != nil {
-						w.log.Warn("reply failed", "op", op, "err", rerr)
-					}
-					return
-				}
-			}
-			data := bus.EncodeReply(res, err)
-			if maxPart := int(w.nc.MaxPayload()) - 1024; len(data) > maxPart {
-				data = w.large.keep(data, maxPart)
-			}
-			if rerr := r.Respond(data); rerr != nil {
-				w.log.Warn("reply failed", "op", op, "err", rerr)
-			}
-		}()
-	})
-}
-
-func (w *Worker) registerEndpoints(svc micro.Service) error {
-	add := func(subject, name string, h micro.Handler) error {
-		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
-	}
-	if err := add(bus.PartSubject, "part", micro.HandlerFunc(w.large.serve)); err != nil {
-		return err
-	}
-	if err := add(bus.BucketsSubject, "buckets", handle(w, "buckets", w.bucketsPage)); err != nil {
-		return err
-	}
-	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
-		return err
-	}
-	queries := analytics.Queries{DB: w.db}
-	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, queries.Timeseries)); err != nil {
-		return err
-	}
-	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, queries.Top)); err != nil {
-		return err
-	}
-	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, func(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
-		if r.V != bus.WireVersion {
-			return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
-		}
-		return queries.TopPolicies(ctx, r.PolicyRankQuery)
-	})); err != nil {
-		return err
-	}
-	if err := add(bus.QueryUsage.Subject(), "analytics_usage", serve(w, bus.QueryUsage, func(ctx context.Context, r bus.UsageRequest) (service.Usage, error) {
-		if r.V != bus.WireVersion {
-			return service.Usage{}, errs.Errorf(errs.Invalid, "usage query: wire version %d", r.V)
-		}
-		return w.usage(ctx, r.UsageQuery)
-	})); err != nil {
-		return err
-	}
-	return w.registerConfig(add)
 }
 
 const (
@@ -949,62 +823,4 @@ func (w *Worker) committedThrough(ctx context.Context, s jetstream.Stream, strea
 	}
 	info, err := s.Info(ctx)
 	return err == nil && (info.State.Msgs == 0 || info.State.FirstSeq > target)
-}
-
-// largeReplies keeps replies larger than one NATS message for a minute, in
-// parts a client fetches one by one from bus.PartSubject (bus.Request does
-// it). At most 8 are kept: a client slower than that starts again.
-type largeReplies struct {
-	mu  sync.Mutex
-	seq uint64
-	m   map[string]largeReply
-}
-
-type largeReply struct {
-	parts [][]byte
-	at    time.Time
-}
-
-// keep stores data in parts of at most maxPart bytes and returns the reply
-// that stands for it.
-func (l *largeReplies) keep(data []byte, maxPart int) []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if l.m == nil {
-		l.m = map[string]largeReply{}
-	}
-	for id, r := range l.m {
-		if now.Sub(r.at) > time.Minute || len(l.m) >= 8 {
-			delete(l.m, id)
-		}
-	}
-	l.seq++
-	id := strconv.FormatUint(l.seq, 10) + "." + strconv.FormatInt(now.UnixNano(), 36)
-	parts := bus.SplitReply(data, max(maxPart, 1024))
-	l.m[id] = largeReply{parts: parts, at: now}
-	return bus.EncodeParts(id, len(parts))
-}
-
-// serve answers one PartRequest with the part's raw bytes.
-func (l *largeReplies) serve(r micro.Request) {
-	var req bus.PartRequest
-	fail := func(msg string) {
-		_ = r.Respond(nil, micro.WithHeaders(micro.Headers{bus.PartErrorHeader: []string{msg}}))
-	}
-	if err := json.Unmarshal(r.Data(), &req); err != nil {
-		fail("malformed part request")
-		return
-	}
-	l.mu.Lock()
-	rep, ok := l.m[req.ID]
-	l.mu.Unlock()
-	switch {
-	case !ok:
-		fail("the reply expired; ask again")
-	case req.Part < 0 || req.Part >= len(rep.parts):
-		fail("no such part")
-	default:
-		_ = r.Respond(rep.parts[req.Part])
-	}
 }
