@@ -25,7 +25,7 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 		return err
 	}
 	bs := []bus.Binding{
-		bus.BindSubject("buckets", bus.BucketsSubject, w.bucketsPage),
+		bus.BindSubject("buckets", bus.BucketsSubject, w.buckets.page),
 		bus.BindSubject("sync", bus.SyncSubject, w.syncRequest),
 	}
 	bs = append(bs, w.analyticsOperations()...)

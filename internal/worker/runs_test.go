@@ -52,7 +52,7 @@ func readAll(t *testing.T, w *Worker, limit int, order string, partition *int) m
 		if pages > 10000 {
 			t.Fatal("paging does not end")
 		}
-		page, err := w.bucketsPage(context.Background(), bus.BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
+		page, err := w.buckets.page(context.Background(), bus.BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestStagedRunsReadAsOneTable(t *testing.T) {
 		if fmt.Sprint(byPart) != fmt.Sprint(want) {
 			t.Fatalf("%s: partition pages read\n%v\nwant\n%v", step, byPart, want)
 		}
-		page, err := w.bucketsByKey(context.Background(), keys, false)
+		page, err := w.buckets.byKey(context.Background(), keys, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +318,7 @@ func TestStateBatchesInBothForms(t *testing.T) {
 	packed.Buckets[1].TenantID = "ten_b"
 	raw(bus.AppendPackedStateBatch(nil, "n1", packed.Buckets, false))
 	eventually(t, 30*time.Second, "both forms committed", func() bool { return e.w.Stats().StateRows == 3 })
-	page, err := e.w.bucketsByKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
+	page, err := e.w.buckets.byKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestSweepMergesStagedPartitions(t *testing.T) {
 	if err := e.w.MergeAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.w.bucketsByKey(ctx, []string{stale, newer}, false)
+	page, err := e.w.buckets.byKey(ctx, []string{stale, newer}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
