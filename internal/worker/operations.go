@@ -30,7 +30,7 @@ func (w *Worker) configOperations() []bus.Binding {
 	pol := policyOps{svc.Policies}
 	key := keyOps{svc.Keys}
 	blk := blockOps{svc.Blocks, svc.Buckets}
-	res := reservationOps{w}
+	res := reservationOps{w.reservations}
 	usr := userOps{svc.Users}
 	sk := serviceKeyOps{svc.ServiceKeys}
 	set := setupOps{svc.Setup}
@@ -76,9 +76,9 @@ func (w *Worker) configOperations() []bus.Binding {
 		bus.Bind(bus.OpReservationCreate, res.create),
 		bus.Bind(bus.OpReservationCreateAll, res.createAll),
 		bus.Bind(bus.OpReservationCancel, res.cancel),
-		bus.Bind(bus.OpReservationSettle, w.settleReservation),
+		bus.Bind(bus.OpReservationSettle, w.reservations.settle),
 		bus.Bind(bus.OpReservationReopen, res.reopen),
-		bus.Bind(bus.OpReservationApply, w.markSettleApplied),
+		bus.Bind(bus.OpReservationApply, w.reservations.markApplied),
 
 		bus.Bind(bus.OpUserCreate, svc.Users.Create),
 		bus.Bind(bus.OpUserSignIn, usr.signIn),
@@ -109,7 +109,7 @@ func (w *Worker) configOperations() []bus.Binding {
 
 // analyticsOperations binds the analytics queries.
 func (w *Worker) analyticsOperations() []bus.Binding {
-	q := analyticsOps{analytics.Queries{DB: w.db}, w}
+	q := analyticsOps{analytics.Queries{DB: w.db}, w.usage}
 	return []bus.Binding{
 		bus.Bind(bus.QueryTimeseries, q.queries.Timeseries),
 		bus.Bind(bus.QueryTop, q.queries.Top),
@@ -264,27 +264,25 @@ func (o blockOps) resetBucket(ctx context.Context, r bus.BucketReset) (service.W
 	return o.buckets.Reset(ctx, r.TenantID, r.Policy, r.Identity)
 }
 
-// reservationOps records and closes reservations; settles are the
-// worker's (reservations.go).
-type reservationOps struct{ w *Worker }
+type reservationOps struct{ l *reservationLedger }
 
 func (o reservationOps) create(ctx context.Context, r reserve.Reservation) (none, error) {
-	return none{}, o.w.createReservations(ctx, []reserve.Reservation{r})
+	return none{}, o.l.create(ctx, []reserve.Reservation{r})
 }
 
 func (o reservationOps) createAll(ctx context.Context, r bus.ReservationBatch) (none, error) {
-	return none{}, o.w.createReservations(ctx, r.Reservations)
+	return none{}, o.l.create(ctx, r.Reservations)
 }
 
 func (o reservationOps) cancel(ctx context.Context, r bus.ReservationBatch) (none, error) {
 	if len(r.Reservations) > reserve.MaxBatch {
 		return none{}, errs.Errorf(errs.Invalid, "reservations: more than %d in one batch", reserve.MaxBatch)
 	}
-	return none{}, o.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Cancel(ctx, tx, r.Reservations, o.w.cfg.Now()) })
+	return none{}, o.l.writeTx(ctx, func(tx *sql.Tx) error { return reserve.Cancel(ctx, tx, r.Reservations, o.l.now()) })
 }
 
 func (o reservationOps) reopen(ctx context.Context, r bus.TenantScoped) (none, error) {
-	return none{}, o.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return reserve.Reopen(ctx, tx, r.TenantID, r.ID) })
+	return none{}, o.l.writeTx(ctx, func(tx *sql.Tx) error { return reserve.Reopen(ctx, tx, r.TenantID, r.ID) })
 }
 
 type userOps struct{ svc service.Users }
@@ -363,7 +361,7 @@ func (o webhookOps) resend(ctx context.Context, r bus.WebhookResend) (tenants.We
 
 type analyticsOps struct {
 	queries analytics.Queries
-	w       *Worker
+	daily   *dailyUsage
 }
 
 func (o analyticsOps) topPolicies(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
@@ -371,5 +369,5 @@ func (o analyticsOps) topPolicies(ctx context.Context, r bus.PolicyRankRequest) 
 }
 
 func (o analyticsOps) usage(ctx context.Context, r bus.UsageRequest) (service.Usage, error) {
-	return o.w.usage(ctx, r.UsageQuery)
+	return o.daily.query(ctx, r.UsageQuery)
 }

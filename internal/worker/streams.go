@@ -513,7 +513,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	return n, w.applyUsage(tx, batches)
+	return n, w.usage.apply(tx, batches)
 }
 
 func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {

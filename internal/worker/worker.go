@@ -131,13 +131,15 @@ type Worker struct {
 	// writes limits tenants' writes and groups their reservations and
 	// settles (reservations.go).
 	writes tenantWrites
+	// reservations records, settles and sweeps reservations.
+	reservations *reservationLedger
 
 	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
 	releaseMu   sync.Mutex
 	rowsAtSweep uint64
 	releasedAt  time.Time
 
-	zones zoneCache // tenants' time zones, for daily usage (usage.go)
+	usage *dailyUsage // usage_daily (usage.go)
 
 	runs  *stagedRuns     // staged bucket states (runs.go)
 	terms *partitionTerms // partition fencing tokens (terms.go)
@@ -242,6 +244,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	w.metrics.lag = newLagMetrics()
 	w.runs = newStagedRuns()
 	w.terms = newPartitionTerms()
+	w.reservations = &reservationLedger{db: db, writeTx: w.store.WriteTx, writes: &w.writes, terms: w.terms, now: cfg.Now, log: w.log}
+	w.usage = &dailyUsage{db: db, writeTx: w.store.WriteTx, now: cfg.Now}
 	w.buckets = &bucketReader{db: db, runs: w.runs, now: cfg.Now, log: w.log, maxPayload: nc.MaxPayload,
 		sync: func(ctx context.Context) error { _, err := w.syncRequest(ctx, struct{}{}); return err }, acquire: w.raiseTerm}
 	w.unstick = bus.NewUnstick(nc, cfg.LeaseTTL/2, w.log)
@@ -353,15 +357,15 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 		})
 	})
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
-	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
-	wg.Go(func() { w.groupLoops(ctx) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.reservations.sweep(ctx) }) })
+	wg.Go(func() { w.reservations.runGroups(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
 			if _, err := m.Run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
-			if n, err := w.pruneUsage(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+			if n, err := w.usage.prune(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("daily usage retention failed; will retry", "err", err)
 			} else if n > 0 {
 				w.log.Info("daily usage retention", "rows_deleted", n)
