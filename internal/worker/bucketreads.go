@@ -32,7 +32,8 @@ type bucketReader struct {
 	// sync waits until every state batch already in the stream is
 	// committed.
 	sync func(context.Context) error
-	// acquire raises partition p's term for a lease write (raiseTerm).
+	// acquire raises partition p's term for a lease write
+	// (partitionTerms.raise).
 	acquire func(ctx context.Context, p int, lease bus.LeaseID) (uint64, error)
 
 	// pageRowBytes is what a live bucket took in the last hydration page,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
@@ -36,19 +37,31 @@ func (w *Worker) announce(changes []tenants.Change) {
 // second), which land after the delete committed.
 var purgeDelays = []time.Duration{10 * time.Second, 2 * time.Minute}
 
-// purgeLater asks purgeDeleted to delete a deleted tenant's late buckets
-// and counters.
-func (w *Worker) purgeLater(tenantID string) {
+// dataPurger deletes the persisted data committed config changes leave
+// behind: a deleted tenant's late buckets and counters, and a reset
+// identity's buckets.
+type dataPurger struct {
+	queue chan string // deleted tenants whose late data to purge (run)
+	store *tenants.Store
+	log   *slog.Logger
+}
+
+func newDataPurger(store *tenants.Store, log *slog.Logger) *dataPurger {
+	return &dataPurger{queue: make(chan string, 64), store: store, log: log}
+}
+
+// later asks run to delete a deleted tenant's late buckets and counters.
+func (dp *dataPurger) later(tenantID string) {
 	select {
-	case w.purges <- tenantID:
+	case dp.queue <- tenantID:
 	default:
-		w.log.Warn("purge queue full; a deleted tenant's late data stays until it expires", "tenant", tenantID)
+		dp.log.Warn("purge queue full; a deleted tenant's late data stays until it expires", "tenant", tenantID)
 	}
 }
 
-// purgeDeleted runs the purges purgeLater asked for, at purgeDelays after
-// each delete, until ctx ends.
-func (w *Worker) purgeDeleted(ctx context.Context) {
+// run runs the purges later asked for, at purgeDelays after each delete,
+// until ctx ends.
+func (dp *dataPurger) run(ctx context.Context) {
 	type due struct {
 		tenantID string
 		at       time.Time
@@ -60,7 +73,7 @@ func (w *Worker) purgeDeleted(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-w.purges:
+		case id := <-dp.queue:
 			for _, d := range purgeDelays {
 				pending = append(pending, due{id, time.Now().Add(d)})
 			}
@@ -71,8 +84,8 @@ func (w *Worker) purgeDeleted(ctx context.Context) {
 					rest = append(rest, p)
 					continue
 				}
-				if err := w.store.PurgeTenantData(ctx, p.tenantID); err != nil && ctx.Err() == nil {
-					w.log.Warn("purge deleted tenant's late data", "tenant", p.tenantID, "err", err)
+				if err := dp.store.PurgeTenantData(ctx, p.tenantID); err != nil && ctx.Err() == nil {
+					dp.log.Warn("purge deleted tenant's late data", "tenant", p.tenantID, "err", err)
 				}
 			}
 			pending = rest
@@ -80,16 +93,16 @@ func (w *Worker) purgeDeleted(ctx context.Context) {
 	}
 }
 
-// deleteResetBuckets removes a reset identity's persisted buckets, so a
+// resetBuckets removes a reset identity's persisted buckets, so a
 // server hydrating later does not bring the old consumption back.
-func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
+func (dp *dataPurger) resetBuckets(ctx context.Context, cs []tenants.Change) {
 	for _, c := range cs {
 		if c.BucketReset == nil {
 			continue
 		}
-		key := c.TenantID + "/" + c.BucketReset.PolicyID + "/" + c.BucketReset.Identity.Kind + ":" + c.BucketReset.Identity.ID
+		key := bus.BucketKey(c.TenantID, c.BucketReset.PolicyID, c.BucketReset.Identity.Kind, c.BucketReset.Identity.ID)
 		part := bus.Partition([]byte(key))
-		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		err := dp.store.WriteTx(ctx, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ?`, part, key); err != nil {
 				return err
 			}
@@ -97,7 +110,7 @@ func (w *Worker) deleteResetBuckets(ctx context.Context, cs []tenants.Change) {
 			return err
 		})
 		if err != nil {
-			w.log.Error("delete reset bucket", "key", key, "err", err)
+			dp.log.Error("delete reset bucket", "key", key, "err", err)
 		}
 	}
 }

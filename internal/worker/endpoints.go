@@ -26,7 +26,7 @@ func (w *Worker) registerEndpoints(svc micro.Service) error {
 	}
 	bs := []bus.Binding{
 		bus.BindSubject("buckets", bus.BucketsSubject, w.buckets.page),
-		bus.BindSubject("sync", bus.SyncSubject, w.syncRequest),
+		bus.BindSubject("sync", bus.SyncSubject, w.syncs.wait),
 	}
 	bs = append(bs, w.analyticsOperations()...)
 	bs = append(bs, w.configOperations()...)

@@ -74,7 +74,7 @@ func TestEndpointNames(t *testing.T) {
 			t.Errorf("%s is served as %q, want %q", subject, names[subject], want)
 		}
 	}
-	if got := endpointName(bus.BindSubject("buckets", bus.BucketsSubject, (&Worker{}).syncRequest)); got != "buckets" {
+	if got := endpointName(bus.BindSubject("buckets", bus.BucketsSubject, (&Worker{}).syncs.wait)); got != "buckets" {
 		t.Errorf("hydration is served as %q", got)
 	}
 }

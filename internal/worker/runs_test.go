@@ -34,7 +34,7 @@ func stageStates(t *testing.T, w *Worker, states map[string]modelBucket) {
 	}
 	slices.SortFunc(rows, func(a, b bucketRow) int { return bus.CompareBucketKeys(a.rec.Key, b.rec.Key) })
 	err := w.store.WriteTx(context.Background(), func(tx *sql.Tx) error {
-		_, err := w.stage(tx, rows)
+		_, err := w.staging.stage(tx, rows)
 		return err
 	})
 	if err != nil {
@@ -178,7 +178,7 @@ func TestStagedRunsReadAsOneTable(t *testing.T) {
 		stageStates(t, w, batch)
 		// Merge a few partitions now and then.
 		for range r.IntN(4) {
-			if _, err := w.mergePartition(context.Background(), r.IntN(bus.Partitions)); err != nil {
+			if _, err := w.staging.mergePartition(context.Background(), r.IntN(bus.Partitions)); err != nil {
 				t.Fatal(err)
 			}
 		}

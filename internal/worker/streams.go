@@ -269,7 +269,7 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 // threshold a few times a period), each becomes a webhook someone waits
 // for, and a fetch under load brings several at once anyway.
 func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0 || stream == bus.QuotaStream)
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncs.waiting.Load() > 0 || stream == bus.QuotaStream)
 }
 
 // fetchBatch is how many messages of stream one transaction applies. A
@@ -332,7 +332,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 			return err
 		}
 		if stream == bus.StateStream && len(fresh) == len(payloads) {
-			rows, err = w.stage(tx, merged)
+			rows, err = w.staging.stage(tx, merged)
 		} else {
 			rows, err = apply(tx, fresh)
 		}
@@ -447,7 +447,7 @@ func stateRows(w *Worker, data []byte) []bucketRow {
 // bucket that is full again is written too (not deleted), so that its
 // sequence keeps older redeliveries out; the sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
-	return w.stage(tx, w.mergeState(payloads))
+	return w.staging.stage(tx, w.mergeState(payloads))
 }
 
 // mergeState keeps each key's newest state among payloads, in key order,
@@ -456,7 +456,7 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 // mergeState runs in the write transaction, so the terms cannot change
 // under it.
 func (w *Worker) mergeState(payloads []payload) []bucketRow {
-	defer w.reportFenced()
+	defer w.terms.report(w.log)
 	n := 0
 	for i := range payloads {
 		p := &payloads[i]
@@ -574,7 +574,7 @@ func (w *Worker) sweep(ctx context.Context) {
 			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
 				merged, chunkDeleted = nil, 0
 				if w.runs.dirty()&(1<<p) != 0 {
-					m, err := w.mergeTx(ctx, tx, p)
+					m, err := w.staging.mergeTx(ctx, tx, p)
 					if err != nil {
 						return err
 					}

@@ -243,7 +243,7 @@ func TestNoStaleStateWins(t *testing.T) {
 				apply([]fencingMsg{delivered[r.IntN(len(delivered))]})
 			}
 		case x < 93:
-			if _, err := w.mergePartition(ctx, parts[r.IntN(len(parts))]); err != nil {
+			if _, err := w.staging.mergePartition(ctx, parts[r.IntN(len(parts))]); err != nil {
 				t.Fatal(err)
 			}
 		case x < 95: // the worker restarts: its terms come from SQLite

@@ -32,7 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
@@ -124,9 +123,9 @@ type Worker struct {
 	quotaRows   atomic.Uint64 // webhook deliveries written from the quota stream
 	large       largeReplies  // replies too big for one NATS message, served in parts
 
-	// syncing counts sync requests waiting: while any is, fetched messages
-	// are applied without waiting for ApplyInterval.
-	syncing atomic.Int32
+	// syncs answers sync requests; while any waits, fetched messages are
+	// applied without waiting for ApplyInterval.
+	syncs backlogSync
 
 	// writes limits tenants' writes and groups their reservations and
 	// settles (reservations.go).
@@ -141,8 +140,9 @@ type Worker struct {
 
 	usage *dailyUsage // usage_daily (usage.go)
 
-	runs  *stagedRuns     // staged bucket states (runs.go)
-	terms *partitionTerms // partition fencing tokens (terms.go)
+	runs    *stagedRuns     // staged bucket states (runs.go)
+	staging *runWriter      // stages and merges them
+	terms   *partitionTerms // partition fencing tokens (terms.go)
 	// unstick moves the connection off a NATS node whose JetStream stops
 	// answering while the connection stays up (its node lost its cluster).
 	unstick *bus.Unstick
@@ -155,7 +155,7 @@ type Worker struct {
 	// Recorder.
 	repl *repl.Replicator
 
-	purges chan string // deleted tenants whose late data to purge (purgeDeleted)
+	purges *dataPurger // what committed changes leave behind (changehooks.go)
 
 	webhooks *webhook.Deliverer // sends the webhook outbox (webhooks.go)
 }
@@ -224,13 +224,14 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
+	w.purges = newDataPurger(w.store, w.log)
 	w.writes = newTenantWrites(cfg.WriteLimits, func() int { return w.store.Caps().OpenReservations })
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
-		Announce: w.announce, TenantDeleted: w.purgeLater, BucketsReset: w.deleteResetBuckets,
+		Announce: w.announce, TenantDeleted: w.purges.later, BucketsReset: w.purges.resetBuckets,
 		CheckWebhookURL: w.checkWebhookURL, WebhookQueued: w.webhooks.Kick,
 	}, w.log)
 	w.store.SetCaps(cfg.Caps)
@@ -243,11 +244,17 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	}
 	w.metrics.lag = newLagMetrics()
 	w.runs = newStagedRuns()
+	w.staging = &runWriter{runs: w.runs, db: db, writeTx: w.store.WriteTx, now: cfg.Now, log: w.log}
 	w.terms = newPartitionTerms()
+	w.syncs.js = js
 	w.reservations = &reservationLedger{db: db, writeTx: w.store.WriteTx, writes: &w.writes, terms: w.terms, now: cfg.Now, log: w.log}
 	w.usage = &dailyUsage{db: db, writeTx: w.store.WriteTx, now: cfg.Now}
 	w.buckets = &bucketReader{db: db, runs: w.runs, now: cfg.Now, log: w.log, maxPayload: nc.MaxPayload,
-		sync: func(ctx context.Context) error { _, err := w.syncRequest(ctx, struct{}{}); return err }, acquire: w.raiseTerm}
+		sync: func(ctx context.Context) error { _, err := w.syncs.wait(ctx, struct{}{}); return err },
+		// w.terms, not its value now: it is made anew when terms are reloaded.
+		acquire: func(ctx context.Context, p int, lease bus.LeaseID) (uint64, error) {
+			return w.terms.raise(ctx, w.store.WriteTx, p, lease)
+		}}
 	w.unstick = bus.NewUnstick(nc, cfg.LeaseTTL/2, w.log)
 	if cfg.Recorder != nil {
 		w.repl = repl.New(repl.Config{DB: db, Writer: w.store, Recorder: cfg.Recorder, NC: nc, JS: js,
@@ -337,14 +344,14 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	defer w.log.Info("worker stopped")
 
 	var wg sync.WaitGroup
-	wg.Go(func() { w.mergeLoop(ctx) })
+	wg.Go(func() { w.staging.mergeLoop(ctx) })
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { _ = w.consume(ctx, bus.QuotaStream, w.applyQuota) })
 	wg.Go(func() { w.webhooks.Run(ctx) })
 	wg.Go(func() { w.watchTopOffenders(ctx) })
 	wg.Go(func() { w.watchLag(ctx) })
-	wg.Go(func() { w.purgeDeleted(ctx) })
+	wg.Go(func() { w.purges.run(ctx) })
 	// Passive checkpoints copy committed pages from the WAL into the
 	// database file every second, on a connection of their own and
 	// without blocking the writer, so that the writer rarely has to do it
@@ -374,59 +381,4 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	})
 	wg.Wait()
 	return nil
-}
-
-// SyncReply reports the stream sequences the worker has committed.
-type SyncReply struct {
-	State    uint64 `json:"state"`
-	Counters uint64 `json:"counters"`
-}
-
-// syncRequest waits until every message that was in the two streams when
-// it arrived has been committed and acked.
-func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error) {
-	w.syncing.Add(1)
-	defer w.syncing.Add(-1)
-	var out SyncReply
-	for i, stream := range []string{bus.StateStream, bus.CounterStream} {
-		s, err := w.js.Stream(ctx, stream)
-		if err != nil {
-			return out, fmt.Errorf("sync: %w", err)
-		}
-		target := s.CachedInfo().State.LastSeq
-		for {
-			if w.committedThrough(ctx, s, stream, target) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return out, errs.Errorf(errs.Unavailable, "The worker is still catching up with its backlog; try again shortly.")
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if i == 0 {
-			out.State = target
-		} else {
-			out.Counters = target
-		}
-	}
-	return out, nil
-}
-
-// committedThrough reports whether every message of stream up to target
-// has been committed. Either the worker's consumer acknowledged through
-// it, or none of those messages is left in the stream: both streams are
-// work queues, which drop a message once it is acknowledged, and the
-// worker acknowledges only after COMMIT. The second test holds when the
-// first does not: after a NATS node holding the consumer dies, or the
-// worker makes its consumer anew, the consumer's ack floor can stay behind
-// messages that are long gone.
-func (w *Worker) committedThrough(ctx context.Context, s jetstream.Stream, stream string, target uint64) bool {
-	if c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable); err == nil {
-		if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream >= target {
-			return true
-		}
-	}
-	info, err := s.Info(ctx)
-	return err == nil && (info.State.Msgs == 0 || info.State.FirstSeq > target)
 }
