@@ -54,12 +54,13 @@ func newTenantWrites(l WriteLimits, maxOpen func() int) tenantWrites {
 // reservationLedger records, settles and sweeps reservations (a check's
 // "reserve", POST /v1/settle). Each tenant's are limited first (writes),
 // and writes are committed in groups through writeTx, the store's one
-// writer; terms fence a settle's difference to its bucket's owner.
+// writer; stale fences a settle's difference to its bucket's owner
+// (partitionTerms.stale).
 type reservationLedger struct {
 	db      *sql.DB
 	writeTx func(context.Context, func(*sql.Tx) error) error
 	writes  *tenantWrites
-	terms   *partitionTerms
+	stale   func(partition int, term uint64) bool
 	now     func() time.Time
 	log     *slog.Logger
 }
@@ -170,7 +171,7 @@ func (l *reservationLedger) sweep(ctx context.Context) {
 func (l *reservationLedger) markApplied(ctx context.Context, a reserve.Apply) (reserve.Applying, error) {
 	var out reserve.Applying
 	err := l.writeTx(ctx, func(tx *sql.Tx) error {
-		if l.terms.stale(a.Partition, a.Term) {
+		if l.stale(a.Partition, a.Term) {
 			out.Fenced = true
 			return nil
 		}

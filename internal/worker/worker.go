@@ -3,10 +3,10 @@
 // state and decision counter streams (see streams.go for the flush
 // protocol), fences stale states by partition term (terms.go), merges
 // staged runs (runs.go), sweeps buckets that are full again, and answers
-// hydration pages and syncs. It serves the operation table (bus.Op) over
-// NATS request/reply by decoding each request's wire form and calling
-// configsvc (config) or analytics (queries); repl decides whether this
-// worker is the active one. Each tenant's settles, reservations and config
+// hydration pages (bucketreads.go) and syncs (sync.go). It serves the
+// operation table (bus.Op) over NATS request/reply, each operation bound
+// (bus.Bind, operations.go) to configsvc (config) or analytics (queries);
+// repl decides whether this worker is the active one. Each tenant's settles, reservations and config
 // writes are limited here, once for the cluster (writelimit.go), and
 // reservations and settles are committed in groups (groups.go).
 // cmd/worker runs it as its own process; cmd/server runs the same code
@@ -247,11 +247,13 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	w.staging = &runWriter{runs: w.runs, db: db, writeTx: w.store.WriteTx, now: cfg.Now, log: w.log}
 	w.terms = newPartitionTerms()
 	w.syncs.js = js
-	w.reservations = &reservationLedger{db: db, writeTx: w.store.WriteTx, writes: &w.writes, terms: w.terms, now: cfg.Now, log: w.log}
+	// The reservations' stale and the buckets' acquire read w.terms when
+	// called rather than holding it, so that replacing it reaches them.
+	w.reservations = &reservationLedger{db: db, writeTx: w.store.WriteTx, writes: &w.writes, now: cfg.Now, log: w.log,
+		stale: func(p int, term uint64) bool { return w.terms.stale(p, term) }}
 	w.usage = &dailyUsage{db: db, writeTx: w.store.WriteTx, now: cfg.Now}
 	w.buckets = &bucketReader{db: db, runs: w.runs, now: cfg.Now, log: w.log, maxPayload: nc.MaxPayload,
 		sync: func(ctx context.Context) error { _, err := w.syncs.wait(ctx, struct{}{}); return err },
-		// w.terms, not its value now: it is made anew when terms are reloaded.
 		acquire: func(ctx context.Context, p int, lease bus.LeaseID) (uint64, error) {
 			return w.terms.raise(ctx, w.store.WriteTx, p, lease)
 		}}
