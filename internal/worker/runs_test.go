@@ -363,7 +363,7 @@ func TestSweepMergesStagedPartitions(t *testing.T) {
 	if e.w.runs.dirty() == 0 {
 		t.Fatal("nothing staged")
 	}
-	e.w.sweep(ctx)
+	e.w.sweeper.sweep(ctx)
 	if err := e.w.MergeAll(ctx); err != nil {
 		t.Fatal(err)
 	}

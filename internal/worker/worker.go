@@ -133,10 +133,7 @@ type Worker struct {
 	// reservations records, settles and sweeps reservations.
 	reservations *reservationLedger
 
-	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
-	releaseMu   sync.Mutex
-	rowsAtSweep uint64
-	releasedAt  time.Time
+	sweeper *bucketSweeper // deletes buckets full again (sweep.go)
 
 	usage *dailyUsage // usage_daily (usage.go)
 
@@ -246,6 +243,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	w.runs = newStagedRuns()
 	w.staging = &runWriter{runs: w.runs, db: db, writeTx: w.store.WriteTx, now: cfg.Now, log: w.log}
 	w.terms = newPartitionTerms()
+	w.sweeper = &bucketSweeper{db: db, store: w.store, runs: w.runs, staging: w.staging, now: cfg.Now, ackWait: cfg.AckWait, log: w.log,
+		pruneApplied: w.pruneApplied, written: func() uint64 { return w.stateRows.Load() + w.counterRows.Load() }}
 	w.syncs.js = js
 	// The reservations' stale and the buckets' acquire read w.terms when
 	// called rather than holding it, so that replacing it reaches them.
@@ -295,7 +294,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// One connection stays open, unused, while the worker runs, so the
-	// idle release (releaseIfIdle) never closes the last one: closing the
+	// idle release (bucketSweeper.releaseIfIdle) never closes the last one: closing the
 	// last connection checkpoints the WAL and removes it under an
 	// exclusive lock, and a read opening at that moment failed with
 	// "database is locked". Unused, it holds no page cache.
@@ -365,7 +364,7 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 			}
 		})
 	})
-	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweeper.sweep(ctx) }) })
 	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.reservations.sweep(ctx) }) })
 	wg.Go(func() { w.reservations.runGroups(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
