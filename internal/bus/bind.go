@@ -54,15 +54,6 @@ func (b Binding) Decode(data []byte) (call func(context.Context) (any, error), e
 	return b.decode(data)
 }
 
-// Answer decodes one request and serves it.
-func (b Binding) Answer(ctx context.Context, data []byte) (any, error) {
-	call, err := b.Decode(data)
-	if err != nil {
-		return nil, err
-	}
-	return call(ctx)
-}
-
 func decodeRequest[Req any](data []byte) (Req, error) {
 	var req Req
 	if len(data) > 0 {
@@ -84,15 +75,13 @@ type versioned interface {
 	wireVersion() (v int, what string)
 }
 
-func (r ServiceKeyUsed) wireVersion() (int, string) { return r.V, "service key use report" }
-func (r SetupOffer) wireVersion() (int, string)     { return r.V, "setup offer" }
-func (r SetupClaim) wireVersion() (int, string)     { return r.V, "setup claim" }
-func (r PolicyNames) wireVersion() (int, string)    { return r.V, "policy names query" }
-func (r KeyPageQuery) wireVersion() (int, string)   { return r.V, "key page query" }
-func (r KeyNames) wireVersion() (int, string)       { return r.V, "key names query" }
-func (r ReservationBatch) wireVersion() (int, string) {
-	return r.V, "reservations"
-}
+func (r ServiceKeyUsed) wireVersion() (int, string)    { return r.V, "service key use report" }
+func (r SetupOffer) wireVersion() (int, string)        { return r.V, "setup offer" }
+func (r SetupClaim) wireVersion() (int, string)        { return r.V, "setup claim" }
+func (r PolicyNames) wireVersion() (int, string)       { return r.V, "policy names query" }
+func (r KeyPageQuery) wireVersion() (int, string)      { return r.V, "key page query" }
+func (r KeyNames) wireVersion() (int, string)          { return r.V, "key names query" }
+func (r ReservationBatch) wireVersion() (int, string)  { return r.V, "reservations" }
 func (r PolicyRankRequest) wireVersion() (int, string) { return r.V, "policy ranking query" }
 func (r UsageRequest) wireVersion() (int, string)      { return r.V, "usage query" }
 
