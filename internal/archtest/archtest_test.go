@@ -44,7 +44,6 @@ var layers = map[string]int{
 // bound (take it off the list) or another grows past it.
 var bigTypes = map[string]string{
 	"internal/engine.Engine":   "55: decisions beside the config view's resync, hydration and key use; to split (the view next, measuring the check)",
-	"internal/worker.Worker":   "lifecycle, operation dispatch and the bucket read model on one type; to split",
 	"internal/cluster.Cluster": "41: the membership (claim, heartbeat, counting live members) is still on it; to split",
 }
 
@@ -56,6 +55,7 @@ var longFuncs = map[string]string{
 	"internal/app.Config.ParseFlags": "start-up wiring: every flag of the server",
 	"internal/ui.Register":           "start-up wiring: every route of the dashboard",
 	"internal/api.New":               "start-up wiring: every route of the API",
+	"internal/worker.New":            "start-up wiring: the worker's store, streams and services",
 
 	"cmd/sluice-bench.runWebhookBench":               "a benchmark scenario, read top to bottom",
 	"cmd/sluice-bench.workerCase":                    "a benchmark scenario, read top to bottom",
@@ -69,7 +69,6 @@ var longFuncs = map[string]string{
 	"internal/engine.Engine.check":                   "to split: identity, routing and deciding",
 	"internal/engine.Engine.decideDescriptor":        "to split: the override, the refund and the answer",
 	"internal/engine.view.apply":                     "one case per change kind; to split by kind",
-	"internal/worker.Worker.registerConfig":          "hand-written wire checks per operation; to bind from the operation table",
 }
 
 const (

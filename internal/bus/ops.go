@@ -3,7 +3,7 @@ package bus
 // The operation table: every request a server sends the worker for config
 // and analytics, with its subject and, in its type, the request it takes
 // and the reply it answers. The client side (services.go) and the worker's
-// handlers (internal/worker, serve) are both typed by these values, so a
+// handlers (internal/worker, through Bind) are both typed by these values, so a
 // request or reply that does not match is a compile error; the worker's
 // TestServerConfigOpsAreTheWorkers holds it to serving every one.
 //

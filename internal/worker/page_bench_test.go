@@ -24,7 +24,7 @@ func BenchmarkHydrationPages(b *testing.B) {
 	for range b.N {
 		after, got := "", 0
 		for {
-			page, err := e.w.bucketsPage(ctx, bus.BucketsRequest{After: after, Order: bus.OrderPartitionKey, Packed: true})
+			page, err := e.w.buckets.page(ctx, bus.BucketsRequest{After: after, Order: bus.OrderPartitionKey, Packed: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func BenchmarkFirstTouch(b *testing.B) {
 	ctx := context.Background()
 	persistBuckets(b, e, n)
 	for after := ""; ; {
-		page, err := e.w.bucketsPage(ctx, bus.BucketsRequest{After: after, Order: bus.OrderPartitionKey, Packed: true})
+		page, err := e.w.buckets.page(ctx, bus.BucketsRequest{After: after, Order: bus.OrderPartitionKey, Packed: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func BenchmarkFirstTouch(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		page, err := e.w.bucketsPage(ctx, bus.BucketsRequest{Keys: []string{benchKey(i % n)}, Packed: true})
+		page, err := e.w.buckets.page(ctx, bus.BucketsRequest{Keys: []string{benchKey(i % n)}, Packed: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -26,12 +25,8 @@ import (
 func TestServerConfigOpsAreTheWorkers(t *testing.T) {
 	w := &Worker{}
 	var served []string
-	err := w.registerConfig(func(subject, _ string, _ micro.Handler) error {
-		served = append(served, strings.TrimPrefix(subject, bus.ConfigPrefix+"."))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, b := range w.configOperations() {
+		served = append(served, strings.TrimPrefix(b.Subject, bus.ConfigPrefix+"."))
 	}
 	slices.Sort(served)
 	allowed := slices.Sorted(slices.Values(bus.ServerConfigOps))

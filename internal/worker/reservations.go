@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
@@ -49,9 +51,23 @@ func newTenantWrites(l WriteLimits, maxOpen func() int) tenantWrites {
 	}
 }
 
-// createReservations records rs, one tenant's, all or none, in the next
+// reservationLedger records, settles and sweeps reservations (a check's
+// "reserve", POST /v1/settle). Each tenant's are limited first (writes),
+// and writes are committed in groups through writeTx, the store's one
+// writer; stale fences a settle's difference to its bucket's owner
+// (partitionTerms.stale).
+type reservationLedger struct {
+	db      *sql.DB
+	writeTx func(context.Context, func(*sql.Tx) error) error
+	writes  *tenantWrites
+	stale   func(partition int, term uint64) bool
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// create records rs, one tenant's, all or none, in the next
 // group and waits for its commit.
-func (w *Worker) createReservations(ctx context.Context, rs []reserve.Reservation) error {
+func (l *reservationLedger) create(ctx context.Context, rs []reserve.Reservation) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -64,51 +80,51 @@ func (w *Worker) createReservations(ctx context.Context, rs []reserve.Reservatio
 			return errs.Errorf(errs.Invalid, "reservations: one tenant's in one batch")
 		}
 	}
-	if err := w.writes.limits.take(tenant, writeReserve, len(rs), w.cfg.Now()); err != nil {
+	if err := l.writes.limits.take(tenant, writeReserve, len(rs), l.now()); err != nil {
 		return err
 	}
-	_, err := w.writes.reservations.do(ctx, tenant, rs)
+	_, err := l.writes.reservations.do(ctx, tenant, rs)
 	return err
 }
 
-// settleReservation settles s: from a read when that answers it, else in
+// settle settles s: from a read when that answers it, else in
 // the next group.
-func (w *Worker) settleReservation(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
-	if err := w.writes.limits.take(s.TenantID, writeSettle, 1, w.cfg.Now()); err != nil {
+func (l *reservationLedger) settle(ctx context.Context, s reserve.Settle) (reserve.Settled, error) {
+	if err := l.writes.limits.take(s.TenantID, writeSettle, 1, l.now()); err != nil {
 		return reserve.Settled{}, err
 	}
-	out, write, err := w.readSettle(ctx, s)
+	out, write, err := l.readSettle(ctx, s)
 	if err != nil || !write {
 		return out, err
 	}
-	return w.writes.settles.do(ctx, s.TenantID, s)
+	return l.writes.settles.do(ctx, s.TenantID, s)
 }
 
 // readSettle is reserve.Check, one at a time: settles arrive by the
 // thousand, and reads side by side would each take a connection of their
 // own, opened and closed again past the pool's few idle ones (opening one
 // costs far more than the read).
-func (w *Worker) readSettle(ctx context.Context, s reserve.Settle) (reserve.Settled, bool, error) {
+func (l *reservationLedger) readSettle(ctx context.Context, s reserve.Settle) (reserve.Settled, bool, error) {
 	select {
-	case w.writes.settleReads <- struct{}{}:
+	case l.writes.settleReads <- struct{}{}:
 	case <-ctx.Done():
 		return reserve.Settled{}, false, ctx.Err()
 	}
-	defer func() { <-w.writes.settleReads }()
-	return reserve.Check(ctx, w.db, s)
+	defer func() { <-l.writes.settleReads }()
+	return reserve.Check(ctx, l.db, s)
 }
 
-// groupLoops commits reservations and settles in groups until ctx ends.
-func (w *Worker) groupLoops(ctx context.Context) {
+// runGroups commits reservations and settles in groups until ctx ends.
+func (l *reservationLedger) runGroups(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		w.writes.reservations.run(ctx, w.store.WriteTx, func(n int, err error) {
-			w.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", n, "err", err)
+		l.writes.reservations.run(ctx, l.writeTx, func(n int, err error) {
+			l.log.Warn("reservations not recorded; their checks give the estimates back", "reservations", n, "err", err)
 		})
 	})
 	wg.Go(func() {
-		w.writes.settles.run(ctx, w.store.WriteTx, func(n int, err error) {
-			w.log.Warn("settles not recorded; their callers may retry them", "settles", n, "err", err)
+		l.writes.settles.run(ctx, l.writeTx, func(n int, err error) {
+			l.log.Warn("settles not recorded; their callers may retry them", "settles", n, "err", err)
 		})
 	})
 	wg.Wait()
@@ -117,23 +133,23 @@ func (w *Worker) groupLoops(ctx context.Context) {
 // sweepBatch bounds one reservation sweep transaction.
 const sweepBatch = 5000
 
-// sweepReservations closes the reservations that expired unsettled (they
+// sweep closes the reservations that expired unsettled (they
 // stand at their estimate, which their check took already) and forgets
 // closed ones after reserve.Keep. A backlog larger than a batch is worked
 // off batch by batch, each its own short transaction.
-func (w *Worker) sweepReservations(ctx context.Context) {
-	now := w.cfg.Now()
+func (l *reservationLedger) sweep(ctx context.Context) {
+	now := l.now()
 	var expired, deleted int64
 	for ctx.Err() == nil {
 		var e, d int64
-		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		err := l.writeTx(ctx, func(tx *sql.Tx) error {
 			var err error
 			e, d, err = reserve.Sweep(ctx, tx, now, reserve.Keep, sweepBatch)
 			return err
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("reservation sweep failed; will retry", "expired", expired, "forgotten", deleted, "err", err)
+				l.log.Warn("reservation sweep failed; will retry", "expired", expired, "forgotten", deleted, "err", err)
 			}
 			return
 		}
@@ -143,19 +159,19 @@ func (w *Worker) sweepReservations(ctx context.Context) {
 		}
 	}
 	if expired > 0 || deleted > 0 {
-		w.log.Info("reservations swept", "expired_at_estimate", expired, "forgotten", deleted)
+		l.log.Info("reservations swept", "expired_at_estimate", expired, "forgotten", deleted)
 	}
 }
 
-// markSettleApplied answers a bucket's owner asking to apply a settle's
+// markApplied answers a bucket's owner asking to apply a settle's
 // difference (reserve.MarkApplied), fenced by the partition's term: an
 // owner whose partition another server has loaded since is refused, so it
 // leaves the difference to the new owner. It runs under the writer, as the
 // term raises do, so the two are ordered.
-func (w *Worker) markSettleApplied(ctx context.Context, a reserve.Apply) (reserve.Applying, error) {
+func (l *reservationLedger) markApplied(ctx context.Context, a reserve.Apply) (reserve.Applying, error) {
 	var out reserve.Applying
-	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-		if w.terms.stale(a.Partition, a.Term) {
+	err := l.writeTx(ctx, func(tx *sql.Tx) error {
+		if l.stale(a.Partition, a.Term) {
 			out.Fenced = true
 			return nil
 		}

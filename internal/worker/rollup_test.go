@@ -300,7 +300,7 @@ func TestMaintenanceShrinksTheFile(t *testing.T) {
 	}
 	path := filepath.Join(filepath.Dir(dbPath(t, e.db)), "sluice.db")
 	full := statSize(t, path)
-	e.w.sweep(ctx) // the buckets are full and old: all go
+	e.w.sweeper.sweep(ctx) // the buckets are full and old: all go
 	if n := countRows(t, e.db, `SELECT count(*) FROM buckets_live`); n != 0 {
 		t.Fatalf("%d buckets left after the sweep", n)
 	}

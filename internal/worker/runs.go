@@ -38,6 +38,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -253,18 +254,28 @@ func stageRows(tx *sql.Tx, run int64, rows []bucketRow, now int64) ([bus.Partiti
 	return counts, m.Flush()
 }
 
+// runWriter stages stream batches' bucket states in runs and merges the
+// runs into buckets, keeping runs, the account of both, up to date.
+type runWriter struct {
+	runs    *stagedRuns
+	db      *sql.DB
+	writeTx func(context.Context, func(*sql.Tx) error) error
+	now     func() time.Time
+	log     *slog.Logger
+}
+
 // stage appends rows (sorted by part, key, one per key) to a new run within
 // tx and returns how many it wrote.
-func (w *Worker) stage(tx *sql.Tx, rows []bucketRow) (int, error) {
+func (rw *runWriter) stage(tx *sql.Tx, rows []bucketRow) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	run := w.runs.reserve()
-	counts, err := stageRows(tx, run, rows, w.cfg.Now().UnixNano())
+	run := rw.runs.reserve()
+	counts, err := stageRows(tx, run, rows, rw.now().UnixNano())
 	if err != nil {
 		return 0, err
 	}
-	w.runs.add(run, counts, w.cfg.Now())
+	rw.runs.add(run, counts, rw.now())
 	return len(rows), nil
 }
 
@@ -387,8 +398,8 @@ func mergeEverything(ctx context.Context, tx *sql.Tx) error {
 
 // mergePartition merges partition p's staged rows into buckets in one
 // transaction and returns how many rows it moved.
-func (w *Worker) mergePartition(ctx context.Context, p int) (int, error) {
-	r := w.runs
+func (rw *runWriter) mergePartition(ctx context.Context, p int) (int, error) {
+	r := rw.runs
 	r.mu.Lock()
 	if r.merging[p] {
 		r.mu.Unlock()
@@ -404,8 +415,8 @@ func (w *Worker) mergePartition(ctx context.Context, p int) (int, error) {
 
 	start := time.Now()
 	var m mergeResult
-	err := w.store.WriteTx(ctx, func(tx *sql.Tx) (err error) {
-		m, err = w.mergeTx(ctx, tx, p)
+	err := rw.writeTx(ctx, func(tx *sql.Tx) (err error) {
+		m, err = rw.mergeTx(ctx, tx, p)
 		return err
 	})
 	if err != nil {
@@ -424,8 +435,8 @@ type mergeResult struct {
 
 // mergeTx merges partition p's staged rows into buckets within tx, which
 // holds the one writer; mergeDone accounts for it once tx commits.
-func (w *Worker) mergeTx(ctx context.Context, tx *sql.Tx, p int) (mergeResult, error) {
-	r := w.runs
+func (rw *runWriter) mergeTx(ctx context.Context, tx *sql.Tx, p int) (mergeResult, error) {
+	r := rw.runs
 	// The runs this merge empties of p, and those whose only partition
 	// left is p. Read under the writer, so every committed run is
 	// accounted for; runs staged after this merge keep p.
@@ -496,7 +507,7 @@ func intList(xs []int64) string {
 // and tests that read the buckets table alone.
 func (w *Worker) MergeAll(ctx context.Context) error {
 	for p := range bus.Partitions {
-		if _, err := w.mergePartition(ctx, p); err != nil {
+		if _, err := w.staging.mergePartition(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -507,8 +518,8 @@ func (w *Worker) MergeAll(ctx context.Context) error {
 // is logged at INFO every 10 s while a backlog of staged rows is being
 // merged, and failures at WARN with a metric; a failed merge changed
 // nothing and is tried again.
-func (w *Worker) mergeLoop(ctx context.Context) {
-	r := w.runs
+func (rw *runWriter) mergeLoop(ctx context.Context) {
+	r := rw.runs
 	// A worker that stops being active (a standby again) reloads the
 	// account when it is active once more: the other worker staged and
 	// merged meanwhile.
@@ -525,26 +536,26 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 	tick.Every(ctx, 100*time.Millisecond, func() {
 		for ctx.Err() == nil {
 			if p := r.uncounted(); p >= 0 {
-				if err := r.countTable(ctx, w.db, p); err != nil {
+				if err := r.countTable(ctx, rw.db, p); err != nil {
 					if ctx.Err() == nil {
 						r.mergeErrs.WithLabelValues("count").Inc()
-						w.log.Warn("counting a partition's buckets failed; merges by size wait, retrying", "partition", p, "err", err)
+						rw.log.Warn("counting a partition's buckets failed; merges by size wait, retrying", "partition", p, "err", err)
 						sleepCtx(ctx, time.Second)
 					}
 					break
 				}
 				continue
 			}
-			p, why := r.mergeDue(w.cfg.Now())
+			p, why := r.mergeDue(rw.now())
 			if p < 0 {
 				if busy {
 					busy = false
-					w.log.Info("staged bucket states merged", "rows_merged", mergedLog)
+					rw.log.Info("staged bucket states merged", "rows_merged", mergedLog)
 					mergedLog = 0
 				}
 				break
 			}
-			n, err := w.mergePartition(ctx, p)
+			n, err := rw.mergePartition(ctx, p)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -554,7 +565,7 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 					reason = "disk_full"
 				}
 				r.mergeErrs.WithLabelValues(reason).Inc()
-				w.log.Warn("merging staged bucket states failed; they stay staged (and read) and are merged again later",
+				rw.log.Warn("merging staged bucket states failed; they stay staged (and read) and are merged again later",
 					"partition", p, "reason", why, "err", err)
 				sleepCtx(ctx, time.Second)
 				break
@@ -563,7 +574,7 @@ func (w *Worker) mergeLoop(ctx context.Context) {
 			busy = true
 			if now := time.Now(); now.Sub(lastLog) >= 10*time.Second {
 				lastLog = now
-				w.log.Info("merging staged bucket states", "rows_merged", mergedLog, "rows_staged", r.stagedRows(), "runs", r.count(), "reason", why)
+				rw.log.Info("merging staged bucket states", "rows_merged", mergedLog, "rows_staged", r.stagedRows(), "runs", r.count(), "reason", why)
 			}
 		}
 	})

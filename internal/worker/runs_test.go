@@ -34,7 +34,7 @@ func stageStates(t *testing.T, w *Worker, states map[string]modelBucket) {
 	}
 	slices.SortFunc(rows, func(a, b bucketRow) int { return bus.CompareBucketKeys(a.rec.Key, b.rec.Key) })
 	err := w.store.WriteTx(context.Background(), func(tx *sql.Tx) error {
-		_, err := w.stage(tx, rows)
+		_, err := w.staging.stage(tx, rows)
 		return err
 	})
 	if err != nil {
@@ -52,7 +52,7 @@ func readAll(t *testing.T, w *Worker, limit int, order string, partition *int) m
 		if pages > 10000 {
 			t.Fatal("paging does not end")
 		}
-		page, err := w.bucketsPage(context.Background(), bus.BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
+		page, err := w.buckets.page(context.Background(), bus.BucketsRequest{After: after, Limit: limit, Order: order, Partition: partition, Packed: pages%2 == 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestStagedRunsReadAsOneTable(t *testing.T) {
 		if fmt.Sprint(byPart) != fmt.Sprint(want) {
 			t.Fatalf("%s: partition pages read\n%v\nwant\n%v", step, byPart, want)
 		}
-		page, err := w.bucketsByKey(context.Background(), keys, false)
+		page, err := w.buckets.byKey(context.Background(), keys, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestStagedRunsReadAsOneTable(t *testing.T) {
 		stageStates(t, w, batch)
 		// Merge a few partitions now and then.
 		for range r.IntN(4) {
-			if _, err := w.mergePartition(context.Background(), r.IntN(bus.Partitions)); err != nil {
+			if _, err := w.staging.mergePartition(context.Background(), r.IntN(bus.Partitions)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -318,7 +318,7 @@ func TestStateBatchesInBothForms(t *testing.T) {
 	packed.Buckets[1].TenantID = "ten_b"
 	raw(bus.AppendPackedStateBatch(nil, "n1", packed.Buckets, false))
 	eventually(t, 30*time.Second, "both forms committed", func() bool { return e.w.Stats().StateRows == 3 })
-	page, err := e.w.bucketsByKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
+	page, err := e.w.buckets.byKey(context.Background(), []string{"ten_a/p/ip:json", "ten_a/p/ip:lost", "ten_a/p/ip:packed", "ten_b/p/ip:packed"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,11 +363,11 @@ func TestSweepMergesStagedPartitions(t *testing.T) {
 	if e.w.runs.dirty() == 0 {
 		t.Fatal("nothing staged")
 	}
-	e.w.sweep(ctx)
+	e.w.sweeper.sweep(ctx)
 	if err := e.w.MergeAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.w.bucketsByKey(ctx, []string{stale, newer}, false)
+	page, err := e.w.buckets.byKey(ctx, []string{stale, newer}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func TestWorkerJobsNeverLockEachOther(t *testing.T) {
 	}
 	wg.Go(func() {
 		for range 20 {
-			w.sweep(context.Background())
+			w.sweeper.sweep(context.Background())
 		}
 	})
 	wg.Wait()
@@ -391,7 +391,7 @@ func TestSweepDeletesFullQuietBucketsOnly(t *testing.T) {
 	if err := e.w.store.WriteTx(ctx, func(tx *sql.Tx) error { return writeBucketRows(tx, bucketRows(&b), now.UnixNano()) }); err != nil {
 		t.Fatal(err)
 	}
-	e.w.sweep(ctx)
+	e.w.sweeper.sweep(ctx)
 	if n := e.count(t, `SELECT count(*) FROM buckets_live WHERE key LIKE '%full-%'`); n != 0 {
 		t.Fatalf("%d full, quiet buckets left", n)
 	}
@@ -409,21 +409,21 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	e := newEnv(t, Config{SweepInterval: time.Hour, Registerer: reg})
 	ctx := context.Background()
 	e.run(t)
-	e.w.sweep(ctx) // nothing written yet: idle
+	e.w.sweeper.sweep(ctx) // nothing written yet: idle
 	base := e.db.Stats().MaxIdleClosed
 	b := manyBuckets("burst", 500)
 	e.publish(t, bus.StateSubjectPrefix+"n1", "", b)
 	eventually(t, 30*time.Second, "the burst committed", func() bool { return e.w.Stats().StateRows == 500 })
 	eventually(t, 30*time.Second, "the burst merged", func() bool { return e.w.runs.stagedRows() == 0 })
 	closed := func() int64 { return e.db.Stats().MaxIdleClosed - base }
-	e.w.sweep(ctx) // rows were written since the last sweep: busy
+	e.w.sweeper.sweep(ctx) // rows were written since the last sweep: busy
 	if n := closed(); n != 0 {
 		t.Fatalf("%d connections closed after a busy spell, want 0", n)
 	}
 	// The release shows in the memory the process holds outside Go.
 	sqliteBefore := gaugeBy(t, reg, "sluice_sqlite_memory_bytes", "", "")
 	cHeapBefore := gaugeBy(t, reg, "sluice_c_heap_bytes", "state", "in_use")
-	e.w.sweep(ctx) // nothing written since: idle
+	e.w.sweeper.sweep(ctx) // nothing written since: idle
 	after := closed()
 	if after == 0 {
 		t.Fatal("no idle connection closed once the worker was idle")
@@ -437,7 +437,7 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	if cHeapBefore < sqliteBefore || cHeapAfter >= cHeapBefore {
 		t.Errorf("sluice_c_heap_bytes{in_use} %v before the release, %v after (SQLite had %v): want at least SQLite's, falling", cHeapBefore, cHeapAfter, sqliteBefore)
 	}
-	e.w.sweep(ctx) // still idle: not again so soon
+	e.w.sweeper.sweep(ctx) // still idle: not again so soon
 	if n := closed(); n != after {
 		t.Fatalf("%d more connections closed right after the release", n-after)
 	}
@@ -446,10 +446,10 @@ func TestIdleWorkerClosesItsSQLiteConnections(t *testing.T) {
 	}
 	// That read left a connection (and its cache) idle in the pool: a
 	// sweep releaseEvery later, still idle, closes it too.
-	e.w.releaseMu.Lock()
-	e.w.releasedAt = time.Now().Add(-releaseEvery - time.Second)
-	e.w.releaseMu.Unlock()
-	e.w.sweep(ctx)
+	e.w.sweeper.releaseMu.Lock()
+	e.w.sweeper.releasedAt = time.Now().Add(-releaseEvery - time.Second)
+	e.w.sweeper.releaseMu.Unlock()
+	e.w.sweeper.sweep(ctx)
 	if n := closed(); n <= after {
 		t.Fatal("an idle worker did not release again after releaseEvery")
 	}

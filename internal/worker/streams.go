@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -36,7 +35,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
@@ -269,7 +267,7 @@ func (w *Worker) adoptIncarnation(ctx context.Context, stream string, created ti
 // threshold a few times a period), each becomes a webhook someone waits
 // for, and a fetch under load brings several at once anyway.
 func (w *Worker) applyDue(stream string, pending []jetstream.Msg, left time.Duration) bool {
-	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncing.Load() > 0 || stream == bus.QuotaStream)
+	return len(pending) > 0 && (left <= 0 || len(pending) >= w.fetchBatch(stream) || w.syncs.waiting.Load() > 0 || stream == bus.QuotaStream)
 }
 
 // fetchBatch is how many messages of stream one transaction applies. A
@@ -332,7 +330,7 @@ func (w *Worker) applyBatch(ctx context.Context, stream string, msgs []jetstream
 			return err
 		}
 		if stream == bus.StateStream && len(fresh) == len(payloads) {
-			rows, err = w.stage(tx, merged)
+			rows, err = w.staging.stage(tx, merged)
 		} else {
 			rows, err = apply(tx, fresh)
 		}
@@ -447,7 +445,7 @@ func stateRows(w *Worker, data []byte) []bucketRow {
 // bucket that is full again is written too (not deleted), so that its
 // sequence keeps older redeliveries out; the sweep deletes it later.
 func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
-	return w.stage(tx, w.mergeState(payloads))
+	return w.staging.stage(tx, w.mergeState(payloads))
 }
 
 // mergeState keeps each key's newest state among payloads, in key order,
@@ -456,7 +454,7 @@ func (w *Worker) applyState(tx *sql.Tx, payloads []payload) (int, error) {
 // mergeState runs in the write transaction, so the terms cannot change
 // under it.
 func (w *Worker) mergeState(payloads []payload) []bucketRow {
-	defer w.reportFenced()
+	defer w.terms.report(w.log)
 	n := 0
 	for i := range payloads {
 		p := &payloads[i]
@@ -513,7 +511,7 @@ func (w *Worker) applyCounters(tx *sql.Tx, payloads []payload) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	return n, w.applyUsage(tx, batches)
+	return n, w.usage.apply(tx, batches)
 }
 
 func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
@@ -522,165 +520,6 @@ func decodeCounters(w *Worker, data []byte) *bus.CounterBatch {
 		return nil
 	}
 	return bs[0]
-}
-
-// Sweep sizes: each round reads up to sweepRead sweepable keys (a read,
-// beside the writer), then deletes them sweepChunk at a time, each chunk
-// its own short write transaction.
-const (
-	sweepRead  = 50000
-	sweepChunk = 2000
-)
-
-// sweep deletes persisted buckets that are full again, once no redelivery
-// of an older state can arrive for them (a few AckWaits after their last
-// write), and prunes the applied-sequence log. Deletions queue with stream
-// batches and config writes for the one writer, in short transactions; each
-// re-checks its rows' condition, so a bucket written again meanwhile stays.
-func (w *Worker) sweep(ctx context.Context) {
-	w.pruneApplied(ctx)
-	now := w.cfg.Now()
-	fullBy, quietSince := now.UnixNano(), now.Add(-6*w.cfg.AckWait).UnixNano()
-	if !w.runs.isLoaded() {
-		// Not active (a test, or a standby): nothing stages meanwhile.
-		if err := w.runs.load(ctx, w.db); err != nil {
-			w.log.Error("bucket sweep failed", "err", err)
-			return
-		}
-	}
-	var deleted int64
-	for ctx.Err() == nil {
-		keys, err := w.sweepable(ctx, fullBy, quietSince)
-		if err != nil {
-			w.log.Error("bucket sweep failed", "err", err)
-			return
-		}
-		more := len(keys) == sweepRead // another round may find more
-		// A chunk is one partition's keys: a partition with states staged
-		// is merged in the same transaction first (runs.go), so that no
-		// stale staged state outlives the row it would bring back.
-		slices.SortFunc(keys, func(a, b bucketID) int { return a.part - b.part })
-		for len(keys) > 0 && ctx.Err() == nil {
-			p := keys[0].part
-			n := 1
-			for n < len(keys) && n < sweepChunk && keys[n].part == p {
-				n++
-			}
-			chunk := keys[:n]
-			keys = keys[n:]
-			var merged *mergeResult
-			var chunkDeleted int64
-			start := time.Now()
-			err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
-				merged, chunkDeleted = nil, 0
-				if w.runs.dirty()&(1<<p) != 0 {
-					m, err := w.mergeTx(ctx, tx, p)
-					if err != nil {
-						return err
-					}
-					merged = &m
-				}
-				st, err := tx.PrepareContext(ctx, `DELETE FROM buckets WHERE part = ? AND key = ? AND full_at <= ? AND updated_at <= ?`)
-				if err != nil {
-					return err
-				}
-				defer st.Close()
-				for _, k := range chunk {
-					res, err := st.ExecContext(ctx, k.part, k.key, fullBy, quietSince)
-					if err != nil {
-						return err
-					}
-					n, _ := res.RowsAffected()
-					chunkDeleted += n
-				}
-				return nil
-			})
-			if err != nil {
-				w.log.Error("bucket sweep failed", "err", err)
-				return
-			}
-			if merged != nil {
-				w.runs.mergeDone(p, *merged, time.Since(start))
-			}
-			deleted += chunkDeleted
-			w.runs.swept(p, int(chunkDeleted))
-		}
-		if !more {
-			break
-		}
-	}
-	if deleted > 0 {
-		w.log.Debug("bucket sweep", "deleted", deleted)
-	}
-	w.releaseIfIdle(deleted)
-}
-
-// releaseIfIdle gives memory back after a burst: when neither the streams
-// nor the sweep wrote anything since the last sweep, it closes the idle
-// SQLite connections (each keeps a page cache of up to 128 MiB) and hands
-// the C heap's free pages and the Go heap's back to the system; again
-// every releaseEvery while the worker stays idle, for a connection that
-// was in use the first time (a read) and has kept its cache since. A busy
-// worker keeps its warm caches.
-func (w *Worker) releaseIfIdle(swept int64) {
-	w.releaseMu.Lock()
-	defer w.releaseMu.Unlock()
-	written := w.stateRows.Load() + w.counterRows.Load() + w.runs.mergedRows.Load()
-	idle := written == w.rowsAtSweep && swept == 0
-	w.rowsAtSweep = written
-	if !idle {
-		w.releasedAt = time.Time{}
-		return
-	}
-	if !w.releasedAt.IsZero() && time.Since(w.releasedAt) < releaseEvery {
-		return
-	}
-	w.releasedAt = time.Now()
-	// Under the writer's semaphore, so that no write transaction holds a
-	// connection's cache meanwhile. The last connection is never closed
-	// here: Run holds one.
-	err := w.store.Exclusive(context.Background(), func() error {
-		w.db.SetMaxIdleConns(0) // closes the idle connections now
-		w.db.SetMaxIdleConns(maxIdleConns)
-		sqlitedb.ReleaseMemory()
-		return nil
-	})
-	// The Go heap too: its scavenger hands freed memory back only slowly,
-	// and an idle worker has nothing better to do with one collection.
-	debug.FreeOSMemory()
-	if err == nil {
-		w.log.Debug("idle: SQLite connections closed and memory released")
-	}
-}
-
-// releaseEvery is how often an idle worker gives memory back again.
-const releaseEvery = time.Minute
-
-// maxIdleConns is database/sql's default, restored after releaseIfIdle.
-const maxIdleConns = 2
-
-// bucketID is a persisted bucket's primary key.
-type bucketID struct {
-	part int
-	key  string
-}
-
-// sweepable reads up to sweepRead keys of buckets the sweep may delete.
-func (w *Worker) sweepable(ctx context.Context, fullBy, quietSince int64) ([]bucketID, error) {
-	rows, err := w.db.QueryContext(ctx, `SELECT part, key FROM buckets WHERE full_at <= ? AND updated_at <= ? LIMIT ?`, fullBy, quietSince, sweepRead)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var keys []bucketID
-	for rows.Next() {
-		var k bucketID
-		if err := rows.Scan(&k.part, &k.key); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, rows.Err()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

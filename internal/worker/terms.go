@@ -23,6 +23,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -100,8 +101,7 @@ func (pt *partitionTerms) stale(p int, term uint64) bool {
 }
 
 // report logs, at most every 10 s, how many states were fenced.
-func (w *Worker) reportFenced() {
-	pt := w.terms
+func (pt *partitionTerms) report(log *slog.Logger) {
 	pt.mu.Lock()
 	n := pt.since
 	if n == 0 || time.Since(pt.warned) < 10*time.Second {
@@ -110,10 +110,10 @@ func (w *Worker) reportFenced() {
 	}
 	pt.since, pt.warned = 0, time.Now()
 	pt.mu.Unlock()
-	w.log.Info("refused bucket states of an older partition term: a server that lost its lease published them after another took the partition over", "states", n)
+	log.Info("refused bucket states of an older partition term: a server that lost its lease published them after another took the partition over", "states", n)
 }
 
-// raiseTerm gives partition p a new term, one more than any it had, for
+// raise gives partition p a new term, one more than any it had, for
 // the acquisition that wrote lease, and returns it. It is one write
 // transaction, so it is ordered with the stream batches: every batch
 // applied after it is fenced by it. An acquisition no newer than the last
@@ -121,13 +121,13 @@ func (w *Worker) reportFenced() {
 // server gave up on it and may since have taken p again, under a newer
 // lease and term), and raising the term for it would fence the current
 // owner.
-func (w *Worker) raiseTerm(ctx context.Context, p int, lease bus.LeaseID) (uint64, error) {
+// writeTx is the store's one writer.
+func (pt *partitionTerms) raise(ctx context.Context, writeTx func(context.Context, func(*sql.Tx) error) error, p int, lease bus.LeaseID) (uint64, error) {
 	if p < 0 || p >= bus.Partitions {
 		return 0, errs.Errorf(errs.Invalid, "partition %d out of range", p)
 	}
-	pt := w.terms
 	var term uint64
-	err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+	err := writeTx(ctx, func(tx *sql.Tx) error {
 		var stored, inc, rev int64
 		err := tx.QueryRowContext(ctx, `SELECT term, lease_inc, lease_rev FROM partition_terms WHERE part = ?`, p).Scan(&stored, &inc, &rev)
 		if err != nil && err != sql.ErrNoRows {

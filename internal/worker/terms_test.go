@@ -92,7 +92,7 @@ func TestNoStaleStateWins(t *testing.T) {
 	}
 	byKey := func() map[string]int {
 		t.Helper()
-		page, err := w.bucketsByKey(ctx, keys, false)
+		page, err := w.buckets.byKey(ctx, keys, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestNoStaleStateWins(t *testing.T) {
 			}
 		}
 		for {
-			page, err := w.bucketsPage(ctx, req)
+			page, err := w.buckets.page(ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +231,7 @@ func TestNoStaleStateWins(t *testing.T) {
 			p := parts[r.IntN(len(parts))]
 			old := lastLease[p]
 			old.Revision -= uint64(r.IntN(int(old.Revision)))
-			_, err := w.bucketsPage(ctx, bus.BucketsRequest{Partition: &p, Acquire: true, Lease: old, Limit: 10})
+			_, err := w.buckets.page(ctx, bus.BucketsRequest{Partition: &p, Acquire: true, Lease: old, Limit: 10})
 			if errs.Code(err) != errs.Conflict {
 				t.Fatalf("%s: a late acquisition of partition %d answered %v, want a conflict", name, p, err)
 			}
@@ -243,7 +243,7 @@ func TestNoStaleStateWins(t *testing.T) {
 				apply([]fencingMsg{delivered[r.IntN(len(delivered))]})
 			}
 		case x < 93:
-			if _, err := w.mergePartition(ctx, parts[r.IntN(len(parts))]); err != nil {
+			if _, err := w.staging.mergePartition(ctx, parts[r.IntN(len(parts))]); err != nil {
 				t.Fatal(err)
 			}
 		case x < 95: // the worker restarts: its terms come from SQLite

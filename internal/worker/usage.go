@@ -38,6 +38,16 @@ import (
 // --analytics-days keeps of the analytics.
 const UsageRetention = service.MaxUsageDays * 24 * time.Hour
 
+// dailyUsage keeps usage_daily: it adds counter batches' units (apply,
+// within the stream's transaction), answers usage queries and prunes what
+// is older than UsageRetention.
+type dailyUsage struct {
+	db      *sql.DB
+	writeTx func(context.Context, func(*sql.Tx) error) error
+	now     func() time.Time
+	zones   zoneCache // tenants' time zones
+}
+
 // zoneCache keeps each time zone loaded once: time.LoadLocation reads and
 // parses the zone's file every time.
 type zoneCache struct {
@@ -68,11 +78,11 @@ func (z *zoneCache) load(name string) *time.Location {
 // usageKey names one usage_daily row.
 type usageKey struct{ tenant, day, policy, key string }
 
-// applyUsage adds the batches' units to usage_daily within tx. The
+// apply adds the batches' units to usage_daily within tx. The
 // tenants' zones are read in tx too, so a zone changed meanwhile applies
 // from the first batch after its change; a tenant deleted meanwhile gets
 // no rows.
-func (w *Worker) applyUsage(tx *sql.Tx, batches []*bus.CounterBatch) error {
+func (u *dailyUsage) apply(tx *sql.Tx, batches []*bus.CounterBatch) error {
 	sums := map[usageKey]int64{}
 	locs := map[string]*time.Location{} // nil: the tenant is gone
 	for _, b := range batches {
@@ -89,7 +99,7 @@ func (w *Worker) applyUsage(tx *sql.Tx, batches []*bus.CounterBatch) error {
 				case err != nil:
 					return err
 				default:
-					loc = w.zones.load(zone)
+					loc = u.zones.load(zone)
 				}
 				locs[r.TenantID] = loc
 			}
@@ -133,14 +143,14 @@ func (w *Worker) applyUsage(tx *sql.Tx, batches []*bus.CounterBatch) error {
 	return m.Flush()
 }
 
-// pruneUsage deletes daily usage older than UsageRetention, a day more
+// prune deletes daily usage older than UsageRetention, a day more
 // for the zones ahead of UTC, in short transactions.
-func (w *Worker) pruneUsage(ctx context.Context, now time.Time) (int64, error) {
+func (u *dailyUsage) prune(ctx context.Context, now time.Time) (int64, error) {
 	cut := now.UTC().Add(-UsageRetention - 24*time.Hour).Format(time.DateOnly)
 	var deleted int64
 	for ctx.Err() == nil {
 		var n int64
-		err := w.store.WriteTx(ctx, func(tx *sql.Tx) error {
+		err := u.writeTx(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM usage_daily WHERE (tenant_id, day, policy, key_id) IN
 				(SELECT tenant_id, day, policy, key_id FROM usage_daily WHERE day < ? LIMIT 5000)`, cut)
 			if err == nil {
@@ -159,8 +169,8 @@ func (w *Worker) pruneUsage(ctx context.Context, now time.Time) (int64, error) {
 	return deleted, ctx.Err()
 }
 
-// usage answers a UsageQuery.
-func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
+// query answers a UsageQuery.
+func (u *dailyUsage) query(ctx context.Context, q service.UsageQuery) (service.Usage, error) {
 	group := q.Group
 	switch group {
 	case "":
@@ -170,15 +180,15 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 		return service.Usage{}, errs.Errorf(errs.Invalid, "group: must be %q or %q", service.UsageByKey, service.UsageByPolicy)
 	}
 	var zone string
-	err := w.db.QueryRowContext(ctx, `SELECT time_zone FROM tenants WHERE id = ?`, q.TenantID).Scan(&zone)
+	err := u.db.QueryRowContext(ctx, `SELECT time_zone FROM tenants WHERE id = ?`, q.TenantID).Scan(&zone)
 	if errors.Is(err, sql.ErrNoRows) {
 		return service.Usage{}, errs.Errorf(errs.NotFound, "tenant not found")
 	}
 	if err != nil {
 		return service.Usage{}, err
 	}
-	loc := w.zones.load(zone)
-	from, to, err := usageRange(q.From, q.To, loc, w.cfg.Now())
+	loc := u.zones.load(zone)
+	from, to, err := usageRange(q.From, q.To, loc, u.now())
 	if err != nil {
 		return service.Usage{}, err
 	}
@@ -207,7 +217,7 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 	}
 	out := service.Usage{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Group: group, TimeZone: loc.String(),
 		Rows: []service.UsageRow{}, Paged: !whole}
-	more, err := w.usagePage(ctx, q.TenantID, &out, after, page)
+	more, err := u.page(ctx, q.TenantID, &out, after, page)
 	if err != nil {
 		return service.Usage{}, err
 	}
@@ -221,28 +231,28 @@ func (w *Worker) usage(ctx context.Context, q service.UsageQuery) (service.Usage
 		return out, nil
 	}
 	// A page's total is the whole range's.
-	err = w.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0) FROM usage_daily WHERE tenant_id = ? AND day >= ? AND day <= ?`,
+	err = u.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0) FROM usage_daily WHERE tenant_id = ? AND day >= ? AND day <= ?`,
 		q.TenantID, out.From, out.To).Scan(&out.Total)
 	return out, err
 }
 
-// usagePage reads into out (its range and grouping set) the rows after
+// page reads into out (its range and grouping set) the rows after
 // the row after names, at most page of them, adding up their units, and
 // answers whether more follow. Pages are read in the order of the rows
 // (keyset), from after's day on, so a page costs its rows and one day's,
 // however far into the range it is. Rows of 0 units are left out by the
 // query itself, so they never take a page's room.
-func (w *Worker) usagePage(ctx context.Context, tenantID string, out *service.Usage, after [3]string, page int) (bool, error) {
+func (u *dailyUsage) page(ctx context.Context, tenantID string, out *service.Usage, after [3]string, page int) (bool, error) {
 	start := max(out.From, after[0])
 	var rows *sql.Rows
 	var err error
 	if out.Group == service.UsageByKey {
-		rows, err = w.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
+		rows, err = u.db.QueryContext(ctx, `SELECT u.day, u.key_id, COALESCE(k.name, ''), COALESCE(k.prefix, ''), u.policy, u.units
 			FROM usage_daily u LEFT JOIN consumer_keys k ON k.id = u.key_id AND k.tenant_id = u.tenant_id
 			WHERE u.tenant_id = ? AND u.day >= ? AND u.day <= ? AND u.units <> 0 AND (u.day, u.key_id, u.policy) > (?, ?, ?)
 			ORDER BY u.day, u.key_id, u.policy LIMIT ?`, tenantID, start, out.To, after[0], after[1], after[2], page+1)
 	} else {
-		rows, err = w.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
+		rows, err = u.db.QueryContext(ctx, `SELECT day, policy, SUM(units) FROM usage_daily
 			WHERE tenant_id = ? AND day >= ? AND day <= ? AND (day, policy) > (?, ?)
 			GROUP BY day, policy HAVING SUM(units) <> 0 ORDER BY day, policy LIMIT ?`, tenantID, start, out.To, after[0], after[2], page+1)
 	}

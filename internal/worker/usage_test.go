@@ -63,7 +63,7 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 		return n == 7+5+1+3-2+4
 	})
 	time.Sleep(300 * time.Millisecond) // the duplicate and the gone tenant's batch had their chance
-	byKey, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-31", To: "2027-02-01"})
+	byKey, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-31", To: "2027-02-01"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 	if fmt.Sprint(byKey.Rows) != fmt.Sprint(want) {
 		t.Fatalf("rows by key\n got %+v\nwant %+v", byKey.Rows, want)
 	}
-	byPolicy, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-31T18:30:00Z", To: "2027-02-01", Group: "policy"})
+	byPolicy, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-31T18:30:00Z", To: "2027-02-01", Group: "policy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +101,12 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 		{service.UsageQuery{From: "2027-01-01", To: "2027-01-02", Group: "tier"}, "group"},
 	} {
 		c.q.TenantID = tn.ID
-		_, err := e.w.usage(ctx, c.q)
+		_, err := e.w.usage.query(ctx, c.q)
 		if errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), c.field+":") {
 			t.Errorf("%+v: %v, want an invalid request naming %s", c.q, err, c.field)
 		}
 	}
-	if _, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2026-01-01", To: "2027-02-04"}); err != nil {
+	if _, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2026-01-01", To: "2027-02-04"}); err != nil {
 		t.Errorf("400 days: %v", err)
 	}
 
@@ -114,7 +114,7 @@ func TestDailyUsageInTheTenantsZone(t *testing.T) {
 	if _, err := e.db.Exec(`INSERT INTO usage_daily (tenant_id, day, policy, key_id, units) VALUES (?, '2025-12-01', 'api', '', 1)`, tn.ID); err != nil {
 		t.Fatal(err)
 	}
-	n, err := e.w.pruneUsage(ctx, time.Date(2027, time.February, 1, 0, 0, 0, 0, time.UTC))
+	n, err := e.w.usage.prune(ctx, time.Date(2027, time.February, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil || n != 1 {
 		t.Fatalf("pruned %d rows (%v), want the one older than 400 days", n, err)
 	}
@@ -150,15 +150,15 @@ func TestDailyUsageRowCap(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02"})
+	_, err = e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02"})
 	if errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), "to: ") {
 		t.Fatalf("a range of %d rows: %v", service.MaxUsageRows+1, err)
 	}
-	one, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-01"})
+	one, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-01"})
 	if err != nil || len(one.Rows) != service.MaxUsageRows/2+1 {
 		t.Fatalf("one day: %d rows, %v", len(one.Rows), err)
 	}
-	byPolicy, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02", Group: "policy"})
+	byPolicy, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-02", Group: "policy"})
 	if err != nil || len(byPolicy.Rows) != 2 || byPolicy.Total != service.MaxUsageRows+1 {
 		t.Fatalf("per policy: %+v, %v", byPolicy.Rows, err)
 	}
@@ -194,7 +194,7 @@ func pages(t *testing.T, e *env, q service.UsageQuery, total int64) ([]service.U
 	var all []service.UsageRow
 	n := 0
 	for {
-		u, err := e.w.usage(context.Background(), q)
+		u, err := e.w.usage.query(context.Background(), q)
 		if err != nil {
 			t.Fatalf("page %d: %v", n+1, err)
 		}
@@ -272,7 +272,7 @@ func TestDailyUsagePages(t *testing.T) {
 	}
 
 	// Bad pages: each names its field.
-	first, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-03-01", To: "2027-03-05", Limit: 2})
+	first, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-03-01", To: "2027-03-05", Limit: 2})
 	if err != nil || first.NextCursor == "" {
 		t.Fatalf("a first page of 2: %+v, %v", first, err)
 	}
@@ -288,7 +288,7 @@ func TestDailyUsagePages(t *testing.T) {
 		{service.UsageQuery{Cursor: first.NextCursor}, "cursor"},
 	} {
 		c.q.TenantID, c.q.From, c.q.To = tn.ID, "2027-03-01", "2027-03-05"
-		if _, err := e.w.usage(ctx, c.q); errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), c.field+":") {
+		if _, err := e.w.usage.query(ctx, c.q); errs.Code(err) != errs.Invalid || !strings.HasPrefix(errs.Message(err), c.field+":") {
 			t.Errorf("%+v: %v, want an invalid request naming %s", c.q, err, c.field)
 		}
 	}
@@ -321,7 +321,7 @@ func TestDailyUsageDefaultPageKeepsItsTail(t *testing.T) {
 		total += u
 	}
 	insertUsage(t, e, tn.ID, rows)
-	whole, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"})
+	whole, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"})
 	if err != nil || len(whole.Rows) != service.MaxUsageRows || whole.Total != total || whole.Paged || whole.NextCursor != "" {
 		t.Fatalf("the whole range: %d rows, total %d (%v), want %d rows and %d", len(whole.Rows), whole.Total, err, service.MaxUsageRows, total)
 	}
@@ -330,7 +330,7 @@ func TestDailyUsageDefaultPageKeepsItsTail(t *testing.T) {
 	}
 	insertUsage(t, e, tn.ID, []service.UsageRow{{Day: "2027-01-03", Policy: "api", Units: 5}})
 	total += 5
-	if _, err := e.w.usage(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"}); errs.Code(err) != errs.Invalid {
+	if _, err := e.w.usage.query(ctx, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"}); errs.Code(err) != errs.Invalid {
 		t.Fatalf("the whole range past %d rows: %v, want a refusal", service.MaxUsageRows, err)
 	}
 	got, n := pages(t, e, service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03", Limit: service.MaxUsageRows}, total)
@@ -345,7 +345,7 @@ func TestDailyUsageDefaultPageKeepsItsTail(t *testing.T) {
 	// The dashboard's download: every page in one CSV file.
 	var file strings.Builder
 	cw := service.NewUsageCSV(&file)
-	if err := service.UsagePages(ctx, usageReader(e.w.usage), service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"},
+	if err := service.UsagePages(ctx, usageReader(e.w.usage.query), service.UsageQuery{TenantID: tn.ID, From: "2027-01-01", To: "2027-01-03"},
 		func(u service.Usage) error { return cw.Write(u.Rows) }); err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,10 @@
 // state and decision counter streams (see streams.go for the flush
 // protocol), fences stale states by partition term (terms.go), merges
 // staged runs (runs.go), sweeps buckets that are full again, and answers
-// hydration pages and syncs. It serves the operation table (bus.Op) over
-// NATS request/reply by decoding each request's wire form and calling
-// configsvc (config) or analytics (queries); repl decides whether this
-// worker is the active one. Each tenant's settles, reservations and config
+// hydration pages (bucketreads.go) and syncs (sync.go). It serves the
+// operation table (bus.Op) over NATS request/reply, each operation bound
+// (bus.Bind, operations.go) to configsvc (config) or analytics (queries);
+// repl decides whether this worker is the active one. Each tenant's settles, reservations and config
 // writes are limited here, once for the cluster (writelimit.go), and
 // reservations and settles are committed in groups (groups.go).
 // cmd/worker runs it as its own process; cmd/server runs the same code
@@ -20,13 +20,8 @@ package worker
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,8 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/errs"
-	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/tick"
@@ -130,41 +123,36 @@ type Worker struct {
 	quotaRows   atomic.Uint64 // webhook deliveries written from the quota stream
 	large       largeReplies  // replies too big for one NATS message, served in parts
 
-	// syncing counts sync requests waiting: while any is, fetched messages
-	// are applied without waiting for ApplyInterval.
-	syncing atomic.Int32
-
-	keyOrderWarned atomic.Int64 // unix ns of the last warnKeyOrder
+	// syncs answers sync requests; while any waits, fetched messages are
+	// applied without waiting for ApplyInterval.
+	syncs backlogSync
 
 	// writes limits tenants' writes and groups their reservations and
 	// settles (reservations.go).
 	writes tenantWrites
+	// reservations records, settles and sweeps reservations.
+	reservations *reservationLedger
 
-	// rowsAtSweep and releasedAt are releaseIfIdle's, under releaseMu.
-	releaseMu   sync.Mutex
-	rowsAtSweep uint64
-	releasedAt  time.Time
+	sweeper *bucketSweeper // deletes buckets full again (sweep.go)
 
-	zones zoneCache // tenants' time zones, for daily usage (usage.go)
+	usage *dailyUsage // usage_daily (usage.go)
 
-	runs  *stagedRuns     // staged bucket states (runs.go)
-	terms *partitionTerms // partition fencing tokens (terms.go)
+	runs    *stagedRuns     // staged bucket states (runs.go)
+	staging *runWriter      // stages and merges them
+	terms   *partitionTerms // partition fencing tokens (terms.go)
 	// unstick moves the connection off a NATS node whose JetStream stops
 	// answering while the connection stays up (its node lost its cluster).
 	unstick *bus.Unstick
 
-	// pageRowBytes is what a live bucket took in the last hydration page,
-	// to size the next page's reads (readMerged).
-	pageRowBytes atomic.Int64
-	// pagePacked is the length of the last full packed hydration page, to
-	// size the next one's buffer (pageBuilder.add).
-	pagePacked atomic.Int64
+	// buckets answers servers' reads of the persisted buckets
+	// (bucketreads.go).
+	buckets *bucketReader
 
 	// repl runs the election and the replication log; nil without a
 	// Recorder.
 	repl *repl.Replicator
 
-	purges chan string // deleted tenants whose late data to purge (purgeDeleted)
+	purges *dataPurger // what committed changes leave behind (changehooks.go)
 
 	webhooks *webhook.Deliverer // sends the webhook outbox (webhooks.go)
 }
@@ -233,13 +221,14 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker"), purges: make(chan string, 64)}
+	w := &Worker{cfg: cfg, db: db, store: tenants.NewStore(db), nc: nc, js: js, log: cfg.Log.With("component", "worker")}
+	w.purges = newDataPurger(w.store, w.log)
 	w.writes = newTenantWrites(cfg.WriteLimits, func() int { return w.store.Caps().OpenReservations })
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
-		Announce: w.announce, TenantDeleted: w.purgeLater, BucketsReset: w.deleteResetBuckets,
+		Announce: w.announce, TenantDeleted: w.purges.later, BucketsReset: w.purges.resetBuckets,
 		CheckWebhookURL: w.checkWebhookURL, WebhookQueued: w.webhooks.Kick,
 	}, w.log)
 	w.store.SetCaps(cfg.Caps)
@@ -252,7 +241,21 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	}
 	w.metrics.lag = newLagMetrics()
 	w.runs = newStagedRuns()
+	w.staging = &runWriter{runs: w.runs, db: db, writeTx: w.store.WriteTx, now: cfg.Now, log: w.log}
 	w.terms = newPartitionTerms()
+	w.sweeper = &bucketSweeper{db: db, store: w.store, runs: w.runs, staging: w.staging, now: cfg.Now, ackWait: cfg.AckWait, log: w.log,
+		pruneApplied: w.pruneApplied, written: func() uint64 { return w.stateRows.Load() + w.counterRows.Load() }}
+	w.syncs.js = js
+	// The reservations' stale and the buckets' acquire read w.terms when
+	// called rather than holding it, so that replacing it reaches them.
+	w.reservations = &reservationLedger{db: db, writeTx: w.store.WriteTx, writes: &w.writes, now: cfg.Now, log: w.log,
+		stale: func(p int, term uint64) bool { return w.terms.stale(p, term) }}
+	w.usage = &dailyUsage{db: db, writeTx: w.store.WriteTx, now: cfg.Now}
+	w.buckets = &bucketReader{db: db, runs: w.runs, now: cfg.Now, log: w.log, maxPayload: nc.MaxPayload,
+		sync: func(ctx context.Context) error { _, err := w.syncs.wait(ctx, struct{}{}); return err },
+		acquire: func(ctx context.Context, p int, lease bus.LeaseID) (uint64, error) {
+			return w.terms.raise(ctx, w.store.WriteTx, p, lease)
+		}}
 	w.unstick = bus.NewUnstick(nc, cfg.LeaseTTL/2, w.log)
 	if cfg.Recorder != nil {
 		w.repl = repl.New(repl.Config{DB: db, Writer: w.store, Recorder: cfg.Recorder, NC: nc, JS: js,
@@ -291,7 +294,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// One connection stays open, unused, while the worker runs, so the
-	// idle release (releaseIfIdle) never closes the last one: closing the
+	// idle release (bucketSweeper.releaseIfIdle) never closes the last one: closing the
 	// last connection checkpoints the WAL and removes it under an
 	// exclusive lock, and a read opening at that moment failed with
 	// "database is locked". Unused, it holds no page cache.
@@ -342,14 +345,14 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	defer w.log.Info("worker stopped")
 
 	var wg sync.WaitGroup
-	wg.Go(func() { w.mergeLoop(ctx) })
+	wg.Go(func() { w.staging.mergeLoop(ctx) })
 	wg.Go(func() { _ = w.consume(ctx, bus.StateStream, w.applyState) })
 	wg.Go(func() { _ = w.consume(ctx, bus.CounterStream, w.applyCounters) })
 	wg.Go(func() { _ = w.consume(ctx, bus.QuotaStream, w.applyQuota) })
 	wg.Go(func() { w.webhooks.Run(ctx) })
 	wg.Go(func() { w.watchTopOffenders(ctx) })
 	wg.Go(func() { w.watchLag(ctx) })
-	wg.Go(func() { w.purgeDeleted(ctx) })
+	wg.Go(func() { w.purges.run(ctx) })
 	// Passive checkpoints copy committed pages from the WAL into the
 	// database file every second, on a connection of their own and
 	// without blocking the writer, so that the writer rarely has to do it
@@ -361,16 +364,16 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 			}
 		})
 	})
-	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) }) })
-	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweepReservations(ctx) }) })
-	wg.Go(func() { w.groupLoops(ctx) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweeper.sweep(ctx) }) })
+	wg.Go(func() { tick.Every(ctx, w.cfg.SweepInterval, func() { w.reservations.sweep(ctx) }) })
+	wg.Go(func() { w.reservations.runGroups(ctx) })
 	m := analytics.NewMaintainer(w.db, w.store, w.cfg.Analytics, w.cfg.Now(), w.log)
 	wg.Go(func() {
 		tick.Every(ctx, w.cfg.Analytics.Interval, func() {
 			if _, err := m.Run(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("analytics maintenance failed; will retry", "err", err)
 			}
-			if n, err := w.pruneUsage(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
+			if n, err := w.usage.prune(ctx, w.cfg.Now()); err != nil && ctx.Err() == nil {
 				w.log.Error("daily usage retention failed; will retry", "err", err)
 			} else if n > 0 {
 				w.log.Info("daily usage retention", "rows_deleted", n)
@@ -379,632 +382,4 @@ func (w *Worker) runActive(ctx context.Context, serving func()) error {
 	})
 	wg.Wait()
 	return nil
-}
-
-// requestActor returns ctx carrying the actor the request names in
-// bus.ActorHeader, for the audit log. A request without one (a server of an
-// older version) is recorded as made by an unknown actor rather than
-// refused, so an upgrade does not stop config writes; one that cannot be
-// read is recorded the same way, since refusing it would lose the change
-// and not only its author.
-func requestActor(ctx context.Context, h micro.Headers) context.Context {
-	v := h.Get(bus.ActorHeader)
-	if v == "" {
-		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
-	}
-	a, err := bus.DecodeActor(v)
-	if err != nil {
-		return tenants.WithActor(ctx, tenants.Actor{Kind: tenants.ActorUnknown, Label: "unknown"})
-	}
-	return tenants.WithActor(ctx, a)
-}
-
-// serve is handle for an operation of the table (bus.Op): fn must take and
-// answer the operation's own types, so that a handler and the servers'
-// requests cannot disagree.
-func serve[Req any, Res any](w *Worker, o bus.Op[Req, Res], fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
-	return handle(w, o.Name, fn)
-}
-
-// handle adapts a typed function to a micro endpoint: it decodes the
-// request, runs fn, and replies with the envelope. Each call runs in its own
-// goroutine so a slow request (a sync wait) does not hold up the others.
-func handle[Req any, Res any](w *Worker, op string, fn func(ctx context.Context, req Req) (Res, error)) micro.Handler {
-	return micro.HandlerFunc(func(r micro.Request) {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			var req Req
-			var res Res
-			var err error
-			ctx = requestActor(ctx, r.Headers())
-			if len(r.Data()) > 0 {
-				if jerr := json.Unmarshal(r.Data(), &req); jerr != nil {
-					err = errs.Errorf(errs.Invalid, "malformed request: %v", jerr)
-				}
-			}
-			if err == nil {
-				var release func()
-				if release, err = w.admitConfigWrite(ctx, op, r.Data()); err == nil {
-					res, err = fn(ctx, req)
-					release()
-				}
-			}
-			if err != nil && diskFull(err) {
-				w.log.Error("SQLite disk is full: a config write or query failed; free space under --data", "op", op, "err", err)
-				err = errs.Errorf(errs.Unavailable, "Sluice cannot store this now: its database's disk is full. Try again once there is room.")
-			}
-			code := "ok"
-			if err != nil {
-				code = errs.Code(err)
-				if code == errs.Internal {
-					w.log.Error("request failed", "op", op, "err", err)
-				}
-			}
-			w.metrics.configOps.WithLabelValues(op, code).Inc()
-			if raw, ok := any(res).(bus.RawReply); ok && err == nil {
-				if data, hdr, ok := raw.RawReply(); ok && len(data) <= int(w.nc.MaxPayload())-1024 {
-					h := micro.Headers{bus.RawReplyHeader: []string{"1"}}
-					for k, v := range hdr {
-						h[k] = v
-					}
-					if rerr := r.Respond(data, micro.WithHeaders(h)); rerr != nil {
-						w.log.Warn("reply failed", "op", op, "err", rerr)
-					}
-					return
-				}
-			}
-			data := bus.EncodeReply(res, err)
-			if maxPart := int(w.nc.MaxPayload()) - 1024; len(data) > maxPart {
-				data = w.large.keep(data, maxPart)
-			}
-			if rerr := r.Respond(data); rerr != nil {
-				w.log.Warn("reply failed", "op", op, "err", rerr)
-			}
-		}()
-	})
-}
-
-func (w *Worker) registerEndpoints(svc micro.Service) error {
-	add := func(subject, name string, h micro.Handler) error {
-		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
-	}
-	if err := add(bus.PartSubject, "part", micro.HandlerFunc(w.large.serve)); err != nil {
-		return err
-	}
-	if err := add(bus.BucketsSubject, "buckets", handle(w, "buckets", w.bucketsPage)); err != nil {
-		return err
-	}
-	if err := add(bus.SyncSubject, "sync", handle(w, "sync", w.syncRequest)); err != nil {
-		return err
-	}
-	queries := analytics.Queries{DB: w.db}
-	if err := add(bus.QueryTimeseries.Subject(), "analytics_timeseries", serve(w, bus.QueryTimeseries, queries.Timeseries)); err != nil {
-		return err
-	}
-	if err := add(bus.QueryTop.Subject(), "analytics_top", serve(w, bus.QueryTop, queries.Top)); err != nil {
-		return err
-	}
-	if err := add(bus.QueryTopPolicies.Subject(), "analytics_top_policies", serve(w, bus.QueryTopPolicies, func(ctx context.Context, r bus.PolicyRankRequest) ([]service.PolicyRank, error) {
-		if r.V != bus.WireVersion {
-			return nil, errs.Errorf(errs.Invalid, "policy ranking query: wire version %d", r.V)
-		}
-		return queries.TopPolicies(ctx, r.PolicyRankQuery)
-	})); err != nil {
-		return err
-	}
-	if err := add(bus.QueryUsage.Subject(), "analytics_usage", serve(w, bus.QueryUsage, func(ctx context.Context, r bus.UsageRequest) (service.Usage, error) {
-		if r.V != bus.WireVersion {
-			return service.Usage{}, errs.Errorf(errs.Invalid, "usage query: wire version %d", r.V)
-		}
-		return w.usage(ctx, r.UsageQuery)
-	})); err != nil {
-		return err
-	}
-	return w.registerConfig(add)
-}
-
-const (
-	// maxPage is the most buckets one page holds; a page also ends at half
-	// of NATS's max_payload.
-	maxPage = 20000
-	// maxPageKeys is the most buckets one request may name.
-	maxPageKeys = 1000
-)
-
-// bucketsPage answers hydration. The first page waits until every state
-// batch already in the stream is committed, so a restarted server never
-// hydrates from state older than what it published before it died.
-//
-// Each page reads buckets and the staged runs together (readMerged). A
-// page in (partition, key) order reads one partition at a time, going on
-// to the next while the page has room.
-func (w *Worker) bucketsPage(ctx context.Context, req bus.BucketsRequest) (bus.BucketsPage, error) {
-	if len(req.Keys) > 0 {
-		return w.bucketsByKey(ctx, req.Keys, req.Packed)
-	}
-	var term uint64
-	if req.After == "" {
-		if _, err := w.syncRequest(ctx, struct{}{}); err != nil {
-			return bus.BucketsPage{}, err
-		}
-		if req.Acquire && req.Partition != nil {
-			var err error
-			if term, err = w.raiseTerm(ctx, *req.Partition, req.Lease); err != nil {
-				return bus.BucketsPage{}, err
-			}
-		}
-	}
-	if req.Limit <= 0 || req.Limit > maxPage {
-		req.Limit = maxPage
-	}
-	// A packed page's buffer is sized as the last full page, with room to
-	// spare: one buffer, not a doubling.
-	pb := w.newPageBuilder(req.Packed, w.cfg.Now().UnixNano(), max(int(w.pagePacked.Load())*9/8, 64<<10))
-	defer func() {
-		if pb.live > 0 {
-			w.pageRowBytes.Store(int64(pb.size / pb.live))
-		}
-		if pb.page.Next != "" && len(pb.page.Packed) > 0 {
-			w.pagePacked.Store(int64(len(pb.page.Packed)))
-		}
-	}()
-	switch {
-	case req.Partition != nil:
-		// One partition: a range of the table, in key order (the same
-		// order as bus.CompareBucketKeys within a partition).
-		more, err := w.readMerged(ctx, pb, req.Limit, `part = ? AND key > ?`, *req.Partition, req.After)
-		if err != nil {
-			return bus.BucketsPage{}, err
-		}
-		if more {
-			pb.page.Next = pb.last
-		}
-		pb.page.Term = term
-		return pb.page, nil
-	case req.Order == bus.OrderPartitionKey:
-		part, after := 0, req.After
-		if after != "" {
-			part = bus.Partition([]byte(after))
-		}
-		for ; part < bus.Partitions; part, after = part+1, "" {
-			more, err := w.readMerged(ctx, pb, req.Limit-pb.read, `part = ? AND key > ?`, part, after)
-			if err != nil {
-				return bus.BucketsPage{}, err
-			}
-			if more || pb.read >= req.Limit {
-				pb.page.Next = pb.last
-				break
-			}
-		}
-		pb.page.Order = req.Order
-		return pb.page, nil
-	default:
-		w.warnKeyOrder()
-		more, err := w.readMerged(ctx, pb, req.Limit, `key > ?`, req.After)
-		if err != nil {
-			return bus.BucketsPage{}, err
-		}
-		if more {
-			pb.page.Next = pb.last
-		}
-		return pb.page, nil
-	}
-}
-
-// warnKeyOrder logs, at most once a minute, that a server asked for
-// hydration pages in plain key order: a server older than the worker. Such
-// pages are correct but cost the worker a sort of the whole table each.
-func (w *Worker) warnKeyOrder() {
-	now := time.Now().UnixNano()
-	last := w.keyOrderWarned.Load()
-	if now-last < int64(time.Minute) || !w.keyOrderWarned.CompareAndSwap(last, now) {
-		return
-	}
-	w.log.Warn("a server asked for hydration pages in key order; it is older than this worker and its pages cost a sort of the bucket table each: upgrade it")
-}
-
-// bucketsByKey answers the live persisted buckets among keys: each key's
-// newest state in buckets or in a staged run.
-func (w *Worker) bucketsByKey(ctx context.Context, keys []string, packed bool) (bus.BucketsPage, error) {
-	if len(keys) > maxPageKeys {
-		return bus.BucketsPage{}, errs.Errorf(errs.Invalid, "keys: at most %d in one request", maxPageKeys)
-	}
-	args := make([]any, 0, 2*len(keys))
-	for _, k := range keys {
-		args = append(args, bus.Partition([]byte(k)), k)
-	}
-	q := `WITH k(part, key) AS (VALUES (?, ?)` + strings.Repeat(", (?, ?)", len(keys)-1) + `)
-	SELECT b.key, b.tenant_id, b.state, b.full_at, b.seq FROM k JOIN buckets b ON b.part = k.part AND b.key = k.key
-	UNION ALL
-	SELECT r.key, r.tenant_id, r.state, r.full_at, r.seq FROM k JOIN bucket_runs r ON r.run IN (SELECT run FROM bucket_run_ids) AND r.part = k.part AND r.key = k.key`
-	found, err := queryStored(ctx, w.db, q, args...)
-	if err != nil {
-		return bus.BucketsPage{}, err
-	}
-	slices.SortFunc(found, func(a, b storedBucket) int { return strings.Compare(a.key, b.key) })
-	// The buffer fits what was found: these are the first touches of a
-	// hydrating server, often one key each.
-	size := 0
-	for _, b := range found {
-		size += len(b.key) + len(b.tenant) + len(b.state) + 2*binary.MaxVarintLen64
-	}
-	pb := w.newPageBuilder(packed, w.cfg.Now().UnixNano(), size)
-	for i := 0; i < len(found); {
-		j, newest := i+1, i
-		for ; j < len(found) && found[j].key == found[i].key; j++ {
-			if found[j].seq > found[newest].seq {
-				newest = j
-			}
-		}
-		pb.add(&found[newest])
-		i = j
-	}
-	return pb.page, nil
-}
-
-// storedBucket is one persisted row of a bucket, from buckets or a run.
-type storedBucket struct {
-	key, tenant string
-	state       []byte
-	fullAt, seq int64
-	src         int // which table: 0 buckets, 1 a run (readMerged)
-}
-
-// storedScanner reads storedBucket rows with few allocations: states go
-// into one buffer, and a tenant id like the row before's is shared.
-type storedScanner struct {
-	tenant, state sql.RawBytes
-	lastTenant    string
-	buf           []byte
-	ends          []int // where each row's state ends in buf
-	dest          []any
-}
-
-// scan reads the current row (key, tenant_id, state, full_at, seq, and src
-// when withSrc) into b; b.state is set by finish.
-func (s *storedScanner) scan(rows *sql.Rows, b *storedBucket, withSrc bool) error {
-	s.dest = append(s.dest[:0], &b.key, &s.tenant, &s.state, &b.fullAt, &b.seq)
-	if withSrc {
-		s.dest = append(s.dest, &b.src)
-	}
-	if err := rows.Scan(s.dest...); err != nil {
-		return err
-	}
-	if string(s.tenant) != s.lastTenant {
-		s.lastTenant = string(s.tenant)
-	}
-	b.tenant = s.lastTenant
-	s.buf = append(s.buf, s.state...)
-	s.ends = append(s.ends, len(s.buf))
-	return nil
-}
-
-// finish points the scanned rows' states into the buffer, in scan order.
-func (s *storedScanner) finish(bs ...[]storedBucket) {
-	i, start := 0, 0
-	for _, list := range bs {
-		for j := range list {
-			list[j].state = s.buf[start:s.ends[i]:s.ends[i]]
-			start = s.ends[i]
-			i++
-		}
-	}
-}
-
-func queryStored(ctx context.Context, db *sql.DB, query string, args ...any) ([]storedBucket, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []storedBucket
-	var sc storedScanner
-	for rows.Next() {
-		var b storedBucket
-		if err := sc.scan(rows, &b, false); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	sc.finish(out)
-	return out, rows.Err()
-}
-
-// readMerged adds to pb, in key order, the newest state of each key that
-// matches cond (a condition on part and key) in buckets or a staged run,
-// reading at most limit keys, and reports whether more may follow. Both
-// tables are read in one statement, so in one snapshot.
-//
-// Each table is read up to its limit; keys beyond the first table's last
-// row, or up to the runs' last key (whose other versions may be cut off),
-// are left for the next page. A key is in a run at most once, so the runs
-// are read up to limit plus the number of runs: the page always advances.
-func (w *Worker) readMerged(ctx context.Context, pb *pageBuilder, limit int, cond string, args ...any) (more bool, err error) {
-	if limit <= 0 {
-		return true, nil
-	}
-	// Read about as many rows as the page has room for: a page ends at
-	// half of max_payload, often long before limit, and rows read past it
-	// would be read again for the next page.
-	if per := w.pageRowBytes.Load(); per > 0 {
-		limit = min(limit, max(pb.budget-pb.size, 0)/int(per)+64)
-	}
-	runLimit := limit + max(w.runs.count(), maxRuns) + 1
-	q := `SELECT key, tenant_id, state, full_at, seq, 0 FROM (SELECT key, tenant_id, state, full_at, seq FROM buckets WHERE ` + cond + ` ORDER BY key LIMIT ?)
-	UNION ALL
-	SELECT key, tenant_id, state, full_at, seq, 1 FROM (SELECT key, tenant_id, state, full_at, seq FROM bucket_runs WHERE run IN (SELECT run FROM bucket_run_ids) AND ` + cond + ` ORDER BY key LIMIT ?)`
-	qargs := append(append(append(append([]any{}, args...), limit), args...), runLimit)
-	rows, err := w.db.QueryContext(ctx, q, qargs...)
-	if err != nil {
-		return false, err
-	}
-	// The rows go into buffers kept from earlier reads: a page takes
-	// several reads, and hydration hundreds of pages. Nothing read here
-	// outlives the call but keys (strings) and what pb copied.
-	rs := readScratchPool.Get().(*readScratch)
-	defer rs.put()
-	all, sc := rs.all[:0], &rs.sc
-	var scanErr error
-	for rows.Next() {
-		all = append(all, storedBucket{})
-		if scanErr = sc.scan(rows, &all[len(all)-1], true); scanErr != nil {
-			break
-		}
-	}
-	rs.all = all
-	rows.Close()
-	if scanErr != nil {
-		return false, scanErr
-	}
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	sc.finish(all)
-	// The UNION ALL gives the buckets rows, then the runs' rows; a stable
-	// sort by table keeps that (and each part's key order) either way.
-	bySrc := func(a, b storedBucket) int { return a.src - b.src }
-	if !slices.IsSortedFunc(all, bySrc) {
-		slices.SortStableFunc(all, bySrc)
-	}
-	split, _ := slices.BinarySearchFunc(all, 1, func(b storedBucket, src int) int { return b.src - src })
-	table, staged := all[:split], all[split:]
-	// Each part comes in key order from its own ORDER BY; sorted again only
-	// if SQLite did not keep that order through the UNION ALL.
-	byKey := func(a, b storedBucket) int { return strings.Compare(a.key, b.key) }
-	for _, part := range [][]storedBucket{table, staged} {
-		if !slices.IsSortedFunc(part, byKey) {
-			slices.SortStableFunc(part, byKey)
-		}
-	}
-	// The keys this read is complete for: up to the table's last row if it
-	// was cut off, and below the runs' last key if they were.
-	tableCut, stagedCut := len(table) == limit, len(staged) == runLimit
-	within := func(key string) bool {
-		return (!tableCut || key <= table[len(table)-1].key) && (!stagedCut || key < staged[len(staged)-1].key)
-	}
-	i, j := 0, 0
-	for i < len(table) || j < len(staged) {
-		var key string
-		switch {
-		case j == len(staged) || (i < len(table) && table[i].key <= staged[j].key):
-			key = table[i].key
-		default:
-			key = staged[j].key
-		}
-		if !within(key) {
-			return true, nil
-		}
-		var newest *storedBucket
-		if i < len(table) && table[i].key == key {
-			newest = &table[i]
-			i++
-		}
-		for ; j < len(staged) && staged[j].key == key; j++ {
-			if newest == nil || staged[j].seq > newest.seq {
-				newest = &staged[j]
-			}
-		}
-		if !pb.add(newest) {
-			return true, nil
-		}
-	}
-	return tableCut || stagedCut, nil
-}
-
-// readScratch holds what readMerged reads rows into, pooled across reads.
-type readScratch struct {
-	all []storedBucket
-	sc  storedScanner
-}
-
-var readScratchPool = sync.Pool{New: func() any { return new(readScratch) }}
-
-// put empties rs, letting go of the keys it pointed to, and pools it.
-func (rs *readScratch) put() {
-	clear(rs.all)
-	rs.all = rs.all[:0]
-	rs.sc.buf, rs.sc.ends = rs.sc.buf[:0], rs.sc.ends[:0]
-	readScratchPool.Put(rs)
-}
-
-// pageBuilder fills a hydration page, packed or not, with the live buckets
-// it is given, up to half of NATS's max_payload: any reply may travel in
-// parts, but a page that fits one message keeps hydration to one round
-// trip per page and the worker from holding large replies for it.
-type pageBuilder struct {
-	w      *Worker
-	page   bus.BucketsPage
-	packed bool
-	now    int64
-	budget int
-	size   int
-	read   int    // keys taken, live or not
-	live   int    // keys added to the page
-	last   string // the last key taken
-	bin    []byte
-	// sizeHint is the packed buffer's first capacity.
-	sizeHint int
-}
-
-// newPageBuilder starts a page; a packed one's buffer is made for
-// sizeHint bytes (it grows if it must).
-func (w *Worker) newPageBuilder(packed bool, now int64, sizeHint int) *pageBuilder {
-	budget := max(int(w.nc.MaxPayload())/2, 4096)
-	return &pageBuilder{w: w, packed: packed, now: now, budget: budget, sizeHint: min(budget, sizeHint)}
-}
-
-// add takes b's key, adding b to the page unless it is full again (no
-// longer live); it reports false, taking nothing, when the page has no
-// room left.
-func (pb *pageBuilder) add(b *storedBucket) bool {
-	if b.fullAt <= pb.now {
-		pb.read++
-		pb.last = b.key
-		return true
-	}
-	if pb.size+len(b.key)+len(b.tenant)+len(b.state)+64 > pb.budget && pb.size > 0 {
-		return false
-	}
-	pb.size += len(b.key) + len(b.tenant) + len(b.state) + 64
-	pb.live++
-	pb.read++
-	pb.last = b.key
-	var err error
-	if pb.packed {
-		if pb.page.Packed == nil {
-			// Not the budget's size: the budget counts more than a
-			// packed record takes, and a first touch asks for one key.
-			// A buffer of the budget's size (4 MiB) was cleared for
-			// each.
-			pb.page.Packed = make([]byte, 0, pb.sizeHint)
-		}
-		pb.bin, err = bus.BinaryState(pb.bin[:0], b.state)
-		if err == nil {
-			pb.page.Packed = bus.AppendPacked(pb.page.Packed, b.key, b.tenant, b.fullAt, pb.bin)
-		}
-	} else {
-		rec := bus.BucketRecord{Key: b.key, TenantID: b.tenant, FullAt: b.fullAt}
-		rec.Limits, rec.States, err = bus.DecodeState(b.state)
-		if err == nil {
-			pb.page.Buckets = append(pb.page.Buckets, rec)
-		}
-	}
-	if err != nil {
-		pb.w.log.Error("skipping unreadable bucket", "key", b.key, "err", err)
-	}
-	return true
-}
-
-// SyncReply reports the stream sequences the worker has committed.
-type SyncReply struct {
-	State    uint64 `json:"state"`
-	Counters uint64 `json:"counters"`
-}
-
-// syncRequest waits until every message that was in the two streams when
-// it arrived has been committed and acked.
-func (w *Worker) syncRequest(ctx context.Context, _ struct{}) (SyncReply, error) {
-	w.syncing.Add(1)
-	defer w.syncing.Add(-1)
-	var out SyncReply
-	for i, stream := range []string{bus.StateStream, bus.CounterStream} {
-		s, err := w.js.Stream(ctx, stream)
-		if err != nil {
-			return out, fmt.Errorf("sync: %w", err)
-		}
-		target := s.CachedInfo().State.LastSeq
-		for {
-			if w.committedThrough(ctx, s, stream, target) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return out, errs.Errorf(errs.Unavailable, "The worker is still catching up with its backlog; try again shortly.")
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if i == 0 {
-			out.State = target
-		} else {
-			out.Counters = target
-		}
-	}
-	return out, nil
-}
-
-// committedThrough reports whether every message of stream up to target
-// has been committed. Either the worker's consumer acknowledged through
-// it, or none of those messages is left in the stream: both streams are
-// work queues, which drop a message once it is acknowledged, and the
-// worker acknowledges only after COMMIT. The second test holds when the
-// first does not: after a NATS node holding the consumer dies, or the
-// worker makes its consumer anew, the consumer's ack floor can stay behind
-// messages that are long gone.
-func (w *Worker) committedThrough(ctx context.Context, s jetstream.Stream, stream string, target uint64) bool {
-	if c, err := w.js.Consumer(ctx, stream, bus.WorkerDurable); err == nil {
-		if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream >= target {
-			return true
-		}
-	}
-	info, err := s.Info(ctx)
-	return err == nil && (info.State.Msgs == 0 || info.State.FirstSeq > target)
-}
-
-// largeReplies keeps replies larger than one NATS message for a minute, in
-// parts a client fetches one by one from bus.PartSubject (bus.Request does
-// it). At most 8 are kept: a client slower than that starts again.
-type largeReplies struct {
-	mu  sync.Mutex
-	seq uint64
-	m   map[string]largeReply
-}
-
-type largeReply struct {
-	parts [][]byte
-	at    time.Time
-}
-
-// keep stores data in parts of at most maxPart bytes and returns the reply
-// that stands for it.
-func (l *largeReplies) keep(data []byte, maxPart int) []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if l.m == nil {
-		l.m = map[string]largeReply{}
-	}
-	for id, r := range l.m {
-		if now.Sub(r.at) > time.Minute || len(l.m) >= 8 {
-			delete(l.m, id)
-		}
-	}
-	l.seq++
-	id := strconv.FormatUint(l.seq, 10) + "." + strconv.FormatInt(now.UnixNano(), 36)
-	parts := bus.SplitReply(data, max(maxPart, 1024))
-	l.m[id] = largeReply{parts: parts, at: now}
-	return bus.EncodeParts(id, len(parts))
-}
-
-// serve answers one PartRequest with the part's raw bytes.
-func (l *largeReplies) serve(r micro.Request) {
-	var req bus.PartRequest
-	fail := func(msg string) {
-		_ = r.Respond(nil, micro.WithHeaders(micro.Headers{bus.PartErrorHeader: []string{msg}}))
-	}
-	if err := json.Unmarshal(r.Data(), &req); err != nil {
-		fail("malformed part request")
-		return
-	}
-	l.mu.Lock()
-	rep, ok := l.m[req.ID]
-	l.mu.Unlock()
-	switch {
-	case !ok:
-		fail("the reply expired; ask again")
-	case req.Part < 0 || req.Part >= len(rep.parts):
-		fail("no such part")
-	default:
-		_ = r.Respond(rep.parts[req.Part])
-	}
 }
