@@ -36,7 +36,7 @@ func crossings(t *testing.T, s *tenants.Store, tenantID string, from, n int, at 
 	var cs []tenants.QuotaCrossing
 	for i := from; i < from+n; i++ {
 		cs = append(cs, tenants.QuotaCrossing{TenantID: tenantID, KeyID: fmt.Sprintf("ck_%06d", i), Policy: "api", Limit: "daily", Calendar: "day",
-			Quota: 10, Before: 7, After: 8, PeriodStart: at.Truncate(24 * time.Hour), PeriodEnd: at.Truncate(24 * time.Hour).Add(24 * time.Hour), At: at})
+			Quota: 10, Before: 7, After: 8, PeriodStart: at.Truncate(24 * time.Hour).Unix(), PeriodEnd: at.Truncate(24 * time.Hour).Add(24 * time.Hour).Unix(), At: at.UnixNano()})
 	}
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
 		_, err := s.Outbox().EnqueueQuotaCrossings(ctx, tx, cs, at)

@@ -653,14 +653,29 @@ func enqueueAuditEvents(ctx context.Context, tx *sql.Tx, e AuditEntry) error {
 	return nil
 }
 
-// QuotaCrossing is a decision that moved a consumer key's use of one
-// calendar limit from Before to After units in the period [PeriodStart,
-// PeriodEnd) (bus.QuotaCrossing, as the store takes it).
+// QuotaCrossing is one decision that moved a consumer key's use of one
+// calendar limit from Before to After units (Before < After), in the
+// period [PeriodStart, PeriodEnd): servers send it on the quota stream
+// (bus.QuotaBatch) as it is, and the store finds each threshold t
+// (percent) with Before < t·Quota/100 ≤ After.
 type QuotaCrossing struct {
-	TenantID, KeyID, Policy, Limit, Calendar string
-	Quota, Before, After                     int64
-	PeriodStart, PeriodEnd, At               time.Time
+	TenantID    string `json:"t"`
+	KeyID       string `json:"k"`
+	Policy      string `json:"p"`  // the policy's name
+	Limit       string `json:"l"`  // the limit's name ("" for a tier's only limit)
+	Calendar    string `json:"c"`  // day, week, month or year
+	Quota       int64  `json:"q"`  // the limit
+	Before      int64  `json:"b"`  // units used before the decision
+	After       int64  `json:"a"`  // units used after it
+	PeriodStart int64  `json:"ps"` // unix seconds
+	PeriodEnd   int64  `json:"pe"` // unix seconds
+	At          int64  `json:"at"` // unix nanoseconds of the decision
 }
+
+// periodStart, periodEnd and at are c's instants as times, in UTC.
+func (c *QuotaCrossing) periodStart() time.Time { return time.Unix(c.PeriodStart, 0).UTC() }
+func (c *QuotaCrossing) periodEnd() time.Time   { return time.Unix(c.PeriodEnd, 0).UTC() }
+func (c *QuotaCrossing) at() time.Time          { return time.Unix(0, c.At).UTC() }
 
 // quotaEventData is the data of quota.threshold and quota.reset.
 type quotaEventData struct {
@@ -704,15 +719,15 @@ func (s *Outbox) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quo
 			}
 			byTenant[c.TenantID] = ws
 		}
-		scope := c.KeyID + "/" + c.Policy + "/" + c.Limit + "/" + strconv.FormatInt(c.PeriodStart.Unix(), 10)
+		scope := c.KeyID + "/" + c.Policy + "/" + c.Limit + "/" + strconv.FormatInt(c.PeriodStart, 10)
 		for _, w := range ws {
 			if w.Wants(EventQuotaThreshold) {
 				for _, t := range w.Thresholds {
 					if u := ThresholdUnits(t, c.Quota); c.Before < u && u <= c.After {
 						ev := outboxEvent{tenantID: c.TenantID, event: EventQuotaThreshold, orderKey: c.KeyID,
-							dedupe: EventQuotaThreshold + "/" + scope + "/" + strconv.Itoa(t), at: c.At,
+							dedupe: EventQuotaThreshold + "/" + scope + "/" + strconv.Itoa(t), at: c.at(),
 							data: quotaEventData{KeyID: c.KeyID, Policy: c.Policy, Limit: c.Limit, Calendar: c.Calendar, Threshold: t,
-								Used: c.After, Quota: c.Quota, PeriodStart: c.PeriodStart.UTC(), PeriodEnd: c.PeriodEnd.UTC()}}
+								Used: c.After, Quota: c.Quota, PeriodStart: c.periodStart(), PeriodEnd: c.periodEnd()}}
 						ok, err := q.enqueue(ctx, w, ev, now)
 						if err != nil {
 							return written, err
@@ -725,9 +740,9 @@ func (s *Outbox) EnqueueQuotaCrossings(ctx context.Context, tx *sql.Tx, cs []Quo
 			}
 			if w.Wants(EventQuotaReset) && c.Before < c.Quota && c.Quota <= c.After {
 				ev := outboxEvent{tenantID: c.TenantID, event: EventQuotaReset, orderKey: c.KeyID,
-					dedupe: EventQuotaReset + "/" + scope, at: c.PeriodEnd, available: c.PeriodEnd,
+					dedupe: EventQuotaReset + "/" + scope, at: c.periodEnd(), available: c.periodEnd(),
 					data: quotaEventData{KeyID: c.KeyID, Policy: c.Policy, Limit: c.Limit, Calendar: c.Calendar,
-						Quota: c.Quota, PeriodStart: c.PeriodStart.UTC(), PeriodEnd: c.PeriodEnd.UTC()}}
+						Quota: c.Quota, PeriodStart: c.periodStart(), PeriodEnd: c.periodEnd()}}
 				ok, err := q.enqueue(ctx, w, ev, now)
 				if err != nil {
 					return written, err

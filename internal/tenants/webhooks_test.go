@@ -198,7 +198,7 @@ func TestWebhookQuotaCrossingsOncePerThreshold(t *testing.T) {
 	start, end := t0.Truncate(24*time.Hour), t0.Truncate(24*time.Hour).Add(24*time.Hour)
 	c := func(before, after int64) tenants.QuotaCrossing {
 		return tenants.QuotaCrossing{TenantID: a.ID, KeyID: "ck_1", Policy: "api", Limit: "daily", Calendar: "day", Quota: 10,
-			Before: before, After: after, PeriodStart: start, PeriodEnd: end, At: t0}
+			Before: before, After: after, PeriodStart: start.Unix(), PeriodEnd: end.Unix(), At: t0.UnixNano()}
 	}
 	// Two servers report the same crossings, one of them twice.
 	batches := [][]tenants.QuotaCrossing{{c(4, 5), c(7, 8)}, {c(4, 5), c(7, 8), c(9, 10)}, {c(9, 10)}}

@@ -168,11 +168,7 @@ func (w *Worker) checkWebhookURL(ctx context.Context, url string) error {
 func (w *Worker) applyQuota(tx *sql.Tx, payloads []payload) (int, error) {
 	var cs []tenants.QuotaCrossing
 	for _, b := range decodeBatches(w, payloads, func(b *bus.QuotaBatch) int { return b.V }) {
-		for _, c := range b.Crossings {
-			cs = append(cs, tenants.QuotaCrossing{TenantID: c.TenantID, KeyID: c.KeyID, Policy: c.Policy, Limit: c.Limit, Calendar: c.Calendar,
-				Quota: c.Quota, Before: c.Before, After: c.After,
-				PeriodStart: time.Unix(c.PeriodStart, 0).UTC(), PeriodEnd: time.Unix(c.PeriodEnd, 0).UTC(), At: time.Unix(0, c.At).UTC()})
-		}
+		cs = append(cs, b.Crossings...)
 	}
 	if len(cs) == 0 {
 		return 0, nil
