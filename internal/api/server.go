@@ -76,6 +76,9 @@ type handler struct {
 	Config
 	reserves reserveLimiter
 	settles  heldOff
+	// configWrites remembers the worker's refusals of a tenant's config
+	// writes (heldConfigWrites).
+	configWrites heldOff
 }
 
 // New returns the Echo instance serving the API. Other packages (the
@@ -89,6 +92,7 @@ func New(cfg Config) *echo.Echo {
 	}
 	h := &handler{Config: cfg}
 	h.reserves.now, h.reserves.held.what, h.settles.what = cfg.Now, "reserve", "settle"
+	h.configWrites.what = "config write"
 	if cfg.Services.Reservations != nil {
 		h.Services.Reservations = heldReservations{Reservations: cfg.Services.Reservations, creates: &h.reserves.held, settles: &h.settles}
 	}
@@ -130,7 +134,7 @@ func New(cfg Config) *echo.Echo {
 	decide := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	// Config routes carry the service key's prefix to the audit log.
 	svc := func(f echo.HandlerFunc) echo.HandlerFunc {
-		return h.requireJSON(h.serviceAuth(h.withActor(serviceKeyActor, f)))
+		return h.requireJSON(h.serviceAuth(h.withActor(serviceKeyActor, h.heldConfigWrites(f))))
 	}
 	e.POST("/v1/check", decide(decision.check))
 	// Proxies send their subrequest with the client's method (nginx) or

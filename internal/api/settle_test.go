@@ -7,12 +7,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
+	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/service/servicetest"
+	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // A tenant's reservations are bounded per second on one server; another
@@ -138,4 +141,76 @@ func TestHeldOffAfterTheWorkersRefusal(t *testing.T) {
 	if n := len(l.held.until); n > 128 {
 		t.Fatalf("%d tenants held, want at most 128", n)
 	}
+}
+
+// refusingPolicies refuses every policy write as the worker does past a
+// tenant's config-write rate, counting the writes that reach it.
+type refusingPolicies struct {
+	service.Policies
+	writes atomic.Int64
+}
+
+func (p *refusingPolicies) Create(context.Context, string, tenants.Policy) (service.Written[tenants.Policy], error) {
+	p.writes.Add(1)
+	return service.Written[tenants.Policy]{}, errs.Limited(500*time.Millisecond, "config write: more than 20 a second for this tenant across the cluster")
+}
+
+// Once the worker refused a tenant's config write with a time to retry,
+// the server refuses the tenant's next config writes itself until then,
+// without asking the worker; reads pass, and other tenants' writes go on
+// to the worker.
+func TestConfigWritesHeldOffAfterTheWorkersRefusal(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	mem := servicetest.New(func() time.Time { return now })
+	svcs := mem.Services()
+	pols := &refusingPolicies{Policies: svcs.Policies}
+	svcs.Policies = pols
+	srv := New(Config{Engine: twoTenants{}, Services: svcs, Now: func() time.Time { return now }})
+	do := func(method, key, body string) int {
+		req := httptest.NewRequest(method, "/v1/policies", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	const policy = `{"name":"p","path":"/p","tiers":{"anonymous":{"algorithm":"token_bucket","limit":10,"period":"1s"}}}`
+	if code := do(http.MethodPost, "sk_a", policy); code != http.StatusTooManyRequests || pols.writes.Load() != 1 {
+		t.Fatalf("the worker's refusal: %d after %d writes, want 429 after 1", code, pols.writes.Load())
+	}
+	for range 5 {
+		if code := do(http.MethodPost, "sk_a", policy); code != http.StatusTooManyRequests {
+			t.Fatalf("a write while held off: %d, want 429", code)
+		}
+	}
+	if n := pols.writes.Load(); n != 1 {
+		t.Fatalf("%d writes reached the worker while held off, want 1", n)
+	}
+	if code := do(http.MethodGet, "sk_a", ""); code != http.StatusOK {
+		t.Fatalf("a read while held off: %d, want 200", code)
+	}
+	if code := do(http.MethodPost, "sk_b", policy); code != http.StatusTooManyRequests || pols.writes.Load() != 2 {
+		t.Fatalf("another tenant's write: %d after %d writes, want it asked of the worker", code, pols.writes.Load())
+	}
+	now = now.Add(500 * time.Millisecond)
+	if do(http.MethodPost, "sk_a", policy); pols.writes.Load() != 3 {
+		t.Fatalf("a write once the retry time passed did not reach the worker (%d writes)", pols.writes.Load())
+	}
+}
+
+// twoTenants authenticates sk_a as ten_a and sk_b as ten_b.
+type twoTenants struct{ Engine }
+
+func (twoTenants) Ready() bool                 { return true }
+func (twoTenants) TenantSuspended(string) bool { return false }
+func (twoTenants) TenantForServiceKey(k string) (string, bool) {
+	switch k {
+	case "sk_a":
+		return "ten_a", true
+	case "sk_b":
+		return "ten_b", true
+	}
+	return "", false
 }

@@ -2,8 +2,11 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/reserve"
@@ -65,6 +68,26 @@ func (h *heldOff) note(tenant string, err error, now time.Time) {
 	}
 	if u := now.Add(wait); u.After(h.until[tenant]) {
 		h.until[tenant] = u
+	}
+}
+
+// heldConfigWrites puts the servers' memory of the worker's refusals in
+// front of a tenant's config writes (every request of f but GET and HEAD):
+// once the worker refused one for the tenant's rate across the cluster,
+// saying when to retry, the tenant's next config writes on this server
+// are refused here until then, without a round trip to the worker.
+func (h *handler) heldConfigWrites(f echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if m := c.Request().Method; m == http.MethodGet || m == http.MethodHead {
+			return f(c)
+		}
+		tenant := tenantID(c)
+		if err := h.configWrites.check(tenant, h.Now()); err != nil {
+			return err
+		}
+		err := f(c)
+		h.configWrites.note(tenant, err, h.Now())
+		return err
 	}
 }
 
