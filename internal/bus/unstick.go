@@ -19,6 +19,14 @@ package bus
 // while it elects stays there, instead of moving on and perhaps back to the
 // node that lost its cluster (in a three-node cluster the third move of a
 // round robin is that node).
+//
+// A move is only for a node that is there but useless: before it moves, a
+// process asks the node for a PONG. A node cut off from its cluster
+// answers one at once; when nothing answers, not even that, the link
+// itself is down (this process is the one cut off), another node is no
+// nearer, and a forced reconnect would only turn a silent connection into
+// a closed one (and a server's readiness with it, which local-consistency
+// checks need not lose). The client library's own pings handle that case.
 
 import (
 	"log/slog"
@@ -43,8 +51,10 @@ type Unstick struct {
 	after time.Duration
 	log   *slog.Logger
 	now   func() time.Time
-	// reconnect is nc.ForceReconnect (tests replace it).
+	// reconnect is nc.ForceReconnect; answers asks the node for a PONG
+	// (tests replace both).
 	reconnect func() error
+	answers   func(time.Duration) error
 
 	mu      sync.Mutex
 	okAt    time.Time // the last success, or when failures began to count
@@ -67,7 +77,7 @@ func NewUnstick(nc *nats.Conn, after time.Duration, log *slog.Logger) *Unstick {
 			Help: "Reconnections to another NATS server forced because JetStream requests kept failing on a connection that was up (its node lost its cluster).",
 		})}
 	if nc != nil {
-		u.reconnect = nc.ForceReconnect
+		u.reconnect, u.answers = nc.ForceReconnect, nc.FlushTimeout
 	}
 	return u
 }
@@ -111,6 +121,17 @@ func (u *Unstick) Failed() {
 	from := ""
 	if u.nc != nil {
 		from = serverHost(u.nc.ConnectedUrl())
+	}
+	if u.answers != nil {
+		if err := u.answers(min(u.after/2, time.Second)); err != nil {
+			// The node does not answer at all: the link is down, not the
+			// node's cluster. Stay; the next due time asks again.
+			u.mu.Lock()
+			u.moves--
+			u.mu.Unlock()
+			u.log.Info("JetStream requests keep failing and the NATS server does not answer a ping either: the link is down, not the server's cluster; not moving", "failing_for", since.Round(time.Millisecond), "server", from)
+			return
+		}
 	}
 	u.log.Warn("JetStream requests keep failing on a live connection: its NATS node may have lost its cluster; reconnecting to another", "failing_for", since.Round(time.Millisecond), "server", from)
 	u.forcedTotal.Inc()

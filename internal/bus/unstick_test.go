@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -49,6 +50,42 @@ func TestUnstickReconnectsOnce(t *testing.T) {
 		}
 		if moves != s.moves {
 			t.Fatalf("at %v: %d reconnects, want %d", s.at, moves, s.moves)
+		}
+	}
+}
+
+// A node that does not answer a ping either is not left: the link is down,
+// not the node's cluster, and a forced reconnect would only close the
+// connection. Once it answers pings again (and JetStream still fails), the
+// process moves.
+func TestUnstickStaysWhenTheLinkIsDown(t *testing.T) {
+	u := NewUnstick(nil, 3*time.Second, nil)
+	now := time.Unix(1_700_000_000, 0)
+	var moves, pings int
+	pong := false
+	u.now, u.reconnect = func() time.Time { return now }, func() error { moves++; return nil }
+	u.answers = func(time.Duration) error {
+		pings++
+		if !pong {
+			return errors.New("timeout")
+		}
+		return nil
+	}
+	for _, s := range []struct {
+		at           time.Duration
+		pong         bool
+		moves, pings int
+	}{
+		{at: 0},
+		{at: 3 * time.Second, pings: 1},                       // due: no pong, no move
+		{at: 4 * time.Second, pings: 1},                       // not due again yet
+		{at: 6 * time.Second, pings: 2},                       // due again 3 s later: still no pong
+		{at: 9 * time.Second, pong: true, moves: 1, pings: 3}, // the node answers: it lost its cluster
+	} {
+		now, pong = time.Unix(1_700_000_000, 0).Add(s.at), s.pong
+		u.Failed()
+		if moves != s.moves || pings != s.pings {
+			t.Fatalf("at %v: %d reconnects after %d pings, want %d after %d", s.at, moves, pings, s.moves, s.pings)
 		}
 	}
 }

@@ -199,50 +199,75 @@ func delayEach(dst, src net.Conn, d func() time.Duration) {
 	}
 }
 
-// A server whose NATS node goes silent with the TCP connection up (as a
-// node cut off from its cluster does once it no longer answers even reads)
-// moves itself to another server of its pool and owns partitions again:
-// reads that time out count against the node as failed renewals do.
-// Before, a read that timed out made the tick "slow", which neither failed
-// nor moved, and the server stayed on the silent node until the heal.
+// A server whose NATS node stops answering JetStream with the TCP
+// connection up and the node itself still answering pings (a node cut off
+// from its cluster, that no longer answers even reads once it stepped
+// down) moves itself to another server of its pool and owns partitions
+// again: reads that time out count against the node as failed renewals
+// do. Before, a read that timed out made the tick "slow", which neither
+// failed nor moved, and the server stayed on the node until the heal.
+// When the node does not answer pings either (the link is down, this
+// server is the one cut off), it stays: another node is no nearer, and a
+// closed connection would make it unready.
 func TestSilentNodeIsLeft(t *testing.T) {
-	ns := bustest.Start(t, "cluster-test")
-	direct := ns.URL()
-	link := newSilentLink(t, strings.TrimPrefix(direct, "nats://"))
-	nc, err := nats.Connect("nats://"+link.addr+","+direct, nats.DontRandomize(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c, err := New(Config{Node: "a", LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	waitOwned(t, 10*time.Second, func() bool { return c.OwnedCount() == bus.Partitions })
-	if got := nc.ConnectedUrl(); got != "nats://"+link.addr {
-		t.Fatalf("connected to %s, want the link first", got)
-	}
+	for _, c := range []struct {
+		name  string
+		pongs bool
+		moves bool
+	}{
+		{"the node answers pings", true, true},
+		{"nothing answers", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := bustest.Start(t, "cluster-test")
+			direct := ns.URL()
+			link := newSilentLink(t, strings.TrimPrefix(direct, "nats://"))
+			nc, err := nats.Connect("nats://"+link.addr+","+direct, nats.DontRandomize(),
+				nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			cl, err := New(Config{Node: "a", LeaseTTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 200 * time.Millisecond}, nc, Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close(context.Background())
+			waitOwned(t, 10*time.Second, func() bool { return cl.OwnedCount() == bus.Partitions })
+			if got := nc.ConnectedUrl(); got != "nats://"+link.addr {
+				t.Fatalf("connected to %s, want the link first", got)
+			}
 
-	link.silence()
-	silenced := time.Now()
-	waitOwned(t, 5*time.Second, func() bool { return c.OwnedCount() == 0 })
-	waitOwned(t, 15*time.Second, func() bool { return nc.ConnectedUrl() == direct && c.OwnedCount() == bus.Partitions })
-	t.Logf("owning every partition again through the other server %.1fs after the node went silent", time.Since(silenced).Seconds())
-	if got := nc.Stats().Reconnects; got < 1 {
-		t.Fatalf("%d reconnects, want at least 1", got)
+			link.silence(c.pongs)
+			silenced := time.Now()
+			waitOwned(t, 5*time.Second, func() bool { return cl.OwnedCount() == 0 })
+			if c.moves {
+				waitOwned(t, 15*time.Second, func() bool { return nc.ConnectedUrl() == direct && cl.OwnedCount() == bus.Partitions })
+				t.Logf("owning every partition again through the other server %.1fs after the node went silent", time.Since(silenced).Seconds())
+				if got := nc.Stats().Reconnects; got < 1 {
+					t.Fatalf("%d reconnects, want at least 1", got)
+				}
+				return
+			}
+			time.Sleep(6 * time.Second) // more than two moves' worth of failures
+			if got := nc.Stats().Reconnects; got != 0 || !nc.IsConnected() {
+				t.Fatalf("with nothing answering: %d reconnects, connected %v; want it to stay on the silent connection", got, nc.IsConnected())
+			}
+		})
 	}
 }
 
 // silentLink is a loopback TCP proxy that, once silenced, keeps its
-// connections open and drops everything sent either way.
+// connections open and drops everything sent either way; with pongs it
+// answers the client's PINGs itself, as a node whose NATS server still
+// runs but whose JetStream answers nothing.
 type silentLink struct {
 	addr   string
 	silent atomic.Bool
+	pongs  atomic.Bool
 }
 
 func newSilentLink(t *testing.T, target string) *silentLink {
@@ -252,13 +277,22 @@ func newSilentLink(t *testing.T, target string) *silentLink {
 	}
 	t.Cleanup(func() { ln.Close() })
 	l := &silentLink{addr: ln.Addr().String()}
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, client bool) {
 		b := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(b)
-			if n > 0 && !l.silent.Load() {
-				if _, werr := dst.Write(b[:n]); werr != nil {
-					return
+			if n > 0 {
+				switch {
+				case !l.silent.Load():
+					if _, werr := dst.Write(b[:n]); werr != nil {
+						return
+					}
+				case client && l.pongs.Load():
+					for range strings.Count(string(b[:n]), "PING\r\n") {
+						if _, werr := src.Write([]byte("PONG\r\n")); werr != nil {
+							return
+						}
+					}
 				}
 			}
 			if err != nil {
@@ -278,11 +312,15 @@ func newSilentLink(t *testing.T, target string) *silentLink {
 				continue
 			}
 			t.Cleanup(func() { c.Close(); u.Close() })
-			go pipe(u, c)
-			go pipe(c, u)
+			go pipe(u, c, true)
+			go pipe(c, u, false)
 		}
 	}()
 	return l
 }
 
-func (l *silentLink) silence() { l.silent.Store(true) }
+// silence drops everything from now on; pongs answers the client's pings.
+func (l *silentLink) silence(pongs bool) {
+	l.pongs.Store(pongs)
+	l.silent.Store(true)
+}
