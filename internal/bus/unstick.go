@@ -59,8 +59,11 @@ type Unstick struct {
 	mu      sync.Mutex
 	okAt    time.Time // the last success, or when failures began to count
 	failing bool
-	forced  time.Time // the last forced reconnect
-	moves   int       // forced reconnects since the last success
+	// unanswered: every failure since okAt was a round nobody answered
+	// (Unanswered), none a request that failed otherwise.
+	unanswered bool
+	forced     time.Time // the last forced reconnect
+	moves      int       // forced reconnects since the last success
 
 	forcedTotal prometheus.Counter
 }
@@ -97,21 +100,32 @@ func (u *Unstick) OK() {
 // it was connected; after a move, requests must fail on the new server for
 // twice as long as before the last move (at most 8 × After), and at least
 // SettleWait, before the next.
-func (u *Unstick) Failed() {
+func (u *Unstick) Failed() { u.failed(false) }
+
+// Unanswered records a round of JetStream requests none of which got an
+// answer at all. It counts as Failed, but a move on such rounds alone
+// waits at least SettleWait: a node of the majority whose streams are
+// electing new leaders answers nothing for up to the election timeout
+// too, and must not be left for it; a node that lost its cluster answers
+// nothing for good.
+func (u *Unstick) Unanswered() { u.failed(true) }
+
+func (u *Unstick) failed(unanswered bool) {
 	now := u.now()
 	u.mu.Lock()
 	if !u.failing {
-		u.failing, u.okAt = true, now
+		u.failing, u.okAt, u.unanswered = true, now, true
 	}
+	u.unanswered = u.unanswered && unanswered
 	since := now.Sub(u.okAt)
 	wait := u.after << min(u.moves, 3)
-	if u.moves > 0 {
+	if u.moves > 0 || u.unanswered {
 		wait = max(wait, SettleWait)
 	}
 	due := since >= wait && now.Sub(u.forced) >= wait && u.connected() && u.servers() > 1
 	if due {
 		// The next server is judged on its own failures.
-		u.forced, u.okAt = now, now
+		u.forced, u.okAt, u.unanswered = now, now, true
 		u.moves++
 	}
 	u.mu.Unlock()

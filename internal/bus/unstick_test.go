@@ -89,3 +89,43 @@ func TestUnstickStaysWhenTheLinkIsDown(t *testing.T) {
 		}
 	}
 }
+
+// Rounds nobody answered move a process only after SettleWait, longer
+// than a majority's election: a node electing its leaders answers
+// nothing for a while too. A request that failed otherwise in between
+// brings back the short wait.
+func TestUnstickWaitsOutElectionsOnUnansweredRounds(t *testing.T) {
+	u := NewUnstick(nil, 3*time.Second, nil)
+	now := time.Unix(1_700_000_000, 0)
+	var moves int
+	u.now, u.reconnect = func() time.Time { return now }, func() error { moves++; return nil }
+	at := func(d time.Duration) { now = time.Unix(1_700_000_000, 0).Add(d) }
+	for _, s := range []struct {
+		at       time.Duration
+		answered bool // a failure that got an answer (Failed), else Unanswered
+		ok       bool
+		moves    int
+	}{
+		{at: 0},
+		{at: 3 * time.Second},            // After has passed, but nothing answered
+		{at: 9 * time.Second},            // an election takes up to 9 s
+		{at: 10 * time.Second, moves: 1}, // SettleWait: the node lost its cluster
+		{at: 11 * time.Second, ok: true, moves: 1},
+		{at: 12 * time.Second, moves: 1},
+		{at: 13 * time.Second, answered: true, moves: 1},
+		{at: 15 * time.Second, moves: 2}, // a failure with an answer: After (3 s) again
+	} {
+		at(s.at)
+		switch {
+		case s.ok:
+			u.OK()
+		case s.answered:
+			u.Failed()
+		default:
+			u.Unanswered()
+		}
+		if moves != s.moves {
+			t.Fatalf("at %v: %d reconnects, want %d", s.at, moves, s.moves)
+		}
+	}
+}

@@ -597,9 +597,14 @@ func (c *Cluster) tick(ctx context.Context) {
 	if pl.healthy {
 		c.healthyUntil.Store(sent.Add(c.cfg.LeaseTTL - c.cfg.Margin).UnixNano())
 	}
-	if pl.nodeOK {
+	switch {
+	case pl.nodeOK:
 		c.unstick.OK()
-	} else {
+	case slow:
+		// Nothing answered, not even the read: a node that lost its
+		// cluster, or the majority electing (bus.Unstick.Unanswered).
+		c.unstick.Unanswered()
+	default:
 		c.unstick.Failed()
 	}
 	c.balance(ctx, pl, sent, exp)

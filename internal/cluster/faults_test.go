@@ -245,14 +245,14 @@ func TestSilentNodeIsLeft(t *testing.T) {
 			silenced := time.Now()
 			waitOwned(t, 5*time.Second, func() bool { return cl.OwnedCount() == 0 })
 			if c.moves {
-				waitOwned(t, 15*time.Second, func() bool { return nc.ConnectedUrl() == direct && cl.OwnedCount() == bus.Partitions })
+				waitOwned(t, bus.SettleWait+10*time.Second, func() bool { return nc.ConnectedUrl() == direct && cl.OwnedCount() == bus.Partitions })
 				t.Logf("owning every partition again through the other server %.1fs after the node went silent", time.Since(silenced).Seconds())
 				if got := nc.Stats().Reconnects; got < 1 {
 					t.Fatalf("%d reconnects, want at least 1", got)
 				}
 				return
 			}
-			time.Sleep(6 * time.Second) // more than two moves' worth of failures
+			time.Sleep(bus.SettleWait + 2*time.Second) // past the time a move on unanswered rounds waits
 			if got := nc.Stats().Reconnects; got != 0 || !nc.IsConnected() {
 				t.Fatalf("with nothing answering: %d reconnects, connected %v; want it to stay on the silent connection", got, nc.IsConnected())
 			}
