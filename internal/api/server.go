@@ -70,6 +70,9 @@ type Config struct {
 	// TrustedProxies are the peers whose X-Forwarded-For the forward-auth
 	// endpoint believes; from any other peer the peer is the client.
 	TrustedProxies []netip.Prefix
+	// Tarpit, if set, slows the refusals (429) of a tenant, or of an
+	// address not signed in, that keeps asking past its limit.
+	Tarpit *httpsec.Tarpit
 }
 
 type handler struct {
@@ -205,6 +208,19 @@ func (h *handler) readyz(c echo.Context) error {
 
 // tenantKey is the context key of the authenticated tenant's id.
 const tenantKey = "sluice.tenant"
+
+// holdRefusal holds the refusal err of c's tenant, or of its client's
+// address when no tenant is signed in, in the tarpit.
+func (h *handler) holdRefusal(c echo.Context, err error) {
+	if h.Tarpit == nil {
+		return
+	}
+	key := "t:" + tenantID(c)
+	if key == "t:" {
+		key = "a:" + httpsec.ClientIP(c.Request(), h.TrustedProxies)
+	}
+	h.Tarpit.Hold(c.Request().Context(), key, errs.RetryAfter(err), h.Now())
+}
 
 func tenantID(c echo.Context) string { s, _ := c.Get(tenantKey).(string); return s }
 
@@ -438,6 +454,9 @@ func (h *handler) errorHandler(err error, c echo.Context) {
 	if status >= 500 && code != errs.Unavailable {
 		h.Log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		msg = "An internal error occurred."
+	}
+	if code == errs.RateLimited {
+		h.holdRefusal(c, err)
 	}
 	if code == errs.RateLimited && c.Response().Header().Get("Retry-After") == "" {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(errs.RetryAfter(err)), 1), 10))

@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/httpsec"
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/ui"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -196,10 +197,16 @@ func (m *Main) Run(ctx context.Context) error {
 	client := bus.NewClient(nc, 5*time.Second)
 	svc := bus.NewServices(client)
 
-	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log})
+	pit := httpsec.NewTarpit()
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_http_refusals_held", Help: "429 answers held now for clients that keep asking past their limit."},
+			func() float64 { n, _ := pit.Stats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_http_refusals_held_total", Help: "429 answers held for clients that kept asking past their limit."},
+			func() float64 { _, n := pit.Stats(); return float64(n) }))
+	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log, Tarpit: pit})
 	revoked := newLazyRevoker()
 	m.revoked = revoked
-	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log,
+	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log, Tarpit: pit,
 		SetupClosed: m.setupClosed.Load}); err != nil {
 		return err
 	}

@@ -195,3 +195,60 @@ func TestReserveLimitTakesNothing(t *testing.T) {
 		t.Fatalf("%v left, want %d: a refused reservation held units", left, 1000-3*10)
 	}
 }
+
+// A tenant that keeps asking past its limit, without waiting for
+// Retry-After, has its first few refusals a second answered at once and
+// the next ones held until it could have retried; another tenant's
+// answers are not held. The held refusals are still 429 with Retry-After,
+// and /metrics counts them.
+func TestRefusalsOfAFloodAreHeld(t *testing.T) {
+	m := bootWith(t, func(c *Config) {
+		c.WriteLimits = worker.WriteLimits{Settles: 1, BurstSeconds: 1}
+	})
+	tenant := func(name string) string {
+		tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": name, "owner_email": "o@" + name + ".test", "owner_password": "a long passphrase"})
+		return tn["service_key"].(string)
+	}
+	a, b := tenant("flood"), tenant("calm")
+	settle := func(sk string, i int) (int, http.Header, time.Duration) {
+		start := time.Now()
+		status, h, _ := callHeader(t, m, "POST", "/v1/settle", sk, map[string]any{"reservation": fmt.Sprint("rsv_none_", i), "actual": 1})
+		return status, h, time.Since(start)
+	}
+	// A: one settle admitted (the burst), ten refusals at once, then one
+	// held a second; after it a new second's ten, and one held again.
+	var fast, held int
+	start := time.Now()
+	for i := range 25 {
+		status, h, took := settle(a, i)
+		if i == 0 {
+			if status != http.StatusNotFound {
+				t.Fatalf("A's first settle: %d, want 404 (read by the worker)", status)
+			}
+			continue
+		}
+		// A held answer may find the bucket refilled: 404.
+		if status != http.StatusNotFound && (status != http.StatusTooManyRequests || h.Get("Retry-After") == "") {
+			t.Fatalf("A's settle %d: %d, Retry-After %q; want 429 with Retry-After, or 404", i, status, h.Get("Retry-After"))
+		}
+		if took >= 500*time.Millisecond {
+			held++
+		} else {
+			fast++
+		}
+	}
+	t.Logf("A: %d refusals answered at once, %d held, in %s", fast, held, time.Since(start).Round(time.Millisecond))
+	if held < 2 {
+		t.Errorf("A's refusals past the first ten a second: %d held, want the last ones held until A could retry", held)
+	}
+	// B is not slowed by A's tarpit: its own settles are answered at once.
+	for i := range 3 {
+		if status, _, took := settle(b, i); took >= 500*time.Millisecond {
+			t.Errorf("B's settle %d: %d after %s, held for A's flood", i, status, took)
+		}
+	}
+	metrics := get(t, "http://"+m.Addr(), "/metrics", "Authorization", "Bearer "+testToken).body
+	if !strings.Contains(metrics, "sluice_http_refusals_held_total ") || strings.Contains(metrics, "sluice_http_refusals_held_total 0\n") {
+		t.Errorf("/metrics does not count the held refusals")
+	}
+}

@@ -82,6 +82,9 @@ type Deps struct {
 	// the client to the sign-in limiter, as for forward-auth; without them
 	// the connection's peer is the client.
 	TrustedProxies []netip.Prefix
+	// Tarpit, if set, slows the refusals (429) of an address that keeps
+	// asking past its limit (the setup link, password work).
+	Tarpit *httpsec.Tarpit
 	// SetupClosed, when set and true, says the first-run setup link is dead
 	// on every server (an operator login exists): the setup page answers
 	// so without asking the worker.
@@ -179,6 +182,9 @@ func Register(e *echo.Echo, d Deps) error {
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if isUI(c.Request().URL.Path) {
+			if d.Tarpit != nil && errs.Is(err, errs.RateLimited) {
+				d.Tarpit.Hold(c.Request().Context(), "a:"+httpsec.ClientIP(c.Request(), d.TrustedProxies), errs.RetryAfter(err), d.Now())
+			}
 			renderError(c, err, d.Log)
 			return
 		}
