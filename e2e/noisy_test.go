@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -140,7 +141,13 @@ func TestNoisyNeighbour(t *testing.T) {
 	cpu = newCPUMeter(tp)
 	ctx, stop := context.WithCancel(context.Background())
 	aStart := time.Now()
-	noise, stopped := runNoisyTenant(ctx, tp, a, aPolicy, aPolicyID, envoy)
+	// A runs in a process of its own, as another customer's client would:
+	// its loops and their garbage stay out of the runtime that measures B.
+	var bases []string
+	for _, s := range tp.servers {
+		bases = append(bases, s.base)
+	}
+	noise, stopped := startNoisyTenant(t, ctx, noisyPlan{Bases: bases, GRPC: grpcAddrs, Key: a.Key, Policy: aPolicy, PolicyID: aPolicyID})
 	var aFor time.Duration
 
 	// Within the attempts' 10 s timeout none has ended yet: every
@@ -179,7 +186,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		"revocations, slowest of", fmt.Sprintf("%s of %d", slices.Max(quiet.revocations).Round(time.Millisecond), len(quiet.revocations)), fmt.Sprintf("%s of %d", slices.Max(noisy.revocations).Round(time.Millisecond), len(noisy.revocations)),
 		"key.created deliveries p50", pct(quiet.hooks, 50), pct(noisy.hooks, 50),
 		"key.created deliveries p99", pct(quiet.hooks, 99), pct(noisy.hooks, 99))
-	t.Logf("cores busy without A: %s\ncores busy with A:    %s", quietCPU, noisyCPU)
+	t.Logf("cores busy without A: %s\ncores busy with A:    %s; A's process %.2f", quietCPU, noisyCPU, noise.cpu.Seconds()/aFor.Seconds())
 	t.Logf("worker: RSS %d MiB before A, %d MiB after (%d MiB at most meanwhile); data directory %.1f MiB before (%s), %.1f MiB after (%s)",
 		rss0>>20, rss1>>20, rssMax.Load()>>20, float64(disk0)/(1<<20), files0, float64(disk1)/(1<<20), files1)
 
@@ -245,13 +252,97 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 }
 
+// noisyPlan is what tenant A's process needs: the servers' API and gRPC
+// addresses, A's service key and the policy its config-write loop updates.
+type noisyPlan struct {
+	Bases, GRPC []string
+	Key         string
+	Policy      map[string]any
+	PolicyID    string
+}
+
+// noisyPlanEnv carries a noisyPlan, as JSON, to the test binary run as
+// tenant A's process (TestNoisyTenantProcess).
+const noisyPlanEnv = "SLUICE_E2E_NOISY_PLAN"
+
+// startNoisyTenant runs tenant A's loops in a process of its own, this
+// test binary run again as TestNoisyTenantProcess, until ctx ends (or, at
+// the latest, twice noisyFor); stopped is closed once the process has
+// ended and noise holds its counts.
+func startNoisyTenant(t *testing.T, ctx context.Context, plan noisyPlan) (noise *noiseCounts, stopped <-chan struct{}) {
+	t.Helper()
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoisyTenantProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), noisyPlanEnv+"="+string(raw))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	noise = &noiseCounts{counts: map[string]int{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		stdin.Close() // A stops when its stdin closes
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("tenant A's process: %v\n%s\n%s", err, out.String(), errOut.String())
+		}
+		noise.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		for line := range strings.Lines(out.String()) {
+			if counts, ok := strings.CutPrefix(line, "noise-counts: "); ok {
+				if err := json.Unmarshal([]byte(counts), &noise.counts); err != nil {
+					t.Errorf("tenant A's counts: %v", err)
+				}
+				return
+			}
+		}
+		t.Errorf("tenant A's process printed no counts:\n%s\n%s", out.String(), errOut.String())
+	}()
+	return noise, done
+}
+
+// TestNoisyTenantProcess is tenant A's process in TestNoisyNeighbour; run
+// on its own it does nothing. It runs A's loops until its stdin closes,
+// or for twice noisyFor at most, then prints its counts.
+func TestNoisyTenantProcess(t *testing.T) {
+	raw := os.Getenv(noisyPlanEnv)
+	if raw == "" {
+		t.Skip("tenant A's process of TestNoisyNeighbour")
+	}
+	var plan noisyPlan
+	if err := json.Unmarshal([]byte(raw), &plan); err != nil {
+		t.Fatal(err)
+	}
+	envoy := make([]*rlsClient, len(plan.GRPC))
+	for i, addr := range plan.GRPC {
+		envoy[i] = dialRLS(t, addr, plan.Key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*noisyFor)
+	defer cancel()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+	noise, stopped := runNoisyTenant(ctx, plan, envoy)
+	<-stopped
+	raw2, _ := json.Marshal(noise.counts)
+	fmt.Printf("noise-counts: %s\n", raw2)
+}
+
 // runNoisyTenant starts tenant A's loops, everything at once, each as fast
 // as it is answered, until ctx ends; stopped is closed once they all have.
 // It counts A's answers.
-func runNoisyTenant(ctx context.Context, tp *topology, a tenant, policy map[string]any, policyID string, envoy []*rlsClient) (noise *noiseCounts, stopped <-chan struct{}) {
+func runNoisyTenant(ctx context.Context, plan noisyPlan, envoy []*rlsClient) (noise *noiseCounts, stopped <-chan struct{}) {
 	noise = &noiseCounts{counts: map[string]int{}}
 	var wg sync.WaitGroup
-	rr := func(i int) *server { return tp.servers[i%len(tp.servers)] }
+	type srv struct{ base string }
+	rr := func(i int) srv { return srv{plan.Bases[i%len(plan.Bases)]} }
+	a, policy, policyID := tenant{Key: plan.Key}, plan.Policy, plan.PolicyID
 	wg.Go(func() { // key churn: each key is a delivery to each black hole
 		for i := 0; ctx.Err() == nil; i++ {
 			st, _ := noisyCall(ctx, "POST", rr(i).base+"/v1/keys", a.Key, map[string]any{"name": "churn-" + strconv.Itoa(i), "tier": "pro"})
@@ -510,6 +601,7 @@ func randHex(n int) string {
 type noiseCounts struct {
 	mu     sync.Mutex
 	counts map[string]int
+	cpu    time.Duration // the CPU time A's process took, once it ended
 }
 
 func (n *noiseCounts) add(what string, code int) {
