@@ -55,7 +55,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,7 +67,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/bus"
-	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // KV buckets of the cluster (named in bus, whose roles grant them).
@@ -162,22 +160,12 @@ type Cluster struct {
 	// and renewed every lease it tried, plus LeaseTTL - Margin (Healthy).
 	healthyUntil atomic.Int64
 	unstick      *bus.Unstick
-	// live is how many members the member loop last counted (at least 1).
-	live atomic.Int64
 	// ownerOf[p] is the owner node other servers forward p's checks to.
 	ownerOf [bus.Partitions]atomic.Pointer[string]
 
-	members_ jetstream.KeyValue
-	// memberRev is the revision of this process's member entry; a write
-	// at another revision means someone else wrote our node name.
-	memberRev atomic.Uint64
-	// failed receives the error that made this member leave the cluster
-	// for good (its node name taken by another live process).
-	failed   chan error
-	conflict atomic.Bool
-	// claimWarned is when a failed open or claim was last logged (Start
-	// only).
-	claimWarned time.Time
+	// members holds this process's node name in the members bucket and
+	// counts the live members (membership.go).
+	members membership
 	// reachedAt is when a tick last reached NATS; until graceUntil, other
 	// servers' lapsed leases are left to them (tick; the loop's only).
 	reachedAt, graceUntil time.Time
@@ -186,15 +174,11 @@ type Cluster struct {
 	// last read whole (the loop's only).
 	tableStale bool
 	fwd        *forwarder
-	// self is what this server publishes about its direct listener; peers
-	// is what the other members published, by node, as of the last tick.
-	self      atomic.Pointer[peerInfo]
-	peers     atomic.Pointer[map[string]peerInfo]
-	metrics   clusterMetrics
-	changed   chan struct{} // closed and replaced on every ownership change
-	changedMu sync.Mutex
-	stop      context.CancelFunc
-	done      sync.WaitGroup
+	metrics    clusterMetrics
+	changed    chan struct{} // closed and replaced on every ownership change
+	changedMu  sync.Mutex
+	stop       context.CancelFunc
+	done       sync.WaitGroup
 }
 
 type clusterMetrics struct {
@@ -241,7 +225,16 @@ func New(cfg Config, nc *nats.Conn, hooks Hooks) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Log.With("component", "cluster"), nc: nc, js: js, hooks: hooks,
-		changed: make(chan struct{}), failed: make(chan error, 1)}
+		changed: make(chan struct{})}
+	// A member whose node name another process took stops deciding for
+	// everything.
+	c.members = newMembership(cfg, c.log, func() {
+		for p := range bus.Partitions {
+			if c.mine[p].Load() != 0 {
+				c.lose(p, "node name taken by another server")
+			}
+		}
+	})
 	// An owner whose lease is gone stops deciding for the partition.
 	c.leases = newLeases(cfg.Node, cfg.Instance, c.publishOwner, func(p int) {
 		if c.mine[p].Load() != 0 {
@@ -297,7 +290,7 @@ func (c *Cluster) Node() string { return c.cfg.Node }
 
 // Failed receives an error when this member had to leave the cluster for
 // good: another live process wrote its node name. The process should stop.
-func (c *Cluster) Failed() <-chan error { return c.failed }
+func (c *Cluster) Failed() <-chan error { return c.members.failed }
 
 // Start joins the cluster: it opens the KV buckets, claims the node name
 // (a *NodeTakenError when another live process holds it), starts watching
@@ -306,15 +299,15 @@ func (c *Cluster) Start(ctx context.Context) error {
 	if err := c.openBuckets(ctx); err != nil {
 		return err
 	}
-	if err := c.claim(ctx); err != nil {
+	if err := c.members.claim(ctx); err != nil {
 		return err
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	c.done.Go(func() { c.leases.watch(loopCtx, c.incarnation, c.nc.IsConnected, c.cfg.LeaseTTL) })
-	c.live.Store(int64(c.liveMembers(ctx, c.cfg.Now())))
+	c.members.live.Store(int64(c.members.liveMembers(ctx, c.cfg.Now())))
 	c.done.Go(func() { c.loop(loopCtx) })
-	c.done.Go(func() { c.memberLoop(loopCtx) })
+	c.done.Go(func() { c.members.loop(loopCtx, func() bool { return c.leases.synced.Load() != 0 }) })
 	return nil
 }
 
@@ -324,12 +317,12 @@ func (c *Cluster) openBuckets(ctx context.Context) error {
 	for {
 		o, m, err := c.createBuckets(ctx)
 		if err == nil {
-			c.leases.kv, c.members_ = o, m
+			c.leases.kv, c.members.kv = o, m
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("cluster: open kv: %w", err)
-		} else if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
-			c.claimWarned = now
+		} else if now := time.Now(); now.Sub(c.members.warned) >= 5*time.Second {
+			c.members.warned = now
 			c.log.Warn("opening the lease buckets failed; retrying", "err", err)
 		}
 		sleep(ctx, 250*time.Millisecond)
@@ -349,135 +342,6 @@ func (c *Cluster) createBuckets(ctx context.Context) (owners, members jetstream.
 	o, err1 := bus.OpenKeyValue(ctx, c.js, cfgs[0], c.log)
 	m, err2 := bus.OpenKeyValue(ctx, c.js, cfgs[1], c.log)
 	return o, m, errors.Join(err1, err2)
-}
-
-// claim makes this process the holder of its node name in the members
-// bucket. An entry of another instance that is still live may be this
-// server's previous life (restarted within LeaseTTL) or another process:
-// only a live process renews it, so claim waits until the entry would have
-// expired, plus a renew interval, and looks again. Renewed means taken.
-func (c *Cluster) claim(ctx context.Context) error {
-	for {
-		now := c.cfg.Now()
-		e, err := c.members_.Get(ctx, c.cfg.Node)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err := c.members_.Create(ctx, c.cfg.Node, c.memberValue(now))
-			if err == nil {
-				c.memberRev.Store(rev)
-				return nil
-			}
-			if !errors.Is(err, jetstream.ErrKeyExists) {
-				return c.retryClaim(ctx, err)
-			}
-			continue // someone wrote it meanwhile: look at it
-		case err != nil:
-			if err := c.retryClaim(ctx, err); err != nil {
-				return err
-			}
-			continue
-		}
-		var l lease
-		_ = json.Unmarshal(e.Value(), &l)
-		if l.Instance != c.cfg.Instance && l.Expires > now.UnixMilli() {
-			wait := time.UnixMilli(l.Expires).Sub(now) + c.cfg.RenewInterval
-			c.log.Info("node name held by a live entry; waiting to see whether it is renewed", "node", c.cfg.Node, "holder", l.Holder, "wait_ms", wait.Milliseconds())
-			sleep(ctx, wait)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			again, err := c.members_.Get(ctx, c.cfg.Node)
-			if err == nil && again.Revision() != e.Revision() {
-				var l2 lease
-				_ = json.Unmarshal(again.Value(), &l2)
-				if l2.Instance != c.cfg.Instance && l2.Expires > c.cfg.Now().UnixMilli() {
-					return &NodeTakenError{Node: c.cfg.Node, Holder: l2.Holder}
-				}
-			}
-			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-				if err := c.retryClaim(ctx, err); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		rev, err := c.members_.Update(ctx, c.cfg.Node, c.memberValue(now), e.Revision())
-		if err == nil {
-			if l.Instance != "" && l.Instance != c.cfg.Instance {
-				c.log.Info("took over the node name from an entry nobody renewed (this server's previous run, or a stopped one)", "node", c.cfg.Node, "previous_holder", l.Holder)
-			}
-			c.memberRev.Store(rev)
-			return nil
-		}
-		// Another write came first: look again.
-	}
-}
-
-func (c *Cluster) retryClaim(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("cluster: claim node name %q: %w", c.cfg.Node, err)
-	}
-	if now := time.Now(); now.Sub(c.claimWarned) >= 5*time.Second {
-		c.claimWarned = now
-		c.log.Warn("claiming the node name in the members bucket failed; retrying", "node", c.cfg.Node, "err", err)
-	}
-	sleep(ctx, 250*time.Millisecond)
-	return nil
-}
-
-func (c *Cluster) memberValue(now time.Time) []byte {
-	l := lease{Node: c.cfg.Node, Expires: now.Add(c.cfg.LeaseTTL).UnixMilli(), Instance: c.cfg.Instance, Holder: c.cfg.Holder}
-	if self := c.self.Load(); self != nil {
-		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs = self.Addr, self.Key, self.Host, self.Cert, self.IDs
-	}
-	b, _ := json.Marshal(l)
-	return b
-}
-
-// heartbeat renews this process's member entry at the revision it wrote
-// last. When that fails because another live instance wrote the entry, two
-// processes share the node name: this one gives up every partition, stops
-// taking any and reports on Failed, so the cluster never runs with two
-// servers under one name.
-func (c *Cluster) heartbeat(ctx context.Context, now time.Time) {
-	val := c.memberValue(now)
-	rev, err := c.members_.Update(ctx, c.cfg.Node, val, c.memberRev.Load())
-	if err == nil {
-		c.memberRev.Store(rev)
-		return
-	}
-	e, gerr := c.members_.Get(ctx, c.cfg.Node)
-	if gerr == nil {
-		var l lease
-		_ = json.Unmarshal(e.Value(), &l)
-		if l.Instance != c.cfg.Instance && l.Expires > now.UnixMilli() {
-			c.leave(&NodeTakenError{Node: c.cfg.Node, Holder: l.Holder})
-			return
-		}
-	} else if !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-		return // NATS does not answer; the next tick tries again
-	}
-	// Gone (a lost bucket) or expired: write it again.
-	if rev, err := c.members_.Put(ctx, c.cfg.Node, val); err == nil {
-		c.memberRev.Store(rev)
-	}
-}
-
-// leave stops deciding for everything and reports err once.
-func (c *Cluster) leave(err error) {
-	if c.conflict.Swap(true) {
-		return
-	}
-	c.log.Error("leaving the cluster", "node", c.cfg.Node, "err", err)
-	for p := range bus.Partitions {
-		if c.mine[p].Load() != 0 {
-			c.lose(p, "node name taken by another server")
-		}
-	}
-	select {
-	case c.failed <- err:
-	default:
-	}
 }
 
 // incarnation reads the owners bucket's creation time (unix ns). When the
@@ -564,7 +428,7 @@ func (c *Cluster) tick(ctx context.Context) {
 		c.bucketReplaced(inc)
 		return
 	}
-	if c.conflict.Load() {
+	if c.members.conflict.Load() {
 		return
 	}
 
@@ -588,7 +452,7 @@ func (c *Cluster) tick(ctx context.Context) {
 		// own, but only after several heartbeats), so read the leases
 		// now, and checks find their partitions' new owners at once.
 		c.tableStale = false
-		c.leases.refresh(ctx, c.renewTimeout())
+		c.leases.refresh(ctx, c.cfg.renewTimeout())
 	}
 	pl := planTick(c.view(now, slow, owned, unanswered))
 	if pl.reached {
@@ -643,8 +507,8 @@ func (c *Cluster) bucketReplaced(inc int64) {
 // view gathers what planTick decides from, as this tick sees it.
 func (c *Cluster) view(now time.Time, slow bool, owned, unanswered int) view {
 	v := view{now: now, node: c.cfg.Node, instance: c.cfg.Instance, leaseTTL: c.cfg.LeaseTTL,
-		owned: owned, unanswered: unanswered, live: int(c.live.Load()), graceUntil: c.graceUntil,
-		slow: slow, conflict: c.conflict.Load(), canLoad: c.hooks.CanLoad == nil || c.hooks.CanLoad()}
+		owned: owned, unanswered: unanswered, live: int(c.members.live.Load()), graceUntil: c.graceUntil,
+		slow: slow, conflict: c.members.conflict.Load(), canLoad: c.hooks.CanLoad == nil || c.hooks.CanLoad()}
 	v.table, v.written, v.inc = c.leases.snapshot()
 	for p := range bus.Partitions {
 		v.mine[p] = c.mine[p].Load() != 0
@@ -690,36 +554,18 @@ func (c *Cluster) balance(ctx context.Context, pl plan, sent time.Time, exp int6
 	}
 }
 
-// memberLoop renews this server's member entry and counts the live
-// members every RenewInterval. It runs beside the lease loop, so that on a
-// slow link the member reads (a listing is several round trips) never
-// delay a lease renewal.
-func (c *Cluster) memberLoop(ctx context.Context) {
-	tick.Every(ctx, c.cfg.RenewInterval, func() {
-		if c.conflict.Load() || c.leases.synced.Load() == 0 {
-			return
-		}
-		now := c.cfg.Now()
-		mctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
-		c.heartbeat(mctx, now)
-		if !c.conflict.Load() {
-			c.live.Store(int64(c.liveMembers(mctx, now)))
-		}
-		cancel()
-	})
-}
-
-// renewTimeout is how long one round of lease requests may wait for NATS:
-// half a lease, so that a slow link's answers still count, while a renewal
-// answered that late still leaves the owner most of its lease.
-func (c *Cluster) renewTimeout() time.Duration {
-	return max(c.cfg.RenewInterval, c.cfg.LeaseTTL/2)
+// renewTimeout is how long one round of lease or member requests may
+// wait for NATS: half a lease, so that a slow link's answers still count,
+// while a renewal answered that late still leaves the owner most of its
+// lease.
+func (cfg *Config) renewTimeout() time.Duration {
+	return max(cfg.RenewInterval, cfg.LeaseTTL/2)
 }
 
 // renew renews every lease this server holds at once, and returns how many
 // it holds afterwards and how many renewals got no answer.
 func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) {
-	rctx, cancel := context.WithTimeout(ctx, c.renewTimeout())
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.renewTimeout())
 	defer cancel()
 	var held, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -762,44 +608,6 @@ func (c *Cluster) renew(ctx context.Context, exp int64) (owned, unanswered int) 
 		}
 	}
 	return int(held.Load()), int(failed.Load())
-}
-
-// liveMembers counts the members whose entries have not run out (at least
-// this server), reading them at once, and notes their direct listeners.
-func (c *Cluster) liveMembers(ctx context.Context, now time.Time) int {
-	keys, err := c.members_.ListKeys(ctx)
-	if err != nil {
-		return 1
-	}
-	var names []string
-	for k := range keys.Keys() {
-		names = append(names, k)
-	}
-	entries := make([]*lease, len(names))
-	var wg sync.WaitGroup
-	for i, k := range names {
-		wg.Go(func() {
-			if e, err := c.members_.Get(ctx, k); err == nil {
-				var l lease
-				if json.Unmarshal(e.Value(), &l) == nil {
-					entries[i] = &l
-				}
-			}
-		})
-	}
-	wg.Wait()
-	live := 0
-	peers := map[string]peerInfo{}
-	for _, l := range entries {
-		if l != nil && l.Expires > now.UnixMilli() {
-			live++
-			if l.Fwd != "" {
-				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert, IDs: l.FwdIDs}
-			}
-		}
-	}
-	c.peers.Store(&peers)
-	return max(live, 1)
 }
 
 // acquire takes p's lease, free or expired as seen, and loads p's state.
@@ -863,7 +671,7 @@ func (c *Cluster) acquire(ctx context.Context, p int, seen ownerEntry, exp int64
 // renewal or takeover that was under way when it left is undone here.
 func (c *Cluster) own(p int, exp int64) {
 	c.mine[p].Store(time.UnixMilli(exp).Add(-c.cfg.Margin).UnixNano())
-	if c.conflict.Load() {
+	if c.members.conflict.Load() {
 		c.mine[p].Store(0)
 	}
 }
@@ -907,7 +715,7 @@ func (c *Cluster) release(ctx context.Context, p int) {
 // (Persisted).
 func (c *Cluster) Owns(p int, now time.Time) bool {
 	until := c.mine[p].Load()
-	if until == 0 || now.UnixNano() >= until || c.conflict.Load() {
+	if until == 0 || now.UnixNano() >= until || c.members.conflict.Load() {
 		return false
 	}
 	pu := c.persistedUntil.Load()
@@ -993,12 +801,7 @@ func (c *Cluster) Close(ctx context.Context) {
 		wg.Go(func() { c.release(ctx, p) })
 	}
 	wg.Wait()
-	if c.members_ != nil && !c.conflict.Load() && c.memberRev.Load() != 0 {
-		// Only our own entry: never one another process wrote since.
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = c.members_.Delete(dctx, c.cfg.Node, jetstream.LastRevision(c.memberRev.Load()))
-		cancel()
-	}
+	c.members.remove(ctx)
 	c.fwd.close()
 }
 

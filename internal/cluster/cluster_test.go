@@ -302,8 +302,8 @@ func TestNodeNameHeldByLiveMember(t *testing.T) {
 		t.Fatalf("error names node %q holder %q", taken.Node, taken.Holder)
 	}
 	t.Log(err)
-	if first.OwnedCount() != bus.Partitions || first.conflict.Load() {
-		t.Fatalf("the first member was disturbed: owns %d, conflict %v", first.OwnedCount(), first.conflict.Load())
+	if first.OwnedCount() != bus.Partitions || first.members.conflict.Load() {
+		t.Fatalf("the first member was disturbed: owns %d, conflict %v", first.OwnedCount(), first.members.conflict.Load())
 	}
 
 	// The first stops renewing, as a killed process would: a new process
@@ -333,7 +333,7 @@ func TestNodeNameOverwrittenLeavesCluster(t *testing.T) {
 	}
 	waitOwned(t, 10*time.Second, func() bool { return m.OwnedCount() == bus.Partitions })
 	other, _ := json.Marshal(lease{Node: "dup", Expires: time.Now().Add(time.Hour).UnixMilli(), Instance: "other", Holder: "host h2, pid 2"})
-	if _, err := m.members_.Put(context.Background(), "dup", other); err != nil {
+	if _, err := m.members.kv.Put(context.Background(), "dup", other); err != nil {
 		t.Fatal(err)
 	}
 	select {

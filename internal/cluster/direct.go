@@ -785,7 +785,7 @@ func (f *forwarder) dial(q *ownerQueue, info peerInfo) {
 
 // peer returns how to reach node directly, if this server may dial it.
 func (c *Cluster) peer(node string) (peerInfo, bool) {
-	m := c.peers.Load()
+	m := c.members.peers.Load()
 	if m == nil {
 		return peerInfo{}, false
 	}

@@ -126,11 +126,6 @@ func TestLeasesHoldOverALossyLink(t *testing.T) {
 // and with probability p a further extra in [extraMin, extraMax). Chunks
 // keep their order, as TCP delivers them.
 func newLossyLink(t *testing.T, target string, base, jitter time.Duration, p float64, extraMin, extraMax time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var mu sync.Mutex
 	r := rand.New(rand.NewPCG(5, 8))
 	d := func() time.Duration {
@@ -142,6 +137,18 @@ func newLossyLink(t *testing.T, target string, base, jitter time.Duration, p flo
 		}
 		return v
 	}
+	return newProxy(t, target, func(dst, src net.Conn, _ bool) { delayEach(dst, src, d) })
+}
+
+// newProxy starts a loopback TCP proxy to target and returns its address.
+// Each connection it accepts gets one of its own to target, and pipe
+// carries each direction: client is true for what the client sends.
+func newProxy(t *testing.T, target string, pipe func(dst, src net.Conn, client bool)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -154,8 +161,8 @@ func newLossyLink(t *testing.T, target string, base, jitter time.Duration, p flo
 				continue
 			}
 			t.Cleanup(func() { c.Close(); u.Close() })
-			go delayEach(u, c, d)
-			go delayEach(c, u, d)
+			go pipe(u, c, true)
+			go pipe(c, u, false)
 		}
 	}()
 	return ln.Addr().String()
@@ -271,52 +278,35 @@ type silentLink struct {
 }
 
 func newSilentLink(t *testing.T, target string) *silentLink {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	l := &silentLink{addr: ln.Addr().String()}
-	pipe := func(dst, src net.Conn, client bool) {
-		b := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(b)
-			if n > 0 {
-				switch {
-				case !l.silent.Load():
-					if _, werr := dst.Write(b[:n]); werr != nil {
+	l := &silentLink{}
+	l.addr = newProxy(t, target, l.pipe)
+	return l
+}
+
+// pipe copies src to dst until silenced, then drops what src sends; with
+// pongs it answers the client's pings itself.
+func (l *silentLink) pipe(dst, src net.Conn, client bool) {
+	b := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(b)
+		if n > 0 {
+			switch {
+			case !l.silent.Load():
+				if _, werr := dst.Write(b[:n]); werr != nil {
+					return
+				}
+			case client && l.pongs.Load():
+				for range strings.Count(string(b[:n]), "PING\r\n") {
+					if _, werr := src.Write([]byte("PONG\r\n")); werr != nil {
 						return
-					}
-				case client && l.pongs.Load():
-					for range strings.Count(string(b[:n]), "PING\r\n") {
-						if _, werr := src.Write([]byte("PONG\r\n")); werr != nil {
-							return
-						}
 					}
 				}
 			}
-			if err != nil {
-				return
-			}
+		}
+		if err != nil {
+			return
 		}
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			t.Cleanup(func() { c.Close(); u.Close() })
-			go pipe(u, c, true)
-			go pipe(c, u, false)
-		}
-	}()
-	return l
 }
 
 // silence drops everything from now on; pongs answers the client's pings.

@@ -346,7 +346,7 @@ func (c *Cluster) Serve(decide func(items []Item, out []Result)) error {
 			return err
 		}
 		c.fwd.srv = srv
-		c.self.Store(&info)
+		c.members.self.Store(&info)
 	}
 	sub, err := c.nc.Subscribe(bus.ForwardPrefix+c.cfg.Node, func(m *nats.Msg) {
 		var in forwardMsg

@@ -50,96 +50,13 @@ func (r *Replicator) dbPath(ctx context.Context) (string, error) {
 
 // serveSnapshots answers standbys' snapshot and chunk requests.
 func (r *Replicator) serveSnapshots() (*nats.Subscription, error) {
-	s := &r.snaps
 	sub, err := r.nc.Subscribe(bus.ReplSnapshotSubject, func(m *nats.Msg) {
-		go func() {
-			reply := func(r snapshotReply) {
-				data, _ := json.Marshal(r)
-				_ = m.Respond(data)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			dbFile, err := r.dbPath(ctx)
-			if err != nil {
-				reply(snapshotReply{Err: err.Error()})
-				return
-			}
-			s.mu.Lock()
-			s.seq++
-			id := strconv.Itoa(s.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			if s.files == nil {
-				s.files = map[string]string{}
-			}
-			s.mu.Unlock()
-			path := dbFile + ".snapshot-" + id
-			// Made empty and owner-only first: VACUUM INTO fills an empty
-			// file and keeps its mode, so the copy is never readable by
-			// others, whatever the umask.
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err == nil {
-				err = errors.Join(os.Chmod(path, 0o600), f.Close())
-			}
-			if err == nil {
-				// Under the one writer, so that no transaction commits
-				// between the copy and the position it records.
-				err = r.store.Exclusive(ctx, func() error {
-					_, err := r.db.ExecContext(ctx, `VACUUM INTO ?`, path)
-					return err
-				})
-			}
-			if err != nil {
-				_ = os.Remove(path)
-				r.log.Error("snapshot for a standby failed", "err", err)
-				reply(snapshotReply{Err: "the snapshot failed"})
-				return
-			}
-			st, _ := os.Stat(path)
-			s.mu.Lock()
-			s.files[id] = path
-			s.mu.Unlock()
-			time.AfterFunc(2*time.Minute, func() {
-				s.mu.Lock()
-				delete(s.files, id)
-				s.mu.Unlock()
-				_ = os.Remove(path)
-			})
-			r.log.Info("snapshot made for a standby", "bytes", st.Size())
-			reply(snapshotReply{ID: id, Size: st.Size()})
-		}()
+		go r.answerSnapshot(m)
 	})
 	if err != nil {
 		return nil, err
 	}
-	csub, err := r.nc.Subscribe(bus.ReplChunkSubject, func(m *nats.Msg) {
-		var req chunkRequest
-		fail := func(msg string) {
-			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{bus.PartErrorHeader: []string{msg}}})
-		}
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			fail("malformed chunk request")
-			return
-		}
-		s.mu.Lock()
-		path, ok := s.files[req.ID]
-		s.mu.Unlock()
-		if !ok {
-			fail("the snapshot expired; ask again")
-			return
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			fail("the snapshot expired; ask again")
-			return
-		}
-		defer f.Close()
-		buf := make([]byte, max(int(r.nc.MaxPayload())-4096, 1024))
-		n, err := f.ReadAt(buf, req.Offset)
-		if n == 0 && err != nil {
-			fail("no such chunk")
-			return
-		}
-		_ = m.Respond(buf[:n])
-	})
+	csub, err := r.nc.Subscribe(bus.ReplChunkSubject, r.answerChunk)
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return nil, err
@@ -152,6 +69,117 @@ func (r *Replicator) serveSnapshots() (*nats.Subscription, error) {
 		_ = csub.Unsubscribe()
 	}()
 	return sub, nil
+}
+
+// answerSnapshot makes a snapshot for a standby, keeps it for two minutes
+// and replies with its id and size.
+func (r *Replicator) answerSnapshot(m *nats.Msg) {
+	reply := func(rep snapshotReply) {
+		data, _ := json.Marshal(rep)
+		_ = m.Respond(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dbFile, err := r.dbPath(ctx)
+	if err != nil {
+		reply(snapshotReply{Err: err.Error()})
+		return
+	}
+	id := r.snaps.newID()
+	path := dbFile + ".snapshot-" + id
+	if err := r.writeSnapshot(ctx, path); err != nil {
+		_ = os.Remove(path)
+		r.log.Error("snapshot for a standby failed", "err", err)
+		reply(snapshotReply{Err: "the snapshot failed"})
+		return
+	}
+	st, _ := os.Stat(path)
+	r.snaps.keep(id, path)
+	r.log.Info("snapshot made for a standby", "bytes", st.Size())
+	reply(snapshotReply{ID: id, Size: st.Size()})
+}
+
+// writeSnapshot copies the database into a new file at path.
+func (r *Replicator) writeSnapshot(ctx context.Context, path string) error {
+	// Made empty and owner-only first: VACUUM INTO fills an empty
+	// file and keeps its mode, so the copy is never readable by
+	// others, whatever the umask.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		err = errors.Join(os.Chmod(path, 0o600), f.Close())
+	}
+	if err == nil {
+		// Under the one writer, so that no transaction commits
+		// between the copy and the position it records.
+		err = r.store.Exclusive(ctx, func() error {
+			_, err := r.db.ExecContext(ctx, `VACUUM INTO ?`, path)
+			return err
+		})
+	}
+	return err
+}
+
+// answerChunk replies with the part of a kept snapshot that starts at the
+// offset asked for, as much as one message holds.
+func (r *Replicator) answerChunk(m *nats.Msg) {
+	var req chunkRequest
+	fail := func(msg string) {
+		_ = m.RespondMsg(&nats.Msg{Header: nats.Header{bus.PartErrorHeader: []string{msg}}})
+	}
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		fail("malformed chunk request")
+		return
+	}
+	path, ok := r.snaps.path(req.ID)
+	if !ok {
+		fail("the snapshot expired; ask again")
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		fail("the snapshot expired; ask again")
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, max(int(r.nc.MaxPayload())-4096, 1024))
+	n, err := f.ReadAt(buf, req.Offset)
+	if n == 0 && err != nil {
+		fail("no such chunk")
+		return
+	}
+	_ = m.Respond(buf[:n])
+}
+
+// newID names a new snapshot.
+func (s *snapshots) newID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	if s.files == nil {
+		s.files = map[string]string{}
+	}
+	return strconv.Itoa(s.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// keep serves the snapshot at path as id for two minutes, then deletes it.
+func (s *snapshots) keep(id, path string) {
+	s.mu.Lock()
+	s.files[id] = path
+	s.mu.Unlock()
+	time.AfterFunc(2*time.Minute, func() {
+		s.mu.Lock()
+		delete(s.files, id)
+		s.mu.Unlock()
+		_ = os.Remove(path)
+	})
+}
+
+// path is the file of the kept snapshot id.
+func (s *snapshots) path(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path, ok := s.files[id]
+	return path, ok
 }
 
 // removeStaleSnapshots deletes snapshot files a previous run of this
