@@ -61,7 +61,6 @@ var longFuncs = map[string]string{
 	"cmd/sluice-bench.workerCase":                    "a benchmark scenario, read top to bottom",
 	"cmd/sluice-bench.runTenantsBench":               "a benchmark scenario, read top to bottom",
 	"cmd/sluice-bench.runFlood":                      "a benchmark scenario, read top to bottom",
-	"internal/cli.cmdUsage":                          "one verb's flags, pages and three output forms; to split",
 	"internal/worker/repl.Replicator.serveSnapshots": "to split: the snapshot's file, its chunks and the reply",
 	"internal/worker/repl.Replicator.standby":        "the standby loop's states; to split into a state machine",
 	"internal/engine.Engine.PeekCaller":              "to split: finding the caller's buckets and reading each",
