@@ -37,17 +37,30 @@ func NewTable[K comparable, V any](size int) *Table[K, V] {
 // table is full; fresh says it was.
 func (t *Table[K, V]) Get(key K, zero V) (v *V, fresh bool) {
 	if e, ok := t.m[key]; ok {
-		t.unlink(e)
-		t.pushFront(e)
+		t.touch(e)
 		return &e.v, false
 	}
+	return &t.insert(key, zero).v, true
+}
+
+// touch moves e to the most recently touched end.
+func (t *Table[K, V]) touch(e *entry[K, V]) {
+	if t.root.next != e {
+		t.unlink(e)
+		t.pushFront(e)
+	}
+}
+
+// insert adds an absent key with value v, evicting the least recently
+// touched entry first when the table is full.
+func (t *Table[K, V]) insert(key K, v V) *entry[K, V] {
 	if len(t.m) >= t.max {
 		t.remove(t.root.prev)
 	}
-	e := &entry[K, V]{key: key, v: zero}
+	e := &entry[K, V]{key: key, v: v}
 	t.m[key] = e
 	t.pushFront(e)
-	return &e.v, true
+	return e
 }
 
 // Peek returns key's value without touching it.
@@ -87,15 +100,20 @@ func (t *Table[K, V]) remove(e *entry[K, V]) {
 
 // Buckets is a bucket of one limit per key, in a Table of at most size
 // keys: quota.Limit.Decide on a quota.State per key. A key's first
-// bucket is full. Before a new key is inserted, the buckets full again
-// at the least recently touched end are dropped: a dropped bucket is the
-// full one a later call creates, so the table holds the keys active
-// lately (within the time a bucket takes to refill), and never more than
-// its size; past it the least recently touched is evicted, full or not.
+// bucket is full. Before a new key is inserted into a table of trimFrom
+// keys or more, the buckets full again at the least recently touched end
+// are dropped: a dropped bucket is the full one a later call creates, so
+// the table holds the keys active lately (within the time a bucket takes
+// to refill), or fewer than trimFrom, and never more than its size; past
+// it the least recently touched is evicted, full or not.
 type Buckets[K comparable] struct {
 	limit quota.Limit
 	t     *Table[K, quota.State]
 }
+
+// trimFrom is the fewest keys a Buckets trims before inserting one: below
+// it, keeping a few full buckets costs less than making them again.
+const trimFrom = 64
 
 // NewBuckets returns an empty table of buckets of limit l, for at most
 // size keys.
@@ -116,11 +134,16 @@ func (b *Buckets[K]) Check(key K, now, cost int64) quota.Outcome {
 }
 
 func (b *Buckets[K]) decide(key K, now, cost int64, consume bool) quota.Outcome {
-	if _, ok := b.t.Peek(key); !ok {
-		b.Trim(now)
+	e, ok := b.t.m[key]
+	if ok {
+		b.t.touch(e)
+	} else {
+		if b.t.Len() >= trimFrom {
+			b.Trim(now)
+		}
+		e = b.t.insert(key, quota.State{})
 	}
-	s, _ := b.t.Get(key, quota.State{})
-	return b.limit.Decide(s, now, cost, consume)
+	return b.limit.Decide(&e.v, now, cost, consume)
 }
 
 // Trim drops, from the least recently touched end, the buckets that are

@@ -109,17 +109,18 @@ func TestBucketsTakeAndRefuse(t *testing.T) {
 	}
 }
 
-// Before a new key is inserted, full buckets at the least recently
-// touched end are dropped; past the size the least recently touched is
-// evicted, full or not, and comes back full.
+// Before a new key is inserted (into a table of trimFrom keys or more),
+// full buckets at the least recently touched end are dropped; past the
+// size the least recently touched is evicted, full or not, and comes back
+// full.
 func TestBucketsTrimAndBound(t *testing.T) {
 	lim := quota.Limit{Algorithm: quota.TokenBucket, Limit: 10, Period: time.Second} // full 100ms after one is taken
-	b := NewBuckets[int](lim, 50)
+	b := NewBuckets[int](lim, 1000)
 	for i := range 5000 {
 		if o := b.Take(i, at(time.Duration(i)*time.Millisecond), 1); !o.Allowed {
 			t.Fatalf("key %d: %+v", i, o)
 		}
-		if b.Len() > 101 {
+		if b.Len() > 102 {
 			t.Fatalf("after key %d: %d held, want those of the last 100ms", i, b.Len())
 		}
 	}
@@ -127,30 +128,52 @@ func TestBucketsTrimAndBound(t *testing.T) {
 	if b.Len() != 0 {
 		t.Fatalf("%d held an hour later, want 0", b.Len())
 	}
+	// A table of fewer than trimFrom keeps its full buckets.
+	for i := range trimFrom - 1 {
+		b.Take(i, at(time.Hour), 1)
+	}
+	b.Take(trimFrom-1, at(time.Hour+time.Second), 1)
+	if b.Len() != trimFrom {
+		t.Fatalf("%d held, want %d", b.Len(), trimFrom)
+	}
+	// At trimFrom, a new key drops the full ones: all but the last. A
+	// refused new key is held (touched), full, and trimmed as such.
+	if o := b.Take(1000, at(time.Hour+time.Second), 11); o.Allowed {
+		t.Fatalf("more than the capacity: %+v", o)
+	}
+	if b.Len() != 2 {
+		t.Fatalf("%d held, want the last two keys", b.Len())
+	}
+	b.Trim(at(time.Hour + 2*time.Second))
+	if b.Len() != 0 {
+		t.Fatalf("%d held once both are full, want 0", b.Len())
+	}
 	// Not full: the size bounds the table and evicts the oldest.
+	s := NewBuckets[int](lim, 50)
 	for i := range 500 {
-		b.Take(i, at(0), 10)
-		if b.Len() > 50 {
-			t.Fatalf("%d held, over the size 50", b.Len())
+		s.Take(i, at(0), 10)
+		if s.Len() > 50 {
+			t.Fatalf("%d held, over the size 50", s.Len())
 		}
 	}
-	if b.Len() != 50 {
-		t.Fatalf("%d held, want 50", b.Len())
+	if s.Len() != 50 {
+		t.Fatalf("%d held, want 50", s.Len())
 	}
-	if o := b.Take(0, at(0), 10); !o.Allowed {
+	if o := s.Take(0, at(0), 10); !o.Allowed {
 		t.Fatalf("an evicted key starts full: %+v", o)
 	}
-	if o := b.Take(499, at(0), 1); o.Allowed {
+	if o := s.Take(499, at(0), 1); o.Allowed {
 		t.Fatalf("a kept key kept its state: %+v", o)
 	}
-	// A refused new key is held (touched), full, and trimmed as such.
-	b.Trim(at(time.Hour))
-	b.Take(1000, at(time.Hour), 11)
-	if b.Len() != 1 {
-		t.Fatalf("%d held, want the refused key's full bucket only", b.Len())
-	}
-	b.Take(1001, at(time.Hour), 1)
-	if _, ok := b.t.Peek(1000); ok {
-		t.Fatal("a full bucket was kept when a new key came")
+}
+
+// A take on a held key: one map lookup, a move to the front, one Decide.
+func BenchmarkBucketsTake(b *testing.B) {
+	bk := NewBuckets[string](quota.Limit{Algorithm: quota.TokenBucket, Limit: 5000, Period: time.Second}, 1<<16)
+	keys := []string{"ten_a", "ten_b", "ten_c", "ten_d"}
+	now := t0
+	for i := 0; b.Loop(); i++ {
+		now += int64(time.Millisecond)
+		bk.Take(keys[i%len(keys)], now, 1)
 	}
 }
