@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/keyed"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/reserve"
 )
 
@@ -72,19 +73,25 @@ func (h settleRoutes) settle(c echo.Context) error {
 // writes. Checks without reserve are not limited by it.
 const ReservesPerSecond = 5000
 
-// reserveLimiter holds a token bucket per tenant; tenants are authenticated
-// and capped by the operator, so the map is bounded. In front of it, held
+// maxReserveTenants bounds the tenants whose reservation buckets a server
+// holds at once. A bucket full again is dropped before a new tenant's is
+// made, so only tenants reserving within the last second count; past the
+// bound the least recently active tenant's bucket is evicted.
+const maxReserveTenants = 1 << 16
+
+// reserveLimiter holds a token bucket per tenant (ReservesPerSecond a
+// second, bursts of as many) in a bounded table. In front of it, held
 // refuses a tenant the worker's cluster-wide limit refused lately
-// (writelimit.go).
+// (writelimit.go). The zero value is ready to use.
 type reserveLimiter struct {
-	now  func() time.Time
-	held heldOff
-	mu   sync.Mutex
-	m    map[string]*rate.Limiter
+	now     func() time.Time
+	held    heldOff
+	mu      sync.Mutex
+	buckets *keyed.Buckets[string]
 }
 
 // allow takes n reservations from tenant's bucket, or refuses with the
-// error to answer.
+// error to answer; a refusal takes nothing.
 func (l *reserveLimiter) allow(tenant string, n int) error {
 	if n == 0 {
 		return nil
@@ -93,20 +100,17 @@ func (l *reserveLimiter) allow(tenant string, n int) error {
 	if l.now != nil {
 		now = l.now
 	}
-	if err := l.held.check(tenant, now()); err != nil {
+	t := now()
+	if err := l.held.check(tenant, t); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	lim := l.m[tenant]
-	if lim == nil {
-		if l.m == nil {
-			l.m = map[string]*rate.Limiter{}
-		}
-		lim = rate.NewLimiter(ReservesPerSecond, ReservesPerSecond)
-		l.m[tenant] = lim
+	if l.buckets == nil {
+		l.buckets = keyed.NewBuckets[string](quota.Limit{Algorithm: quota.TokenBucket, Limit: ReservesPerSecond, Period: time.Second}, maxReserveTenants)
 	}
+	o := l.buckets.Take(tenant, t.UnixNano(), int64(n))
 	l.mu.Unlock()
-	if !lim.AllowN(time.Now(), n) {
+	if !o.Allowed {
 		return errs.Errorf(errs.RateLimited, "reserve: more than %d reservations a second for this tenant on this server; try again shortly", ReservesPerSecond)
 	}
 	return nil

@@ -32,7 +32,7 @@ var layers = map[string]int{
 	"internal/bus": 5, "internal/limitsfile": 5, "internal/service/servicetest": 5,
 	"internal/service": 6,
 	"internal/tenants": 7, "internal/reserve": 7, "internal/sqlitedb": 7, "internal/rlsconf": 7,
-	"internal/route": 8,
+	"internal/route": 8, "internal/keyed": 8,
 	"internal/quota": 9, "internal/errs": 9, "internal/httpsec": 9, "internal/logging": 9,
 	"internal/tick": 9, "internal/ui/views": 9,
 	// Embedded files only: the dashboard's static assets, the SQL migrations.
@@ -60,8 +60,6 @@ var longFuncs = map[string]string{
 	"cmd/sluice-bench.workerCase":             "a benchmark scenario, read top to bottom",
 	"cmd/sluice-bench.runTenantsBench":        "a benchmark scenario, read top to bottom",
 	"cmd/sluice-bench.runFlood":               "a benchmark scenario, read top to bottom",
-	"internal/cli.cmdUsage":                   "one verb's flags, pages and three output forms; to split",
-	"internal/limitsfile.Diff":                "one pass over every kind of object; to split by kind",
 	"internal/engine.Engine.PeekCaller":       "to split: finding the caller's buckets and reading each",
 	"internal/engine.Engine.check":            "to split: identity, routing and deciding",
 	"internal/engine.Engine.decideDescriptor": "to split: the override, the refund and the answer",

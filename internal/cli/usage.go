@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"text/tabwriter"
@@ -17,6 +18,34 @@ import (
 // page of the export: the range and its total, then a table; or the API's
 // CSV file, or each page's JSON.
 func cmdUsage(ctx context.Context, e *env, args []string) error {
+	f, err := parseUsageFlags(e, args)
+	if err != nil {
+		return err
+	}
+	tc, err := e.tenant()
+	if err != nil {
+		return err
+	}
+	out := usageOutput{w: e.Stdout, group: f.group, asJSON: f.asJSON}
+	if f.asCSV {
+		out.csv = service.NewUsageCSV(e.Stdout)
+	}
+	if err := fetchUsage(ctx, tc, f.query(), out.page); err != nil {
+		return err
+	}
+	return out.flush()
+}
+
+// usageFlags are sluice usage's flags, checked.
+type usageFlags struct {
+	from, to, group string
+	asCSV, asJSON   bool
+	limit           int
+}
+
+// parseUsageFlags reads and checks sluice usage's flags; --month becomes
+// --from and --to.
+func parseUsageFlags(e *env, args []string) (usageFlags, error) {
 	fs := e.flags()
 	from := fs.String("from", "", "the first day, a date such as 2027-01-01 or an RFC 3339 time (default: the month's first)")
 	to := fs.String("to", "", "the last day, included (default: today, or --from's month's last with --month)")
@@ -27,53 +56,58 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 	limit := fs.Int("page", 0, "rows per request (default the server's, 100000)")
 	pos, err := e.parse(fs, args)
 	if err != nil {
-		return err
+		return usageFlags{}, err
 	}
 	switch {
 	case len(pos) > 0:
-		return usageError("unexpected argument %q", pos[0])
+		return usageFlags{}, usageError("unexpected argument %q", pos[0])
 	case *group != service.UsageByKey && *group != service.UsageByPolicy:
-		return usageError("--group %q: must be key or policy", *group)
+		return usageFlags{}, usageError("--group %q: must be key or policy", *group)
 	case *limit < 0:
-		return usageError("--page %d: must be positive", *limit)
+		return usageFlags{}, usageError("--page %d: must be positive", *limit)
 	case *asCSV && *asJSON:
-		return usageError("--csv and --json: give one or the other")
+		return usageFlags{}, usageError("--csv and --json: give one or the other")
 	case *month != "" && (*from != "" || *to != ""):
-		return usageError("--month and --from/--to: give one or the other")
+		return usageFlags{}, usageError("--month and --from/--to: give one or the other")
 	}
 	if *month != "" {
 		first, err := time.Parse("2006-01", *month)
 		if err != nil {
-			return usageError("--month %q: must be a month such as 2027-01", *month)
+			return usageFlags{}, usageError("--month %q: must be a month such as 2027-01", *month)
 		}
 		*from, *to = first.Format(time.DateOnly), first.AddDate(0, 1, -1).Format(time.DateOnly)
 	}
-	tc, err := e.tenant()
-	if err != nil {
-		return err
+	return usageFlags{from: *from, to: *to, group: *group, asCSV: *asCSV, asJSON: *asJSON, limit: *limit}, nil
+}
+
+// query is the first page's query.
+func (f usageFlags) query() url.Values {
+	q := url.Values{"group": {f.group}}
+	if f.from != "" {
+		q.Set("from", f.from)
 	}
-	q := url.Values{"group": {*group}}
-	if *from != "" {
-		q.Set("from", *from)
+	if f.to != "" {
+		q.Set("to", f.to)
 	}
-	if *to != "" {
-		q.Set("to", *to)
+	if f.limit > 0 {
+		q.Set("limit", strconv.Itoa(f.limit))
 	}
-	if *limit > 0 {
-		q.Set("limit", strconv.Itoa(*limit))
-	}
-	var cw *service.UsageCSV
-	var tw *tabwriter.Writer
-	if *asCSV {
-		cw = service.NewUsageCSV(e.Stdout)
-	}
-	var page struct {
-		From, To   string
-		TimeZone   string             `json:"time_zone"`
-		Total      int64              `json:"total"`
-		Rows       []service.UsageRow `json:"usage"`
-		NextCursor string             `json:"next_cursor"`
-	}
+	return q
+}
+
+// usagePage is one page of GET /v1/usage.
+type usagePage struct {
+	From, To   string
+	TimeZone   string             `json:"time_zone"`
+	Total      int64              `json:"total"`
+	Rows       []service.UsageRow `json:"usage"`
+	NextCursor string             `json:"next_cursor"`
+}
+
+// fetchUsage asks for every page of GET /v1/usage from q on, following
+// the cursor, and hands each, raw and decoded, to each in order.
+func fetchUsage(ctx context.Context, tc *client, q url.Values, each func(raw json.RawMessage, page *usagePage) error) error {
+	var page usagePage
 	for {
 		page.Rows, page.NextCursor = nil, ""
 		var raw json.RawMessage
@@ -83,45 +117,67 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 		if err := json.Unmarshal(raw, &page); err != nil {
 			return fmt.Errorf("GET /v1/usage: the answer is not what Sluice sends: %v", err)
 		}
-		switch {
-		case *asJSON:
-			fmt.Fprintf(e.Stdout, "%s\n", raw)
-		case cw != nil:
-			if err := cw.Write(page.Rows); err != nil {
-				return err
-			}
-		case tw == nil:
-			// The first page names the range the server chose.
-			fmt.Fprintf(e.Stdout, "Usage from %s to %s (%s): %d %s\n", page.From, page.To, page.TimeZone, page.Total, plural(int(page.Total), "unit", "units"))
-			tw = tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-			if *group == service.UsageByKey {
-				fmt.Fprintln(tw, "DAY\tKEY\tPOLICY\tUNITS")
-			} else {
-				fmt.Fprintln(tw, "DAY\tPOLICY\tUNITS")
-			}
-		}
-		if tw != nil {
-			for _, r := range page.Rows {
-				if *group == service.UsageByKey {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.Day, keyLabel(r), r.Policy, r.Units)
-				} else {
-					fmt.Fprintf(tw, "%s\t%s\t%d\n", r.Day, r.Policy, r.Units)
-				}
-			}
+		if err := each(raw, &page); err != nil {
+			return err
 		}
 		if page.NextCursor == "" {
-			break
+			return nil
 		}
 		if page.NextCursor == q.Get("cursor") || len(page.Rows) == 0 {
 			return fmt.Errorf("GET /v1/usage: a page made no progress; is --url a Sluice server?")
 		}
 		q.Set("cursor", page.NextCursor)
 	}
+}
+
+// usageOutput prints usage pages in one of three forms: each page's JSON,
+// the API's CSV file, or the range and its total then a table.
+type usageOutput struct {
+	w      io.Writer
+	group  string
+	asJSON bool
+	csv    *service.UsageCSV
+	tw     *tabwriter.Writer
+}
+
+// page prints one page.
+func (o *usageOutput) page(raw json.RawMessage, page *usagePage) error {
 	switch {
-	case cw != nil:
-		return cw.Flush()
-	case tw != nil:
-		return tw.Flush()
+	case o.asJSON:
+		fmt.Fprintf(o.w, "%s\n", raw)
+	case o.csv != nil:
+		if err := o.csv.Write(page.Rows); err != nil {
+			return err
+		}
+	case o.tw == nil:
+		// The first page names the range the server chose.
+		fmt.Fprintf(o.w, "Usage from %s to %s (%s): %d %s\n", page.From, page.To, page.TimeZone, page.Total, plural(int(page.Total), "unit", "units"))
+		o.tw = tabwriter.NewWriter(o.w, 0, 0, 2, ' ', 0)
+		if o.group == service.UsageByKey {
+			fmt.Fprintln(o.tw, "DAY\tKEY\tPOLICY\tUNITS")
+		} else {
+			fmt.Fprintln(o.tw, "DAY\tPOLICY\tUNITS")
+		}
+	}
+	if o.tw != nil {
+		for _, r := range page.Rows {
+			if o.group == service.UsageByKey {
+				fmt.Fprintf(o.tw, "%s\t%s\t%s\t%d\n", r.Day, keyLabel(r), r.Policy, r.Units)
+			} else {
+				fmt.Fprintf(o.tw, "%s\t%s\t%d\n", r.Day, r.Policy, r.Units)
+			}
+		}
+	}
+	return nil
+}
+
+// flush ends the output: the CSV file's or the table's buffered rows.
+func (o *usageOutput) flush() error {
+	switch {
+	case o.csv != nil:
+		return o.csv.Flush()
+	case o.tw != nil:
+		return o.tw.Flush()
 	}
 	return nil
 }

@@ -94,8 +94,30 @@ func (p Plan) Empty() bool {
 // file, reported with its line. Blocks expired at now count as gone.
 func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 	var plan Plan
-	var probs Problems
+	policies, live := diffPolicies(f, s, prune)
+	plan.Changes = append(plan.Changes, policies...)
+	if f.HasKeys {
+		keys, probs := diffKeys(f, s, prune, live)
+		if len(probs) > 0 {
+			return Plan{}, probs
+		}
+		plan.Changes = append(plan.Changes, keys...)
+	}
+	if f.HasBlocks {
+		plan.Changes = append(plan.Changes, diffBlocks(f, s, prune, now)...)
+	}
+	slices.SortStableFunc(plan.Changes, func(a, b Change) int {
+		return cmp.Or(cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]), cmp.Compare(a.Action, b.Action), cmp.Compare(a.Name, b.Name))
+	})
+	return plan, nil
+}
 
+// diffPolicies compares the file's policies with the tenant's. live keeps
+// of a key's overrides those naming a policy the tenant has or the file
+// names: an override naming a policy that is gone is inert on the server
+// (it applies again if a policy of that name comes back); it is not what
+// the file manages, so it takes no part in the comparison.
+func diffPolicies(f *File, s State, prune bool) (changes []Change, live func(map[string]tenants.Limits) map[string]tenants.Limits) {
 	current := map[string]tenants.Policy{}
 	for _, p := range s.Policies {
 		current[p.Name] = p
@@ -105,11 +127,11 @@ func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 		named[want.Name] = true
 		have, ok := current[want.Name]
 		if !ok {
-			plan.Changes = append(plan.Changes, Change{Kind: "policy", Name: want.Name, Action: Create, Fields: diffFields(nil, policyFields(want)), Policy: want})
+			changes = append(changes, Change{Kind: "policy", Name: want.Name, Action: Create, Fields: diffFields(nil, policyFields(want)), Policy: want})
 			continue
 		}
 		if fs := diffFields(policyFields(have), policyFields(want)); len(fs) > 0 {
-			plan.Changes = append(plan.Changes, Change{Kind: "policy", Name: want.Name, Action: Update, Fields: fs, ID: have.ID, Policy: want})
+			changes = append(changes, Change{Kind: "policy", Name: want.Name, Action: Update, Fields: fs, ID: have.ID, Policy: want})
 		}
 	}
 	for _, have := range s.Policies {
@@ -120,13 +142,9 @@ func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 		if prune {
 			c.Action, c.Fields = Delete, diffFields(policyFields(have), nil)
 		}
-		plan.Changes = append(plan.Changes, c)
+		changes = append(changes, c)
 	}
-
-	// An override naming a policy that is gone is inert on the server
-	// (it applies again if a policy of that name comes back); it is not
-	// what the file manages, so it takes no part in the comparison.
-	live := func(ov map[string]tenants.Limits) map[string]tenants.Limits {
+	live = func(ov map[string]tenants.Limits) map[string]tenants.Limits {
 		out := map[string]tenants.Limits{}
 		for name, ls := range ov {
 			if _, ok := current[name]; ok || named[name] {
@@ -135,115 +153,125 @@ func Diff(f *File, s State, prune bool, now time.Time) (Plan, error) {
 		}
 		return out
 	}
-	if f.HasKeys {
-		active := map[string]tenants.ConsumerKey{}
-		for _, k := range s.Keys {
-			if k.RevokedAt == nil {
-				active[k.ID] = k
-			}
-		}
-		inFile := map[string]bool{}
-		for i, want := range f.Keys {
-			inFile[want.ID] = true
-			have, ok := active[want.ID]
-			if !ok {
-				field := fmt.Sprintf("keys[%d].id", i)
-				probs = append(probs, Problem{File: f.Name, Line: f.line(field), Field: field, Message: fmt.Sprintf("the tenant has no active consumer key %q (keys are made with sluice keys create)", want.ID)})
-				continue
-			}
-			var patch tenants.KeyPatch
-			var fs []FieldChange
-			if want.Name != "" && want.Name != have.Name {
-				patch.Name = &want.Name
-				fs = append(fs, FieldChange{"name", have.Name, want.Name})
-			}
-			if want.Tier != "" && want.Tier != have.Tier {
-				patch.Tier = &want.Tier
-				fs = append(fs, FieldChange{"tier", have.Tier, want.Tier})
-			}
-			if ofs := diffFields(overrideFields(live(have.Overrides)), overrideFields(want.Overrides)); len(ofs) > 0 {
-				ov := maps.Clone(want.Overrides)
-				if ov == nil {
-					ov = map[string]tenants.Limits{}
-				}
-				patch.Overrides = &ov
-				fs = append(fs, ofs...)
-			}
-			if len(fs) > 0 {
-				plan.Changes = append(plan.Changes, Change{Kind: "key", Name: keyName(have), Action: Update, Fields: fs, ID: have.ID, Patch: patch})
-			}
-		}
-		for _, have := range s.Keys {
-			ov := live(have.Overrides)
-			if have.RevokedAt != nil || inFile[have.ID] || len(ov) == 0 {
-				continue // a key without overrides holds no limits to prune
-			}
-			c := Change{Kind: "key", Name: keyName(have), Action: NotInFile, ID: have.ID}
-			if prune {
-				empty := map[string]tenants.Limits{}
-				c.Action, c.Patch.Overrides = Update, &empty
-				c.Fields = diffFields(overrideFields(ov), nil)
-			}
-			plan.Changes = append(plan.Changes, c)
-		}
-	}
+	return changes, live
+}
 
-	if f.HasBlocks {
-		// An identity may hold several blocks (the API allows it, and an
-		// apply stopped between a replace's create and its delete leaves
-		// two). The file names one block per identity: one that matches is
-		// kept, or the newest is replaced, and the others are deleted.
-		have := map[tenants.Identity][]tenants.Block{}
-		for _, b := range s.Blocks {
-			if b.Active(now) {
-				id := tenants.NormalizeIdentity(b.Identity)
-				have[id] = append(have[id], b)
-			}
+// diffKeys compares the file's keys with the tenant's active ones: a key
+// the file names that the tenant does not have is a problem of the file.
+// A key the file does not name loses its live overrides with prune.
+func diffKeys(f *File, s State, prune bool, live func(map[string]tenants.Limits) map[string]tenants.Limits) (changes []Change, probs Problems) {
+	active := map[string]tenants.ConsumerKey{}
+	for _, k := range s.Keys {
+		if k.RevokedAt == nil {
+			active[k.ID] = k
 		}
-		inFile := map[tenants.Identity]bool{}
-		for _, want := range f.Blocks {
-			id := tenants.NormalizeIdentity(want.Identity)
-			inFile[id] = true
-			nb := tenants.Block{Identity: id, Reason: want.Reason, ExpiresAt: want.ExpiresAt}
-			blocks := have[id]
-			if len(blocks) == 0 {
-				plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id), Action: Create, Fields: diffFields(nil, blockFields(nb)), Block: nb})
-				continue
-			}
-			keep := slices.IndexFunc(blocks, func(b tenants.Block) bool {
-				return len(diffFields(blockFields(b), blockFields(nb))) == 0
-			})
-			if keep < 0 {
-				keep = 0
-				plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id), Action: Replace,
-					Fields: diffFields(blockFields(blocks[0]), blockFields(nb)), ID: blocks[0].ID, Block: nb})
-			}
-			for i, b := range blocks {
-				if i != keep {
-					plan.Changes = append(plan.Changes, Change{Kind: "block", Name: identityName(id) + " (another block, " + b.ID + ")",
-						Action: Delete, Fields: diffFields(blockFields(b), nil), ID: b.ID})
-				}
-			}
+	}
+	inFile := map[string]bool{}
+	for i, want := range f.Keys {
+		inFile[want.ID] = true
+		have, ok := active[want.ID]
+		if !ok {
+			field := fmt.Sprintf("keys[%d].id", i)
+			probs = append(probs, Problem{File: f.Name, Line: f.line(field), Field: field, Message: fmt.Sprintf("the tenant has no active consumer key %q (keys are made with sluice keys create)", want.ID)})
+			continue
 		}
-		for _, b := range s.Blocks {
+		if c, ok := diffKey(have, want, live); ok {
+			changes = append(changes, c)
+		}
+	}
+	for _, have := range s.Keys {
+		ov := live(have.Overrides)
+		if have.RevokedAt != nil || inFile[have.ID] || len(ov) == 0 {
+			continue // a key without overrides holds no limits to prune
+		}
+		c := Change{Kind: "key", Name: keyName(have), Action: NotInFile, ID: have.ID}
+		if prune {
+			empty := map[string]tenants.Limits{}
+			c.Action, c.Patch.Overrides = Update, &empty
+			c.Fields = diffFields(overrideFields(ov), nil)
+		}
+		changes = append(changes, c)
+	}
+	return changes, probs
+}
+
+// diffKey is the update that makes the tenant's key have what the file's
+// want says, if it needs one.
+func diffKey(have tenants.ConsumerKey, want Key, live func(map[string]tenants.Limits) map[string]tenants.Limits) (Change, bool) {
+	var patch tenants.KeyPatch
+	var fs []FieldChange
+	if want.Name != "" && want.Name != have.Name {
+		patch.Name = &want.Name
+		fs = append(fs, FieldChange{"name", have.Name, want.Name})
+	}
+	if want.Tier != "" && want.Tier != have.Tier {
+		patch.Tier = &want.Tier
+		fs = append(fs, FieldChange{"tier", have.Tier, want.Tier})
+	}
+	if ofs := diffFields(overrideFields(live(have.Overrides)), overrideFields(want.Overrides)); len(ofs) > 0 {
+		ov := maps.Clone(want.Overrides)
+		if ov == nil {
+			ov = map[string]tenants.Limits{}
+		}
+		patch.Overrides = &ov
+		fs = append(fs, ofs...)
+	}
+	if len(fs) == 0 {
+		return Change{}, false
+	}
+	return Change{Kind: "key", Name: keyName(have), Action: Update, Fields: fs, ID: have.ID, Patch: patch}, true
+}
+
+// diffBlocks compares the file's blocks with the tenant's active ones. An
+// identity may hold several blocks (the API allows it, and an apply
+// stopped between a replace's create and its delete leaves two). The file
+// names one block per identity: one that matches is kept, or the newest
+// is replaced, and the others are deleted.
+func diffBlocks(f *File, s State, prune bool, now time.Time) (changes []Change) {
+	have := map[tenants.Identity][]tenants.Block{}
+	for _, b := range s.Blocks {
+		if b.Active(now) {
 			id := tenants.NormalizeIdentity(b.Identity)
-			if !b.Active(now) || inFile[id] {
-				continue
-			}
-			c := Change{Kind: "block", Name: identityName(id), Action: NotInFile, ID: b.ID}
-			if prune {
-				c.Action, c.Fields = Delete, diffFields(blockFields(b), nil)
-			}
-			plan.Changes = append(plan.Changes, c)
+			have[id] = append(have[id], b)
 		}
 	}
-	if len(probs) > 0 {
-		return Plan{}, probs
+	inFile := map[tenants.Identity]bool{}
+	for _, want := range f.Blocks {
+		id := tenants.NormalizeIdentity(want.Identity)
+		inFile[id] = true
+		nb := tenants.Block{Identity: id, Reason: want.Reason, ExpiresAt: want.ExpiresAt}
+		blocks := have[id]
+		if len(blocks) == 0 {
+			changes = append(changes, Change{Kind: "block", Name: identityName(id), Action: Create, Fields: diffFields(nil, blockFields(nb)), Block: nb})
+			continue
+		}
+		keep := slices.IndexFunc(blocks, func(b tenants.Block) bool {
+			return len(diffFields(blockFields(b), blockFields(nb))) == 0
+		})
+		if keep < 0 {
+			keep = 0
+			changes = append(changes, Change{Kind: "block", Name: identityName(id), Action: Replace,
+				Fields: diffFields(blockFields(blocks[0]), blockFields(nb)), ID: blocks[0].ID, Block: nb})
+		}
+		for i, b := range blocks {
+			if i != keep {
+				changes = append(changes, Change{Kind: "block", Name: identityName(id) + " (another block, " + b.ID + ")",
+					Action: Delete, Fields: diffFields(blockFields(b), nil), ID: b.ID})
+			}
+		}
 	}
-	slices.SortStableFunc(plan.Changes, func(a, b Change) int {
-		return cmp.Or(cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]), cmp.Compare(a.Action, b.Action), cmp.Compare(a.Name, b.Name))
-	})
-	return plan, nil
+	for _, b := range s.Blocks {
+		id := tenants.NormalizeIdentity(b.Identity)
+		if !b.Active(now) || inFile[id] {
+			continue
+		}
+		c := Change{Kind: "block", Name: identityName(id), Action: NotInFile, ID: b.ID}
+		if prune {
+			c.Action, c.Fields = Delete, diffFields(blockFields(b), nil)
+		}
+		changes = append(changes, c)
+	}
+	return changes
 }
 
 var kindOrder = map[string]int{"policy": 0, "key": 1, "block": 2}

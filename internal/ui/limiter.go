@@ -1,12 +1,12 @@
 package ui
 
 import (
-	"container/list"
 	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -34,14 +34,13 @@ import (
 // The state lives in this process only; each server limits on its own.
 // Safe for concurrent use.
 type loginLimiter struct {
-	perAddr, perPair bucketLimit
-	delay            delayRule
-	seed             maphash.Seed
+	delay delayRule
+	seed  maphash.Seed
 
 	mu     sync.Mutex
-	addrs  lruTable[bucket]
-	pairs  lruTable[bucket]
-	emails lruTable[failScore]
+	addrs  *keyed.Buckets[uint64]
+	pairs  *keyed.Buckets[uint64]
+	emails *keyed.Table[uint64, failScore]
 }
 
 // Default sign-in limits: 20 attempts per address and 5 per email and
@@ -90,14 +89,27 @@ func (r delayRule) maxScore() float64 {
 
 func newLoginLimiter(perPair, perAddr quota.Limit, delay delayRule, maxEntries int) *loginLimiter {
 	return &loginLimiter{
-		perAddr: bucketLimit{capacity: float64(perAddr.Limit), period: perAddr.Period},
-		perPair: bucketLimit{capacity: float64(perPair.Limit), period: perPair.Period},
-		delay:   delay,
-		seed:    maphash.MakeSeed(),
-		addrs:   newLRU[bucket](maxEntries),
-		pairs:   newLRU[bucket](maxEntries),
-		emails:  newLRU[failScore](maxEntries),
+		delay:  delay,
+		seed:   maphash.MakeSeed(),
+		addrs:  keyed.NewBuckets[uint64](tokenBucket(perAddr), maxEntries),
+		pairs:  keyed.NewBuckets[uint64](tokenBucket(perPair), maxEntries),
+		emails: keyed.NewTable[uint64, failScore](maxEntries),
 	}
+}
+
+// tokenBucket is l as a token bucket of Limit attempts refilled evenly
+// over Period: the sign-in and per-user limits have no burst of their own.
+func tokenBucket(l quota.Limit) quota.Limit {
+	return quota.Limit{Algorithm: quota.TokenBucket, Limit: l.Limit, Period: l.Period}
+}
+
+// refusal is how long a refused outcome o of limit l says to wait: its
+// RetryAfter, or l's period for a limit that never admits.
+func refusal(o quota.Outcome, l quota.Limit) time.Duration {
+	if o.RetryAfter == quota.Never || o.RetryAfter <= 0 {
+		return max(l.Period, time.Second)
+	}
+	return o.RetryAfter
 }
 
 // attempt takes one sign-in attempt for email from addr at now. It is
@@ -114,18 +126,24 @@ func (l *loginLimiter) attempt(email, addr string, now time.Time) (ok bool, wait
 	emailKey := maphash.String(l.seed, email)
 	pairKey := maphash.String(l.seed, ip+"\x00"+email)
 
+	t := now.UnixNano()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.trim(now)
-	a := l.addrs.get(addrKey, now, bucket{tokens: l.perAddr.capacity})
-	p := l.pairs.get(pairKey, now, bucket{tokens: l.perPair.capacity})
-	waitA, waitP := l.perAddr.take(a, now, false), l.perPair.take(p, now, false)
-	if waitA > 0 || waitP > 0 {
+	a, p := l.addrs.Check(addrKey, t, 1), l.pairs.Check(pairKey, t, 1)
+	if !a.Allowed || !p.Allowed {
+		var waitA, waitP time.Duration
+		if !a.Allowed {
+			waitA = refusal(a, l.addrs.Limit())
+		}
+		if !p.Allowed {
+			waitP = refusal(p, l.pairs.Limit())
+		}
 		return false, max(waitA, waitP), 0
 	}
-	l.perAddr.take(a, now, true)
-	l.perPair.take(p, now, true)
-	if s, ok := l.emails.peek(emailKey); ok {
+	l.addrs.Take(addrKey, t, 1)
+	l.pairs.Take(pairKey, t, 1)
+	if s, ok := l.emails.Peek(emailKey); ok {
 		return true, 0, l.delay.after(s.at(now, l.delay.Fade))
 	}
 	return true, 0, 0
@@ -137,49 +155,19 @@ func (l *loginLimiter) failed(email string, now time.Time) {
 	key := maphash.String(l.seed, email)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.emails.get(key, now, failScore{})
+	s, _ := l.emails.Get(key, failScore{})
 	s.score = min(s.at(now, l.delay.Fade)+1, l.delay.maxScore())
 	s.since = now
 }
 
 // trim drops, from the least recently touched end of each table, the
-// entries that are back at their starting state: a bucket untouched for
-// its whole period is full again, and a score fades by maxScore Fades.
+// entries that are back at their starting state: a bucket full again, and
+// a score last raised maxScore Fades ago.
 func (l *loginLimiter) trim(now time.Time) {
-	l.addrs.dropIdle(now.Add(-l.perAddr.period))
-	l.pairs.dropIdle(now.Add(-l.perPair.period))
-	l.emails.dropIdle(now.Add(-time.Duration(l.delay.maxScore() * float64(l.delay.Fade))))
-}
-
-// bucketLimit is a token bucket's shape: capacity tokens, refilled evenly
-// over period.
-type bucketLimit struct {
-	capacity float64
-	period   time.Duration
-}
-
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-// take refills b to now and, when a token is there, takes it if charge
-// is set; it returns 0, or how long until a token is there.
-func (bl bucketLimit) take(b *bucket, now time.Time, charge bool) time.Duration {
-	rate := bl.capacity / bl.period.Seconds() // tokens a second
-	if !b.at.IsZero() && now.After(b.at) {
-		b.tokens = min(bl.capacity, b.tokens+now.Sub(b.at).Seconds()*rate)
-	}
-	if b.at.IsZero() || now.After(b.at) {
-		b.at = now
-	}
-	if b.tokens >= 1 {
-		if charge {
-			b.tokens--
-		}
-		return 0
-	}
-	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
+	l.addrs.Trim(now.UnixNano())
+	l.pairs.Trim(now.UnixNano())
+	cutoff := now.Add(-time.Duration(l.delay.maxScore() * float64(l.delay.Fade)))
+	l.emails.DropWhile(func(s *failScore) bool { return s.since.Before(cutoff) })
 }
 
 // failScore is an email's recent failures, fading linearly.
@@ -195,67 +183,6 @@ func (s failScore) at(now time.Time, fade time.Duration) float64 {
 	return max(0, s.score-float64(now.Sub(s.since))/float64(fade))
 }
 
-// lruTable is a map bounded to max entries, kept in the order they were
-// last touched. Not safe for concurrent use: loginLimiter.mu guards it.
-type lruTable[V any] struct {
-	max   int
-	m     map[uint64]*list.Element
-	order list.List // of *lruEntry[V]; front: most recently touched
-}
-
-type lruEntry[V any] struct {
-	key     uint64
-	touched time.Time
-	v       V
-}
-
-func newLRU[V any](size int) lruTable[V] {
-	return lruTable[V]{max: size, m: make(map[uint64]*list.Element)}
-}
-
-// get returns key's value, creating it as zero when absent (evicting the
-// least recently touched entry when the table is full), and marks it
-// touched at now.
-func (t *lruTable[V]) get(key uint64, now time.Time, zero V) *V {
-	if el, ok := t.m[key]; ok {
-		t.order.MoveToFront(el)
-		e := el.Value.(*lruEntry[V])
-		e.touched = now
-		return &e.v
-	}
-	if t.order.Len() >= t.max {
-		oldest := t.order.Back()
-		delete(t.m, oldest.Value.(*lruEntry[V]).key)
-		t.order.Remove(oldest)
-	}
-	e := &lruEntry[V]{key: key, touched: now, v: zero}
-	t.m[key] = t.order.PushFront(e)
-	return &e.v
-}
-
-// peek returns key's value without touching it.
-func (t *lruTable[V]) peek(key uint64) (V, bool) {
-	if el, ok := t.m[key]; ok {
-		return el.Value.(*lruEntry[V]).v, true
-	}
-	var zero V
-	return zero, false
-}
-
-// dropIdle removes the entries last touched before cutoff.
-func (t *lruTable[V]) dropIdle(cutoff time.Time) {
-	for el := t.order.Back(); el != nil; el = t.order.Back() {
-		e := el.Value.(*lruEntry[V])
-		if !e.touched.Before(cutoff) {
-			return
-		}
-		delete(t.m, e.key)
-		t.order.Remove(el)
-	}
-}
-
-func (t *lruTable[V]) len() int { return t.order.Len() }
-
 // userLimiter is a token bucket per signed-in user, for dashboard actions
 // that answer something an attacker could use one attempt at a time (an
 // email change says, in the end, whether an address was free), or per
@@ -263,17 +190,15 @@ func (t *lruTable[V]) len() int { return t.order.Len() }
 // at most maxEntries users, evicting the least recently touched. Safe for
 // concurrent use.
 type userLimiter struct {
-	limit bucketLimit
-
 	mu    sync.Mutex
-	users lruTable[bucket]
+	users *keyed.Buckets[uint64]
 }
 
 // Default limit of email changes: 5 per user per hour.
 var defaultEmailChangeLimit = quota.Limit{Algorithm: quota.TokenBucket, Limit: 5, Period: time.Hour}
 
 func newUserLimiter(l quota.Limit, maxEntries int) *userLimiter {
-	return &userLimiter{limit: bucketLimit{capacity: float64(l.Limit), period: l.Period}, users: newLRU[bucket](maxEntries)}
+	return &userLimiter{users: keyed.NewBuckets[uint64](tokenBucket(l), maxEntries)}
 }
 
 // take takes one attempt for the user at now, or says how long until one
@@ -282,10 +207,9 @@ func (l *userLimiter) take(userID string, now time.Time) (ok bool, wait time.Dur
 	key := maphash.String(userSeed, userID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.users.dropIdle(now.Add(-l.limit.period))
-	b := l.users.get(key, now, bucket{tokens: l.limit.capacity})
-	if wait := l.limit.take(b, now, true); wait > 0 {
-		return false, wait
+	l.users.Trim(now.UnixNano())
+	if o := l.users.Take(key, now.UnixNano(), 1); !o.Allowed {
+		return false, refusal(o, l.users.Limit())
 	}
 	return true, 0
 }

@@ -81,12 +81,12 @@ func TestLoginLimiterBounded(t *testing.T) {
 		email, addr := fmt.Sprintf("u%d@x", i), fmt.Sprintf("10.0.%d.%d", i/256, i%256)
 		l.attempt(email, addr, now)
 		l.failed(email, now)
-		if n := max(l.addrs.len(), l.pairs.len(), l.emails.len()); n > maxEntries {
+		if n := max(l.addrs.Len(), l.pairs.Len(), l.emails.Len()); n > maxEntries {
 			t.Fatalf("after %d attempts a table holds %d entries, over %d", i+1, n, maxEntries)
 		}
 	}
-	if l.addrs.len() != maxEntries || l.pairs.len() != maxEntries || l.emails.len() != maxEntries {
-		t.Fatalf("tables hold %d, %d, %d entries, want %d each", l.addrs.len(), l.pairs.len(), l.emails.len(), maxEntries)
+	if l.addrs.Len() != maxEntries || l.pairs.Len() != maxEntries || l.emails.Len() != maxEntries {
+		t.Fatalf("tables hold %d, %d, %d entries, want %d each", l.addrs.Len(), l.pairs.Len(), l.emails.Len(), maxEntries)
 	}
 	// Evicted state starts afresh: a full budget, no failures.
 	for i := range 5 {
@@ -97,7 +97,7 @@ func TestLoginLimiterBounded(t *testing.T) {
 	// Idle entries leave as the limiter is used: 20 minutes later the
 	// failures have faded and the buckets refilled.
 	l.attempt("late@x", "203.0.113.1", now.Add(20*time.Minute))
-	if l.addrs.len() != 1 || l.pairs.len() != 1 || l.emails.len() != 0 {
-		t.Errorf("after 20 idle minutes: %d, %d, %d entries, want 1, 1, 0", l.addrs.len(), l.pairs.len(), l.emails.len())
+	if l.addrs.Len() != 1 || l.pairs.Len() != 1 || l.emails.Len() != 0 {
+		t.Errorf("after 20 idle minutes: %d, %d, %d entries, want 1, 1, 0", l.addrs.Len(), l.pairs.Len(), l.emails.Len())
 	}
 }

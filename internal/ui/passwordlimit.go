@@ -17,8 +17,8 @@ import (
 // changes of password or email. Each costs the worker 19 MiB and a core
 // for about 25 ms, and the worker runs only a few at once (tenants,
 // passwords.go), so one user's flood would otherwise delay everyone's.
-// A token bucket per user lives in this server's hot cache, as the sign-in
-// limiter's do; each server limits on its own.
+// A token bucket per user lives in this server's hot cache (the sign-in
+// limiter's live in keyed tables); each server limits on its own.
 type passwordWorkLimiter struct {
 	cache *quota.Cache
 	limit []quota.Limit
@@ -57,7 +57,8 @@ func (l *passwordWorkLimiter) allow(userID string, now time.Time) (bool, time.Du
 	return ok, out[0].RetryAfter
 }
 
-// sweep drops full buckets once a minute, as loginLimiter.sweep does.
+// sweep drops full buckets once a minute (loginLimiter.trim drops them
+// on every attempt).
 func (l *passwordWorkLimiter) sweep(now time.Time) {
 	l.mu.Lock()
 	due := now.After(l.nextSweep)

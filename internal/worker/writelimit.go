@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
+	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -117,25 +118,30 @@ const (
 
 var writeKindNames = [writeKinds]string{"settle", "reserve", "config write"}
 
-// writeLimiter holds one token bucket per tenant and kind of write. Safe
-// for concurrent use. Tenants come authenticated from the servers; a
-// tenant whose buckets are all full again is dropped when the table has
-// doubled since it was last trimmed, so the table holds the tenants active
-// in the last burst period, at a cost per request that stays constant.
-type writeLimiter struct {
-	limits [writeKinds]quota.Limit
+// maxWriteTenants bounds the tenants whose buckets of one kind of write
+// the worker holds at once. A bucket full again is dropped before a new
+// tenant's is made, so only tenants active within the last burst period
+// count; past the bound the least recently active tenant's bucket is
+// evicted.
+const maxWriteTenants = 1 << 16
 
-	mu      sync.Mutex
-	tenants map[string]*[writeKinds]quota.State
-	trimAt  int // trim when the table reaches this size
-	minTrim int
+// writeLimiter holds one token bucket per tenant and kind of write, a
+// bounded table per kind (keyed.Buckets). Safe for concurrent use.
+// Tenants come authenticated from the servers; a tenant's bucket that is
+// full again is dropped as new tenants come, so each table holds the
+// tenants active in the last burst period, at a cost per request that
+// stays constant.
+type writeLimiter struct {
+	mu    sync.Mutex
+	kinds [writeKinds]*keyed.Buckets[string]
 }
 
 func newWriteLimiter(l WriteLimits) *writeLimiter {
 	l = l.WithDefaults()
-	wl := &writeLimiter{tenants: map[string]*[writeKinds]quota.State{}, minTrim: 1024, trimAt: 1024}
+	wl := &writeLimiter{}
 	for k, rate := range [writeKinds]int{l.Settles, l.Reserves, l.ConfigWrites} {
-		wl.limits[k] = quota.Limit{Algorithm: quota.TokenBucket, Limit: int64(rate), Period: time.Second, Burst: int64(rate * l.BurstSeconds)}
+		lim := quota.Limit{Algorithm: quota.TokenBucket, Limit: int64(rate), Period: time.Second, Burst: int64(rate * l.BurstSeconds)}
+		wl.kinds[k] = keyed.NewBuckets[string](lim, maxWriteTenants)
 	}
 	return wl
 }
@@ -147,21 +153,14 @@ func (l *writeLimiter) take(tenant string, kind writeKind, n int, now time.Time)
 	if n <= 0 {
 		return nil
 	}
+	b := l.kinds[kind]
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	st := l.tenants[tenant]
-	if st == nil {
-		if len(l.tenants) >= l.trimAt {
-			l.trim(now)
-		}
-		st = new([writeKinds]quota.State)
-		l.tenants[tenant] = st
-	}
-	lim := &l.limits[kind]
-	o := lim.Decide(&st[kind], now.UnixNano(), int64(n), true)
+	o := b.Take(tenant, now.UnixNano(), int64(n))
+	l.mu.Unlock()
 	if o.Allowed {
 		return nil
 	}
+	lim := b.Limit()
 	if o.RetryAfter == quota.Never {
 		return errs.Errorf(errs.Invalid, "%s: more at once than the tenant's limit of %d", writeKindNames[kind], lim.Burst)
 	}
@@ -169,22 +168,15 @@ func (l *writeLimiter) take(tenant string, kind writeKind, n int, now time.Time)
 		writeKindNames[kind], lim.Limit, max(o.RetryAfter.Milliseconds(), 1))
 }
 
-// trim drops the tenants whose buckets are all full again at now: they
-// are as a new tenant's would be. Under l.mu.
-func (l *writeLimiter) trim(now time.Time) {
-	for t, st := range l.tenants {
-		full := true
-		for k := range st {
-			if l.limits[k].FullAt(&st[k]) > now.UnixNano() {
-				full = false
-				break
-			}
-		}
-		if full {
-			delete(l.tenants, t)
-		}
+// held is the buckets held, over every kind.
+func (l *writeLimiter) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, b := range l.kinds {
+		n += b.Len()
 	}
-	l.trimAt = max(2*len(l.tenants), l.minTrim)
+	return n
 }
 
 // Config writes in flight. Each tenant has at most maxConfigInFlight
