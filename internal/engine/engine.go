@@ -95,7 +95,7 @@ type Engine struct {
 	// answered others' (applied.go).
 	fwd *forwardMemory
 
-	minute atomic.Int64 // the current unix minute, moved by a loop
+	// keyUse notes and reports the service keys' use (keyuse.go).
 	keyUse keyUse
 
 	// workerSeen is when the worker last answered the version poll (unix
@@ -147,7 +147,8 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
-	e.tickMinute()
+	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
+	e.keyUse.tick()
 	e.metrics = newEngineMetrics(e)
 	e.hyd.nc, e.hyd.cache, e.hyd.log = nc, e.cache, e.log
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
@@ -257,8 +258,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
 	e.done.Go(func() { e.sync.loop(loopCtx) })
-	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
-	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.keyUse.tick) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.keyUse.report(loopCtx) }) })
 	if e.cluster != nil {
 		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.gossip.flush) })
 	}
@@ -299,7 +300,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if err := e.pub.flushAll(ctx); err != nil {
 		errsOut = append(errsOut, err)
 	}
-	e.reportKeyUse(ctx)
+	e.keyUse.report(ctx)
 	var synced struct {
 		State uint64 `json:"state"`
 	}
@@ -324,9 +325,7 @@ func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if m := e.minute.Load(); ent.used.Load() < m {
-		ent.used.Store(m)
-	}
+	e.keyUse.note(ent)
 	return ent.tenantID, true
 }
 
