@@ -43,7 +43,6 @@ var layers = map[string]int{
 // debt to pay, not a licence. The test fails when one shrinks below the
 // bound (take it off the list) or another grows past it.
 var bigTypes = map[string]string{
-	"internal/engine.Engine":   "55: decisions beside the config view's resync, hydration and key use; to split (the view next, measuring the check)",
 	"internal/cluster.Cluster": "41: the membership (claim, heartbeat, counting live members) is still on it; to split",
 }
 
@@ -67,7 +66,6 @@ var longFuncs = map[string]string{
 	"internal/worker/repl.Replicator.standby":        "the standby loop's states; to split into a state machine",
 	"internal/engine.Engine.PeekCaller":              "to split: finding the caller's buckets and reading each",
 	"internal/engine.Engine.check":                   "to split: identity, routing and deciding",
-	"internal/engine.Engine.decideDescriptor":        "to split: the override, the refund and the answer",
 	"internal/engine.view.apply":                     "one case per change kind; to split by kind",
 }
 
