@@ -65,7 +65,6 @@ var longFuncs = map[string]string{
 	"internal/worker/repl.Replicator.serveSnapshots": "to split: the snapshot's file, its chunks and the reply",
 	"internal/worker/repl.Replicator.standby":        "the standby loop's states; to split into a state machine",
 	"internal/engine.Engine.PeekCaller":              "to split: finding the caller's buckets and reading each",
-	"internal/engine.Engine.check":                   "to split: identity, routing and deciding",
 	"internal/engine.view.apply":                     "one case per change kind; to split by kind",
 }
 
