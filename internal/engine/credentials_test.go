@@ -20,7 +20,7 @@ func TestSessionVersionsFollowChanges(t *testing.T) {
 	if _, ok := e.SessionVersion("usr_a"); ok {
 		t.Fatal("a session version answered before hydration")
 	}
-	e.hydrated.Store(true)
+	e.readiness.hydrated.Store(true)
 	if v, ok := e.SessionVersion("usr_op"); !ok || v != 3 {
 		t.Fatalf("operator: %d %v", v, ok)
 	}

@@ -72,14 +72,10 @@ type Engine struct {
 	metrics  engineMetrics
 	keyBuf   sync.Pool
 
-	// hydrated: the config and the first page of buckets are in (the
-	// server may answer); hyd tracks the rest of the load (hydrate.go).
-	hydrated atomic.Bool
-	hyd      hydration
-	// connected mirrors nc.IsConnected, kept by watchConn: asking the
-	// connection itself takes its lock, which publishing holds, so checks
-	// would queue behind every flush.
-	connected atomic.Bool
+	// readiness says whether the server may answer (readiness.go); hyd
+	// tracks the load of the buckets after the first page (hydrate.go).
+	readiness readiness
+	hyd       hydration
 	// sync keeps view current: announced changes, resyncs.
 	sync configSync
 
@@ -97,10 +93,6 @@ type Engine struct {
 
 	// keyUse notes and reports the service keys' use (keyuse.go).
 	keyUse keyUse
-
-	// workerSeen is when the worker last answered the version poll (unix
-	// ns): see WorkerAnswers.
-	workerSeen atomic.Int64
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -156,7 +148,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
 	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
 	e.sync = configSync{nc: nc, log: e.log, view: &e.view, interval: e.cfg.ResyncInterval, resyncs: e.metrics.resyncs,
-		workerSeen: &e.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
+		workerSeen: &e.readiness.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
 		reset: func(key string) {
 			e.hyd.noteReset(key)
 			e.cache.Reset(key)
@@ -174,7 +166,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 // Ready reports whether the engine may answer requests: hydrated and
 // connected to NATS.
 func (e *Engine) Ready() bool {
-	return e.hydrated.Load() && e.connected.Load()
+	return e.readiness.ready()
 }
 
 // WorkerAnswers reports whether the worker answered the version poll
@@ -186,7 +178,7 @@ func (e *Engine) Ready() bool {
 // memory.
 func (e *Engine) WorkerAnswers() bool {
 	window := max(5*time.Second, e.cfg.ResyncInterval*5/2)
-	return time.Since(time.Unix(0, e.workerSeen.Load())) < window
+	return time.Since(time.Unix(0, e.readiness.workerSeen.Load())) < window
 }
 
 // Healthy reports what /readyz answers: Ready, and in a cluster able to
@@ -197,32 +189,14 @@ func (e *Engine) Healthy() bool {
 	return e.Ready() && (e.cluster == nil || e.cluster.Healthy(e.cfg.Now()))
 }
 
-// watchConn keeps e.connected current: at once on a status change, and
-// every 100 ms in case a change was dropped from the full status channel.
-func (e *Engine) watchConn(ctx context.Context) {
-	ch := e.nc.StatusChanged()
-	defer e.nc.RemoveStatusListener(ch)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		e.connected.Store(e.nc.IsConnected())
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-		case <-t.C:
-		}
-	}
-}
-
 // Start subscribes to config changes, hydrates the config and the hot cache
 // from the worker (retrying until it answers or ctx ends), and starts the
 // background loops. Checks may be served once Ready reports true.
 func (e *Engine) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
-	e.connected.Store(e.nc.IsConnected())
-	e.done.Go(func() { e.watchConn(loopCtx) })
+	e.readiness.connected.Store(e.nc.IsConnected())
+	e.done.Go(func() { e.readiness.watch(loopCtx, e.nc) })
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.sync.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
@@ -250,7 +224,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	e.hydrated.Store(true)
+	e.readiness.hydrated.Store(true)
 	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
 	e.done.Go(func() { e.hyd.loadRest(loopCtx, after, started) })
 	e.pub.run(loopCtx, &e.done)
@@ -290,7 +264,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.stop()
 	}
 	e.done.Wait()
-	if !e.hydrated.Load() {
+	if !e.readiness.hydrated.Load() {
 		return nil
 	}
 	var errsOut []error
@@ -340,7 +314,7 @@ func (e *Engine) TenantSuspended(tenantID string) bool {
 // must carry; false for a user this server does not know (deleted, or not
 // yet announced) and before the config is hydrated.
 func (e *Engine) SessionVersion(userID string) (int64, bool) {
-	if !e.hydrated.Load() {
+	if !e.readiness.hydrated.Load() {
 		return 0, false
 	}
 	v, ok := e.view.Load().users.get(userID)
