@@ -64,7 +64,6 @@ var longFuncs = map[string]string{
 	"internal/limitsfile.Diff":                       "one pass over every kind of object; to split by kind",
 	"internal/worker/repl.Replicator.serveSnapshots": "to split: the snapshot's file, its chunks and the reply",
 	"internal/worker/repl.Replicator.standby":        "the standby loop's states; to split into a state machine",
-	"internal/engine.view.apply":                     "one case per change kind; to split by kind",
 }
 
 const (
