@@ -205,8 +205,14 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		}
 		return a, nil
 	}
-	if err := e.decideCheck(ctx, tenantID, req, key, pv, tl, keyID, nowNS, start, &a); err != nil {
+	units, err := e.decideCheck(ctx, tenantID, req, key, pv, tl, keyID, nowNS, &a)
+	if err != nil {
 		return Answer{}, err
+	}
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
+	if !a.Allowed && pv.shadow {
+		// Shadow mode: decided and recorded as a denial, answered as allowed.
+		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
 	}
 	return a, nil
 }
@@ -277,8 +283,9 @@ func (tv *tenantView) route(req *CheckRequest, key *keyView, a *Answer) (pv *pol
 }
 
 // decideCheck decides a check under the limits tl of policy pv (keyID as
-// route answered) and fills a with the answer.
-func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckRequest, key *keyView, pv *policyView, tl *tierLimits, keyID string, nowNS int64, start time.Time, a *Answer) error {
+// route answered) and fills a with the answer. It returns the units the
+// check's record counts: none when the bucket's owner counted them.
+func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckRequest, key *keyView, pv *policyView, tl *tierLimits, keyID string, nowNS int64, a *Answer) (int64, error) {
 	var outs [MaxLimits]quota.Outcome
 	n := len(tl.limits)
 	if n > MaxLimits {
@@ -299,7 +306,7 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {
-		return err
+		return 0, err
 	}
 
 	r := outs[report]
@@ -316,16 +323,10 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	for i := 0; i < n; i++ {
 		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 	}
-	units := req.Cost
 	if d.counted {
-		units = 0 // counted where the bucket took them
+		return 0, nil // counted where the bucket took them
 	}
-	e.record(tenantID, pv.name, a.Tier, a, req.Peek, nowNS, start, units)
-	if !allowed && pv.shadow {
-		// Shadow mode: decided and recorded as a denial, answered as allowed.
-		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
-	}
-	return nil
+	return req.Cost, nil
 }
 
 // record counts a decision for analytics and metrics. Peeks are not

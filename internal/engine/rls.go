@@ -364,7 +364,7 @@ func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlscon
 		return false, err
 	}
 	report = max(report, 0)
-	return c.answer(d, l, pv, tier, &a, lims[report], outs[report], allowed, count, refunded, st), nil
+	return c.answer(d, l, pv, tier, &a, &lims[report], outs[report], allowed, count, refunded, st), nil
 }
 
 // limitsOf is what a matched descriptor is decided under: its rule's
@@ -424,7 +424,7 @@ func (c *descriptorCall) refundable(ctx context.Context, k []byte, pv *policyVie
 // answer fills st from the decided descriptor's reported outcome r (of
 // limit lim), records the decision (a refund only gives units back), and
 // reports whether the descriptor is over its limit.
-func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyView, tier string, a *Answer, lim quota.Limit, r quota.Outcome, allowed, count bool, refunded int64, st *RLSStatus) bool {
+func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyView, tier string, a *Answer, lim *quota.Limit, r quota.Outcome, allowed, count bool, refunded int64, st *RLSStatus) bool {
 	e, tv, nowNS := c.e, c.tv, c.nowNS
 	if !count && (d.Hits == 0 || d.Refund) {
 		// Where a denial counts nothing, usage never passes the limit: a
@@ -439,7 +439,7 @@ func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyVi
 	if !allowed && r.Reset == 0 {
 		// More hits than the limit at once on an unused window: the
 		// reference still answers the time until the window turns.
-		r.Reset = windowReset(lim, nowNS)
+		r.Reset = windowReset(*lim, nowNS)
 	}
 	rl := &RLSLimit{Name: l.Name, PolicyName: pv.name}
 	if l.Rule == nil {
