@@ -320,9 +320,23 @@ type descriptorCall struct {
 // over its limit (before shadow mode answers OK).
 func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlsconf.Limit, st *RLSStatus) (bool, error) {
 	e, tv, nowNS := c.e, c.tv, c.nowNS
-	pv, lims, tier, err := c.dom.limitsOf(c.domain, l)
-	if pv == nil || err != nil {
-		return false, err
+	var pv *policyView
+	var lims []quota.Limit
+	tier := TierDefault
+	var err error
+	if l.Rule == nil { // the descriptor's own limit
+		if pv, lims, tier, err = c.dom.overrideOf(c.domain, l); err != nil {
+			return false, err
+		}
+	} else {
+		if pv = c.dom.rules[rlsconf.FullKey(c.domain, l.Rule.Path)]; pv == nil {
+			return false, nil // the view changed under us; the next call sees the new one
+		}
+		tl := pv.tiers[TierDefault]
+		if tl == nil || len(tl.limits) == 0 {
+			return false, nil
+		}
+		lims = tl.limits[:min(len(tl.limits), MaxLimits)]
 	}
 	a := Answer{Policy: pv.name, Tier: tier}
 	a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
@@ -343,9 +357,7 @@ func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlscon
 	if d.Refund {
 		cost, consume = -d.Hits, d.Hits > 0
 	}
-	// Every call's hits count, allowed or not, as in the reference,
-	// unless the rule says a denial counts nothing. A refund gives back.
-	count := !d.Refund && (l.Sluice == nil || l.Sluice.Denied != rlsconf.DeniedUncounted)
+	count := counts(d, l)
 	var outs [MaxLimits]quota.Outcome
 	n := len(lims)
 	refunded := int64(0)
@@ -364,41 +376,26 @@ func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlscon
 		return false, err
 	}
 	report = max(report, 0)
-	return c.answer(d, l, pv, tier, &a, &lims[report], outs[report], allowed, count, refunded, st), nil
+	return c.answer(d, l, pv, &a, &lims[report], &outs[report], allowed, refunded, st), nil
 }
 
-// limitsOf is what a matched descriptor is decided under: its rule's
-// policy view and limits, or its own limit (an override), counted in the
-// file's rule for the same entries when there is one (sharedRule). A nil
-// policy view means no limit applies.
-func (dom *rlsDomain) limitsOf(domain string, l *rlsconf.Limit) (*policyView, []quota.Limit, string, error) {
-	if l.Rule == nil { // the descriptor's own limit
-		o := &RLSOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String()}
-		ls, err := dom.overrideLimits(o)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		pv := dom.override
-		if rpv := dom.sharedRule(domain, l, ls[0]); rpv != nil {
-			// Counted in the file's counter for the same entries, as the
-			// reference does: its cache key does not name the limit.
-			pv = rpv
-		}
-		return pv, ls, overrideTier(o), nil
+// overrideOf is what a descriptor with its own limit (an override) is
+// decided under: the limit, compiled once per domain, counted in the file's
+// rule for the same entries when there is one (sharedRule), else in the
+// domain's override policy view.
+func (dom *rlsDomain) overrideOf(domain string, l *rlsconf.Limit) (*policyView, []quota.Limit, string, error) {
+	o := &RLSOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String()}
+	ls, err := dom.overrideLimits(o)
+	if err != nil {
+		return nil, nil, "", err
 	}
-	pv := dom.rules[rlsconf.FullKey(domain, l.Rule.Path)]
-	if pv == nil {
-		return nil, nil, "", nil // the view changed under us; the next call sees the new one
+	pv := dom.override
+	if rpv := dom.sharedRule(domain, l, ls[0]); rpv != nil {
+		// Counted in the file's counter for the same entries, as the
+		// reference does: its cache key does not name the limit.
+		pv = rpv
 	}
-	tl := pv.tiers[TierDefault]
-	if tl == nil || len(tl.limits) == 0 {
-		return nil, nil, "", nil
-	}
-	lims := tl.limits
-	if len(lims) > MaxLimits {
-		lims = lims[:MaxLimits]
-	}
-	return pv, lims, TierDefault, nil
+	return pv, ls, overrideTier(o), nil
 }
 
 // refundable is what a refund of hits on bucket k gives back to usage:
@@ -421,11 +418,20 @@ func (c *descriptorCall) refundable(ctx context.Context, k []byte, pv *policyVie
 	return refunded, nil
 }
 
-// answer fills st from the decided descriptor's reported outcome r (of
+// counts says whether d's hits count, allowed or not, as in the
+// reference: unless the rule says a denial counts nothing. A refund gives
+// back.
+func counts(d *RLSDescriptor, l *rlsconf.Limit) bool {
+	return !d.Refund && (l.Sluice == nil || l.Sluice.Denied != rlsconf.DeniedUncounted)
+}
+
+// answer fills st from the decided descriptor's reported outcome (of
 // limit lim), records the decision (a refund only gives units back), and
-// reports whether the descriptor is over its limit.
-func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyView, tier string, a *Answer, lim *quota.Limit, r quota.Outcome, allowed, count bool, refunded int64, st *RLSStatus) bool {
-	e, tv, nowNS := c.e, c.tv, c.nowNS
+// reports whether the descriptor is over its limit. a holds the policy,
+// tier and identity the decision is recorded under.
+func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyView, a *Answer, lim *quota.Limit, reported *quota.Outcome, allowed bool, refunded int64, st *RLSStatus) bool {
+	e, tv, nowNS, tier := c.e, c.tv, c.nowNS, a.Tier
+	r, count := *reported, counts(d, l)
 	if !count && (d.Hits == 0 || d.Refund) {
 		// Where a denial counts nothing, usage never passes the limit: a
 		// check that takes nothing (or gives back) is never over, and
