@@ -166,37 +166,15 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	}
 	nowNS := now.UnixNano()
 
-	// Identity: a presented consumer key is verified, never downgraded to IP.
 	var a Answer
-	var key *keyView
-	if req.APIKey != "" {
-		key, _ = tv.keys.byHash.get(hashKey(req.APIKey))
-		a.IdentityKind = KindKey
-		if key == nil || key.tenantID != tenantID || key.revoked || (key.expiresAt != 0 && nowNS >= key.expiresAt) {
-			a.Reason = ReasonInvalidKey
-			a.IdentityID = keyPrefix(req.APIKey)
-			// Analytics count every key that is not this tenant's under one
-			// identity: each random string would otherwise be a caller of
-			// its own. The tenant's own revoked or expired keys are as many
-			// as it issued, and keep their id.
-			counted := InvalidKeyIdentity
-			if key != nil && key.tenantID == tenantID {
-				a.IdentityID = key.id
-				counted = key.id
-			}
-			a.Tier = ""
-			e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
-			return a, nil
-		}
-		a.IdentityID = key.id
-	} else {
-		ip, ok := NormalizeIP(req.IP)
-		if !ok {
-			return Answer{}, errs.Errorf(errs.Invalid, "%sip: must be an IPv4 or IPv6 address", field)
-		}
-		a.IdentityKind, a.IdentityID = KindIP, ip
+	key, counted, err := tv.identify(req, nowNS, field, &a)
+	if err != nil {
+		return Answer{}, err
 	}
-
+	if a.Reason == ReasonInvalidKey {
+		e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
+		return a, nil
+	}
 	if b, ok := tv.activeBlock(a.IdentityKind, a.IdentityID, now); ok {
 		a.Reason = ReasonBlocked
 		if b.ExpiresAt != nil {
@@ -206,35 +184,11 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		return a, nil
 	}
 
-	target := route.NormalizeTarget(req.Path)
-	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
-	if idx < 0 {
+	pv, tl, keyID := tv.route(req, key, &a)
+	if pv == nil {
 		a.Allowed, a.Reason = true, ReasonOK
 		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
 		return a, nil
-	}
-	pv := tv.policies[idx]
-	a.Policy = pv.name
-
-	// Tier: the key's tier, else default; an IP uses anonymous, else
-	// default. A caller no tier covers keeps its own tier's name.
-	var tl *tierLimits
-	overrideKey := ""
-	a.Tier = TierAnonymous
-	if key != nil {
-		a.Tier = key.tier
-	}
-	if o := key.override(pv.name); o != nil {
-		tl, overrideKey = o, key.id
-	} else if tl = pv.tiers[a.Tier]; tl == nil {
-		if tl = pv.tiers[TierDefault]; tl != nil {
-			a.Tier = TierDefault
-		}
-	}
-	if key != nil && key.anchor != 0 && tl != nil && tl.months {
-		// The key's month quotas reset on its billing anchor day; the
-		// owner of a forwarded decision finds the same limits by the key.
-		tl, overrideKey = key.anchored(tl), key.id
 	}
 	if tl == nil || len(tl.limits) == 0 {
 		// The policy lists no limit for this tier: unlimited, or denied
@@ -251,7 +205,87 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		}
 		return a, nil
 	}
+	units, err := e.decideCheck(ctx, tenantID, req, key, pv, tl, keyID, nowNS, &a)
+	if err != nil {
+		return Answer{}, err
+	}
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
+	if !a.Allowed && pv.shadow {
+		// Shadow mode: decided and recorded as a denial, answered as allowed.
+		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
+	}
+	return a, nil
+}
 
+// identify fills a with the check's caller: a presented consumer key is
+// verified, never downgraded to IP. It answers the key (nil for an IP),
+// and for a key that is not valid here a.Reason ReasonInvalidKey with the
+// identity analytics count it under.
+func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *Answer) (*keyView, string, error) {
+	if req.APIKey == "" {
+		ip, ok := NormalizeIP(req.IP)
+		if !ok {
+			return nil, "", errs.Errorf(errs.Invalid, "%sip: must be an IPv4 or IPv6 address", field)
+		}
+		a.IdentityKind, a.IdentityID = KindIP, ip
+		return nil, "", nil
+	}
+	key, _ := tv.keys.byHash.get(hashKey(req.APIKey))
+	a.IdentityKind = KindKey
+	if key == nil || key.tenantID != tv.id || key.revoked || (key.expiresAt != 0 && nowNS >= key.expiresAt) {
+		a.Reason = ReasonInvalidKey
+		a.IdentityID = keyPrefix(req.APIKey)
+		// Analytics count every key that is not this tenant's under one
+		// identity: each random string would otherwise be a caller of
+		// its own. The tenant's own revoked or expired keys are as many
+		// as it issued, and keep their id.
+		counted := InvalidKeyIdentity
+		if key != nil && key.tenantID == tv.id {
+			a.IdentityID = key.id
+			counted = key.id
+		}
+		return key, counted, nil
+	}
+	a.IdentityID = key.id
+	return key, "", nil
+}
+
+// route finds the policy of req's target (nil when none matches, else
+// a.Policy) and the limits the caller is decided with there: its tier's,
+// where a.Tier is the key's tier, else default; an IP uses anonymous, else
+// default; a caller no tier covers keeps its own tier's name. A key's
+// override replaces its tier, and its month quotas reset on its billing
+// anchor day: keyID then names the key, so the owner of a forwarded
+// decision finds the same limits by it.
+func (tv *tenantView) route(req *CheckRequest, key *keyView, a *Answer) (pv *policyView, tl *tierLimits, keyID string) {
+	target := route.NormalizeTarget(req.Path)
+	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
+	if idx < 0 {
+		return nil, nil, ""
+	}
+	pv = tv.policies[idx]
+	a.Policy = pv.name
+	a.Tier = TierAnonymous
+	if key != nil {
+		a.Tier = key.tier
+	}
+	if o := key.override(pv.name); o != nil {
+		tl, keyID = o, key.id
+	} else if tl = pv.tiers[a.Tier]; tl == nil {
+		if tl = pv.tiers[TierDefault]; tl != nil {
+			a.Tier = TierDefault
+		}
+	}
+	if key != nil && key.anchor != 0 && tl != nil && tl.months {
+		tl, keyID = key.anchored(tl), key.id
+	}
+	return pv, tl, keyID
+}
+
+// decideCheck decides a check under the limits tl of policy pv (keyID as
+// route answered) and fills a with the answer. It returns the units the
+// check's record counts: none when the bucket's owner counted them.
+func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckRequest, key *keyView, pv *policyView, tl *tierLimits, keyID string, nowNS int64, a *Answer) (int64, error) {
 	var outs [MaxLimits]quota.Outcome
 	n := len(tl.limits)
 	if n > MaxLimits {
@@ -259,20 +293,20 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	}
 	buf := e.keyBuf.Get().(*[]byte)
 	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
-	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: overrideKey,
+	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
 		e.pub.crossings.note(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
 	}
 	if err == nil && allowed && req.Hold && !req.Peek {
-		a.Hold = &reserve.Hold{BucketKey: string(k), PolicyID: pv.id, Policy: pv.name, Tier: a.Tier, KeyID: overrideKey,
+		a.Hold = &reserve.Hold{BucketKey: string(k), PolicyID: pv.id, Policy: pv.name, Tier: a.Tier, KeyID: keyID,
 			IdentityKind: a.IdentityKind, IdentityID: a.IdentityID}
 	}
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {
-		return Answer{}, err
+		return 0, err
 	}
 
 	r := outs[report]
@@ -289,16 +323,10 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	for i := 0; i < n; i++ {
 		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 	}
-	units := req.Cost
 	if d.counted {
-		units = 0 // counted where the bucket took them
+		return 0, nil // counted where the bucket took them
 	}
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
-	if !allowed && pv.shadow {
-		// Shadow mode: decided and recorded as a denial, answered as allowed.
-		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
-	}
-	return a, nil
+	return req.Cost, nil
 }
 
 // record counts a decision for analytics and metrics. Peeks are not

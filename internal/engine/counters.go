@@ -105,6 +105,18 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 	s.mu.Unlock()
 }
 
+// addKeyUnits is addUnits for the caller a bucket key names (a bucket
+// took the units, or gave them back); it reports whether the key names one.
+func (c *counterAgg) addKeyUnits(key, tenantID, policy, tier string, nowNS, units int64) bool {
+	_, _, caller, ok := bus.SplitBucketKey(key)
+	kind, id, ok2 := bus.SplitCaller(caller)
+	if !ok || !ok2 {
+		return false
+	}
+	c.addUnits(tenantID, policy, tier, kind, id, nowNS, units)
+	return true
+}
+
 // addUnits counts units consumed (positive) or given back (negative)
 // outside a decision, such as a settle's charge or refund: the cell's
 // decisions stay as they are.

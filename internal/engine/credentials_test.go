@@ -20,7 +20,7 @@ func TestSessionVersionsFollowChanges(t *testing.T) {
 	if _, ok := e.SessionVersion("usr_a"); ok {
 		t.Fatal("a session version answered before hydration")
 	}
-	e.hydrated.Store(true)
+	e.readiness.hydrated.Store(true)
 	if v, ok := e.SessionVersion("usr_op"); !ok || v != 3 {
 		t.Fatalf("operator: %d %v", v, ok)
 	}
@@ -86,18 +86,18 @@ func TestServiceKeyUseIsReported(t *testing.T) {
 	ctx := context.Background()
 	minute := t0.Unix() / 60
 
-	e.reportKeyUse(ctx)
+	e.keyUse.report(ctx)
 	if n := len(reports.all()); n != 0 {
 		t.Fatalf("%d reports before any use", n)
 	}
-	e.minute.Store(minute)
+	e.keyUse.minute.Store(minute)
 	for range 3 {
 		if tenant, ok := e.TenantForServiceKey(plain); !ok || tenant != "ten_a" {
 			t.Fatalf("key: %q %v", tenant, ok)
 		}
 	}
-	e.reportKeyUse(ctx)
-	e.reportKeyUse(ctx) // nothing new
+	e.keyUse.report(ctx)
+	e.keyUse.report(ctx) // nothing new
 	got := reports.all()
 	if len(got) != 1 || got[0].V != bus.WireVersion || len(got[0].Used) != 1 || got[0].Used[0].ID != "skey_1" || !got[0].Used[0].At.Equal(time.Unix(minute*60, 0)) {
 		t.Fatalf("reports after one minute of use: %+v", got)
@@ -111,13 +111,13 @@ func TestServiceKeyUseIsReported(t *testing.T) {
 	}
 	nv.carryKeyUse(old)
 	e.view.Store(nv)
-	e.reportKeyUse(ctx)
+	e.keyUse.report(ctx)
 	if n := len(reports.all()); n != 1 {
 		t.Fatalf("a resync made the same use be reported again (%d reports)", n)
 	}
-	e.minute.Store(minute + 1)
+	e.keyUse.minute.Store(minute + 1)
 	e.TenantForServiceKey(plain)
-	e.reportKeyUse(ctx)
+	e.keyUse.report(ctx)
 	if got := reports.all(); len(got) != 2 || !got[1].Used[0].At.Equal(time.Unix((minute+1)*60, 0)) {
 		t.Fatalf("reports after a second minute: %+v", got)
 	}

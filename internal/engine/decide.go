@@ -242,18 +242,6 @@ func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, 
 	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
 }
 
-// countUnits counts units a bucket took (or, negative, gave back) for
-// usage, under the caller its key names, and reports whether it could.
-func (e *Engine) countUnits(key []byte, tenantID, policy, tier string, now, units int64) bool {
-	_, _, caller, ok := bus.SplitBucketKey(string(key))
-	kind, id, ok2 := bus.SplitCaller(caller)
-	if !ok || !ok2 {
-		return false
-	}
-	e.counters.addUnits(tenantID, policy, tier, kind, id, now, units)
-	return true
-}
-
 // cancelled is the error of a check whose ctx ended while it waited:
 // unavailable, as any failed wait, and wrapping ctx's error so that the
 // caller can tell its own cancellation.
@@ -326,7 +314,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: slices.Clone(outs[:n])}
 	if allowed && it.Consume && it.Units && !it.Settle {
 		if tv := v.tenant(it.Tenant); tv != nil && tv.byID[it.Policy] != nil {
-			r.Counted = e.countUnits([]byte(it.Key), it.Tenant, tv.byID[it.Policy].name, it.Tier, it.Now, it.Cost)
+			r.Counted = e.counters.addKeyUnits(it.Key, it.Tenant, tv.byID[it.Policy].name, it.Tier, it.Now, it.Cost)
 		}
 	}
 	return r

@@ -72,14 +72,10 @@ type Engine struct {
 	metrics  engineMetrics
 	keyBuf   sync.Pool
 
-	// hydrated: the config and the first page of buckets are in (the
-	// server may answer); hyd tracks the rest of the load (hydrate.go).
-	hydrated atomic.Bool
-	hyd      hydration
-	// connected mirrors nc.IsConnected, kept by watchConn: asking the
-	// connection itself takes its lock, which publishing holds, so checks
-	// would queue behind every flush.
-	connected atomic.Bool
+	// readiness says whether the server may answer (readiness.go); hyd
+	// tracks the load of the buckets after the first page (hydrate.go).
+	readiness readiness
+	hyd       hydration
 	// sync keeps view current: announced changes, resyncs.
 	sync configSync
 
@@ -95,12 +91,8 @@ type Engine struct {
 	// answered others' (applied.go).
 	fwd *forwardMemory
 
-	minute atomic.Int64 // the current unix minute, moved by a loop
+	// keyUse notes and reports the service keys' use (keyuse.go).
 	keyUse keyUse
-
-	// workerSeen is when the worker last answered the version poll (unix
-	// ns): see WorkerAnswers.
-	workerSeen atomic.Int64
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -147,7 +139,8 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
-	e.tickMinute()
+	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
+	e.keyUse.tick()
 	e.metrics = newEngineMetrics(e)
 	e.hyd.nc, e.hyd.cache, e.hyd.log = nc, e.cache, e.log
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
@@ -155,7 +148,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
 	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
 	e.sync = configSync{nc: nc, log: e.log, view: &e.view, interval: e.cfg.ResyncInterval, resyncs: e.metrics.resyncs,
-		workerSeen: &e.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
+		workerSeen: &e.readiness.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
 		reset: func(key string) {
 			e.hyd.noteReset(key)
 			e.cache.Reset(key)
@@ -173,7 +166,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 // Ready reports whether the engine may answer requests: hydrated and
 // connected to NATS.
 func (e *Engine) Ready() bool {
-	return e.hydrated.Load() && e.connected.Load()
+	return e.readiness.ready()
 }
 
 // WorkerAnswers reports whether the worker answered the version poll
@@ -185,7 +178,7 @@ func (e *Engine) Ready() bool {
 // memory.
 func (e *Engine) WorkerAnswers() bool {
 	window := max(5*time.Second, e.cfg.ResyncInterval*5/2)
-	return time.Since(time.Unix(0, e.workerSeen.Load())) < window
+	return time.Since(time.Unix(0, e.readiness.workerSeen.Load())) < window
 }
 
 // Healthy reports what /readyz answers: Ready, and in a cluster able to
@@ -196,32 +189,14 @@ func (e *Engine) Healthy() bool {
 	return e.Ready() && (e.cluster == nil || e.cluster.Healthy(e.cfg.Now()))
 }
 
-// watchConn keeps e.connected current: at once on a status change, and
-// every 100 ms in case a change was dropped from the full status channel.
-func (e *Engine) watchConn(ctx context.Context) {
-	ch := e.nc.StatusChanged()
-	defer e.nc.RemoveStatusListener(ch)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		e.connected.Store(e.nc.IsConnected())
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-		case <-t.C:
-		}
-	}
-}
-
 // Start subscribes to config changes, hydrates the config and the hot cache
 // from the worker (retrying until it answers or ctx ends), and starts the
 // background loops. Checks may be served once Ready reports true.
 func (e *Engine) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
-	e.connected.Store(e.nc.IsConnected())
-	e.done.Go(func() { e.watchConn(loopCtx) })
+	e.readiness.connected.Store(e.nc.IsConnected())
+	e.done.Go(func() { e.readiness.watch(loopCtx, e.nc) })
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.sync.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
@@ -249,7 +224,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	e.hydrated.Store(true)
+	e.readiness.hydrated.Store(true)
 	e.log.Info("hot cache serving; loading the rest of the persisted buckets", "loaded", e.hyd.loaded.Load(), "seconds", time.Since(started).Seconds())
 	e.done.Go(func() { e.hyd.loadRest(loopCtx, after, started) })
 	e.pub.run(loopCtx, &e.done)
@@ -257,8 +232,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		tick.Every(loopCtx, e.cfg.SweepInterval, func() { e.cache.Sweep(e.cfg.Now().UnixNano()) })
 	})
 	e.done.Go(func() { e.sync.loop(loopCtx) })
-	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.tickMinute) })
-	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.reportKeyUse(loopCtx) }) })
+	e.done.Go(func() { tick.Every(loopCtx, time.Second, e.keyUse.tick) })
+	e.done.Go(func() { tick.Every(loopCtx, e.cfg.KeyUseInterval, func() { e.keyUse.report(loopCtx) }) })
 	if e.cluster != nil {
 		e.done.Go(func() { tick.Every(loopCtx, LocalFlushInterval, e.gossip.flush) })
 	}
@@ -289,7 +264,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.stop()
 	}
 	e.done.Wait()
-	if !e.hydrated.Load() {
+	if !e.readiness.hydrated.Load() {
 		return nil
 	}
 	var errsOut []error
@@ -299,7 +274,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if err := e.pub.flushAll(ctx); err != nil {
 		errsOut = append(errsOut, err)
 	}
-	e.reportKeyUse(ctx)
+	e.keyUse.report(ctx)
 	var synced struct {
 		State uint64 `json:"state"`
 	}
@@ -324,9 +299,7 @@ func (e *Engine) TenantForServiceKey(key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if m := e.minute.Load(); ent.used.Load() < m {
-		ent.used.Store(m)
-	}
+	e.keyUse.note(ent)
 	return ent.tenantID, true
 }
 
@@ -341,7 +314,7 @@ func (e *Engine) TenantSuspended(tenantID string) bool {
 // must carry; false for a user this server does not know (deleted, or not
 // yet announced) and before the config is hydrated.
 func (e *Engine) SessionVersion(userID string) (int64, bool) {
-	if !e.hydrated.Load() {
+	if !e.readiness.hydrated.Load() {
 		return 0, false
 	}
 	v, ok := e.view.Load().users.get(userID)

@@ -12,9 +12,12 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -43,26 +46,42 @@ func (v *view) carryKeyUse(old *view) {
 	})
 }
 
-// keyUse is what the reporting loop remembers between reports.
+// keyUse notes when each service key is used and reports it to the worker:
+// the current minute authentications compare with, and what the reporting
+// loop sent last.
 type keyUse struct {
+	nc   *nats.Conn
+	node string
+	log  *slog.Logger
+	now  func() time.Time
+	view *atomic.Pointer[view]
+
+	minute   atomic.Int64 // the current unix minute, moved by a loop
 	mu       sync.Mutex
 	reported map[string]int64 // key id -> minute last reported
 }
 
-func (e *Engine) tickMinute() { e.minute.Store(e.cfg.Now().Unix() / 60) }
+func (u *keyUse) tick() { u.minute.Store(u.now().Unix() / 60) }
 
-// reportKeyUse sends the worker the keys used since the last report.
-func (e *Engine) reportKeyUse(ctx context.Context) {
-	e.keyUse.mu.Lock()
-	defer e.keyUse.mu.Unlock()
-	if e.keyUse.reported == nil {
-		e.keyUse.reported = map[string]int64{}
+// note records a use of ent in the current minute.
+func (u *keyUse) note(ent svcEntry) {
+	if m := u.minute.Load(); ent.used.Load() < m {
+		ent.used.Store(m)
+	}
+}
+
+// report sends the worker the keys used since the last report.
+func (u *keyUse) report(ctx context.Context) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.reported == nil {
+		u.reported = map[string]int64{}
 	}
 	var used []tenants.KeyUse
 	var minutes []int64
-	e.view.Load().svcHash.all(func(_ string, ent svcEntry) bool {
+	u.view.Load().svcHash.all(func(_ string, ent svcEntry) bool {
 		m := ent.used.Load()
-		if m > 0 && m > e.keyUse.reported[ent.id] {
+		if m > 0 && m > u.reported[ent.id] {
 			used = append(used, tenants.KeyUse{ID: ent.id, At: time.Unix(m*60, 0).UTC()})
 			minutes = append(minutes, m)
 		}
@@ -73,11 +92,11 @@ func (e *Engine) reportKeyUse(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := bus.Request(rctx, e.nc, bus.OpServiceKeyUsed.Subject(), bus.ServiceKeyUsed{V: bus.WireVersion, Node: e.cfg.Node, Used: used}, nil); err != nil {
-		e.log.Warn("service key use report failed; it is sent again with the next one", "keys", len(used), "err", err)
+	if err := bus.Request(rctx, u.nc, bus.OpServiceKeyUsed.Subject(), bus.ServiceKeyUsed{V: bus.WireVersion, Node: u.node, Used: used}, nil); err != nil {
+		u.log.Warn("service key use report failed; it is sent again with the next one", "keys", len(used), "err", err)
 		return
 	}
-	for i, u := range used {
-		e.keyUse.reported[u.ID] = minutes[i]
+	for i, k := range used {
+		u.reported[k.ID] = minutes[i]
 	}
 }

@@ -57,19 +57,39 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 	if tv == nil {
 		return CallerState{}, errs.Errorf(errs.NotFound, "no such tenant")
 	}
-	st := CallerState{Kind: kind}
-	var key *keyView
+	st, key, err := tv.caller(kind, id, now)
+	if err != nil {
+		return CallerState{}, err
+	}
+	nowNS := now.UnixNano()
+	var outs [MaxLimits]quota.Outcome
+	for _, pv := range tv.policies {
+		cp, tl, keyID := pv.callerBucket(key, st.Tier)
+		if tl == nil || len(tl.limits) == 0 {
+			cp.Unlisted, cp.DenyUnlisted, cp.Allowed = true, pv.denyUnlisted, !pv.denyUnlisted
+		} else {
+			e.peekBucket(tenantID, &st, pv, tl, keyID, nowNS, &cp, outs[:])
+		}
+		st.Policies = append(st.Policies, cp)
+	}
+	return st, nil
+}
+
+// caller finds the caller kind and id name in tv, with its own tier and the
+// block in force on it; key is the caller's key, nil for an IP.
+func (tv *tenantView) caller(kind, id string, now time.Time) (st CallerState, key *keyView, err error) {
+	st = CallerState{Kind: kind}
 	switch kind {
 	case KindIP:
 		ip, err := NormalizeIdentity("identity", kind, id)
 		if err != nil {
-			return CallerState{}, err
+			return CallerState{}, nil, err
 		}
 		st.ID, st.Tier = ip, TierAnonymous
 	case KindKey:
 		key, _ = tv.keys.byID.get(id)
-		if key == nil || key.tenantID != tenantID {
-			return CallerState{}, errs.Errorf(errs.NotFound, "key not found")
+		if key == nil || key.tenantID != tv.id {
+			return CallerState{}, nil, errs.Errorf(errs.NotFound, "key not found")
 		}
 		st.ID, st.Tier, st.KeyStatus = key.id, key.tier, "active"
 		switch {
@@ -79,78 +99,77 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 			st.KeyStatus = "expired"
 		}
 	default:
-		return CallerState{}, errs.Errorf(errs.Invalid, "kind: must be ip or key")
+		return CallerState{}, nil, errs.Errorf(errs.Invalid, "kind: must be ip or key")
 	}
 	if b, ok := tv.activeBlock(st.Kind, st.ID, now); ok {
 		st.Block = &b
 	}
-	nowNS := now.UnixNano()
-	var outs [MaxLimits]quota.Outcome
-	for _, pv := range tv.policies {
-		cp := CallerPolicy{Policy: pv.name, Tier: st.Tier}
-		var tl *tierLimits
-		overrideKey := ""
-		if o := key.override(pv.name); o != nil {
-			tl, overrideKey, cp.Override = o, key.id, true
-		} else if tl = pv.tiers[cp.Tier]; tl == nil {
-			if tl = pv.tiers[TierDefault]; tl != nil {
-				cp.Tier = TierDefault
-			}
+	return st, key, nil
+}
+
+// callerBucket finds the limits pv decides a caller of tier (and key, nil
+// for an IP) with: the key's override, else its tier's, else default's,
+// anchored to the key's billing day. keyID names the key whose override
+// applies.
+func (pv *policyView) callerBucket(key *keyView, tier string) (cp CallerPolicy, tl *tierLimits, keyID string) {
+	cp = CallerPolicy{Policy: pv.name, Tier: tier}
+	if o := key.override(pv.name); o != nil {
+		tl, keyID, cp.Override = o, key.id, true
+	} else if tl = pv.tiers[cp.Tier]; tl == nil {
+		if tl = pv.tiers[TierDefault]; tl != nil {
+			cp.Tier = TierDefault
 		}
-		tl = key.anchored(tl)
-		if tl == nil || len(tl.limits) == 0 {
-			cp.Unlisted, cp.DenyUnlisted, cp.Allowed = true, pv.denyUnlisted, !pv.denyUnlisted
-			st.Policies = append(st.Policies, cp)
-			continue
+	}
+	return cp, key.anchored(tl), keyID
+}
+
+// peekBucket reads the caller st's bucket of pv under the limits tl into
+// cp, taking nothing; outs is scratch space of MaxLimits outcomes.
+func (e *Engine) peekBucket(tenantID string, st *CallerState, pv *policyView, tl *tierLimits, keyID string, nowNS int64, cp *CallerPolicy, outs []quota.Outcome) {
+	n := min(len(tl.limits), MaxLimits)
+	limits := tl.limits[:n]
+	k := []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID))
+	// The buckets as they are: a cost no limit can hold is denied by
+	// every limit, and a denial reports each bucket's level and its
+	// time to full without the cost taken off.
+	var over int64
+	for _, l := range limits {
+		over = max(over, l.Capacity()+1)
+	}
+	d := decision{key: k, tenantID: tenantID, pv: pv, tier: cp.Tier, keyID: keyID, limits: limits, now: nowNS, cost: over}
+	_, _, err := e.decide(context.Background(), &d, outs[:n])
+	if err == nil {
+		// A check of cost 1 passes exactly when every limit has a whole
+		// unit left; only when one has not is the wait asked for.
+		cp.Allowed = true
+		for i := range n {
+			cp.Allowed = cp.Allowed && outs[i].Remaining >= 1
 		}
-		n := min(len(tl.limits), MaxLimits)
-		limits := tl.limits[:n]
-		k := []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID))
-		// The buckets as they are: a cost no limit can hold is denied by
-		// every limit, and a denial reports each bucket's level and its
-		// time to full without the cost taken off.
-		var over int64
-		for _, l := range limits {
-			over = max(over, l.Capacity()+1)
-		}
-		d := decision{key: k, tenantID: tenantID, pv: pv, tier: cp.Tier, keyID: overrideKey, limits: limits, now: nowNS, cost: over}
-		_, _, err := e.decide(context.Background(), &d, outs[:n])
-		if err == nil {
-			// A check of cost 1 passes exactly when every limit has a whole
-			// unit left; only when one has not is the wait asked for.
-			cp.Allowed = true
-			for i := range n {
-				cp.Allowed = cp.Allowed && outs[i].Remaining >= 1
-			}
-			if !cp.Allowed {
-				var again [MaxLimits]quota.Outcome
-				var allowed bool
-				d.cost = 1
-				if allowed, _, err = e.decide(context.Background(), &d, again[:n]); err == nil {
-					cp.Allowed = allowed
-					if !allowed {
-						cp.RetryAfter = quota.CombinedRetryAfter(again[:n])
-					}
+		if !cp.Allowed {
+			var again [MaxLimits]quota.Outcome
+			var allowed bool
+			d.cost = 1
+			if allowed, _, err = e.decide(context.Background(), &d, again[:n]); err == nil {
+				cp.Allowed = allowed
+				if !allowed {
+					cp.RetryAfter = quota.CombinedRetryAfter(again[:n])
 				}
 			}
 		}
-		if err != nil {
-			cp.Err = errs.Message(err)
-			st.Policies = append(st.Policies, cp)
-			continue
-		}
-		cp.Limits = make([]LimitStatus, n)
-		for i := range n {
-			l := &tl.limits[i]
-			cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: l.Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
-			if end := l.PeriodEnd(nowNS); end != 0 {
-				cp.Limits[i].PeriodEnd = time.Duration(end - nowNS)
-			}
-			if l.Calendar != nil {
-				cp.Limits[i].Calendar = l.Calendar.Unit().String()
-			}
-		}
-		st.Policies = append(st.Policies, cp)
 	}
-	return st, nil
+	if err != nil {
+		cp.Err = errs.Message(err)
+		return
+	}
+	cp.Limits = make([]LimitStatus, n)
+	for i := range n {
+		l := &tl.limits[i]
+		cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: l.Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+		if end := l.PeriodEnd(nowNS); end != 0 {
+			cp.Limits[i].PeriodEnd = time.Duration(end - nowNS)
+		}
+		if l.Calendar != nil {
+			cp.Limits[i].Calendar = l.Calendar.Unit().String()
+		}
+	}
 }

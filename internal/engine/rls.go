@@ -271,6 +271,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		}
 	}
 	limits, unlimited := rlsconf.Plan(dom.cfg, req.Domain, rds)
+	call := descriptorCall{e: e, tv: tv, dom: dom, domain: req.Domain, nowNS: nowNS, start: start}
 	failedRate, failedQuota, totalQuota := 0, 0, 0
 	for i := range req.Descriptors {
 		st := &ans.Statuses[i]
@@ -286,7 +287,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 			continue
 		}
 		l := limits[i]
-		over, err := e.decideDescriptor(ctx, tv, dom, req.Domain, d, l, st, nowNS, start)
+		over, err := call.decide(ctx, d, l, st)
 		if err != nil {
 			return RLSAnswer{}, err
 		}
@@ -303,52 +304,46 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 	return ans, nil
 }
 
-// decideDescriptor decides one matched descriptor into st and reports
-// whether it is over its limit (before shadow mode answers OK).
-func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsDomain, domain string, d *RLSDescriptor, l *rlsconf.Limit, st *RLSStatus, nowNS int64, start time.Time) (bool, error) {
+// descriptorCall decides the matched descriptors of one ShouldRateLimit
+// call, each on a counter of its own: it holds what they share, the
+// tenant's view, the domain and the call's instant.
+type descriptorCall struct {
+	e      *Engine
+	tv     *tenantView
+	dom    *rlsDomain
+	domain string
+	nowNS  int64
+	start  time.Time // times the decisions for sluice_decision_seconds
+}
+
+// decide decides one matched descriptor into st and reports whether it is
+// over its limit (before shadow mode answers OK).
+func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlsconf.Limit, st *RLSStatus) (bool, error) {
+	e, tv, nowNS := c.e, c.tv, c.nowNS
 	var pv *policyView
 	var lims []quota.Limit
 	tier := TierDefault
-	rl := &RLSLimit{}
+	var err error
 	if l.Rule == nil { // the descriptor's own limit
-		o := &RLSOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String()}
-		ls, err := dom.overrideLimits(o)
-		if err != nil {
+		if pv, lims, tier, err = c.dom.overrideOf(c.domain, l); err != nil {
 			return false, err
 		}
-		pv, lims, tier = dom.override, ls, overrideTier(o)
-		rl.PolicyName = domain
-		if rpv := dom.sharedRule(domain, l, ls[0]); rpv != nil {
-			// Counted in the file's counter for the same entries, as the
-			// reference does: its cache key does not name the limit.
-			pv = rpv
-		}
 	} else {
-		pv = dom.rules[rlsconf.FullKey(domain, l.Rule.Path)]
-		if pv == nil {
+		if pv = c.dom.rules[rlsconf.FullKey(c.domain, l.Rule.Path)]; pv == nil {
 			return false, nil // the view changed under us; the next call sees the new one
 		}
 		tl := pv.tiers[TierDefault]
 		if tl == nil || len(tl.limits) == 0 {
 			return false, nil
 		}
-		lims = tl.limits
-		if len(lims) > MaxLimits {
-			lims = lims[:MaxLimits]
-		}
-		rl.PolicyName = pv.name
+		lims = tl.limits[:min(len(tl.limits), MaxLimits)]
 	}
-	rl.Name = l.Name
-
-	// Shadow mode is the rule's; an override never is in it.
-	shadow := pv.shadow && l.Rule != nil
 	a := Answer{Policy: pv.name, Tier: tier}
 	a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
-	peek := d.Hits == 0 && !d.Refund
 	if a.IdentityKind == KindIP {
 		if _, ok := tv.activeBlock(KindIP, a.IdentityID, time.Unix(0, nowNS)); ok {
 			a.Reason = ReasonBlocked
-			e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, 0)
+			e.record(tv.id, pv.name, tier, &a, d.Hits == 0 && !d.Refund, nowNS, c.start, 0)
 			st.OverLimit = true
 			return true, nil
 		}
@@ -357,43 +352,86 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	buf := e.keyBuf.Get().(*[]byte)
 	k := bus.AppendBucketKey((*buf)[:0], tv.id, pv.id, kindCounter, "")
 	at := len(k)
-	k = boundCounterKey(appendCounterKey(k, domain, l, d.Entries), at)
+	k = boundCounterKey(appendCounterKey(k, c.domain, l, d.Entries), at)
 	cost, consume := d.Hits, d.Hits > 0
 	if d.Refund {
 		cost, consume = -d.Hits, d.Hits > 0
 	}
-	// Every call's hits count, allowed or not, as in the reference,
-	// unless the rule says a denial counts nothing. A refund gives back.
-	count := !d.Refund && (l.Sluice == nil || l.Sluice.Denied != rlsconf.DeniedUncounted)
+	count := counts(d, l)
 	var outs [MaxLimits]quota.Outcome
 	n := len(lims)
 	refunded := int64(0)
 	if d.Refund && consume {
-		// Usage gives back what the buckets can: no more than the most
-		// any limit has used now, so that a refund larger than what was
-		// taken cannot push a caller's usage below what it consumed.
-		if _, _, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
-			limits: lims, now: nowNS, cost: 1, consume: false}, outs[:n]); err != nil {
-			*buf = k
-			e.keyBuf.Put(buf)
-			return false, err
-		}
-		for _, o := range outs[:n] {
-			left := o.Remaining
-			if o.Allowed {
-				left++ // the look took one unit
-			}
-			refunded = max(refunded, min(d.Hits, o.Limit-left))
-		}
+		refunded, err = c.refundable(ctx, k, pv, tier, lims, d.Hits, outs[:n])
 	}
-	allowed, report, err := e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
-		limits: lims, now: nowNS, cost: cost, consume: consume, count: count}, outs[:n])
+	var allowed bool
+	report := 0
+	if err == nil {
+		allowed, report, err = e.decide(ctx, &decision{key: k, tenantID: tv.id, pv: pv, tier: tier,
+			limits: lims, now: nowNS, cost: cost, consume: consume, count: count}, outs[:n])
+	}
 	*buf = k
 	e.keyBuf.Put(buf)
 	if err != nil {
 		return false, err
 	}
-	r := outs[max(report, 0)]
+	report = max(report, 0)
+	return c.answer(d, l, pv, &a, &lims[report], &outs[report], allowed, refunded, st), nil
+}
+
+// overrideOf is what a descriptor with its own limit (an override) is
+// decided under: the limit, compiled once per domain, counted in the file's
+// rule for the same entries when there is one (sharedRule), else in the
+// domain's override policy view.
+func (dom *rlsDomain) overrideOf(domain string, l *rlsconf.Limit) (*policyView, []quota.Limit, string, error) {
+	o := &RLSOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String()}
+	ls, err := dom.overrideLimits(o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	pv := dom.override
+	if rpv := dom.sharedRule(domain, l, ls[0]); rpv != nil {
+		// Counted in the file's counter for the same entries, as the
+		// reference does: its cache key does not name the limit.
+		pv = rpv
+	}
+	return pv, ls, overrideTier(o), nil
+}
+
+// refundable is what a refund of hits on bucket k gives back to usage:
+// what the buckets can, no more than the most any limit has used now, so
+// that a refund larger than what was taken cannot push a caller's usage
+// below what it consumed. out is scratch space.
+func (c *descriptorCall) refundable(ctx context.Context, k []byte, pv *policyView, tier string, lims []quota.Limit, hits int64, out []quota.Outcome) (int64, error) {
+	if _, _, err := c.e.decide(ctx, &decision{key: k, tenantID: c.tv.id, pv: pv, tier: tier,
+		limits: lims, now: c.nowNS, cost: 1, consume: false}, out); err != nil {
+		return 0, err
+	}
+	refunded := int64(0)
+	for _, o := range out {
+		left := o.Remaining
+		if o.Allowed {
+			left++ // the look took one unit
+		}
+		refunded = max(refunded, min(hits, o.Limit-left))
+	}
+	return refunded, nil
+}
+
+// counts says whether d's hits count, allowed or not, as in the
+// reference: unless the rule says a denial counts nothing. A refund gives
+// back.
+func counts(d *RLSDescriptor, l *rlsconf.Limit) bool {
+	return !d.Refund && (l.Sluice == nil || l.Sluice.Denied != rlsconf.DeniedUncounted)
+}
+
+// answer fills st from the decided descriptor's reported outcome (of
+// limit lim), records the decision (a refund only gives units back), and
+// reports whether the descriptor is over its limit. a holds the policy,
+// tier and identity the decision is recorded under.
+func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyView, a *Answer, lim *quota.Limit, reported *quota.Outcome, allowed bool, refunded int64, st *RLSStatus) bool {
+	e, tv, nowNS, tier := c.e, c.tv, c.nowNS, a.Tier
+	r, count := *reported, counts(d, l)
 	if !count && (d.Hits == 0 || d.Refund) {
 		// Where a denial counts nothing, usage never passes the limit: a
 		// check that takes nothing (or gives back) is never over, and
@@ -407,10 +445,14 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	if !allowed && r.Reset == 0 {
 		// More hits than the limit at once on an unused window: the
 		// reference still answers the time until the window turns.
-		r.Reset = windowReset(lims[max(report, 0)], nowNS)
+		r.Reset = windowReset(*lim, nowNS)
+	}
+	rl := &RLSLimit{Name: l.Name, PolicyName: pv.name}
+	if l.Rule == nil {
+		rl.PolicyName = c.domain
 	}
 	rl.RequestsPerUnit = uint32(min(r.Limit, math.MaxUint32))
-	rl.Window = lims[max(report, 0)].Period
+	rl.Window = lim.Period
 	rl.Unit = unitOf(rl.Window)
 	if l.Rule != nil && l.Sluice == nil {
 		rl.RequestsPerUnit, rl.Unit = l.RequestsPerUnit, l.Unit.String()
@@ -424,13 +466,15 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 		a.Reason = ReasonRateLimited
 		st.Remaining = 0
 	}
+	// Shadow mode is the rule's; an override never is in it.
+	shadow := pv.shadow && l.Rule != nil
 	if !d.Refund {
-		e.record(tv.id, pv.name, tier, &a, peek, nowNS, start, d.Hits)
+		e.record(tv.id, pv.name, tier, a, d.Hits == 0, nowNS, c.start, d.Hits)
 		if count && !allowed && d.Hits > 0 {
 			// Counted though denied: it is usage against the limit.
 			e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, d.Hits)
 		}
-		e.metrics.rls.observe(tv.id, domain, l.StatsKey, d.Hits, r, allowed, shadow)
+		e.metrics.rls.observe(tv.id, c.domain, l.StatsKey, d.Hits, r, allowed, shadow)
 	} else if refunded > 0 {
 		// A refund is no decision, but gives units back, in the minute it
 		// came.
@@ -439,7 +483,7 @@ func (e *Engine) decideDescriptor(ctx context.Context, tv *tenantView, dom *rlsD
 	// Shadow mode answers OK, and the call's answer follows the
 	// descriptors' answers, as in the reference.
 	st.OverLimit = !allowed && !shadow
-	return st.OverLimit, nil
+	return st.OverLimit
 }
 
 // windowReset is the time from now until l's window turns: its fixed

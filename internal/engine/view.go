@@ -215,72 +215,18 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 func (v *view) apply(c tenants.Change) (*view, error) {
 	n := *v
 	n.version = c.Version
-	// edit returns a copy of the tenant's view to change, and stores it in
-	// n; a tenant the view does not know yet starts empty.
-	edit := func(id string) *tenantView {
-		var tv tenantView
-		if old := v.tenant(id); old != nil {
-			tv = *old
-		} else {
-			tv = *newTenantView(tenants.Tenant{ID: id})
-		}
-		n.tenants = n.tenants.set(id, &tv)
-		return &tv
-	}
+	var err error
 	switch c.Kind {
 	case tenants.ChangeTenant:
-		if c.Tenant == nil {
-			return nil, fmt.Errorf("change %d: tenant missing", c.Version)
-		}
-		tv := edit(c.Tenant.ID)
-		tv.tenant = *c.Tenant
-		if loc := tenantLocation(*c.Tenant); tv.loc == nil || loc.String() != tv.loc.String() {
-			if err := tv.relocate(loc); err != nil {
-				return nil, err
-			}
-		}
+		err = n.applyTenant(c)
 	case tenants.ChangeServiceKey:
-		if c.ServiceKey == nil {
-			return nil, fmt.Errorf("change %d: service key missing", c.Version)
-		}
-		k := *c.ServiceKey
-		tv := edit(k.TenantID)
-		tv.svcKeys = maps.Clone(tv.svcKeys)
-		delete(tv.svcKeys, k.ID)
-		old, had := v.svcHash.get(k.Hash)
-		n.svcHash = n.svcHash.without(k.Hash)
-		if k.RevokedAt == nil {
-			tv.svcKeys[k.ID] = k.Hash
-			if !had {
-				old = newSvcEntry(k.ServiceKey)
-			}
-			n.svcHash = n.svcHash.set(k.Hash, old)
-		}
+		err = n.applyServiceKey(c)
 	case tenants.ChangeConsumerKey:
-		if c.ConsumerKey == nil {
-			return nil, fmt.Errorf("change %d: consumer key missing", c.Version)
-		}
-		tv := edit(c.ConsumerKey.TenantID)
-		kv, err := compileKey(*c.ConsumerKey, tv.loc)
-		if err != nil {
-			return nil, err
-		}
-		tv.keys.byHash = tv.keys.byHash.set(kv.hash, kv)
-		tv.keys.byID = tv.keys.byID.set(kv.id, kv)
+		err = n.applyConsumerKey(c)
 	case tenants.ChangePolicy:
-		if c.Policy == nil {
-			return nil, fmt.Errorf("change %d: policy missing", c.Version)
-		}
-		tv := edit(c.Policy.TenantID)
-		e, err := compilePolicy(*c.Policy, tv.loc)
-		if err != nil {
-			return nil, err
-		}
-		tv.src = maps.Clone(tv.src)
-		tv.src[c.Policy.ID] = e
-		tv.index()
+		err = n.applyPolicy(c)
 	case tenants.ChangePolicyDeleted:
-		tv := edit(c.TenantID)
+		tv := n.edit(c.TenantID)
 		tv.src = maps.Clone(tv.src)
 		delete(tv.src, c.ID)
 		tv.index()
@@ -288,10 +234,9 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		if c.Block == nil {
 			return nil, fmt.Errorf("change %d: block missing", c.Version)
 		}
-		tv := edit(c.Block.TenantID)
-		tv.setBlock(c.Block.ID, c.Block)
+		n.edit(c.Block.TenantID).setBlock(c.Block.ID, c.Block)
 	case tenants.ChangeBlockDeleted:
-		edit(c.TenantID).setBlock(c.ID, nil)
+		n.edit(c.TenantID).setBlock(c.ID, nil)
 	case tenants.ChangeUserSession:
 		if c.UserSession == nil {
 			return nil, fmt.Errorf("change %d: user session missing", c.Version)
@@ -300,19 +245,107 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 	case tenants.ChangeUserDeleted:
 		n.users = n.users.without(c.ID)
 	case tenants.ChangeTenantDeleted:
-		if tv := v.tenant(c.TenantID); tv != nil {
-			for _, h := range tv.svcKeys {
-				n.svcHash = n.svcHash.without(h)
-			}
-			n.tenants = n.tenants.without(c.TenantID)
-		}
+		n.deleteTenant(c.TenantID)
 	case tenants.ChangeOperatorToken:
 		n.operatorHash = c.OperatorTokenHash
 	default:
 		// Kinds this server does not keep in its view (bucket resets,
 		// which the caller handles) only advance the version.
 	}
+	if err != nil {
+		return nil, err
+	}
 	return &n, nil
+}
+
+// The apply* functions apply one kind of change to v, a new view no reader
+// has seen yet (apply's copy).
+
+// edit returns a copy of the tenant's view to change, and stores it in v;
+// a tenant the view does not know yet starts empty.
+func (v *view) edit(id string) *tenantView {
+	var tv tenantView
+	if old := v.tenant(id); old != nil {
+		tv = *old
+	} else {
+		tv = *newTenantView(tenants.Tenant{ID: id})
+	}
+	v.tenants = v.tenants.set(id, &tv)
+	return &tv
+}
+
+func (v *view) applyTenant(c tenants.Change) error {
+	if c.Tenant == nil {
+		return fmt.Errorf("change %d: tenant missing", c.Version)
+	}
+	tv := v.edit(c.Tenant.ID)
+	tv.tenant = *c.Tenant
+	if loc := tenantLocation(*c.Tenant); tv.loc == nil || loc.String() != tv.loc.String() {
+		if err := tv.relocate(loc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyServiceKey keeps an active key's use (keyuse.go) across the change.
+func (v *view) applyServiceKey(c tenants.Change) error {
+	if c.ServiceKey == nil {
+		return fmt.Errorf("change %d: service key missing", c.Version)
+	}
+	k := *c.ServiceKey
+	tv := v.edit(k.TenantID)
+	tv.svcKeys = maps.Clone(tv.svcKeys)
+	delete(tv.svcKeys, k.ID)
+	old, had := v.svcHash.get(k.Hash)
+	v.svcHash = v.svcHash.without(k.Hash)
+	if k.RevokedAt == nil {
+		tv.svcKeys[k.ID] = k.Hash
+		if !had {
+			old = newSvcEntry(k.ServiceKey)
+		}
+		v.svcHash = v.svcHash.set(k.Hash, old)
+	}
+	return nil
+}
+
+func (v *view) applyConsumerKey(c tenants.Change) error {
+	if c.ConsumerKey == nil {
+		return fmt.Errorf("change %d: consumer key missing", c.Version)
+	}
+	tv := v.edit(c.ConsumerKey.TenantID)
+	kv, err := compileKey(*c.ConsumerKey, tv.loc)
+	if err != nil {
+		return err
+	}
+	tv.keys.byHash = tv.keys.byHash.set(kv.hash, kv)
+	tv.keys.byID = tv.keys.byID.set(kv.id, kv)
+	return nil
+}
+
+func (v *view) applyPolicy(c tenants.Change) error {
+	if c.Policy == nil {
+		return fmt.Errorf("change %d: policy missing", c.Version)
+	}
+	tv := v.edit(c.Policy.TenantID)
+	e, err := compilePolicy(*c.Policy, tv.loc)
+	if err != nil {
+		return err
+	}
+	tv.src = maps.Clone(tv.src)
+	tv.src[c.Policy.ID] = e
+	tv.index()
+	return nil
+}
+
+// deleteTenant drops a tenant and its service keys.
+func (v *view) deleteTenant(id string) {
+	if tv := v.tenant(id); tv != nil {
+		for _, h := range tv.svcKeys {
+			v.svcHash = v.svcHash.without(h)
+		}
+		v.tenants = v.tenants.without(id)
+	}
 }
 
 // setBlock replaces (b set) or removes (b nil) the block id in tv, a copy
