@@ -524,18 +524,17 @@ func rlsIdentity(es []RLSEntry) (kind, id string) {
 			}
 		}
 	}
-	var b []byte
+	// Copies at most maxIdentityBytes, however long the values: a call's
+	// cost must not grow with bytes nobody keeps.
+	var arr [maxIdentityBytes]byte
+	b := arr[:0]
+	add := func(s string) bool {
+		n := min(len(s), maxIdentityBytes-len(b))
+		b = append(b, s[:n]...)
+		return n == len(s)
+	}
 	for i, en := range es {
-		if i > 0 {
-			b = append(b, '.')
-		}
-		b = append(b, en.Key...)
-		if en.Value != "" {
-			b = append(b, '_')
-			b = append(b, en.Value...)
-		}
-		if len(b) > maxIdentityBytes {
-			b = b[:maxIdentityBytes]
+		if i > 0 && !add(".") || !add(en.Key) || en.Value != "" && (!add("_") || !add(en.Value)) {
 			break
 		}
 	}

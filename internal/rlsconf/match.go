@@ -248,8 +248,8 @@ func ruleLimits(d *Descriptor) (*RateLimit, []Spec) {
 // it is never in shadow or quota mode. Lookup costs O(entries × wildcard
 // patterns at each level it walks).
 func (c *Config) Lookup(domain string, d RequestDescriptor) *Limit {
-	budget := int64(math.MaxInt64)
-	return c.lookup(domain, d, &budget)
+	st := matchState{budget: math.MaxInt64}
+	return c.lookup(domain, d, &st)
 }
 
 // MatchBudget bounds the wildcard matching of one request (Plan): the
@@ -260,8 +260,29 @@ func (c *Config) Lookup(domain string, d RequestDescriptor) *Limit {
 // matching costs bounded time whatever the file and the call.
 const MatchBudget = 4 << 20
 
-// lookup is Lookup charging its wildcard tests to budget.
-func (c *Config) lookup(domain string, d RequestDescriptor, budget *int64) *Limit {
+// matchState is what the lookups of one request share: the wildcard
+// tests' budget left, and the buffer an entry's "key_value" is built in
+// when it is too long for the stack, grown once to the request's longest
+// entry rather than once per entry.
+type matchState struct {
+	budget int64
+	kv     []byte
+}
+
+// buf answers an empty buffer of at least n bytes: small, the one on the
+// stack; else st's.
+func (st *matchState) buf(small []byte, n int) []byte {
+	if n <= cap(small) {
+		return small[:0]
+	}
+	if cap(st.kv) < n {
+		st.kv = make([]byte, 0, n)
+	}
+	return st.kv[:0]
+}
+
+// lookup is Lookup charging its wildcard tests to st's budget.
+func (c *Config) lookup(domain string, d RequestDescriptor, st *matchState) *Limit {
 	root := c.domains[domain]
 	if root == nil {
 		return nil
@@ -270,7 +291,7 @@ func (c *Config) lookup(domain string, d RequestDescriptor, budget *int64) *Limi
 		return &Limit{
 			RateLimit: RateLimit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit},
 			StatsKey:  descriptorKey(domain, d.Entries), domain: domain,
-			Configured: c.lookup(domain, RequestDescriptor{Entries: d.Entries}, budget),
+			Configured: c.lookup(domain, RequestDescriptor{Entries: d.Entries}, st),
 		}
 	}
 	var (
@@ -283,17 +304,17 @@ func (c *Config) lookup(domain string, d RequestDescriptor, budget *int64) *Limi
 	cur := root
 	var found *cnode
 	for i, e := range d.Entries {
-		kv := append(keyArr[:0], e.Key...)
+		kv := append(st.buf(keyArr[:], len(e.Key)+1+len(e.Value)), e.Key...)
 		kv = append(kv, '_')
 		kv = append(kv, e.Value...)
 		next := cur.children[string(kv)]
 		wild := false
 		if next == nil {
 			for j := range cur.wild {
-				if *budget < int64(len(kv)) {
+				if st.budget < int64(len(kv)) {
 					break
 				}
-				*budget -= int64(len(kv)) + 1
+				st.budget -= int64(len(kv)) + 1
 				if cur.wild[j].match(kv) {
 					next, wild = cur.wild[j].node, true
 					break

@@ -13,9 +13,9 @@ func Plan(cfg *Config, domain string, ds []RequestDescriptor) (limits []*Limit, 
 	limits = make([]*Limit, len(ds))
 	unlimited = make([]bool, len(ds))
 	var replacing map[string]bool
-	budget := int64(MatchBudget)
+	st := matchState{budget: MatchBudget}
 	for i, d := range ds {
-		l := cfg.lookup(domain, d, &budget)
+		l := cfg.lookup(domain, d, &st)
 		if l == nil {
 			continue
 		}
