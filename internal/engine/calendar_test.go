@@ -162,6 +162,13 @@ func TestCalendarQuotaOnTheKeysAnchor(t *testing.T) {
 	if len(ls) != 1 || ls[0].Calendar == nil || ls[0].Calendar.Anchor() != 31 {
 		t.Fatalf("limitsFor the anchored key: %+v", ls)
 	}
+	// A peek names the key too, so a forwarded peek reads the same bucket
+	// with the same limits on the owner.
+	tv := e.view.Load().tenant("ten_a")
+	key, _ := tv.keys.byID.get("key_31")
+	if _, tl, keyID := tv.policies[0].callerBucket(key, "pro"); keyID != "key_31" || tl == nil || tl.limits[0].Calendar.Anchor() != 31 {
+		t.Fatalf("a peek of the anchored key: key %q, limits %+v; want the key named and its anchor", keyID, tl)
+	}
 }
 
 // A key's overrides apply whatever they hold; one with a calendar limit

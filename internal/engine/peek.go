@@ -110,7 +110,8 @@ func (tv *tenantView) caller(kind, id string, now time.Time) (st CallerState, ke
 // callerBucket finds the limits pv decides a caller of tier (and key, nil
 // for an IP) with: the key's override, else its tier's, else default's,
 // anchored to the key's billing day. keyID names the key whose override
-// applies.
+// or billing anchor applies, as a check's does (tenantView.route), so the
+// owner of a forwarded peek reads the bucket with the same limits.
 func (pv *policyView) callerBucket(key *keyView, tier string) (cp CallerPolicy, tl *tierLimits, keyID string) {
 	cp = CallerPolicy{Policy: pv.name, Tier: tier}
 	if o := key.override(pv.name); o != nil {
@@ -120,7 +121,10 @@ func (pv *policyView) callerBucket(key *keyView, tier string) (cp CallerPolicy, 
 			cp.Tier = TierDefault
 		}
 	}
-	return cp, key.anchored(tl), keyID
+	if a := key.anchored(tl); a != tl {
+		tl, keyID = a, key.id
+	}
+	return cp, tl, keyID
 }
 
 // peekBucket reads the caller st's bucket of pv under the limits tl into
