@@ -162,13 +162,14 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	eng, err := engine.New(engine.Config{
-		Node:           cfg.Node,
-		Replicas:       cfg.NatsReplicas,
-		FlushInterval:  cfg.FlushInterval,
-		KeyUseInterval: m.keyUseInterval,
-		Now:            m.clock,
-		Log:            m.Log,
-		Registerer:     m.registry,
+		Node:                cfg.Node,
+		Replicas:            cfg.NatsReplicas,
+		EnvoyBytesPerSecond: int64(cfg.EnvoyBytesPerSecond),
+		FlushInterval:       cfg.FlushInterval,
+		KeyUseInterval:      m.keyUseInterval,
+		Now:                 m.clock,
+		Log:                 m.Log,
+		Registerer:          m.registry,
 	}, nc)
 	if err != nil {
 		return err

@@ -37,7 +37,12 @@ type Config struct {
 	Worker         string   // --worker, SLUICE_WORKER: embedded | external
 	Node           string   // --node, SLUICE_NODE; empty = host name plus a suffix kept in --data (node.go)
 	NatsReplicas   int      // --nats-replicas, SLUICE_NATS_REPLICAS; 0 = 1 on one NATS, the cluster's size up to 3 on a cluster
-	Cluster        string   // --cluster, SLUICE_CLUSTER: auto | on | off
+	// EnvoyBytesPerSecond (--envoy-tenant-bytes-per-second,
+	// SLUICE_ENVOY_TENANT_BYTES_PER_SECOND) is each tenant's share of this
+	// server's Envoy door in bytes of descriptors a second; 0 =
+	// engine.DefaultEnvoyBytesPerSecond, -1 = no share.
+	EnvoyBytesPerSecond int
+	Cluster             string // --cluster, SLUICE_CLUSTER: auto | on | off
 	// ClusterListen (--cluster-listen, SLUICE_CLUSTER_LISTEN) is where other
 	// servers send forwarded checks directly; "off" = over NATS only. A
 	// non-loopback address needs ClusterListenCert and ClusterListenKey
@@ -171,6 +176,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 		return err
 	}
 	fs.IntVar(&c.NatsReplicas, "nats-replicas", replicas, bus.ReplicasUsage+" (SLUICE_NATS_REPLICAS)")
+	envoyShare, err := envInt(getenv, "SLUICE_ENVOY_TENANT_BYTES_PER_SECOND", c.EnvoyBytesPerSecond)
+	if err != nil {
+		return err
+	}
+	fs.IntVar(&c.EnvoyBytesPerSecond, "envoy-tenant-bytes-per-second", envoyShare, "each tenant's share of this server's Envoy door, in bytes of descriptors a second; 0 = 8 MiB, -1 = no share (SLUICE_ENVOY_TENANT_BYTES_PER_SECOND)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")

@@ -59,6 +59,10 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the engine's metrics; none when nil.
 	Registerer prometheus.Registerer
+	// EnvoyBytesPerSecond is each tenant's share of this server's Envoy
+	// door in bytes of descriptors a second (doorshare.go); 0 is
+	// DefaultEnvoyBytesPerSecond, negative no share.
+	EnvoyBytesPerSecond int64
 }
 
 // Engine is the data plane of one server. It is safe for concurrent use.
@@ -93,6 +97,8 @@ type Engine struct {
 
 	// keyUse notes and reports the service keys' use (keyuse.go).
 	keyUse keyUse
+	// door is each tenant's share of the Envoy door (doorshare.go).
+	door *doorShare
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -136,6 +142,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		cache:    quota.NewCache(),
 		counters: newCounterAgg(cfg.CounterIdentities),
 		fwd:      newForwardMemory(),
+		door:     newDoorShare(cfg.EnvoyBytesPerSecond),
 	}
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())

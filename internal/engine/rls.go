@@ -247,6 +247,11 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 	if tv == nil {
 		return RLSAnswer{}, errs.Errorf(errs.Unauthenticated, "The service key's tenant no longer exists.")
 	}
+	waited, err := e.door.take(ctx, tenantID, callBytes(req))
+	if err != nil {
+		return RLSAnswer{}, err
+	}
+	now = now.Add(waited)
 	ans := RLSAnswer{Statuses: make([]RLSStatus, len(req.Descriptors))}
 	nowNS := now.UnixNano()
 	dom := tv.rls[req.Domain]

@@ -279,6 +279,8 @@ func (s *Service) status(err error) error {
 		return status.Error(codes.Unavailable, errs.Message(err))
 	case errs.Forbidden:
 		return status.Error(codes.PermissionDenied, errs.Message(err))
+	case errs.RateLimited:
+		return status.Error(codes.ResourceExhausted, errs.Message(err))
 	}
 	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "the call was cancelled")
