@@ -7,7 +7,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/keyed"
-	"github.com/sluicehq/sluice/internal/quota"
 )
 
 // DefaultEnvoyBytesPerSecond is each tenant's share of a server's Envoy
@@ -27,20 +26,27 @@ const (
 	// server; past it the next is refused at once.
 	doorWaitersMax = 8
 	// doorTenantsMax bounds the tenants remembered (they are
-	// authenticated; full buckets are dropped first).
+	// authenticated); past it the least recently seen is forgotten.
 	doorTenantsMax = 1 << 16
 )
 
-// doorShare holds each tenant's share of the Envoy door on this server: a
-// token bucket of bytes per tenant. A call past it waits until its bytes
-// are there (at most doorWaitMax, and at most doorWaitersMax calls of the
-// tenant at once), then is decided; else it is refused with
-// rate_limited. Safe for concurrent use; nil shares nothing.
+// doorShare holds each tenant's share of the Envoy door on this server,
+// as a token bucket of bytes per tenant kept in its GCRA form: the instant
+// the tenant's bucket is full again, tat. A call of n bytes reserves its
+// bytes at once, moving tat on by n's time at the rate, and waits until
+// its reservation is within the burst: calls past the share are decided
+// in the order they came, each waiting only its own bytes' time (a
+// keyed.Buckets, which only answers yes or no, would let a call that
+// polls at the right moment pass another that waits). A call whose wait
+// would pass doorWaitMax, or that would be the tenant's doorWaitersMax+1-th
+// waiting, is refused and reserves nothing. Safe for concurrent use; nil
+// shares nothing.
 type doorShare struct {
-	burst int64
+	rate  float64 // bytes a nanosecond
+	burst int64   // bytes
 
 	mu      sync.Mutex
-	b       *keyed.Buckets[string]
+	tat     *keyed.Table[string, int64] // unix ns
 	waiting map[string]int
 }
 
@@ -53,8 +59,8 @@ func newDoorShare(perSecond int64) *doorShare {
 	if perSecond == 0 {
 		perSecond = DefaultEnvoyBytesPerSecond
 	}
-	l := quota.Limit{Algorithm: quota.TokenBucket, Limit: perSecond, Period: time.Second, Burst: perSecond}
-	return &doorShare{burst: perSecond, b: keyed.NewBuckets[string](l, doorTenantsMax), waiting: map[string]int{}}
+	return &doorShare{rate: float64(perSecond) / 1e9, burst: perSecond,
+		tat: keyed.NewTable[string, int64](doorTenantsMax), waiting: map[string]int{}}
 }
 
 // callBytes is what a call costs the door: its domain's, keys' and
@@ -72,43 +78,46 @@ func callBytes(req *RLSRequest) int64 {
 // take charges a call of n bytes to tenant, waiting for its share when
 // past it. It answers how long it waited, or the refusal: rate_limited
 // when waiting would take too long or too many of the tenant's calls
-// wait already, the context's error when the call ends first.
+// wait already, the context's error when the call ends first (its bytes
+// stay spent: the server read them).
 func (d *doorShare) take(ctx context.Context, tenant string, n int64) (time.Duration, error) {
 	if d == nil {
 		return 0, nil
 	}
 	n = min(n, d.burst) // a call of more than a burst is a burst's worth
-	start := time.Now()
-	waited := time.Duration(0)
-	for {
-		d.mu.Lock()
-		o := d.b.Take(tenant, time.Now().UnixNano(), n)
-		if o.Allowed {
-			d.mu.Unlock()
-			return waited, nil
-		}
-		wait := o.RetryAfter
-		if waited+wait > doorWaitMax || d.waiting[tenant] >= doorWaitersMax {
-			d.mu.Unlock()
-			return waited, errs.Limited(wait, "envoy: this tenant's calls are past its share of this server (%d bytes of descriptors a second); retry after %d ms",
-				d.burst, max(wait.Milliseconds(), 1))
-		}
-		d.waiting[tenant]++
+	cost := int64(float64(n) / d.rate)
+	window := int64(float64(d.burst) / d.rate) // the burst's time
+	now := time.Now().UnixNano()
+	d.mu.Lock()
+	tat, _ := d.tat.Get(tenant, 0)
+	next := max(*tat, now) + cost
+	wait := time.Duration(next - window - now)
+	if wait <= 0 {
+		*tat = next
 		d.mu.Unlock()
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-		d.mu.Lock()
-		if d.waiting[tenant]--; d.waiting[tenant] == 0 {
-			delete(d.waiting, tenant)
-		}
-		d.mu.Unlock()
-		waited = time.Since(start)
-		if err := ctx.Err(); err != nil {
-			return waited, err
-		}
+		return 0, nil
 	}
+	if wait > doorWaitMax || d.waiting[tenant] >= doorWaitersMax {
+		d.mu.Unlock()
+		return 0, errs.Limited(wait, "envoy: this tenant's calls are past its share of this server (%d bytes of descriptors a second); retry after %d ms",
+			d.burst, max(wait.Milliseconds(), 1))
+	}
+	*tat = next
+	d.waiting[tenant]++
+	d.mu.Unlock()
+	t := time.NewTimer(wait)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	d.mu.Lock()
+	if d.waiting[tenant]--; d.waiting[tenant] == 0 {
+		delete(d.waiting, tenant)
+	}
+	d.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return wait, err
+	}
+	return wait, nil
 }
