@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(echoEnv) != "" {
 		serveEcho()
 	}
+	if plan := os.Getenv(noisyPlanEnv); plan != "" {
+		noisyTenantMain(plan)
+	}
 	code := m.Run()
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir)

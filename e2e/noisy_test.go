@@ -24,6 +24,8 @@ import (
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/worker"
@@ -271,11 +273,11 @@ type noisyPlan struct {
 }
 
 // noisyPlanEnv carries a noisyPlan, as JSON, to the test binary run as
-// tenant A's process (TestNoisyTenantProcess).
+// tenant A's process (noisyTenantMain).
 const noisyPlanEnv = "SLUICE_E2E_NOISY_PLAN"
 
 // startNoisyTenant runs tenant A's loops in a process of its own, this
-// test binary run again as TestNoisyTenantProcess, until ctx ends (or, at
+// test binary run again as noisyTenantMain, until ctx ends (or, at
 // the latest, twice noisyFor); stopped is closed once the process has
 // ended and noise holds its counts.
 func startNoisyTenant(t *testing.T, ctx context.Context, plan noisyPlan) (noise *noiseCounts, stopped <-chan struct{}) {
@@ -284,7 +286,7 @@ func startNoisyTenant(t *testing.T, ctx context.Context, plan noisyPlan) (noise 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNoisyTenantProcess$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), noisyPlanEnv+"="+string(raw))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -318,21 +320,23 @@ func startNoisyTenant(t *testing.T, ctx context.Context, plan noisyPlan) (noise 
 	return noise, done
 }
 
-// TestNoisyTenantProcess is tenant A's process in TestNoisyNeighbour; run
-// on its own it does nothing. It runs A's loops until its stdin closes,
-// or for twice noisyFor at most, then prints its counts.
-func TestNoisyTenantProcess(t *testing.T) {
-	raw := os.Getenv(noisyPlanEnv)
-	if raw == "" {
-		t.Skip("tenant A's process of TestNoisyNeighbour")
-	}
+// noisyTenantMain is tenant A's process in TestNoisyNeighbour (TestMain
+// runs it when noisyPlanEnv is set): it runs A's loops until its stdin
+// closes, or for twice noisyFor at most, prints its counts and exits.
+func noisyTenantMain(raw string) {
 	var plan noisyPlan
 	if err := json.Unmarshal([]byte(raw), &plan); err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "tenant A's plan:", err)
+		os.Exit(2)
 	}
 	envoy := make([]*rlsClient, len(plan.GRPC))
 	for i, addr := range plan.GRPC {
-		envoy[i] = dialRLS(t, addr, plan.Key)
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tenant A's Envoy client:", err)
+			os.Exit(2)
+		}
+		envoy[i] = &rlsClient{conn: conn, key: plan.Key}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*noisyFor)
 	defer cancel()
@@ -341,6 +345,7 @@ func TestNoisyTenantProcess(t *testing.T) {
 	<-stopped
 	raw2, _ := json.Marshal(noise.counts)
 	fmt.Printf("noise-counts: %s\n", raw2)
+	os.Exit(0)
 }
 
 // runNoisyTenant starts tenant A's loops, everything at once, each as fast
