@@ -11,12 +11,18 @@ import (
 
 // DefaultEnvoyBytesPerSecond is each tenant's share of a server's Envoy
 // door (gRPC and the HTTP batch): the bytes of descriptors (domain, keys
-// and values) its calls may make the server read and decide per second,
-// in bursts of a second's worth. A call of ordinary descriptors is a few
-// hundred bytes, so this is tens of thousands of calls a second; a tenant
-// sending calls at the door's bounds (1 MiB each) is held to 8 a second
-// per server, and the CPU they would take stays with the other tenants.
+// and values) its large calls may make the server read and decide per
+// second, in bursts of a second's worth. Calls of doorFreeBytes or less,
+// which is every call Envoy sends in practice (a few descriptors of a few
+// hundred bytes), are not charged; a tenant sending calls at the door's
+// bounds (1 MiB each) is held to 8 a second per server, and the CPU they
+// would take stays with the other tenants.
 const DefaultEnvoyBytesPerSecond = 8 << 20
+
+// doorFreeBytes is the largest call the share does not charge: its cost
+// is that of any cheap request, bounded like checks are, by the CPU it
+// takes.
+const doorFreeBytes = 4 << 10
 
 const (
 	// doorWaitMax is the longest a call past its tenant's share waits
@@ -81,7 +87,7 @@ func callBytes(req *RLSRequest) int64 {
 // wait already, the context's error when the call ends first (its bytes
 // stay spent: the server read them).
 func (d *doorShare) take(ctx context.Context, tenant string, n int64) (time.Duration, error) {
-	if d == nil {
+	if d == nil || n <= doorFreeBytes {
 		return 0, nil
 	}
 	n = min(n, d.burst) // a call of more than a burst is a burst's worth

@@ -4,13 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/sluicehq/sluice/internal/rlsconf"
-	"github.com/sluicehq/sluice/internal/rlspolicy"
-	"github.com/sluicehq/sluice/internal/tenants"
 )
 
 // BenchmarkShouldRateLimitAtTheBounds decides the two Envoy calls of the
@@ -35,21 +30,8 @@ func BenchmarkShouldRateLimitAtTheBounds(b *testing.B) {
 		deep = d
 	}
 	raw, _ := json.Marshal(map[string]any{"domain": "noisy", "descriptors": append(ds, deep)})
-	f, err := rlsconf.Parse("bench.yaml", raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ps, err := rlspolicy.Policies(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := tenants.Snapshot{Version: 1, Tenants: []tenants.Tenant{{ID: "ten_a", Name: "a"}}}
-	for i, p := range ps {
-		p.Normalize()
-		p.ID, p.TenantID, p.CreatedAt = "pol_"+strconv.Itoa(i), "ten_a", t0
-		snap.Policies = append(snap.Policies, p)
-	}
-	e := newTestEngine(b, snap)
+	e := rlsEngineWith(b, string(raw)) // JSON is YAML
+	e.door = nil                       // the decision's cost, not the tenant's share of the door
 	wild := RLSRequest{Domain: "noisy"}
 	v := strings.Repeat("x", 900)
 	for range 1000 {

@@ -51,7 +51,7 @@ func rlsEngine(t *testing.T) *Engine {
 }
 
 // rlsEngineWith is rlsEngine with a domain of its own.
-func rlsEngineWith(t *testing.T, yaml string) *Engine {
+func rlsEngineWith(t testing.TB, yaml string) *Engine {
 	t.Helper()
 	f, err := rlsconf.Parse("edge.yaml", []byte(yaml))
 	if err != nil {
