@@ -467,9 +467,18 @@ func TestHANATSNodeKilled(t *testing.T) {
 	ackMu.Lock()
 	want := append([][2]string(nil), acked...)
 	ackMu.Unlock()
-	back := waitFor(t, 60*time.Second, "the worker answering after the NATS node's death", func() bool {
-		return call(t, "GET", servers[0].base+"/v1/keys", tn.Key, nil).Status == 200
+	var lastRead string
+	back, ok := poll(60*time.Second, func() bool {
+		r := call(t, "GET", servers[0].base+"/v1/keys", tn.Key, nil)
+		lastRead = fmt.Sprintf("%d %.200s", r.Status, r.Raw)
+		return r.Status == 200
 	})
+	if !ok {
+		// The process logs follow at the end, servers first; the worker's
+		// last lines, which tell why, go here, before anything is cut.
+		t.Fatalf("the worker answering after the NATS node's death: not within 60s; the last read answered %s; the worker's last lines:\n%s",
+			lastRead, tail(worker.logs.String(), 25))
+	}
 	t.Logf("config reads answered again %s after the checks ended", back.Round(time.Millisecond))
 	for _, s := range servers {
 		r := mustStatus(t, call(t, "GET", s.base+"/v1/keys", tn.Key, nil), 200)

@@ -486,15 +486,24 @@ func ipCheck(ip, path string) map[string]any {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
+	took, ok := poll(d, cond)
+	if !ok {
+		t.Fatalf("%s: not within %s", what, d)
+	}
+	return took
+}
+
+// poll is waitFor for a caller that reports the failure itself: it tells
+// how long cond took to hold, and whether it did within d.
+func poll(d time.Duration, cond func() bool) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < d {
 		if cond() {
-			return time.Since(start)
+			return time.Since(start), true
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("%s: not within %s", what, d)
-	return 0
+	return 0, false
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

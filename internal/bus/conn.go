@@ -125,12 +125,33 @@ func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
 
 // WaitStreams polls until JetStream answers and ensure (EnsureStreams for
 // the worker, which owns the streams' configuration; RestoreStreams for
-// servers) succeeds, for processes that start before JetStream is ready.
-func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(context.Context, jetstream.JetStream) error) error {
-	for {
+// servers) succeeds, for processes that start before JetStream is ready
+// and for a worker taking over while NATS elects. It never waits in
+// silence: the first failure and then one every streamWaitLog are logged
+// at WARN with the attempts and the time spent, and every failure is
+// passed to failed when not nil (a bus.Unstick's Failed, so that a
+// process whose NATS node lost its cluster moves to another, and a
+// metric).
+func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(context.Context, jetstream.JetStream) error, log *slog.Logger, failed func()) error {
+	start := time.Now()
+	var logged time.Time
+	for attempts := 1; ; attempts++ {
 		err := ensure(ctx, js)
 		if err == nil {
+			if attempts > 1 && log != nil {
+				log.Info("NATS streams ready", "attempts", attempts, "waited", time.Since(start).Round(time.Millisecond).String())
+			}
 			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(ctx.Err(), err)
+		}
+		if failed != nil {
+			failed()
+		}
+		if log != nil && time.Since(logged) >= streamWaitLog {
+			logged = time.Now()
+			log.Warn("NATS streams not ready; retrying", "attempts", attempts, "waiting_for", time.Since(start).Round(time.Millisecond).String(), "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -139,6 +160,9 @@ func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(contex
 		}
 	}
 }
+
+// streamWaitLog is how often WaitStreams logs that it still waits.
+const streamWaitLog = 10 * time.Second
 
 // Request sends a request with a JSON body and decodes the reply envelope
 // into out. A missing responder or a timeout is reported as unavailable.

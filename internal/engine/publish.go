@@ -417,7 +417,7 @@ func (p *publisher) restoreStreams(ctx context.Context, err error) {
 // waitStreams polls until JetStream answers and has the streams, making
 // those that are missing (restoreStreamsOnce), or ctx ends.
 func (p *publisher) waitStreams(ctx context.Context) error {
-	return bus.WaitStreams(ctx, p.js, p.restoreStreamsOnce)
+	return bus.WaitStreams(ctx, p.js, p.restoreStreamsOnce, p.log, nil)
 }
 
 // restoreStreamsOnce makes the streams that are missing, at start, and

@@ -173,7 +173,10 @@ type workerMetrics struct {
 	batches       *prometheus.CounterVec
 	configOps     *prometheus.CounterVec
 	applyFailures *prometheus.CounterVec
-	lag           lagMetrics
+	// streamWaits counts failed attempts to set up the NATS streams and
+	// the replication log (bus.WaitStreams) at start and at each takeover.
+	streamWaits prometheus.Counter
+	lag         lagMetrics
 }
 
 // New prepares a worker over an open, migrated database and a NATS
@@ -238,6 +241,8 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		configOps:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_config_requests_total", Help: "Config and query requests served, by operation and outcome."}, []string{"op", "code"}),
 		applyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_worker_apply_failures_total",
 			Help: "Stream batches whose transaction failed and that stay in the stream, by reason (disk_full, error)."}, []string{"stream", "reason"}),
+		streamWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_worker_stream_setup_failures_total",
+			Help: "Failed attempts to set up the NATS streams, the replication log and the lease bucket, at start and at each takeover; the worker retries every 250 ms and serves nothing meanwhile."}),
 	}
 	w.metrics.lag = newLagMetrics()
 	w.runs = newStagedRuns()
@@ -260,13 +265,13 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if cfg.Recorder != nil {
 		w.repl = repl.New(repl.Config{DB: db, Writer: w.store, Recorder: cfg.Recorder, NC: nc, JS: js,
 			LeaseTTL: cfg.LeaseTTL, Name: cfg.Name, Replicas: cfg.Replicas, Streams: cfg.Streams,
-			Log: w.log, Unstick: w.unstick, Replayed: w.countReplayedRows})
+			Log: w.log, Unstick: w.unstick, Replayed: w.countReplayedRows, StreamFailed: w.streamFailed})
 	}
 	if cfg.Registerer != nil {
 		if err := w.unstick.Register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
-		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.terms.fenced}, w.metrics.lag.collectors()...)
+		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.metrics.streamWaits, w.terms.fenced}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
 		cs = append(cs, w.webhooks.Collectors()...)
@@ -311,8 +316,16 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // runActive is the active worker's work, until ctx ends. serving, when not
 // nil, is called once the request subjects are served.
+// streamFailed is told of each failed attempt to set up the streams: a
+// NATS node whose JetStream keeps failing is left (bus.Unstick), and the
+// attempt is counted.
+func (w *Worker) streamFailed() {
+	w.metrics.streamWaits.Inc()
+	w.unstick.Failed()
+}
+
 func (w *Worker) runActive(ctx context.Context, serving func()) error {
-	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams); err != nil {
+	if err := bus.WaitStreams(ctx, w.js, w.ensureStreams, w.log, w.streamFailed); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// The account of staged runs comes first: stream batches add to it.

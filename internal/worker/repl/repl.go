@@ -114,6 +114,9 @@ type Config struct {
 	// wrote (NoteRows on the active), so that a standby counts them as the
 	// active does. It may be nil.
 	Replayed func(stream string, rows int)
+	// StreamFailed is told of each failed attempt to set up the log and
+	// the lease bucket (bus.WaitStreams); Unstick.Failed when nil.
+	StreamFailed func()
 }
 
 // Replicator runs the election and the log for one worker. Create it with
@@ -162,6 +165,9 @@ func New(cfg Config) *Replicator {
 	}
 	if cfg.Unstick == nil {
 		cfg.Unstick = bus.NewUnstick(cfg.NC, cfg.LeaseTTL/2, cfg.Log)
+	}
+	if cfg.StreamFailed == nil {
+		cfg.StreamFailed = cfg.Unstick.Failed
 	}
 	if cfg.Replayed == nil {
 		cfg.Replayed = func(string, int) {}
@@ -214,7 +220,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // call serving once its request subjects are subscribed (from then on a
 // request reaches this worker).
 func (r *Replicator) Run(ctx context.Context, active func(ctx context.Context, serving func()) error) error {
-	if err := bus.WaitStreams(ctx, r.js, r.ensureRepl); err != nil {
+	if err := bus.WaitStreams(ctx, r.js, r.ensureRepl, r.log, r.cfg.StreamFailed); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	r.removeStaleSnapshots(ctx)
