@@ -171,7 +171,9 @@ func TestPartitionNATSMinority(t *testing.T) {
 	// Every server decides again about 10 s after the cut: JetStream
 	// elects new leaders on the majority in 4-9 s and the processes on the
 	// isolated node move to it (2.5 s of failing requests for a server,
-	// 1.5 s for the worker, each further move waiting 10 s). Measured in
+	// 10 s for the worker, whose requests there get no answer or no
+	// responders, as on a majority node while it elects; each further
+	// move waiting 10 s). Measured in
 	// twelve runs, the worker on the isolated node in each: 4.0-13.3 s
 	// (docs/GUARANTEES.md). Under the whole suite's load on two cores the
 	// majority took up to 20 s to serve the worker's lease and log again

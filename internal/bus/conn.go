@@ -129,10 +129,10 @@ func streamConfigs(limits StreamLimits) []jetstream.StreamConfig {
 // and for a worker taking over while NATS elects. It never waits in
 // silence: the first failure and then one every streamWaitLog are logged
 // at WARN with the attempts and the time spent, and every failure is
-// passed to failed when not nil (a bus.Unstick's Failed, so that a
+// passed to failed when not nil (a bus.Unstick's FailedWith, so that a
 // process whose NATS node lost its cluster moves to another, and a
 // metric).
-func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(context.Context, jetstream.JetStream) error, log *slog.Logger, failed func()) error {
+func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(context.Context, jetstream.JetStream) error, log *slog.Logger, failed func(error)) error {
 	start := time.Now()
 	var logged time.Time
 	for attempts := 1; ; attempts++ {
@@ -147,7 +147,7 @@ func WaitStreams(ctx context.Context, js jetstream.JetStream, ensure func(contex
 			return errors.Join(ctx.Err(), err)
 		}
 		if failed != nil {
-			failed()
+			failed(err)
 		}
 		if log != nil && time.Since(logged) >= streamWaitLog {
 			logged = time.Now()

@@ -29,12 +29,15 @@ package bus
 // checks need not lose). The client library's own pings handle that case.
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -109,6 +112,32 @@ func (u *Unstick) Failed() { u.failed(false) }
 // too, and must not be left for it; a node that lost its cluster answers
 // nothing for good.
 func (u *Unstick) Unanswered() { u.failed(true) }
+
+// FailedWith records a JetStream request that failed with err: as
+// Unanswered when err says nothing answered for the stream (a timeout, no
+// responders, JetStream unavailable), which is what a majority node
+// electing a stream's leader answers, so that a process there waits out
+// the election instead of moving, perhaps to the node that lost its
+// cluster; as Failed otherwise.
+func (u *Unstick) FailedWith(err error) { u.failed(Electing(err)) }
+
+// Electing reports whether err is what a JetStream request gets while its
+// stream has no leader: no answer in time, no responders, or JetStream
+// saying it is unavailable. A node cut off from its cluster answers the
+// same, for good; Unstick tells the two apart by how long it lasts.
+func Electing(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503 // JetStream system temporarily unavailable
+	}
+	return false
+}
 
 func (u *Unstick) failed(unanswered bool) {
 	now := u.now()

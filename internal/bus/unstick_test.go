@@ -1,9 +1,14 @@
 package bus
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // After requests fail for the set time on a live connection, Unstick moves
@@ -126,6 +131,43 @@ func TestUnstickWaitsOutElectionsOnUnansweredRounds(t *testing.T) {
 		}
 		if moves != s.moves {
 			t.Fatalf("at %v: %d reconnects, want %d", s.at, moves, s.moves)
+		}
+	}
+}
+
+// What a majority node answers while a stream elects its leader (nothing
+// in time, no responders, JetStream unavailable) waits SettleWait before a
+// move; any other failure moves after the set time.
+func TestUnstickFailedWithTellsElectionsApart(t *testing.T) {
+	for _, c := range []struct {
+		err      error
+		electing bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("renew: %w", nats.ErrTimeout), true},
+		{nats.ErrNoResponders, true},
+		{jetstream.ErrNoStreamResponse, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence: 7"}, false},
+		{jetstream.ErrKeyExists, false},
+		{errors.New("the log ends before this database"), false},
+	} {
+		if got := Electing(c.err); got != c.electing {
+			t.Errorf("Electing(%v) = %v, want %v", c.err, got, c.electing)
+		}
+		u := NewUnstick(nil, 3*time.Second, nil)
+		now := time.Unix(1_700_000_000, 0)
+		moves := 0
+		u.now, u.reconnect = func() time.Time { return now }, func() error { moves++; return nil }
+		u.FailedWith(c.err)
+		now = now.Add(3 * time.Second)
+		u.FailedWith(c.err)
+		want := 1
+		if c.electing {
+			want = 0 // not before SettleWait
+		}
+		if moves != want {
+			t.Errorf("%v: %d moves after 3 s, want %d", c.err, moves, want)
 		}
 	}
 }

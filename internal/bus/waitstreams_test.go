@@ -26,7 +26,7 @@ func TestWaitStreamsTellsOfEveryFailure(t *testing.T) {
 		}
 		return nil
 	}
-	if err := WaitStreams(context.Background(), nil, ensure, log, func() { failed++ }); err != nil {
+	if err := WaitStreams(context.Background(), nil, ensure, log, func(error) { failed++ }); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 4 || failed != 3 {

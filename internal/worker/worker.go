@@ -319,9 +319,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // streamFailed is told of each failed attempt to set up the streams: a
 // NATS node whose JetStream keeps failing is left (bus.Unstick), and the
 // attempt is counted.
-func (w *Worker) streamFailed() {
+func (w *Worker) streamFailed(err error) {
 	w.metrics.streamWaits.Inc()
-	w.unstick.Failed()
+	w.unstick.FailedWith(err)
 }
 
 func (w *Worker) runActive(ctx context.Context, serving func()) error {

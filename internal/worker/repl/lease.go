@@ -109,7 +109,7 @@ func (r *Replicator) takeLease(ctx context.Context, a *applier, pos position, ex
 			r.log.Warn("the worker lease bucket was gone (NATS lost it); making it again")
 			_ = r.ensureRepl(ctx, r.js)
 		} else if !errors.Is(err, errLeaseHeld) {
-			r.unstick.Failed()
+			r.unstick.FailedWith(err)
 			if time.Since(r.claimWarned) >= 5*time.Second {
 				r.claimWarned = time.Now()
 				r.log.Warn("standby: the lease looks free but taking it failed; retrying", "err", err)
@@ -213,8 +213,9 @@ func (r *Replicator) renewLease(ctx context.Context, rev, epoch uint64) {
 			return
 		}
 		// On a NATS node that lost its cluster the renewals only time
-		// out: move to another node before the lease is gone.
-		r.unstick.Failed()
+		// out: move to another node (after SettleWait: a majority node
+		// electing the bucket's leader answers the same for a while).
+		r.unstick.FailedWith(err)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			r.stepDown("another worker holds the lease")
 			return

@@ -73,7 +73,7 @@ func (r *Replicator) shipTx(stmts []sqlitedb.Statement, exec func(string, ...any
 		ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(pos))
 		cancel()
 		if err != nil {
-			r.unstick.Failed()
+			r.unstick.FailedWith(err)
 			r.stepDownLocked("publishing to the replication log failed: " + err.Error())
 			return errs.Errorf(errs.Unavailable, "The worker could not replicate this write; try again shortly.")
 		}

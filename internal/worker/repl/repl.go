@@ -115,8 +115,8 @@ type Config struct {
 	// active does. It may be nil.
 	Replayed func(stream string, rows int)
 	// StreamFailed is told of each failed attempt to set up the log and
-	// the lease bucket (bus.WaitStreams); Unstick.Failed when nil.
-	StreamFailed func()
+	// the lease bucket (bus.WaitStreams); Unstick.FailedWith when nil.
+	StreamFailed func(error)
 }
 
 // Replicator runs the election and the log for one worker. Create it with
@@ -167,7 +167,7 @@ func New(cfg Config) *Replicator {
 		cfg.Unstick = bus.NewUnstick(cfg.NC, cfg.LeaseTTL/2, cfg.Log)
 	}
 	if cfg.StreamFailed == nil {
-		cfg.StreamFailed = cfg.Unstick.Failed
+		cfg.StreamFailed = cfg.Unstick.FailedWith
 	}
 	if cfg.Replayed == nil {
 		cfg.Replayed = func(string, int) {}

@@ -107,7 +107,7 @@ func (s *standbyLoop) readLog(ctx context.Context) (logBounds, time.Duration, bo
 		}
 	}
 	if err != nil {
-		r.unstick.Failed()
+		r.unstick.FailedWith(err)
 		s.warn("standby: the replication log does not answer; retrying", "err", err)
 		return logBounds{}, 250 * time.Millisecond, false
 	}
@@ -152,7 +152,7 @@ func (s *standbyLoop) catchUp(ctx context.Context, pos position, lb logBounds) (
 	r.lagRecords.Set(float64(lb.last - min(pos.seq, lb.last)))
 	if err := s.a.catchUp(ctx, pos, lb.last); err != nil {
 		if ctx.Err() == nil {
-			r.unstick.Failed()
+			r.unstick.FailedWith(err)
 			s.warn("standby: applying the replication log failed; retrying", "err", err)
 			s.a.reset()
 			return time.Second, false
@@ -179,14 +179,14 @@ func (s *standbyLoop) leaseStep(ctx context.Context, lease leaseRead) (term, boo
 	}
 	switch {
 	case lease.err != nil:
-		r.unstick.Failed()
+		r.unstick.FailedWith(lease.err)
 		s.warn("standby: the worker lease cannot be read, so it counts as held; retrying", "err", lease.err)
 	case held && lease.entry != nil && r.ownEndedLease(lease.entry):
 		// This process's own lease from a term that ended while NATS
 		// did not answer (it could not give it back then): no need to
 		// wait for it to expire.
 		if err := r.kv.Delete(ctx, bus.WorkerLeaseKey, jetstream.LastRevision(lease.entry.Revision())); err != nil {
-			r.unstick.Failed()
+			r.unstick.FailedWith(err)
 			s.warn("standby: giving back the lease of this worker's ended term failed; retrying", "err", err)
 		} else {
 			r.log.Info("standby: gave back the lease of this worker's ended term")
