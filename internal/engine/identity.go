@@ -11,6 +11,8 @@ import (
 const (
 	KindIP  = "ip"
 	KindKey = "key"
+	// KindJWT is a caller identified by a verified JWT's subject.
+	KindJWT = "jwt"
 )
 
 // NormalizeIP parses an IPv4 or IPv6 literal and returns the identity it is

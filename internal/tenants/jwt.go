@@ -458,3 +458,10 @@ func okpKey(j jwkJSON) (crypto.PublicKey, error) {
 	}
 	return ed25519.PublicKey(x), nil
 }
+
+// ValidateJWKSURL checks a jwks_url's form: https, a host, no user or
+// password, no fragment. Where the host points is the server's to check.
+func ValidateJWKSURL(raw string) error {
+	_, err := validateHTTPSURL("jwks_url", raw, MaxJWKSURL)
+	return err
+}
