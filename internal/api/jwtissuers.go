@@ -17,6 +17,10 @@ func (h jwtIssuerRoutes) createIssuer(c echo.Context) error {
 	if err := bind(c, &b); err != nil {
 		return err
 	}
+	// The body's own errors first, then where its URL points.
+	if err := b.Apply(&tenants.JWTIssuer{}); err != nil {
+		return err
+	}
 	if err := h.checkJWKSURL(c, b); err != nil {
 		return err
 	}
