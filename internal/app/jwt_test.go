@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice/internal/api"
+	"github.com/sluicehq/sluice/sdk"
 )
 
 // ecJWKS is a new P-256 key and its public half as a JSON Web Key Set.
@@ -158,5 +159,25 @@ func TestJWTChecksThroughAPI(t *testing.T) {
 	// Without the header the bearer token is not read: the client is its address.
 	if resp := fa("garbage", false); resp.StatusCode != http.StatusOK {
 		t.Fatalf("forward-auth without %s: %d", api.JWTBearerHeader, resp.StatusCode)
+	}
+
+	// The Go SDK's middleware sends the bearer token as jwt with WithBearerJWT.
+	client := sdk.New("http://"+m.Addr(), sk, sdk.WithBearerJWT(), sdk.WithDenialCache(0))
+	app := client.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	serve := func(bearer string) int {
+		r := httptest.NewRequest("GET", "/api/z", nil)
+		r.Header.Set("Authorization", "Bearer "+bearer)
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		return w.Code
+	}
+	carol := tok("carol")
+	for i, want := range []int{http.StatusNoContent, http.StatusNoContent, http.StatusTooManyRequests} {
+		if got := serve(carol); got != want {
+			t.Fatalf("SDK request %d for carol: %d, want %d", i, got, want)
+		}
+	}
+	if got := serve("garbage"); got != http.StatusUnauthorized {
+		t.Fatalf("SDK request with a bad token: %d", got)
 	}
 }
