@@ -215,7 +215,7 @@ func (m *Main) Run(ctx context.Context) error {
 	revoked := newLazyRevoker()
 	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log, Tarpit: pit,
-		SetupClosed: m.setupClosed.Load}); err != nil {
+		SetupClosed: m.setupClosed.Load, CheckJWKSURL: engine.JWKSURLChecker(cfg.JWKSAllowPrivate)}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
