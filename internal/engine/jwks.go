@@ -22,6 +22,7 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -312,11 +313,14 @@ func (f *jwksFetcher) fetch(ctx context.Context, s *jwksSource) (time.Duration, 
 	if len(body) > tenants.MaxJWKSBytes {
 		return 0, fmt.Errorf("key set larger than %d bytes", tenants.MaxJWKSBytes)
 	}
-	keys, err := tenants.ParseJWKS(body, false)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s", errNoKeys, err)
+	sum := sha256.Sum256(body)
+	if cur := s.set.Load(); cur == nil || cur.sum != sum {
+		keys, err := tenants.ParseJWKS(body, false)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s", errNoKeys, err)
+		}
+		s.set.Store(&keySet{keys: keys, sum: sum})
 	}
-	s.set.Store(&keySet{keys: keys})
 	return refreshAfter(resp.Header.Get("Cache-Control"), f.opts.Refresh), nil
 }
 

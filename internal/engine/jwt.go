@@ -60,6 +60,9 @@ type issuerView struct {
 // keySet is one set of an issuer's public keys, never changed once made.
 type keySet struct {
 	keys []tenants.JWK
+	// sum is the SHA-256 of the fetched body, so that fetching the same
+	// set again keeps this one and the tokens verified with it.
+	sum [32]byte
 }
 
 func compileIssuer(iss tenants.JWTIssuer) *issuerView {

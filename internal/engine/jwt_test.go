@@ -364,9 +364,16 @@ func TestJWKSFetch(t *testing.T) {
 	waitFor(t, "the refresh", func() bool { return srv.hits.Load() == 2 })
 	waitFor(t, "k2", func() bool { return check("k2", k.rsa2, "u2", t0.Add(time.Second)).Allowed })
 
-	// An unknown kid asks again at most once per 30 s.
+	// An unknown kid asks again at most once per 30 s. The same set
+	// fetched again is kept as it was, and so are the tokens verified
+	// with it.
+	rotated := e.jwt.jwks.keys("iss_a", srv.URL+"/jwks.json")
 	check("k3", k.rsa, "u3", t0.Add(31*time.Second))
 	waitFor(t, "the third fetch", func() bool { return srv.hits.Load() == 3 })
+	time.Sleep(100 * time.Millisecond)
+	if e.jwt.jwks.keys("iss_a", srv.URL+"/jwks.json") != rotated {
+		t.Fatal("the same set fetched again replaced the kept one")
+	}
 	check("k3", k.rsa, "u3", t0.Add(50*time.Second))
 	time.Sleep(200 * time.Millisecond)
 	if n := srv.hits.Load(); n != 3 {
