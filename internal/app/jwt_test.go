@@ -181,3 +181,38 @@ func TestJWTChecksThroughAPI(t *testing.T) {
 		t.Fatalf("SDK request with a bad token: %d", got)
 	}
 }
+
+// A restarted server finds its issuers in the snapshot and fetches their
+// key sets again: tokens verify after the restart as before.
+func TestJWTIssuersSurviveARestart(t *testing.T) {
+	key, set := ecJWKS(t, "k1")
+	idp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, set) }))
+	t.Cleanup(idp.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: idp.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := func() (*Main, func()) {
+		cfg := DefaultConfig()
+		cfg.Addr, cfg.Data, cfg.Node, cfg.OperatorToken = "127.0.0.1:0", dir, "restart", testToken
+		cfg.JWKSAllowPrivate, cfg.Webhooks.CAFile = true, ca
+		return runMain(t, cfg, nil)
+	}
+	m, closeM := start()
+	tn := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "idp", "owner_email": "o@idp.test", "owner_password": "a long passphrase"})
+	sk := tn["service_key"].(string)
+	do(t, m, "POST", "/v1/jwt/issuers", sk, map[string]any{"issuer": "https://id.idp.test/", "jwks_url": idp.URL + "/jwks", "algorithms": []string{"ES256"}})
+	tok := signES256(t, key, "k1", map[string]any{"iss": "https://id.idp.test/", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	verified := func(m *Main) func() bool {
+		return func() bool {
+			a := do(t, m, "POST", "/v1/check", sk, map[string]any{"jwt": tok, "path": "/x", "peek": true})
+			id, _ := a["identity"].(map[string]any)
+			return a["allowed"] == true && id["id"] == "alice"
+		}
+	}
+	waitUntil(t, 5*time.Second, "the token verified", verified(m))
+	closeM()
+	m, _ = start()
+	waitUntil(t, 5*time.Second, "the token verified after the restart", verified(m))
+}
