@@ -15,7 +15,7 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
-	"fmt"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -190,7 +190,7 @@ func hashToken(tok string) [32]byte {
 
 // errJWT is every verification failure: the check answers invalid_token
 // and says no more.
-var errJWT = fmt.Errorf("invalid token")
+var errJWT = errors.New("invalid token")
 
 // verify checks tok's signature, algorithm, key, issuer, audience, exp and
 // nbf against tv's issuers.
