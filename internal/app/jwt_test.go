@@ -126,6 +126,14 @@ func TestJWTChecksThroughAPI(t *testing.T) {
 	if a := check("eyJhbGciOiJub25lIn0.e30."); a["reason"] != "invalid_token" {
 		t.Fatalf("a token with alg none: %v", a)
 	}
+	// Support tooling reaches a subject as it reaches a key: a bucket
+	// reset refills alice, and the operator's block stops mallory.
+	do(t, m, "POST", "/v1/buckets/reset", sk, map[string]any{"policy": "api", "identity": map[string]any{"kind": "jwt", "id": "alice"}})
+	waitUntil(t, 2*time.Second, "alice refilled", func() bool {
+		return do(t, m, "POST", "/v1/check", sk, map[string]any{"jwt": tok("alice"), "path": "/api/x", "peek": true})["allowed"] == true
+	})
+	do(t, m, "POST", "/v1/admin/blocks", testToken, map[string]any{"tenant_id": tn["id"], "identity": map[string]any{"kind": "jwt", "id": "mallory"}, "reason": "abuse"})
+	waitUntil(t, 2*time.Second, "mallory blocked", func() bool { return check(tok("mallory"))["reason"] == "blocked" })
 
 	// Forward-auth reads the bearer token when the proxy says so.
 	fa := func(bearer string, jwtHeader bool) *http.Response {
