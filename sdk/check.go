@@ -26,7 +26,10 @@ const (
 	ReasonOK          = "ok"
 	ReasonRateLimited = "rate_limited"
 	ReasonInvalidKey  = "invalid_key" // unknown, revoked or expired consumer key
-	ReasonBlocked     = "blocked"
+	// ReasonInvalidToken is a JWT that failed verification (signature,
+	// issuer, audience, expiry, algorithm or size).
+	ReasonInvalidToken = "invalid_token"
+	ReasonBlocked      = "blocked"
 	// ReasonUnavailable marks a decision the client made by itself because
 	// Sluice did not answer: allowed under FailOpen, denied under FailClosed.
 	ReasonUnavailable = "sluice_unavailable"
@@ -38,7 +41,10 @@ const MaxBatch = 1000
 // CheckRequest asks whether a caller may make one request now.
 type CheckRequest struct {
 	APIKey string // the caller's consumer key ("ck_…"), if it presented one
-	IP     string // the caller's IP literal; required when APIKey is empty
+	// JWT is the caller's compact token from one of the tenant's JWT
+	// issuers, used when APIKey is empty; its subject is the caller.
+	JWT    string
+	IP     string // the caller's IP literal; required when APIKey and JWT are empty
 	Method string // default GET
 	Path   string // the raw request target as received, possibly percent-encoded; required
 	Cost   int    // tokens to consume; 0 means 1
@@ -49,7 +55,7 @@ func (r *CheckRequest) cost() int { return max(r.Cost, 1) }
 
 // Identity is who Sluice counted a check against.
 type Identity struct {
-	Kind string `json:"kind"` // "ip" or "key"
+	Kind string `json:"kind"` // "ip", "key" or "jwt"
 	ID   string `json:"id"`
 }
 
@@ -57,7 +63,7 @@ type Identity struct {
 // Local is set.
 type Decision struct {
 	Allowed      bool
-	Reason       string // ReasonOK, ReasonRateLimited, ReasonInvalidKey, ReasonBlocked or ReasonUnavailable
+	Reason       string // ReasonOK, ReasonRateLimited, ReasonInvalidKey, ReasonInvalidToken, ReasonBlocked or ReasonUnavailable
 	Policy       string // the matching policy's name; "" when none matched
 	Tier         string
 	Identity     Identity

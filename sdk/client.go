@@ -54,6 +54,7 @@ type Client struct {
 	logger     *slog.Logger // nil: slog.Default() at the time of logging
 
 	keyHeader   string // canonical header name
+	bearerJWT   bool   // a non-ck_ bearer token is sent as the check's jwt
 	proxies     []netip.Prefix
 	proxyHeader string // canonical: "X-Forwarded-For" or "Forwarded"
 
@@ -82,6 +83,7 @@ type options struct {
 	proxies     []string
 	proxyHeader string
 	keyHeader   string
+	bearerJWT   bool
 	batching    bool
 }
 
@@ -130,6 +132,14 @@ func WithProxyHeader(name string) Option { return func(o *options) { o.proxyHead
 // (default "X-API-Key"). "Authorization: Bearer ck_…" is accepted as well.
 func WithKeyHeader(name string) Option { return func(o *options) { o.keyHeader = name } }
 
+// WithBearerJWT makes the middleware (and CheckRequestFor) send a bearer
+// token in the Authorization header that is not a consumer key ("ck_…") as
+// the check's JWT, for apps whose users arrive with a token from the
+// tenant's identity provider. Without it such tokens are left alone and
+// the caller is counted by its address. A consumer key, in its header or
+// as the bearer token, still comes first.
+func WithBearerJWT() Option { return func(o *options) { o.bearerJWT = true } }
+
 // New returns a client for the Sluice at baseURL (for example
 // "http://127.0.0.1:8080") that authenticates with serviceKey ("sk_…").
 //
@@ -165,6 +175,7 @@ func New(baseURL, serviceKey string, opts ...Option) *Client {
 		failClosed:    o.failClosed,
 		logger:        o.logger,
 		keyHeader:     textproto.CanonicalMIMEHeaderKey(o.keyHeader),
+		bearerJWT:     o.bearerJWT,
 		proxyHeader:   textproto.CanonicalMIMEHeaderKey(o.proxyHeader),
 		authorization: "Bearer " + serviceKey,
 		strs:          interner{max: 256},

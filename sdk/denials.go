@@ -73,6 +73,9 @@ func appendDenialKey(dst []byte, req *CheckRequest) []byte {
 	if req.APIKey != "" {
 		dst = append(dst, 'k')
 		dst = append(dst, req.APIKey...)
+	} else if req.JWT != "" {
+		dst = append(dst, 'j')
+		dst = append(dst, req.JWT...)
 	} else {
 		dst = append(dst, 'i')
 		dst = append(dst, req.IP...)

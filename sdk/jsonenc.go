@@ -18,6 +18,10 @@ func appendCheck(dst []byte, req *CheckRequest) []byte {
 		dst = append(dst, `,"api_key":`...)
 		dst = appendJSONString(dst, req.APIKey)
 	}
+	if req.JWT != "" {
+		dst = append(dst, `,"jwt":`...)
+		dst = appendJSONString(dst, req.JWT)
+	}
 	if req.IP != "" {
 		dst = append(dst, `,"ip":`...)
 		dst = appendJSONString(dst, req.IP)

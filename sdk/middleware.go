@@ -15,13 +15,14 @@ import (
 const (
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	ProblemInvalidKey    = "https://sluice.dev/problems/invalid-key"
+	ProblemInvalidToken  = "https://sluice.dev/problems/invalid-token"
 	ProblemBlocked       = "https://sluice.dev/problems/blocked"
 	ProblemUnavailable   = "https://sluice.dev/problems/unavailable"
 )
 
 // Middleware checks every request with Sluice before next sees it. It
 // copies the rate-limit header fields onto every response and answers a
-// denied request itself: 429 (quota exceeded), 401 (invalid key), 403
+// denied request itself: 429 (quota exceeded), 401 (invalid key or token), 403
 // (blocked) or 503 (Sluice unavailable under FailClosed), each with an
 // application/problem+json body. Failures are counted and logged by the
 // client; the request then proceeds or not as the failure mode says.
@@ -49,12 +50,30 @@ func (c *Client) Decide(r *http.Request) (Decision, error) {
 // address, or from the forwarding header when the peer is a trusted proxy),
 // the method and the raw request target, never a decoded path.
 func (c *Client) CheckRequestFor(r *http.Request) CheckRequest {
-	return CheckRequest{
+	req := CheckRequest{
 		APIKey: c.apiKey(r),
 		IP:     c.clientIP(r),
 		Method: r.Method,
 		Path:   requestTarget(r),
 	}
+	if req.APIKey == "" && c.bearerJWT {
+		req.JWT = bearerToken(r)
+	}
+	return req
+}
+
+// bearerToken is the Authorization header's bearer token when it is not
+// a consumer key (WithBearerJWT).
+func bearerToken(r *http.Request) string {
+	if vs := r.Header["Authorization"]; len(vs) > 0 {
+		v := vs[0]
+		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+			if tok := strings.TrimSpace(v[7:]); !strings.HasPrefix(tok, "ck_") {
+				return tok
+			}
+		}
+	}
+	return ""
 }
 
 func (c *Client) apiKey(r *http.Request) string {
@@ -267,6 +286,7 @@ var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 //
 //	rate_limited (and unknown reasons)  429  ProblemQuotaExceeded, with "violated-policies"
 //	invalid_key                         401  ProblemInvalidKey
+//	invalid_token                       401  ProblemInvalidToken
 //	blocked                             403  ProblemBlocked
 //	sluice_unavailable (FailClosed)     503  ProblemUnavailable
 func WriteProblem(w http.ResponseWriter, d Decision) {
@@ -280,6 +300,11 @@ func WriteProblem(w http.ResponseWriter, d Decision) {
 		h["Www-Authenticate"] = []string{`Bearer error="invalid_token"`}
 		b = appendProblemHead(b, ProblemInvalidKey, "Invalid API key", status)
 		b = append(b, `,"detail":"The API key is unknown, revoked or expired."}`...)
+	case ReasonInvalidToken:
+		status = http.StatusUnauthorized
+		h["Www-Authenticate"] = []string{`Bearer error="invalid_token"`}
+		b = appendProblemHead(b, ProblemInvalidToken, "Invalid token", status)
+		b = append(b, `,"detail":"The bearer token is malformed, expired or not signed by a trusted issuer."}`...)
 	case ReasonBlocked:
 		status = http.StatusForbidden
 		b = appendProblemHead(b, ProblemBlocked, "Blocked", status)

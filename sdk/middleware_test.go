@@ -275,3 +275,36 @@ func TestProblemEscapesPolicyName(t *testing.T) {
 		t.Errorf("problem %+v", p)
 	}
 }
+
+func TestBearerJWT(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		opts          []Option
+		header        map[string]string
+		key, tokenJWT string
+	}{
+		{"off by default", nil, map[string]string{"Authorization": "Bearer eyJhbGciOi.x.y"}, "", ""},
+		{"on", []Option{WithBearerJWT()}, map[string]string{"Authorization": "Bearer eyJhbGciOi.x.y"}, "", "eyJhbGciOi.x.y"},
+		{"a consumer key is not a token", []Option{WithBearerJWT()}, map[string]string{"Authorization": "Bearer ck_b"}, "ck_b", ""},
+		{"a key header comes first", []Option{WithBearerJWT()}, map[string]string{"X-API-Key": "ck_a", "Authorization": "Bearer eyJ.x.y"}, "ck_a", ""},
+		{"basic ignored", []Option{WithBearerJWT()}, map[string]string{"Authorization": "Basic abc"}, "", ""},
+	} {
+		c := New("http://sluice.invalid", "sk", tc.opts...)
+		r := httptest.NewRequest("GET", "/", nil)
+		for k, v := range tc.header {
+			r.Header.Set(k, v)
+		}
+		if got := c.CheckRequestFor(r); got.APIKey != tc.key || got.JWT != tc.tokenJWT {
+			t.Errorf("%s: key %q jwt %q, want %q %q", tc.name, got.APIKey, got.JWT, tc.key, tc.tokenJWT)
+		}
+	}
+	var body map[string]any
+	if err := json.Unmarshal(appendCheck(nil, &CheckRequest{JWT: "a.b.c", Path: "/x"}), &body); err != nil || body["jwt"] != "a.b.c" {
+		t.Fatalf("encoded check: %v %v", body, err)
+	}
+	w := httptest.NewRecorder()
+	WriteProblem(w, Decision{Reason: ReasonInvalidToken})
+	if w.Code != 401 || !strings.Contains(w.Body.String(), ProblemInvalidToken) || w.Header().Get("WWW-Authenticate") == "" {
+		t.Fatalf("invalid_token problem: %d %s", w.Code, w.Body)
+	}
+}

@@ -49,13 +49,14 @@ func (c *Client) Reserve(ctx context.Context, req CheckRequest, estimate int64, 
 	c.checks.Add(1)
 	body := struct {
 		APIKey     string `json:"api_key,omitempty"`
+		JWT        string `json:"jwt,omitempty"`
 		IP         string `json:"ip,omitempty"`
 		Method     string `json:"method,omitempty"`
 		Path       string `json:"path"`
 		Reserve    int64  `json:"reserve"`
 		ReserveCap int64  `json:"reserve_cap,omitempty"`
 		ReserveTTL string `json:"reserve_ttl,omitempty"`
-	}{APIKey: req.APIKey, IP: req.IP, Method: req.Method, Path: req.Path, Reserve: estimate, ReserveCap: opts.Cap}
+	}{APIKey: req.APIKey, JWT: req.JWT, IP: req.IP, Method: req.Method, Path: req.Path, Reserve: estimate, ReserveCap: opts.Cap}
 	if opts.TTL > 0 {
 		body.ReserveTTL = opts.TTL.String()
 	}

@@ -18,6 +18,7 @@ import (
 
 type checkBody struct {
 	APIKey string `json:"api_key"`
+	JWT    string `json:"jwt"`
 	IP     string `json:"ip"`
 	Method string `json:"method"`
 	Path   string `json:"path"`
@@ -44,7 +45,7 @@ type recorded struct {
 // request validates b as a check; a check with reserve also answers what
 // it reserves.
 func (b *checkBody) request(field string) (engine.CheckRequest, reservation, error) {
-	r := engine.CheckRequest{APIKey: b.APIKey, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
+	r := engine.CheckRequest{APIKey: b.APIKey, JWT: b.JWT, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
 	if b.Cost != nil {
 		if *b.Cost < 1 {
 			return r, reservation{}, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)

@@ -10,7 +10,7 @@ import (
 )
 
 // The check body is decoded on every check, so its common shape (a flat
-// object of the six known fields, strings without escapes) is parsed by
+// object of the seven known fields, strings without escapes) is parsed by
 // hand. Anything else — an escape, a null, an unknown field, a syntax or
 // type error — falls back to encoding/json on the same bytes, so every
 // answer to an unusual or bad body is exactly the general decoder's.
@@ -70,7 +70,7 @@ func parseCheckFast(s []byte, b *checkBody) bool {
 		}
 		j = skipSpace(s, j+1)
 		switch string(key) {
-		case "api_key", "ip", "method", "path":
+		case "api_key", "jwt", "ip", "method", "path":
 			v, k, ok := fastString(s, j)
 			if !ok {
 				return false
@@ -79,6 +79,8 @@ func parseCheckFast(s []byte, b *checkBody) bool {
 			switch string(key) {
 			case "api_key":
 				b.APIKey = str
+			case "jwt":
+				b.JWT = str
 			case "ip":
 				b.IP = str
 			case "method":

@@ -23,6 +23,12 @@ const ForwardAuthPath = "/v1/forward-auth"
 // Authorization header belongs to the client and holds its consumer key.
 const ServiceKeyHeader = "X-Sluice-Service-Key"
 
+// JWTBearerHeader, set to "true" by the proxy, makes a Bearer token in the
+// client's Authorization header that is not a consumer key (ck_…) the
+// check's jwt. Without it such a token is ignored, as it always was, and
+// the client is counted by its address.
+const JWTBearerHeader = "X-Sluice-Jwt-Bearer"
+
 // A proxy that cannot hand the subrequest's body to its client (nginx's
 // auth_request drops it) sets ProblemHeaderRequest on its subrequest; a
 // denial then also carries its problem body, verbatim, in ProblemHeader,
@@ -39,6 +45,7 @@ const (
 const (
 	problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	problemInvalidKey    = "https://sluice.dev/problems/invalid-key"
+	problemInvalidToken  = "https://sluice.dev/problems/invalid-token"
 	problemBlocked       = "https://sluice.dev/problems/blocked"
 )
 
@@ -103,6 +110,9 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Method: method,
 		Path:   path,
 		Cost:   1,
+	}
+	if req.APIKey == "" && strings.EqualFold(headerValue(hd, JWTBearerHeader), "true") {
+		req.JWT = bearerJWT(hd)
 	}
 	a, err := h.Engine.Check(r.Context(), tenant, &req, now)
 	if err != nil {
@@ -179,13 +189,25 @@ func consumerKey(h http.Header) string {
 	return ""
 }
 
+// bearerJWT is the client's Bearer token when it is not a consumer key.
+func bearerJWT(h http.Header) string {
+	scheme, token, ok := strings.Cut(headerValue(h, "Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	if token = strings.TrimSpace(token); strings.HasPrefix(token, "ck_") {
+		return ""
+	}
+	return token
+}
+
 // forwardedIP is the original client's address (see httpsec.ClientIP).
 func (h *handler) forwardedIP(r *http.Request) string {
 	return httpsec.ClientIP(r, h.TrustedProxies)
 }
 
 // writeDenial answers a denied decision as the Go SDK's middleware does:
-// 401 for an invalid consumer key, 403 for a block, else 429, each with an
+// 401 for an invalid consumer key or token, 403 for a block, else 429, each with an
 // application/problem+json body (RFC 9457).
 func writeDenial(c echo.Context, a *engine.Answer) error {
 	buf := bufPool.Get().(*[]byte)
@@ -199,6 +221,11 @@ func writeDenial(c echo.Context, a *engine.Answer) error {
 		h["Www-Authenticate"] = invalidTokenChall
 		b = appendProblemHead(b, problemInvalidKey, "Invalid API key", status)
 		b = append(b, `,"detail":"The API key is unknown, revoked or expired."}`...)
+	case engine.ReasonInvalidToken:
+		status = http.StatusUnauthorized
+		h["Www-Authenticate"] = invalidTokenChall
+		b = appendProblemHead(b, problemInvalidToken, "Invalid token", status)
+		b = append(b, `,"detail":"The bearer token is malformed, expired or not signed by a trusted issuer."}`...)
 	case engine.ReasonBlocked:
 		status = http.StatusForbidden
 		b = appendProblemHead(b, problemBlocked, "Blocked", status)

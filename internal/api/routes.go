@@ -28,4 +28,6 @@ type (
 	serviceKeyRoutes struct{ *handler }
 	// webhookRoutes serves webhook endpoints and their deliveries.
 	webhookRoutes struct{ *handler }
+	// jwtIssuerRoutes serves JWT issuers.
+	jwtIssuerRoutes struct{ *handler }
 )

@@ -73,6 +73,9 @@ type Config struct {
 	// Tarpit, if set, slows the refusals (429) of a tenant, or of an
 	// address not signed in, that keeps asking past its limit.
 	Tarpit *httpsec.Tarpit
+	// CheckJWKSURL, if set, checks where an issuer's jwks_url points
+	// before it is stored (engine.JWKSURLChecker).
+	CheckJWKSURL func(ctx context.Context, url string) error
 }
 
 type handler struct {
@@ -133,6 +136,7 @@ func New(cfg Config) *echo.Echo {
 	envoy := envoyRoutes{h}
 	serviceKey := serviceKeyRoutes{h}
 	webhook := webhookRoutes{h}
+	jwtIssuer := jwtIssuerRoutes{h}
 	e.GET(OpenAPIPath, h.openAPIDoc)
 	decide := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	// Config routes carry the service key's prefix to the audit log.
@@ -177,6 +181,11 @@ func New(cfg Config) *echo.Echo {
 	e.POST("/v1/webhooks/:id/rotate", svc(webhook.rotateWebhook))
 	e.GET("/v1/webhooks/:id/deliveries", svc(webhook.listDeliveries))
 	e.POST("/v1/webhooks/:id/deliveries/:delivery_id/resend", svc(webhook.resendDelivery))
+	e.POST("/v1/jwt/issuers", svc(jwtIssuer.createIssuer))
+	e.GET("/v1/jwt/issuers", svc(jwtIssuer.listIssuers))
+	e.GET("/v1/jwt/issuers/:id", svc(jwtIssuer.getIssuer))
+	e.PATCH("/v1/jwt/issuers/:id", svc(jwtIssuer.updateIssuer))
+	e.DELETE("/v1/jwt/issuers/:id", svc(jwtIssuer.deleteIssuer))
 
 	adm := func(f echo.HandlerFunc) echo.HandlerFunc {
 		return h.requireJSON(h.operatorAuth(h.withActor(operatorActor, f)))

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sqlitedb"
 	"github.com/sluicehq/sluice/internal/ui"
 	"github.com/sluicehq/sluice/internal/worker"
+	"github.com/sluicehq/sluice/internal/worker/webhook"
 )
 
 // Main is one running server process.
@@ -161,10 +162,15 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Log.Warn("SLUICE_OPERATOR_* are applied by the worker; with --worker=external give them to cmd/worker, this server ignores them")
 	}
 
+	jwksRoots, err := webhook.LoadRoots(cfg.Webhooks.CAFile)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.New(engine.Config{
 		Node:                cfg.Node,
 		Replicas:            cfg.NatsReplicas,
 		EnvoyBytesPerSecond: int64(cfg.EnvoyBytesPerSecond),
+		JWKS:                engine.JWKSOptions{AllowPrivate: cfg.JWKSAllowPrivate, RootCAs: jwksRoots},
 		FlushInterval:       cfg.FlushInterval,
 		KeyUseInterval:      m.keyUseInterval,
 		Now:                 m.clock,
@@ -204,11 +210,12 @@ func (m *Main) Run(ctx context.Context) error {
 			func() float64 { n, _ := pit.Stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_http_refusals_held_total", Help: "429 answers held for clients that kept asking past their limit."},
 			func() float64 { _, n := pit.Stats(); return float64(n) }))
-	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log, Tarpit: pit})
+	e := api.New(api.Config{Engine: eng, Services: svc, Gatherer: m.registry, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Now: m.clock, Log: m.Log, Tarpit: pit,
+		CheckJWKSURL: engine.JWKSURLChecker(cfg.JWKSAllowPrivate)})
 	revoked := newLazyRevoker()
 	m.revoked = revoked
 	if err := ui.Register(e, ui.Deps{Engine: eng, Services: svc, DataDir: cfg.Data, SessionKey: cfg.SessionKey, Revocations: revoked, Transport: cfg.transport(), TrustedProxies: cfg.TrustedProxies, Log: m.Log, Tarpit: pit,
-		SetupClosed: m.setupClosed.Load}); err != nil {
+		SetupClosed: m.setupClosed.Load, CheckJWKSURL: engine.JWKSURLChecker(cfg.JWKSAllowPrivate)}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -92,6 +92,11 @@ type Config struct {
 	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout,
 	// --webhook-slots, --webhook-tenant-slots (SLUICE_WEBHOOK_*). Its KeyFile, when empty, is webhook.key in Data.
 	Webhooks worker.WebhookOptions
+	// JWKSAllowPrivate (--jwks-allow-private, SLUICE_JWKS_ALLOW_PRIVATE)
+	// lets JWT issuers' jwks_url point at loopback, private and
+	// link-local addresses on any port (development, tests). Fetches
+	// trust --webhook-ca-file's authorities too, beside the system's.
+	JWKSAllowPrivate bool
 	// WriteLimits bounds each tenant's settles, reservations and config
 	// writes across the cluster, enforced by the worker:
 	// --tenant-settles-per-second, --tenant-reserves-per-second,
@@ -191,6 +196,7 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 	fs.StringVar(&c.GRPCCert, "grpc-cert", env("SLUICE_GRPC_CERT", c.GRPCCert), "PEM certificate for TLS on --grpc-addr (SLUICE_GRPC_CERT)")
 	fs.StringVar(&c.GRPCKey, "grpc-key", env("SLUICE_GRPC_KEY", c.GRPCKey), "PEM private key for TLS on --grpc-addr (SLUICE_GRPC_KEY)")
 	fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", env("SLUICE_GRPC_CLIENT_CA", c.GRPCClientCA), "PEM CA bundle: --grpc-addr then requires client certificates it signed (mutual TLS) (SLUICE_GRPC_CLIENT_CA)")
+	fs.BoolVar(&c.JWKSAllowPrivate, "jwks-allow-private", env("SLUICE_JWKS_ALLOW_PRIVATE", "") == "true", "let JWT issuers' jwks_url point at loopback, private and link-local addresses on any port; off, they are refused when stored and when connecting (SLUICE_JWKS_ALLOW_PRIVATE=true)")
 	grpcHeaders := env("SLUICE_GRPC_RATELIMIT_HEADERS", "") == "true"
 	fs.BoolVar(&c.GRPCHeaders, "grpc-ratelimit-headers", grpcHeaders, "answer ShouldRateLimit with RateLimit-Policy, RateLimit and X-RateLimit-* response headers for Envoy to add (SLUICE_GRPC_RATELIMIT_HEADERS=true)")
 	fs.StringVar(&c.PublicURL, "public-url", env("SLUICE_PUBLIC_URL", c.PublicURL), "the URL users open, e.g. https://sluice.example.com behind a TLS proxy: https makes dashboard cookies Secure and adds HSTS (SLUICE_PUBLIC_URL)")

@@ -490,6 +490,29 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "DELETE", path: "/v1/admin/tenants/" + doomed, auth: testToken, status: 404})
 	s.do(t, exchange{method: "POST", path: "/v1/check", auth: dsk, body: anon, status: 401})
 
+	// JWT issuers, and a check with a token of one.
+	jwtKey, jwtSet := ecJWKS(t, "k1")
+	iss, _ := s.do(t, exchange{method: "POST", path: "/v1/jwt/issuers", auth: sk, body: `{"issuer":"https://id.spec.test/","audiences":["api"],"jwks":` + jwtSet + `,"algorithms":["ES256"],"claims":{"tier":"plan"}}`, status: 201})
+	issID := iss["id"].(string)
+	s.do(t, exchange{method: "POST", path: "/v1/jwt/issuers", auth: sk, body: `{"issuer":"https://id.spec.test/","jwks_url":"https://id.spec.test/jwks"}`, status: 400})
+	s.do(t, exchange{method: "POST", path: "/v1/jwt/issuers", auth: sk, body: `{"issuer":"https://x.test/","jwks_url":"https://id.spec.test/jwks","algorithms":["HS256"]}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/jwt/issuers", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/jwt/issuers/" + issID, auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/jwt/issuers/" + issID, auth: other["service_key"].(string), status: 404})
+	s.do(t, exchange{method: "PATCH", path: "/v1/jwt/issuers/" + issID, auth: sk, body: `{"audiences":["api","web"]}`, status: 200})
+	s.do(t, exchange{method: "PATCH", path: "/v1/jwt/issuers/iss_missing", auth: sk, body: `{"audiences":[]}`, status: 404})
+	tok := signES256(t, jwtKey, "k1", map[string]any{"iss": "https://id.spec.test/", "aud": "web", "sub": "user-7", "exp": time.Now().Add(time.Hour).Unix()})
+	ans, _ := s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"jwt":"` + tok + `","path":"/api/items"}`, status: 200})
+	if id, _ := ans["identity"].(map[string]any); ans["allowed"] != true || id["kind"] != "jwt" || id["id"] != "user-7" {
+		t.Errorf("check with a token: %v", ans)
+	}
+	ans, _ = s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"jwt":"x.y.z","ip":"192.0.2.1","path":"/api/items"}`, status: 200})
+	if ans["reason"] != "invalid_token" || ans["allowed"] != false {
+		t.Errorf("check with a bad token: %v", ans)
+	}
+	s.do(t, exchange{method: "DELETE", path: "/v1/jwt/issuers/" + issID, auth: sk, status: 204})
+	s.do(t, exchange{method: "DELETE", path: "/v1/jwt/issuers/" + issID, auth: sk, status: 404})
+
 	// Webhooks: an endpoint, the deliveries of a key's creation, a resend.
 	hook, _ := s.do(t, exchange{method: "POST", path: "/v1/webhooks", auth: sk, body: `{"url":"` + receiver.URL + `/hook","description":"billing","events":["key.created","quota.threshold"],"thresholds":[50,100]}`, status: 201})
 	hid := hook["id"].(string)

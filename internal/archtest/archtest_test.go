@@ -32,7 +32,7 @@ var layers = map[string]int{
 	"internal/bus": 5, "internal/limitsfile": 5, "internal/service/servicetest": 5,
 	"internal/service": 6,
 	"internal/tenants": 7, "internal/reserve": 7, "internal/sqlitedb": 7, "internal/rlsconf": 7,
-	"internal/route": 8, "internal/keyed": 8,
+	"internal/route": 8, "internal/keyed": 8, "internal/netguard": 8,
 	"internal/quota": 9, "internal/errs": 9, "internal/httpsec": 9, "internal/logging": 9,
 	"internal/tick": 9, "internal/ui/views": 9,
 	// Embedded files only: the dashboard's static assets, the SQL migrations.

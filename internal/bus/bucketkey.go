@@ -5,7 +5,8 @@ import "strings"
 // Bucket keys.
 //
 // A bucket key names one caller's bucket under one policy of one tenant:
-// "<tenant id>/<policy id>/<kind>:<id>". Tenant and policy ids hold no '/'
+// "<tenant id>/<policy id>/<kind>:<id>", the kind "ip", "key" or "jwt" (a
+// verified token's subject). Tenant and policy ids hold no '/'
 // (a descriptor domain's override view is the exception the parsers
 // tolerate: its id only ever meets them for its tenant and its policy's
 // consistency, and no override view is "local"); the kind holds no ':'; the

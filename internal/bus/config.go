@@ -44,6 +44,13 @@ type PolicyWrite struct {
 	Policy   tenants.Policy `json:"policy"`
 }
 
+// JWTIssuerWrite creates (ID empty) or patches a JWT issuer.
+type JWTIssuerWrite struct {
+	TenantID string                `json:"tenant_id"`
+	ID       string                `json:"id,omitempty"`
+	Body     tenants.JWTIssuerBody `json:"body"`
+}
+
 // KeyUpdate patches a consumer key.
 type KeyUpdate struct {
 	TenantID string           `json:"tenant_id"`

@@ -138,6 +138,13 @@ var (
 	OpWebhookRotate     = configOp[TenantScoped, tenants.WebhookCreated]("webhook.rotate")
 	OpWebhookDeliveries = configOp[tenants.DeliveryQuery, tenants.DeliveryPage]("webhook.deliveries")
 	OpWebhookResend     = configOp[WebhookResend, tenants.WebhookDelivery]("webhook.resend")
+
+	// JWT issuers (servers hold them in their config view).
+	OpJWTIssuerCreate = configOp[JWTIssuerWrite, service.Written[tenants.JWTIssuer]]("jwt_issuer.create")
+	OpJWTIssuerList   = configOp[TenantScoped, []tenants.JWTIssuer]("jwt_issuer.list")
+	OpJWTIssuerGet    = configOp[TenantScoped, tenants.JWTIssuer]("jwt_issuer.get")
+	OpJWTIssuerUpdate = configOp[JWTIssuerWrite, service.Written[tenants.JWTIssuer]]("jwt_issuer.update")
+	OpJWTIssuerDelete = configOp[TenantScoped, service.Written[None]]("jwt_issuer.delete")
 )
 
 // Analytics queries.
@@ -164,6 +171,7 @@ var ConfigOps = []AnyOp{
 	OpAuditList, OpAuditGet,
 	OpSetupOffer, OpSetupClaim,
 	OpWebhookCreate, OpWebhookList, OpWebhookGet, OpWebhookUpdate, OpWebhookDelete, OpWebhookRotate, OpWebhookDeliveries, OpWebhookResend,
+	OpJWTIssuerCreate, OpJWTIssuerList, OpJWTIssuerGet, OpJWTIssuerUpdate, OpJWTIssuerDelete,
 }
 
 // AnalyticsOps is every analytics query the worker serves.

@@ -26,6 +26,7 @@ func NewServices(c *Client) service.Services {
 		Analytics:    analyticsClient{c},
 		Setup:        setupClient{c},
 		Webhooks:     webhooksClient{c},
+		JWTIssuers:   jwtIssuersClient{c},
 	}
 }
 
@@ -293,4 +294,26 @@ func (w webhooksClient) Deliveries(ctx context.Context, q tenants.DeliveryQuery)
 
 func (w webhooksClient) Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error) {
 	return Call(ctx, w.c, OpWebhookResend, WebhookResend{TenantID: tenantID, WebhookID: webhookID, DeliveryID: deliveryID})
+}
+
+type jwtIssuersClient struct{ c *Client }
+
+func (j jwtIssuersClient) Create(ctx context.Context, tenantID string, b tenants.JWTIssuerBody) (service.Written[tenants.JWTIssuer], error) {
+	return Call(ctx, j.c, OpJWTIssuerCreate, JWTIssuerWrite{TenantID: tenantID, Body: b})
+}
+
+func (j jwtIssuersClient) List(ctx context.Context, tenantID string) ([]tenants.JWTIssuer, error) {
+	return Call(ctx, j.c, OpJWTIssuerList, TenantScoped{TenantID: tenantID})
+}
+
+func (j jwtIssuersClient) Get(ctx context.Context, tenantID, id string) (tenants.JWTIssuer, error) {
+	return Call(ctx, j.c, OpJWTIssuerGet, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+func (j jwtIssuersClient) Update(ctx context.Context, tenantID, id string, b tenants.JWTIssuerBody) (service.Written[tenants.JWTIssuer], error) {
+	return Call(ctx, j.c, OpJWTIssuerUpdate, JWTIssuerWrite{TenantID: tenantID, ID: id, Body: b})
+}
+
+func (j jwtIssuersClient) Delete(ctx context.Context, tenantID, id string) (service.Written[None], error) {
+	return Call(ctx, j.c, OpJWTIssuerDelete, TenantScoped{TenantID: tenantID, ID: id})
 }

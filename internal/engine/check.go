@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ const (
 	ReasonRateLimited = "rate_limited"
 	ReasonInvalidKey  = "invalid_key"
 	ReasonBlocked     = "blocked"
+	// ReasonInvalidToken answers a JWT that failed verification.
+	ReasonInvalidToken = "invalid_token"
 )
 
 // InvalidKeyIdentity is the identity id (kind "key") under which analytics
@@ -37,6 +40,8 @@ const MaxLimits = 10
 // CheckRequest is one question: may this caller do this now?
 type CheckRequest struct {
 	APIKey string
+	// JWT is a compact token, used when APIKey is empty (jwt.go).
+	JWT    string
 	IP     string
 	Method string
 	Path   string
@@ -100,8 +105,8 @@ func (r *CheckRequest) validate(field string) error {
 	} else if r.Cost < 1 || r.Cost > 1_000_000 {
 		return errs.Errorf(errs.Invalid, "%scost: must be an integer between 1 and 1000000", field)
 	}
-	if r.APIKey == "" && r.IP == "" {
-		return errs.Errorf(errs.Invalid, "%sip: required when api_key is absent", field)
+	if r.APIKey == "" && r.JWT == "" && r.IP == "" {
+		return errs.Errorf(errs.Invalid, "%sip: required when api_key and jwt are absent", field)
 	}
 	if len(r.APIKey) > 256 {
 		return errs.Errorf(errs.Invalid, "%sapi_key: longer than 256 bytes", field)
@@ -131,7 +136,7 @@ func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRe
 		if err := reqs[i].validate(batchField(i)); err != nil {
 			return nil, err
 		}
-		if reqs[i].APIKey == "" {
+		if reqs[i].APIKey == "" && reqs[i].JWT == "" {
 			if _, ok := NormalizeIP(reqs[i].IP); !ok {
 				return nil, errs.Errorf(errs.Invalid, "%sip: must be an IPv4 or IPv6 address", batchField(i))
 			}
@@ -167,11 +172,16 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	nowNS := now.UnixNano()
 
 	var a Answer
-	key, counted, err := tv.identify(req, nowNS, field, &a)
-	if err != nil {
+	var key *keyView
+	var counted, jwtTier string
+	var err error
+	if req.APIKey == "" && req.JWT != "" {
+		jwtTier = e.jwt.identifyAnswer(tv, req.JWT, now, &a)
+		counted = a.IdentityID
+	} else if key, counted, err = tv.identify(req, nowNS, field, &a); err != nil {
 		return Answer{}, err
 	}
-	if a.Reason == ReasonInvalidKey {
+	if a.Reason == ReasonInvalidKey || a.Reason == ReasonInvalidToken {
 		e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
@@ -184,7 +194,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		return a, nil
 	}
 
-	pv, tl, keyID := tv.route(req, key, &a)
+	pv, tl, keyID := tv.route(req, key, jwtTier, &a)
 	if pv == nil {
 		a.Allowed, a.Reason = true, ReasonOK
 		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
@@ -250,6 +260,20 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 	return key, "", nil
 }
 
+// identifyAnswer fills a with the caller a token names, or with
+// ReasonInvalidToken when it fails verification; it answers the token's
+// tier claim ("" when none).
+func (j *jwtVerifier) identifyAnswer(tv *tenantView, tok string, now time.Time, a *Answer) string {
+	a.IdentityKind = KindJWT
+	sub, tier, ok := j.identify(tv, tok, now)
+	if !ok {
+		a.Reason, a.IdentityID = ReasonInvalidToken, InvalidTokenIdentity
+		return ""
+	}
+	a.IdentityID = sub
+	return tier
+}
+
 // route finds the policy of req's target (nil when none matches, else
 // a.Policy) and the limits the caller is decided with there: its tier's,
 // where a.Tier is the key's tier, else default; an IP uses anonymous, else
@@ -257,7 +281,7 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 // override replaces its tier, and its month quotas reset on its billing
 // anchor day: keyID then names the key, so the owner of a forwarded
 // decision finds the same limits by it.
-func (tv *tenantView) route(req *CheckRequest, key *keyView, a *Answer) (pv *policyView, tl *tierLimits, keyID string) {
+func (tv *tenantView) route(req *CheckRequest, key *keyView, jwtTier string, a *Answer) (pv *policyView, tl *tierLimits, keyID string) {
 	target := route.NormalizeTarget(req.Path)
 	idx := tv.router.Match(strings.ToUpper(req.Method), &target)
 	if idx < 0 {
@@ -265,9 +289,15 @@ func (tv *tenantView) route(req *CheckRequest, key *keyView, a *Answer) (pv *pol
 	}
 	pv = tv.policies[idx]
 	a.Policy = pv.name
-	a.Tier = TierAnonymous
-	if key != nil {
+	switch {
+	case key != nil:
 		a.Tier = key.tier
+	case a.IdentityKind == KindJWT:
+		// The token's tier claim, else default; a tier the policy does
+		// not list falls to default below.
+		a.Tier = cmp.Or(jwtTier, TierDefault)
+	default:
+		a.Tier = TierAnonymous
 	}
 	if o := key.override(pv.name); o != nil {
 		tl, keyID = o, key.id

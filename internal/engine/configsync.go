@@ -29,6 +29,11 @@ type configSync struct {
 	workerSeen *atomic.Int64          // when the worker last answered (unix ns)
 	formats    func(formats []string) // told the state forms the worker reads
 	reset      func(key string)       // a bucket reset by a change
+	// issuersLoaded and issuersChanged tell the key set fetcher (jwks.go)
+	// the JWT issuers of a new snapshot, or a write's changes; either may
+	// be nil.
+	issuersLoaded  func([]tenants.JWTIssuer)
+	issuersChanged func([]tenants.Change)
 
 	mu       sync.Mutex // serialises view swaps
 	requests chan struct{}
@@ -52,6 +57,9 @@ func (cs *configSync) resync(ctx context.Context) error {
 	}
 	v.carryKeyUse(cur)
 	cs.view.Store(v)
+	if cs.issuersLoaded != nil {
+		cs.issuersLoaded(snap.JWTIssuers)
+	}
 	return nil
 }
 
@@ -89,6 +97,9 @@ func (cs *configSync) onChange(m *nats.Msg) {
 		}
 	}
 	cs.view.Store(nv)
+	if cs.issuersChanged != nil {
+		cs.issuersChanged(msg.Changes)
+	}
 	cs.mu.Unlock()
 	for _, c := range msg.Changes {
 		if c.Kind == tenants.ChangeBucketReset && c.BucketReset != nil {

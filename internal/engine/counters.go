@@ -95,7 +95,8 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 		switch reason {
 		case ReasonRateLimited:
 			cell.rateLimited++
-		case ReasonInvalidKey:
+		case ReasonInvalidKey, ReasonInvalidToken:
+			// Analytics count both credentials' refusals as invalid.
 			cell.invalidKey++
 		case ReasonBlocked:
 			cell.blocked++

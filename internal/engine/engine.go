@@ -63,6 +63,8 @@ type Config struct {
 	// door in bytes of descriptors a second (doorshare.go); 0 is
 	// DefaultEnvoyBytesPerSecond, negative no share.
 	EnvoyBytesPerSecond int64
+	// JWKS tunes the fetching of JWT issuers' key sets (jwks.go).
+	JWKS JWKSOptions
 }
 
 // Engine is the data plane of one server. It is safe for concurrent use.
@@ -99,6 +101,9 @@ type Engine struct {
 	keyUse keyUse
 	// door is each tenant's share of the Envoy door (doorshare.go).
 	door *doorShare
+	// jwt verifies checks' tokens; its fetcher keeps issuers' key sets
+	// (jwt.go, jwks.go).
+	jwt jwtVerifier
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -149,6 +154,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
 	e.keyUse.tick()
 	e.metrics = newEngineMetrics(e)
+	e.jwt = jwtVerifier{cache: newTokenCache(jwtCachePerShard), jwks: newJWKSFetcher(cfg.JWKS, e.log.With("part", "jwks"), e.metrics.jwksFailures)}
 	e.hyd.nc, e.hyd.cache, e.hyd.log = nc, e.cache, e.log
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
 	e.hyd.version = func() int64 { return e.view.Load().version }
@@ -159,7 +165,8 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		reset: func(key string) {
 			e.hyd.noteReset(key)
 			e.cache.Reset(key)
-		}}
+		},
+		issuersLoaded: e.jwt.jwks.load, issuersChanged: e.jwt.jwks.changed}
 	if cfg.Registerer != nil {
 		for _, c := range e.metrics.collectors() {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -204,6 +211,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.stop = cancel
 	e.readiness.connected.Store(e.nc.IsConnected())
 	e.done.Go(func() { e.readiness.watch(loopCtx, e.nc) })
+	e.jwt.jwks.start(loopCtx)
 	if _, err := e.nc.Subscribe(bus.ChangesSubject, e.sync.onChange); err != nil {
 		return fmt.Errorf("engine: subscribe to config changes: %w", err)
 	}
@@ -270,6 +278,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.stop != nil {
 		e.stop()
 	}
+	e.jwt.jwks.close()
 	e.done.Wait()
 	if !e.readiness.hydrated.Load() {
 		return nil

@@ -11,6 +11,8 @@ import (
 const (
 	KindIP  = "ip"
 	KindKey = "key"
+	// KindJWT is a caller identified by a verified JWT's subject.
+	KindJWT = "jwt"
 )
 
 // NormalizeIP parses an IPv4 or IPv6 literal and returns the identity it is
@@ -52,7 +54,12 @@ func NormalizeIdentity(field, kind, id string) (string, error) {
 			return "", errs.Errorf(errs.Invalid, "%s.id: required, the consumer key's id", field)
 		}
 		return id, nil
+	case KindJWT:
+		if id == "" || len(id) > MaxJWTSubject {
+			return "", errs.Errorf(errs.Invalid, "%s.id: required, a JWT subject of at most %d bytes", field, MaxJWTSubject)
+		}
+		return id, nil
 	default:
-		return "", errs.Errorf(errs.Invalid, "%s.kind: must be \"ip\" or \"key\"", field)
+		return "", errs.Errorf(errs.Invalid, "%s.kind: must be \"ip\", \"key\" or \"jwt\"", field)
 	}
 }

@@ -28,11 +28,16 @@ type engineMetrics struct {
 	appliedSize prometheus.GaugeFunc
 	// settlesApplied counts settles this server applied to a bucket.
 	settlesApplied prometheus.Counter
+	// jwksFailures counts failed fetches of issuers' key sets (jwks.go).
+	jwksFailures prometheus.Counter
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
 	m := engineMetrics{
 		publishMetrics: newPublishMetrics(),
+		jwksFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_jwks_fetch_failures_total", Help: "Failed fetches of JWT issuers' key sets (the last good set is kept).",
+		}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_checks_total", Help: "Decided checks by outcome (allowed/denied) and reason.",
 		}, []string{"outcome", "reason"}),
@@ -114,21 +119,22 @@ func newPublishMetrics() publishMetrics {
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied, m.jwksFailures}
 }
 
 // checkCounters resolves the label values once, so counting a decision on
 // the hot path is one atomic add.
 type checkCounters struct {
-	ok, rateLimited, invalidKey, blocked prometheus.Counter
+	ok, rateLimited, invalidKey, invalidToken, blocked prometheus.Counter
 }
 
 func newCheckCounters(v *prometheus.CounterVec) checkCounters {
 	return checkCounters{
-		ok:          v.WithLabelValues("allowed", ReasonOK),
-		rateLimited: v.WithLabelValues("denied", ReasonRateLimited),
-		invalidKey:  v.WithLabelValues("denied", ReasonInvalidKey),
-		blocked:     v.WithLabelValues("denied", ReasonBlocked),
+		ok:           v.WithLabelValues("allowed", ReasonOK),
+		rateLimited:  v.WithLabelValues("denied", ReasonRateLimited),
+		invalidKey:   v.WithLabelValues("denied", ReasonInvalidKey),
+		invalidToken: v.WithLabelValues("denied", ReasonInvalidToken),
+		blocked:      v.WithLabelValues("denied", ReasonBlocked),
 	}
 }
 
@@ -140,6 +146,8 @@ func (m *engineMetrics) observe(reason string, allowed bool, d time.Duration) {
 		m.byReason.rateLimited.Inc()
 	case reason == ReasonInvalidKey:
 		m.byReason.invalidKey.Inc()
+	case reason == ReasonInvalidToken:
+		m.byReason.invalidToken.Inc()
 	default:
 		m.byReason.blocked.Inc()
 	}

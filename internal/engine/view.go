@@ -63,6 +63,8 @@ type tenantView struct {
 
 	svcKeys map[string]string // active service key id -> hash
 	keys    keyIndex
+	// issuers are the tenant's JWT issuers by their "iss" (jwt.go).
+	issuers map[string]*issuerView
 }
 
 // policyEntry is one policy as stored and as compiled.
@@ -196,6 +198,13 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		ref := blockRef(b)
 		tv.blocks[ref] = append(tv.blocks[ref], b)
 	}
+	for _, iss := range s.JWTIssuers {
+		tv := own(iss.TenantID)
+		if tv.issuers == nil {
+			tv.issuers = map[string]*issuerView{}
+		}
+		tv.issuers[iss.Issuer] = compileIssuer(iss)
+	}
 	for _, k := range s.ConsumerKeys {
 		tv := own(k.TenantID)
 		kv, err := compileKey(k, tv.loc)
@@ -237,6 +246,13 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.edit(c.Block.TenantID).setBlock(c.Block.ID, c.Block)
 	case tenants.ChangeBlockDeleted:
 		n.edit(c.TenantID).setBlock(c.ID, nil)
+	case tenants.ChangeJWTIssuer:
+		if c.JWTIssuer == nil {
+			return nil, fmt.Errorf("change %d: jwt issuer missing", c.Version)
+		}
+		n.edit(c.JWTIssuer.TenantID).setIssuer(c.JWTIssuer.ID, c.JWTIssuer)
+	case tenants.ChangeJWTIssuerDeleted:
+		n.edit(c.TenantID).setIssuer(c.ID, nil)
 	case tenants.ChangeUserSession:
 		if c.UserSession == nil {
 			return nil, fmt.Errorf("change %d: user session missing", c.Version)

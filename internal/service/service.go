@@ -35,6 +35,8 @@ type Services struct {
 	Analytics    Analytics
 	Setup        Setup
 	Webhooks     Webhooks
+	// JWTIssuers are the identity providers whose tokens checks carry.
+	JWTIssuers JWTIssuers
 }
 
 // Written is a write's result and the config version that committed it.
@@ -180,6 +182,19 @@ type Webhooks interface {
 	Deliveries(ctx context.Context, q tenants.DeliveryQuery) (tenants.DeliveryPage, error)
 	// Resend sends a delivery again, with the same id.
 	Resend(ctx context.Context, tenantID, webhookID, deliveryID string) (tenants.WebhookDelivery, error)
+}
+
+// JWTIssuers are a tenant's JWT issuers. Servers hold them in their config
+// view, so writes answer the version that committed them.
+type JWTIssuers interface {
+	// Create adds an issuer; every input error names its field and
+	// changes nothing.
+	Create(ctx context.Context, tenantID string, b tenants.JWTIssuerBody) (Written[tenants.JWTIssuer], error)
+	List(ctx context.Context, tenantID string) ([]tenants.JWTIssuer, error)
+	Get(ctx context.Context, tenantID, id string) (tenants.JWTIssuer, error)
+	// Update changes the fields b sets, checked as Create checks them.
+	Update(ctx context.Context, tenantID, id string, b tenants.JWTIssuerBody) (Written[tenants.JWTIssuer], error)
+	Delete(ctx context.Context, tenantID, id string) (Written[None], error)
 }
 
 // Setup is the first-run setup link, which creates the operator's login

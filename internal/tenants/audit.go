@@ -112,10 +112,11 @@ const (
 	AuditBucket      = "bucket"
 	AuditOperator    = "operator"
 	AuditWebhook     = "webhook"
+	AuditJWTIssuer   = "jwt_issuer"
 )
 
 // AuditObjectTypes lists the object types, in the order filters show them.
-var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditWebhook, AuditTenant, AuditOperator}
+var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditWebhook, AuditJWTIssuer, AuditTenant, AuditOperator}
 
 // Audited actions.
 const (

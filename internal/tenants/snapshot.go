@@ -40,6 +40,11 @@ const (
 	ChangeUserSession   = "user_session"   // UserSession: a user's session version, new or moved
 	ChangeUserDeleted   = "user_deleted"   // ID, TenantID: the user and every session of theirs are gone
 	ChangeTenantDeleted = "tenant_deleted" // TenantID: the tenant and everything it owned are gone
+	// ChangeJWTIssuer (JWTIssuer: created or updated) and
+	// ChangeJWTIssuerDeleted (ID, TenantID) are new: a server that does
+	// not know them only advances its version.
+	ChangeJWTIssuer        = "jwt_issuer"
+	ChangeJWTIssuerDeleted = "jwt_issuer_deleted"
 )
 
 // Change is one committed config change, as the worker announces it.
@@ -59,6 +64,7 @@ type Change struct {
 	OperatorTokenHash string             `json:"operator_token_hash,omitempty"`
 	BucketReset       *BucketReset       `json:"bucket_reset,omitempty"`
 	UserSession       *UserSession       `json:"user_session,omitempty"`
+	JWTIssuer         *JWTIssuer         `json:"jwt_issuer,omitempty"`
 }
 
 // UserSession is what servers know of a dashboard user: the session
@@ -139,14 +145,16 @@ func (r *ConsumerKeyRecord) UnmarshalJSON(b []byte) error {
 // list is sorted by ID. Revoked keys and expired blocks are included;
 // a server checks RevokedAt and ExpiresAt at decision time.
 type Snapshot struct {
-	Version           int64               `json:"version"`
-	Tenants           []Tenant            `json:"tenants"`
-	ServiceKeys       []ServiceKeyRecord  `json:"service_keys"`
-	ConsumerKeys      []ConsumerKeyRecord `json:"consumer_keys"`
-	Policies          []Policy            `json:"policies"`
-	Blocks            []Block             `json:"blocks"`
-	Users             []UserSession       `json:"users"`
-	OperatorTokenHash string              `json:"operator_token_hash,omitempty"`
+	Version      int64               `json:"version"`
+	Tenants      []Tenant            `json:"tenants"`
+	ServiceKeys  []ServiceKeyRecord  `json:"service_keys"`
+	ConsumerKeys []ConsumerKeyRecord `json:"consumer_keys"`
+	Policies     []Policy            `json:"policies"`
+	Blocks       []Block             `json:"blocks"`
+	// JWTIssuers is absent from an older worker's snapshot.
+	JWTIssuers        []JWTIssuer   `json:"jwt_issuers,omitempty"`
+	Users             []UserSession `json:"users"`
+	OperatorTokenHash string        `json:"operator_token_hash,omitempty"`
 }
 
 // ErrVersionGap is returned by Snapshot.Apply for a change that is more
@@ -204,6 +212,13 @@ func (s *Snapshot) apply(c Change) error {
 		s.Blocks = upsert(s.Blocks, *c.Block, func(b Block) string { return b.ID })
 	case ChangeBlockDeleted:
 		s.Blocks = remove(s.Blocks, c.ID, func(b Block) string { return b.ID })
+	case ChangeJWTIssuer:
+		if c.JWTIssuer == nil {
+			return missing
+		}
+		s.JWTIssuers = upsert(s.JWTIssuers, *c.JWTIssuer, func(i JWTIssuer) string { return i.ID })
+	case ChangeJWTIssuerDeleted:
+		s.JWTIssuers = remove(s.JWTIssuers, c.ID, func(i JWTIssuer) string { return i.ID })
 	case ChangeUserSession:
 		if c.UserSession == nil {
 			return missing
@@ -231,6 +246,7 @@ func (s *Snapshot) deleteTenant(id string) {
 	s.ConsumerKeys = dropTenant(s.ConsumerKeys, id, func(k ConsumerKeyRecord) string { return k.TenantID })
 	s.Policies = dropTenant(s.Policies, id, func(p Policy) string { return p.TenantID })
 	s.Blocks = dropTenant(s.Blocks, id, func(b Block) string { return b.TenantID })
+	s.JWTIssuers = dropTenant(s.JWTIssuers, id, func(i JWTIssuer) string { return i.TenantID })
 	s.Users = dropTenant(s.Users, id, func(u UserSession) string { return u.TenantID })
 }
 

@@ -15,6 +15,8 @@ const (
 const (
 	IdentityIP  = "ip"
 	IdentityKey = "key"
+	// IdentityJWT is a caller identified by a verified JWT's subject.
+	IdentityJWT = "jwt"
 )
 
 // What a policy does with tiers it does not list (Policy.UnlistedTiers).

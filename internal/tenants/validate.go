@@ -467,11 +467,11 @@ func (p KeyPatch) Validate(now time.Time) error {
 // literal without a zone.
 func ValidateIdentity(field string, id Identity) error {
 	switch id.Kind {
-	case IdentityIP, IdentityKey:
+	case IdentityIP, IdentityKey, IdentityJWT:
 	case "":
 		return invalid(field+".kind", "required")
 	default:
-		return invalid(field+".kind", "must be ip or key")
+		return invalid(field+".kind", "must be ip, key or jwt")
 	}
 	switch {
 	case id.ID == "":

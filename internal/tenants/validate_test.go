@@ -206,7 +206,7 @@ func TestBlockValidate(t *testing.T) {
 		{"key", tenants.Block{TenantID: "ten_a", Identity: tenants.Identity{Kind: "key", ID: "ckey_x"}}, ""},
 		{"no tenant", tenants.Block{Identity: ip("203.0.113.7")}, "tenant_id: required"},
 		{"no kind", tenants.Block{TenantID: "ten_a", Identity: tenants.Identity{ID: "x"}}, "identity.kind: required"},
-		{"bad kind", tenants.Block{TenantID: "ten_a", Identity: tenants.Identity{Kind: "user", ID: "x"}}, "identity.kind: must be ip or key"},
+		{"bad kind", tenants.Block{TenantID: "ten_a", Identity: tenants.Identity{Kind: "user", ID: "x"}}, "identity.kind: must be ip, key or jwt"},
 		{"no id", tenants.Block{TenantID: "ten_a", Identity: tenants.Identity{Kind: "key"}}, "identity.id: required"},
 		{"bad ip", tenants.Block{TenantID: "ten_a", Identity: ip("203.0.113")}, "identity.id: must be an IPv4 or IPv6 address"},
 		{"cidr", tenants.Block{TenantID: "ten_a", Identity: ip("203.0.113.0/24")}, "identity.id: must be an IPv4 or IPv6 address"},

@@ -175,28 +175,34 @@ func (s *core) webhookSealer() (WebhookSealer, error) {
 // user or password, no fragment. Where the host points is the worker's
 // to check (it resolves it).
 func ValidateWebhookURL(raw string) (*url.URL, error) {
+	return validateHTTPSURL("url", raw, MaxWebhookURL)
+}
+
+// validateHTTPSURL checks the form of an https URL Sluice connects to, in
+// the field it names: a host, no credentials, no fragment, a valid port.
+func validateHTTPSURL(field, raw string, maxLen int) (*url.URL, error) {
 	if raw == "" {
-		return nil, invalid("url", "required")
+		return nil, invalid(field, "required")
 	}
-	if len(raw) > MaxWebhookURL {
-		return nil, invalid("url", "longer than %d characters", MaxWebhookURL)
+	if len(raw) > maxLen {
+		return nil, invalid(field, "longer than %d characters", maxLen)
 	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return nil, invalid("url", "not a URL")
+		return nil, invalid(field, "not a URL")
 	case u.Scheme != "https":
-		return nil, invalid("url", "must be https")
+		return nil, invalid(field, "must be https")
 	case u.Host == "" || u.Hostname() == "":
-		return nil, invalid("url", "must name a host")
+		return nil, invalid(field, "must name a host")
 	case u.User != nil:
-		return nil, invalid("url", "must not hold a user name or password")
+		return nil, invalid(field, "must not hold a user name or password")
 	case u.Fragment != "" || strings.Contains(raw, "#"):
-		return nil, invalid("url", "must not have a fragment")
+		return nil, invalid(field, "must not have a fragment")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, invalid("url", "port must be between 1 and 65535")
+			return nil, invalid(field, "port must be between 1 and 65535")
 		}
 	}
 	return u, nil

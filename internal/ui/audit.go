@@ -30,6 +30,7 @@ var objectTypeLabels = map[string]string{
 	tenants.AuditBlock:       "block",
 	tenants.AuditBucket:      "bucket of",
 	tenants.AuditWebhook:     "webhook",
+	tenants.AuditJWTIssuer:   "JWT issuer",
 	tenants.AuditTenant:      "tenant",
 	tenants.AuditOperator:    "operator",
 }

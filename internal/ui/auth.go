@@ -159,6 +159,17 @@ func requireWebhookOwner(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// requireIssuerOwner lets a tenant's owner, or the operator in a tenant's
+// dashboard, change its JWT issuers.
+func requireIssuerOwner(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if r := mustSession(c).Role; r != tenants.RoleOwner && r != tenants.RoleOperator {
+			return errs.Errorf(errs.Forbidden, "Only the tenant's owners may change JWT issuers.")
+		}
+		return next(c)
+	}
+}
+
 func requireOperator(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if mustSession(c).Role != tenants.RoleOperator {

@@ -85,6 +85,9 @@ type Deps struct {
 	// Tarpit, if set, slows the refusals (429) of an address that keeps
 	// asking past its limit (the setup link, password work).
 	Tarpit *httpsec.Tarpit
+	// CheckJWKSURL, if set, checks where a JWT issuer's jwks_url points
+	// before it is stored (engine.JWKSURLChecker).
+	CheckJWKSURL func(ctx context.Context, url string) error
 	// SetupClosed, when set and true, says the first-run setup link is dead
 	// on every server (an operator login exists): the setup page answers
 	// so without asking the worker.
@@ -178,6 +181,7 @@ func Register(e *echo.Echo, d Deps) error {
 	audit := &auditHandler{config: d.Services}
 	admAudit := &auditHandler{config: d.Services, operator: true}
 	hooks := &webhookHandler{config: d.Services, sess: sess}
+	issuers := &issuerHandler{config: d.Services, checkURL: d.CheckJWKSURL}
 
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -199,6 +203,8 @@ func Register(e *echo.Echo, d Deps) error {
 	// Webhook changes are the owners' (and the operator's, in a tenant's
 	// dashboard); members see endpoints and deliveries.
 	hookOwner := append(tenant[:len(tenant):len(tenant)], requireWebhookOwner)
+	// JWT issuers decide who may authenticate: the owners' too.
+	issuerOwner := append(tenant[:len(tenant):len(tenant)], requireIssuerOwner)
 	operator := append(signedIn[:len(signedIn):len(signedIn)], requireOperator)
 	// Routes that make the worker hash a password are limited per user.
 	pwLimit := newPasswordWorkLimiter(d.PasswordWorkLimit, d.Now).middleware
@@ -239,6 +245,9 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/usage", usage.show, tenant...)
 	e.GET("/ui/usage/csv", usage.csv, tenant...)
 	e.GET("/ui/audit", audit.show, tenant...)
+	e.GET("/ui/jwt-issuers", issuers.list, tenant...)
+	e.POST("/ui/jwt-issuers", issuers.create, issuerOwner...)
+	e.POST("/ui/jwt-issuers/:id/delete", issuers.delete, issuerOwner...)
 	e.GET("/ui/webhooks", hooks.list, tenant...)
 	e.POST("/ui/webhooks", hooks.create, hookOwner...)
 	e.GET("/ui/webhooks/:id", hooks.show, tenant...)
@@ -374,6 +383,8 @@ var flashes = map[string]string{
 	"unblocked":      "Unblocked.",
 	"signed-out":     "You are signed out.",
 
+	"issuer-created":  "Issuer added. Every server fetches its keys now; its tokens verify once they have them.",
+	"issuer-deleted":  "Issuer deleted. Its tokens answer invalid_token.",
 	"webhook-created": "Webhook added. Copy its signing secret now; events are sent to it from now on.",
 	"webhook-saved":   "Webhook saved.",
 	"webhook-rotated": "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",

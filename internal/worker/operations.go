@@ -35,6 +35,7 @@ func (w *Worker) configOperations() []bus.Binding {
 	sk := serviceKeyOps{svc.ServiceKeys}
 	set := setupOps{svc.Setup}
 	hook := webhookOps{svc.Webhooks}
+	jwt := jwtIssuerOps{svc.JWTIssuers}
 	return []bus.Binding{
 		bus.Bind(bus.OpSnapshot, st.snapshot),
 		bus.Bind(bus.OpVersion, st.version),
@@ -104,6 +105,12 @@ func (w *Worker) configOperations() []bus.Binding {
 		bus.Bind(bus.OpWebhookRotate, hook.rotate),
 		bus.Bind(bus.OpWebhookDeliveries, svc.Webhooks.Deliveries),
 		bus.Bind(bus.OpWebhookResend, hook.resend),
+
+		bus.Bind(bus.OpJWTIssuerCreate, jwt.create),
+		bus.Bind(bus.OpJWTIssuerList, jwt.list),
+		bus.Bind(bus.OpJWTIssuerGet, jwt.get),
+		bus.Bind(bus.OpJWTIssuerUpdate, jwt.update),
+		bus.Bind(bus.OpJWTIssuerDelete, jwt.delete),
 	}
 }
 
@@ -370,4 +377,26 @@ func (o analyticsOps) topPolicies(ctx context.Context, r bus.PolicyRankRequest) 
 
 func (o analyticsOps) usage(ctx context.Context, r bus.UsageRequest) (service.Usage, error) {
 	return o.daily.query(ctx, r.UsageQuery)
+}
+
+type jwtIssuerOps struct{ svc service.JWTIssuers }
+
+func (o jwtIssuerOps) create(ctx context.Context, r bus.JWTIssuerWrite) (service.Written[tenants.JWTIssuer], error) {
+	return o.svc.Create(ctx, r.TenantID, r.Body)
+}
+
+func (o jwtIssuerOps) list(ctx context.Context, r bus.TenantScoped) ([]tenants.JWTIssuer, error) {
+	return o.svc.List(ctx, r.TenantID)
+}
+
+func (o jwtIssuerOps) get(ctx context.Context, r bus.TenantScoped) (tenants.JWTIssuer, error) {
+	return o.svc.Get(ctx, r.TenantID, r.ID)
+}
+
+func (o jwtIssuerOps) update(ctx context.Context, r bus.JWTIssuerWrite) (service.Written[tenants.JWTIssuer], error) {
+	return o.svc.Update(ctx, r.TenantID, r.ID, r.Body)
+}
+
+func (o jwtIssuerOps) delete(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
+	return o.svc.Delete(ctx, r.TenantID, r.ID)
 }

@@ -39,6 +39,7 @@ type Memory struct {
 	webhooks map[string]tenants.Webhook
 	// deliveries are each endpoint's, oldest first (AddDelivery).
 	deliveries map[string][]tenants.WebhookDelivery
+	issuers    map[string]tenants.JWTIssuer
 	// SignIns counts sign-in attempts, for tests of what reaches the
 	// worker.
 	SignIns int
@@ -55,6 +56,7 @@ func New(now func() time.Time) *Memory {
 		users: map[string]tenants.User{}, secrets: map[string][32]byte{}, blocks: map[string]tenants.Block{},
 		reserved: map[string]reserve.Reservation{},
 		webhooks: map[string]tenants.Webhook{}, deliveries: map[string][]tenants.WebhookDelivery{},
+		issuers: map[string]tenants.JWTIssuer{},
 	}
 }
 
@@ -63,7 +65,7 @@ func (m *Memory) Services() service.Services {
 	return service.Services{
 		Tenants: memTenants{m}, Policies: memPolicies{m}, Keys: memKeys{m}, ServiceKeys: memServiceKeys{m},
 		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Reservations: memReservations{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
-		Setup: memSetup{}, Webhooks: memWebhooks{m},
+		Setup: memSetup{}, Webhooks: memWebhooks{m}, JWTIssuers: memJWTIssuers{m},
 	}
 }
 

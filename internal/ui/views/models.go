@@ -60,6 +60,7 @@ const (
 	NavAudit     = "audit"
 	NavUsage     = "usage"
 	NavWebhooks  = "webhooks"
+	NavIssuers   = "jwt-issuers"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -788,4 +789,23 @@ type DeliveryRow struct {
 	LatencyMS                int64
 	CreatedAt                time.Time
 	LastAttempt, NextAttempt *time.Time
+}
+
+// JWTIssuersView lists a tenant's JWT issuers with the form adding one.
+type JWTIssuersView struct {
+	Issuers []JWTIssuerRow
+	Form    JWTIssuerForm
+	Error   string
+	Full    bool // the tenant has as many issuers as it may
+}
+
+// JWTIssuerRow is one issuer, its lists as text.
+type JWTIssuerRow struct {
+	ID, Issuer, Audiences, Keys, Algorithms, Claims string
+	CreatedAt                                       time.Time
+}
+
+// JWTIssuerForm is the issuer form as submitted; lists are comma-separated.
+type JWTIssuerForm struct {
+	Issuer, Audiences, JWKSURL, Algorithms, Subject, Tier string
 }

@@ -67,7 +67,7 @@ func (s *Service) Services() service.Services {
 	return service.Services{
 		Tenants: tenantSvc{s}, Policies: policySvc{s}, Keys: keySvc{s}, ServiceKeys: serviceKeySvc{s},
 		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s}, Setup: setupSvc{s},
-		Webhooks: webhookSvc{s},
+		Webhooks: webhookSvc{s}, JWTIssuers: jwtIssuerSvc{s},
 	}
 }
 
@@ -519,4 +519,36 @@ func (w webhookSvc) Resend(ctx context.Context, tenantID, webhookID, deliveryID 
 		w.s.hooks.WebhookQueued()
 	}
 	return d, err
+}
+
+type jwtIssuerSvc struct{ s *Service }
+
+func (j jwtIssuerSvc) Create(ctx context.Context, tenantID string, b tenants.JWTIssuerBody) (service.Written[tenants.JWTIssuer], error) {
+	return Write(j.s, func() (tenants.JWTIssuer, []tenants.Change, error) {
+		return j.s.store.JWTIssuers().Create(ctx, tenantID, b, j.s.now())
+	})
+}
+
+func (j jwtIssuerSvc) List(ctx context.Context, tenantID string) ([]tenants.JWTIssuer, error) {
+	if err := j.s.store.Tenants().Require(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	return nonNil(j.s.store.JWTIssuers().List(ctx, tenantID))
+}
+
+func (j jwtIssuerSvc) Get(ctx context.Context, tenantID, id string) (tenants.JWTIssuer, error) {
+	return j.s.store.JWTIssuers().Get(ctx, tenantID, id)
+}
+
+func (j jwtIssuerSvc) Update(ctx context.Context, tenantID, id string, b tenants.JWTIssuerBody) (service.Written[tenants.JWTIssuer], error) {
+	return Write(j.s, func() (tenants.JWTIssuer, []tenants.Change, error) {
+		return j.s.store.JWTIssuers().Update(ctx, tenantID, id, b, j.s.now())
+	})
+}
+
+func (j jwtIssuerSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
+	return Write(j.s, func() (service.None, []tenants.Change, error) {
+		cs, err := j.s.store.JWTIssuers().Delete(ctx, tenantID, id, j.s.now())
+		return service.None{}, cs, err
+	})
 }
