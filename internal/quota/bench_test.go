@@ -196,9 +196,14 @@ func BenchmarkDrainDirty100k(b *testing.B) {
 // measureBucketMemory returns the heap bytes per idle single-limit
 // token-bucket bucket, including its key and map entry, over n buckets.
 func measureBucketMemory(n int) (perBucket float64, keyLen int) {
+	return measureBucketMemoryOf(n, benchKey)
+}
+
+// measureBucketMemoryOf is measureBucketMemory with the keys keyOf builds.
+func measureBucketMemoryOf(n int, keyOf func(int) string) (perBucket float64, keyLen int) {
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = benchKey(i)
+		keys[i] = keyOf(i)
 	}
 	limits := benchLimits()
 	out := make([]Outcome, 1)
@@ -223,6 +228,31 @@ func BenchmarkBucketMemory(b *testing.B) {
 		per, _ = measureBucketMemory(100_000)
 	}
 	b.ReportMetric(per, "B/bucket")
+}
+
+// benchKeyIPv6 is a caller's key from a random IPv6 address, the longest
+// common key: the callers a per-tenant bound on buckets is for.
+func benchKeyIPv6(i int) string {
+	return fmt.Sprintf("t_4kq7yc2m/p_9d1xw0sn/ip:2001:db8:%x:%x:%x:%x:%x:%x", i>>16&0xffff, i&0xffff, i*7919&0xffff, i*104729&0xffff, i*1299709&0xffff, i*15485863&0xffff)
+}
+
+// BenchmarkBucketMemoryIPv6 is BenchmarkBucketMemory over a million
+// buckets of IPv6 callers, the callers a per-tenant bound on buckets is
+// for, and over the default bound's number of them (the engine's
+// DefaultTenantBuckets, chosen from these figures).
+func BenchmarkBucketMemoryIPv6(b *testing.B) {
+	for _, n := range []int{250_000, 1_000_000} {
+		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
+			var per float64
+			var keyLen int
+			for range b.N {
+				per, keyLen = measureBucketMemoryOf(n, benchKeyIPv6)
+			}
+			b.ReportMetric(per, "B/bucket")
+			b.ReportMetric(per*float64(n)/(1<<20), "MiB")
+			b.ReportMetric(float64(keyLen), "key-bytes")
+		})
+	}
 }
 
 // BenchmarkMemoryLatencyFloor is one dependent read of a random cache line in

@@ -34,6 +34,7 @@ const (
 type Cache struct {
 	seed1, seed2 maphash.Seed
 	shards       [numShards]shard
+	counts       tenantCounts // live buckets per tenant (tenants.go)
 }
 
 type shard struct {
@@ -52,6 +53,8 @@ type shard struct {
 	// equal limits share one slice. It only saves memory.
 	interned [4][]Limit
 	nextI    uint8
+
+	counts *tenantCounts // the cache's, counting buckets per tenant
 }
 
 // Entry flags, in the low bits of entry.tag that the shard index leaves
@@ -134,7 +137,11 @@ type sliceID struct {
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	return &Cache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	c := &Cache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].counts = &c.counts
+	}
+	return c
 }
 
 // Check decides a request of cost units for key at instant now under limits,
@@ -520,6 +527,7 @@ func (c *Cache) Sweep(now int64) int {
 	for i := range c.shards {
 		n += c.shards[i].sweep(now)
 	}
+	c.counts.prune()
 	return n
 }
 
@@ -593,9 +601,16 @@ func layout(limits []Limit) (ext, wide bool) {
 	return ext, !ext && limits[0].Algorithm == SlidingWindow
 }
 
-// create adds a full bucket for a key known to be absent and returns its
-// index; key must be a private copy. sh.mu must be held.
+// create adds a full bucket for a key known to be absent, counting it for
+// its tenant, and returns its index; key must be a private copy. sh.mu must
+// be held.
 func (sh *shard) create(h1, h2 uint64, key string, limits []Limit) int {
+	sh.counts.add(tenantOf(key))
+	return sh.newBucket(h1, h2, key, limits)
+}
+
+// newBucket is create for a bucket its tenant's count has counted already.
+func (sh *shard) newBucket(h1, h2 uint64, key string, limits []Limit) int {
 	tag := h1&^shardMask | fLive
 	if _, wide := layout(limits); wide {
 		tag |= fWide
@@ -694,11 +709,13 @@ func (sh *shard) free(i int) (entry, cold) {
 	return e, c
 }
 
-// remove deletes the bucket at i; it must not be dirty.
+// remove deletes the bucket at i, which must not be dirty, and counts it
+// off its tenant's buckets.
 func (sh *shard) remove(i int) {
-	e, _ := sh.free(i)
+	e, c := sh.free(i)
 	sh.unref(uint32(e.id))
 	sh.n--
+	sh.counts.sub(tenantOf(c.key))
 }
 
 // move re-places the bucket at i with or without a second entry and returns
