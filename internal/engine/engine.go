@@ -63,6 +63,10 @@ type Config struct {
 	// door in bytes of descriptors a second (doorshare.go); 0 is
 	// DefaultEnvoyBytesPerSecond, negative no share.
 	EnvoyBytesPerSecond int64
+	// TenantBuckets bounds the live buckets a tenant holds in this
+	// server's hot cache; new callers past it share the tenant's overflow
+	// bucket (overflow.go). 0 is DefaultTenantBuckets, negative no bound.
+	TenantBuckets int
 }
 
 // Engine is the data plane of one server. It is safe for concurrent use.
@@ -99,6 +103,8 @@ type Engine struct {
 	keyUse keyUse
 	// door is each tenant's share of the Envoy door (doorshare.go).
 	door *doorShare
+	// bound bounds each tenant's buckets in cache (overflow.go).
+	bound *tenantBound
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -144,6 +150,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		fwd:      newForwardMemory(),
 		door:     newDoorShare(cfg.EnvoyBytesPerSecond),
 	}
+	e.bound = newTenantBound(cfg.TenantBuckets, e.cache, e.log)
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
@@ -153,7 +160,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
 	e.hyd.version = func() int64 { return e.view.Load().version }
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
-	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
+	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load, e.bound)
 	e.sync = configSync{nc: nc, log: e.log, view: &e.view, interval: e.cfg.ResyncInterval, resyncs: e.metrics.resyncs,
 		workerSeen: &e.readiness.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
 		reset: func(key string) {
