@@ -165,6 +165,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Node:                cfg.Node,
 		Replicas:            cfg.NatsReplicas,
 		EnvoyBytesPerSecond: int64(cfg.EnvoyBytesPerSecond),
+		TenantBuckets:       cfg.TenantBuckets,
 		FlushInterval:       cfg.FlushInterval,
 		KeyUseInterval:      m.keyUseInterval,
 		Now:                 m.clock,
