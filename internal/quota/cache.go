@@ -53,8 +53,6 @@ type shard struct {
 	// equal limits share one slice. It only saves memory.
 	interned [4][]Limit
 	nextI    uint8
-
-	counts *tenantCounts // the cache's, counting buckets per tenant
 }
 
 // Entry flags, in the low bits of entry.tag that the shard index leaves
@@ -137,11 +135,7 @@ type sliceID struct {
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	c := &Cache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].counts = &c.counts
-	}
-	return c
+	return &Cache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 }
 
 // Check decides a request of cost units for key at instant now under limits,
@@ -173,7 +167,7 @@ func (c *Cache) Check(key string, limits []Limit, now int64, cost int64, consume
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, strings.Clone(key), limits)
+		i = c.create(sh, h1, h2, strings.Clone(key), limits)
 	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
 		sh.mu.Unlock()
 		return true, 0
@@ -195,7 +189,7 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, string(key), limits)
+		i = c.create(sh, h1, h2, string(key), limits)
 	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
 		sh.mu.Unlock()
 		return true, 0
@@ -452,7 +446,7 @@ func (c *Cache) Load(key string, limits []Limit, states []State, fullAt int64) {
 	lim := sh.intern(limits)
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, strings.Clone(key), lim)
+		i = c.create(sh, h1, h2, strings.Clone(key), lim)
 	}
 	sh.install(i, lim, states)
 }
@@ -473,7 +467,7 @@ func (c *Cache) LoadIfAbsent(key string, limits []Limit, states []State, fullAt 
 		return false
 	}
 	lim := sh.intern(limits)
-	sh.install(sh.create(h1, h2, strings.Clone(key), lim), lim, states)
+	sh.install(c.create(sh, h1, h2, strings.Clone(key), lim), lim, states)
 	return true
 }
 
@@ -525,13 +519,13 @@ func (c *Cache) Reset(key string) bool {
 func (c *Cache) Sweep(now int64) int {
 	n := 0
 	for i := range c.shards {
-		n += c.shards[i].sweep(now)
+		n += c.shards[i].sweep(now, &c.counts)
 	}
 	c.counts.prune()
 	return n
 }
 
-func (sh *shard) sweep(now int64) int {
+func (sh *shard) sweep(now int64, counts *tenantCounts) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
@@ -545,7 +539,7 @@ func (sh *shard) sweep(now int64) int {
 		states := stateBuf(&buf, len(limits))
 		sh.getStates(i, states)
 		if fullAt(limits, states) <= now {
-			sh.remove(i)
+			sh.remove(i, counts)
 			n++
 		}
 	}
@@ -601,15 +595,18 @@ func layout(limits []Limit) (ext, wide bool) {
 	return ext, !ext && limits[0].Algorithm == SlidingWindow
 }
 
-// create adds a full bucket for a key known to be absent, counting it for
-// its tenant, and returns its index; key must be a private copy. sh.mu must
-// be held.
-func (sh *shard) create(h1, h2 uint64, key string, limits []Limit) int {
-	sh.counts.add(tenantOf(key))
+// create adds a full bucket to sh for a key known to be absent, counting it
+// for its tenant, and returns its index; key must be a private copy. sh.mu
+// must be held. Buckets are made here, or with shard.newBucket once their
+// tenant's count has counted them: never otherwise.
+func (c *Cache) create(sh *shard, h1, h2 uint64, key string, limits []Limit) int {
+	c.counts.add(tenantOf(key))
 	return sh.newBucket(h1, h2, key, limits)
 }
 
-// newBucket is create for a bucket its tenant's count has counted already.
+// newBucket adds a full bucket for a key known to be absent, already
+// counted for its tenant (Cache.create), and returns its index; key must
+// be a private copy. sh.mu must be held.
 func (sh *shard) newBucket(h1, h2 uint64, key string, limits []Limit) int {
 	tag := h1&^shardMask | fLive
 	if _, wide := layout(limits); wide {
@@ -710,12 +707,12 @@ func (sh *shard) free(i int) (entry, cold) {
 }
 
 // remove deletes the bucket at i, which must not be dirty, and counts it
-// off its tenant's buckets.
-func (sh *shard) remove(i int) {
+// off its tenant's buckets in counts.
+func (sh *shard) remove(i int, counts *tenantCounts) {
 	e, c := sh.free(i)
 	sh.unref(uint32(e.id))
 	sh.n--
-	sh.counts.sub(tenantOf(c.key))
+	counts.sub(tenantOf(c.key))
 }
 
 // move re-places the bucket at i with or without a second entry and returns

@@ -80,7 +80,7 @@ func (c *Cache) CountBytes(key []byte, limits []Limit, now int64, cost int64, ou
 	defer sh.mu.Unlock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, string(key), limits)
+		i = c.create(sh, h1, h2, string(key), limits)
 	} else if cost > 0 && sh.allow(i, limits, now, cost, &out[0]) {
 		return true, 0 // it fits: counted as Check counts it
 	}

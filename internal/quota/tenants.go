@@ -59,13 +59,8 @@ func (t *tenantCounts) counter(tenant string) *atomic.Int64 {
 	return n
 }
 
-// add counts one more bucket of tenant. A shard made on its own, outside a
-// Cache, counts nothing.
-func (t *tenantCounts) add(tenant string) {
-	if t != nil {
-		t.counter(tenant).Add(1)
-	}
-}
+// add counts one more bucket of tenant.
+func (t *tenantCounts) add(tenant string) { t.counter(tenant).Add(1) }
 
 // tryAdd counts one more bucket of tenant, the key's tenant, unless it has
 // bound already (bound < 0: no bound); it reports whether it counted. Two
@@ -94,9 +89,6 @@ func (t *tenantCounts) tryAdd(key []byte, bound int) bool {
 
 // sub counts one bucket of tenant less.
 func (t *tenantCounts) sub(tenant string) {
-	if t == nil {
-		return
-	}
 	t.mu.RLock()
 	n := t.m[tenant]
 	t.mu.RUnlock()
