@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -287,5 +288,29 @@ func TestNoTenantBound(t *testing.T) {
 	}
 	if got := e.cache.TenantLen("ten_a"); got != 300 {
 		t.Fatalf("%d buckets", got)
+	}
+}
+
+// A tenant at its bound is warned about once a minute, naming it, the
+// bound and the flag; another tenant has its own warning.
+func TestTenantBoundWarnsOnceAMinute(t *testing.T) {
+	var logged bytes.Buffer
+	b := newTenantBound(1, quota.NewCache(), slog.New(slog.NewTextHandler(&logged, nil)))
+	for range 3 {
+		b.overflow([]byte("ten_a/pol_a/ip:192.0.2.1"), TierAnonymous, "")
+	}
+	b.overflow([]byte("ten_b/pol_b/ip:192.0.2.1"), TierAnonymous, "")
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "tenant=ten_a") ||
+		!strings.Contains(lines[0], "bound=1") || !strings.Contains(lines[0], "--tenant-buckets") || !strings.Contains(lines[1], "tenant=ten_b") {
+		t.Fatalf("logged:\n%s", logged.String())
+	}
+	b.mu.Lock()
+	last, _ := b.warned.Get("ten_a", time.Time{})
+	*last = last.Add(-overflowWarnEvery)
+	b.mu.Unlock()
+	b.overflow([]byte("ten_a/pol_a/ip:192.0.2.1"), TierAnonymous, "")
+	if n := strings.Count(logged.String(), "tenant=ten_a"); n != 2 {
+		t.Fatalf("%d warnings of ten_a after a minute", n)
 	}
 }
