@@ -159,27 +159,43 @@ func (c *Cache) CheckBytesBound(key []byte, bound int, limits []Limit, now int64
 	sh := &c.shards[h1&shardMask]
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
-	switch {
-	case i >= 0:
-		if consume && sh.allow(i, limits, now, cost, &out[0]) {
+	if i < 0 {
+		if i = c.createBound(sh, h1, h2, key, bound, limits, consume); i < 0 {
 			sh.mu.Unlock()
-			return true, 0, true
+			return c.absent(key, bound, limits, now, cost, consume, out)
 		}
-	case !consume:
+	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
 		sh.mu.Unlock()
-		if c.AtBound(key, bound) {
-			return false, 0, false
-		}
-		allowed, report = decideFull(limits, now, cost, out)
-		return allowed, report, true
-	case !c.counts.tryAdd(key, bound):
-		sh.mu.Unlock()
-		return false, 0, false
-	default:
-		i = sh.newBucket(h1, h2, string(key), limits)
+		return true, 0, true
 	}
 	allowed, report = sh.check(i, limits, now, cost, consume, out)
 	sh.mu.Unlock()
+	return allowed, report, true
+}
+
+// createBound makes the bucket of an absent key for a consuming check
+// when its tenant is under bound, and returns its index; -1 when it makes
+// none. It is kept out of CheckBytesBound, as absent is, so that the check
+// of an existing bucket stays as short as CheckBytes' (inlined, they made
+// BenchmarkCheckBound1MKeys, a million keys back to back, 40 % slower).
+//
+//go:noinline
+func (c *Cache) createBound(sh *shard, h1, h2 uint64, key []byte, bound int, limits []Limit, consume bool) int {
+	if !consume || !c.counts.tryAdd(key, bound) {
+		return -1
+	}
+	return sh.newBucket(h1, h2, string(key), limits)
+}
+
+// absent answers CheckBytesBound for a key createBound made no bucket for:
+// a peek under the bound sees a full bucket; otherwise nothing is decided.
+//
+//go:noinline
+func (c *Cache) absent(key []byte, bound int, limits []Limit, now, cost int64, consume bool, out []Outcome) (allowed bool, report int, ok bool) {
+	if consume || c.AtBound(key, bound) {
+		return false, 0, false
+	}
+	allowed, report = decideFull(limits, now, cost, out)
 	return allowed, report, true
 }
 
