@@ -149,8 +149,8 @@ func (c *Cache) TenantsAtBound(bound int) int {
 // while the key's tenant has fewer than bound live buckets (a negative
 // bound: always). When it would have to create one past the bound, it
 // decides nothing and reports ok false. A peek (consume false) of an absent
-// key creates nothing: it answers a full bucket. On an existing bucket it is
-// CheckBytes, with no more work.
+// key creates nothing: under the bound it answers a full bucket, at it ok
+// false. On an existing bucket it is CheckBytes, with no more work.
 func (c *Cache) CheckBytesBound(key []byte, bound int, limits []Limit, now int64, cost int64, consume bool, out []Outcome) (allowed bool, report int, ok bool) {
 	if len(limits) == 0 {
 		return true, -1, true
@@ -176,8 +176,8 @@ func (c *Cache) CheckBytesBound(key []byte, bound int, limits []Limit, now int64
 // createBound makes the bucket of an absent key for a consuming check
 // when its tenant is under bound, and returns its index; -1 when it makes
 // none. It is kept out of CheckBytesBound, as absent is, so that the check
-// of an existing bucket stays as short as CheckBytes' (inlined, they made
-// BenchmarkCheckBound1MKeys, a million keys back to back, 40 % slower).
+// of an existing bucket has the shape of CheckBytes' (BENCHMARKS.md, "A
+// tenant's buckets, bounded").
 //
 //go:noinline
 func (c *Cache) createBound(sh *shard, h1, h2 uint64, key []byte, bound int, limits []Limit, consume bool) int {
