@@ -93,6 +93,11 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if err := e.hyd.touch(ctx, d.key); err != nil {
 				return false, 0, err
 			}
+			if of := e.bound.hydrating(d.key, d.tier, d.keyID); of != nil {
+				if err := e.hyd.touch(ctx, of); err != nil {
+					return false, 0, err
+				}
+			}
 		}
 	}
 	if c == nil {

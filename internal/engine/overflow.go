@@ -101,32 +101,52 @@ func newTenantBound(n int, cache *quota.Cache, log *slog.Logger) *tenantBound {
 // and keyID (the decision's), and counts and tells that a decision goes
 // there. The key is shared: the caller must not change it.
 func (b *tenantBound) overflow(key []byte, tier, keyID string) []byte {
+	of, tenant := b.keyOf(key, tier, keyID, true)
+	if tenant != "" {
+		b.log.Warn("a tenant holds its bound of live buckets on this server: its new callers share an overflow bucket per policy and tier until swept buckets make room; raise the bound with --tenant-buckets (SLUICE_TENANT_BUCKETS) if its callers are that many",
+			"tenant", tenant, "bound", b.max, "flag", "--tenant-buckets")
+	}
+	return of
+}
+
+// keyOf returns the overflow bucket's key for key's caller (key itself if
+// it has none). With note it counts the decision, and answers the tenant
+// when it is time to warn about it ("" otherwise).
+func (b *tenantBound) keyOf(key []byte, tier, keyID string, note bool) (of []byte, warn string) {
 	tenant, policy, _, ok := bus.SplitBucketKey(string(key))
 	if !ok {
-		return key
+		return key, ""
 	}
 	id := overflowID{tenant: tenant, policy: policy, tier: tier, keyID: keyID, part: bus.Partition(key)}
-	b.overflows.Inc()
 	now := time.Now()
 	b.mu.Lock()
-	last, fresh := b.warned.Get(tenant, time.Time{})
-	warn := fresh || now.Sub(*last) >= overflowWarnEvery
-	if warn {
-		*last = now
+	if note {
+		b.overflows.Inc()
+		last, fresh := b.warned.Get(tenant, time.Time{})
+		if fresh || now.Sub(*last) >= overflowWarnEvery {
+			*last, warn = now, tenant
+		}
 	}
 	k, fresh := b.keys.Get(id, nil)
 	if fresh {
 		*k = findOverflowKey(id)
 	}
-	of := *k
+	of = *k
 	b.mu.Unlock()
-	if warn {
-		b.log.Warn("a tenant holds its bound of live buckets on this server: its new callers share an overflow bucket per policy and tier until swept buckets make room; raise the bound with --tenant-buckets (SLUICE_TENANT_BUCKETS) if its callers are that many",
-			"tenant", tenant, "bound", b.max, "flag", "--tenant-buckets")
-	}
 	if of == nil {
-		return key
+		return key, warn
 	}
+	return of, warn
+}
+
+// hydrating returns, while the server hydrates, the overflow key a check of
+// key would use now, so that its persisted bucket is loaded first (nil when
+// the check has or may make its own bucket).
+func (b *tenantBound) hydrating(key []byte, tier, keyID string) []byte {
+	if b.max < 0 || !b.cache.AtBound(key, b.max) || b.cache.Has(key) {
+		return nil
+	}
+	of, _ := b.keyOf(key, tier, keyID, false)
 	return of
 }
 
