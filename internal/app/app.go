@@ -171,6 +171,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Replicas:            cfg.NatsReplicas,
 		EnvoyBytesPerSecond: int64(cfg.EnvoyBytesPerSecond),
 		JWKS:                engine.JWKSOptions{AllowPrivate: cfg.JWKSAllowPrivate, RootCAs: jwksRoots},
+		TenantBuckets:       cfg.TenantBuckets,
 		FlushInterval:       cfg.FlushInterval,
 		KeyUseInterval:      m.keyUseInterval,
 		Now:                 m.clock,

@@ -42,7 +42,12 @@ type Config struct {
 	// server's Envoy door in bytes of descriptors a second; 0 =
 	// engine.DefaultEnvoyBytesPerSecond, -1 = no share.
 	EnvoyBytesPerSecond int
-	Cluster             string // --cluster, SLUICE_CLUSTER: auto | on | off
+	// TenantBuckets (--tenant-buckets, SLUICE_TENANT_BUCKETS) is the live
+	// buckets a tenant may hold in this server's hot cache; new callers past
+	// it share the tenant's overflow bucket. 0 =
+	// engine.DefaultTenantBuckets, -1 = no bound.
+	TenantBuckets int
+	Cluster       string // --cluster, SLUICE_CLUSTER: auto | on | off
 	// ClusterListen (--cluster-listen, SLUICE_CLUSTER_LISTEN) is where other
 	// servers send forwarded checks directly; "off" = over NATS only. A
 	// non-loopback address needs ClusterListenCert and ClusterListenKey
@@ -186,6 +191,11 @@ func (c *Config) ParseFlags(name string, args []string, getenv func(string) stri
 		return err
 	}
 	fs.IntVar(&c.EnvoyBytesPerSecond, "envoy-tenant-bytes-per-second", envoyShare, "each tenant's share of this server's Envoy door, in bytes of descriptors a second; 0 = 8 MiB, -1 = no share (SLUICE_ENVOY_TENANT_BYTES_PER_SECOND)")
+	tenantBuckets, err := envInt(getenv, "SLUICE_TENANT_BUCKETS", c.TenantBuckets)
+	if err != nil {
+		return err
+	}
+	fs.IntVar(&c.TenantBuckets, "tenant-buckets", tenantBuckets, "the live buckets a tenant may hold in this server's memory; new callers past it share one overflow bucket per policy and tier; 0 = 250000 (about 46 MiB), -1 = no bound (SLUICE_TENANT_BUCKETS)")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", flush, "how often allowed decisions' bucket state is published; bounds what kill -9 loses (SLUICE_FLUSH_INTERVAL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", shutdown, "how long SIGTERM may take to drain and flush (SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", c.LogLevel), "debug, info, warn or error (SLUICE_LOG_LEVEL)")

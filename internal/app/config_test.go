@@ -108,6 +108,26 @@ func TestNATSReplicasFlag(t *testing.T) {
 	}
 }
 
+func TestTenantBucketsFlag(t *testing.T) {
+	parse := func(args []string, env map[string]string) (Config, error) {
+		c := DefaultConfig()
+		err := c.ParseFlags("server", append([]string{"--data", t.TempDir()}, args...), func(k string) string { return env[k] }, io.Discard)
+		return c, err
+	}
+	if c, err := parse(nil, nil); err != nil || c.TenantBuckets != 0 {
+		t.Fatalf("default: %d, %v", c.TenantBuckets, err)
+	}
+	if c, err := parse(nil, map[string]string{"SLUICE_TENANT_BUCKETS": "-1"}); err != nil || c.TenantBuckets != -1 {
+		t.Fatalf("from the environment: %d, %v", c.TenantBuckets, err)
+	}
+	if c, err := parse([]string{"--tenant-buckets", "1000"}, map[string]string{"SLUICE_TENANT_BUCKETS": "-1"}); err != nil || c.TenantBuckets != 1000 {
+		t.Fatalf("the flag wins: %d, %v", c.TenantBuckets, err)
+	}
+	if _, err := parse(nil, map[string]string{"SLUICE_TENANT_BUCKETS": "many"}); err == nil || !strings.Contains(err.Error(), "SLUICE_TENANT_BUCKETS") {
+		t.Fatalf("a bad value: %v", err)
+	}
+}
+
 // Without --node a server is named after its host plus a suffix kept in its
 // data directory: the same after a restart, different for another data
 // directory on the same host.

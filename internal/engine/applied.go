@@ -165,7 +165,7 @@ const markTimeout = time.Second
 // difference, as it loses its other unflushed decisions.
 func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 	if d.id == 0 {
-		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.keyID, d.limits, d.now, d.cost, d.since, out)
 		return nil
 	}
 	l := e.fwd.settleLock(d.id)
@@ -194,7 +194,7 @@ func (e *Engine) applySettle(d *decision, out []quota.Outcome) error {
 		apply = a.Yes
 	}
 	if apply {
-		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.limits, d.now, d.cost, d.since, out)
+		e.settleCache(d.key, d.tenantID, d.pv, d.tier, d.keyID, d.limits, d.now, d.cost, d.since, out)
 		if d.ref != "" {
 			e.metrics.settlesApplied.Inc()
 		}

@@ -93,6 +93,11 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if err := e.hyd.touch(ctx, d.key); err != nil {
 				return false, 0, err
 			}
+			if of := e.bound.hydrating(d.key, d.tier, d.keyID); of != nil {
+				if err := e.hyd.touch(ctx, of); err != nil {
+					return false, 0, err
+				}
+			}
 		}
 	}
 	if c == nil {
@@ -217,29 +222,42 @@ func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error)
 		return true, 0, e.applySettle(d, out)
 	}
 	// Units decided here are counted by the caller, on this server too.
-	allowed, report := e.decideCache(d.key, d.limits, d.now, d.cost, d.consume, d.count, out)
+	allowed, report := e.decideCache(d, out)
 	return allowed, report, nil
 }
 
-// decideCache decides in the hot cache. A negative cost is a refund (a
+// decideCache decides d in the hot cache, on its bucket, or on its
+// tenant's overflow bucket when it has none and the tenant holds its bound
+// of buckets here (overflow.go). A negative cost is a refund (a
 // descriptor's is_negative_hits, rls.go): it gives the units back and
 // answers the bucket as it then is, allowed. With count the cost is taken
-// whether or not it is allowed (quota.Cache.CountBytes).
-func (e *Engine) decideCache(key []byte, limits []quota.Limit, now, cost int64, consume, count bool, out []quota.Outcome) (bool, int) {
+// whether or not it is allowed (quota.Cache.CountBytes). A peek, or a
+// refund, of a caller with no bucket creates none.
+func (e *Engine) decideCache(d *decision, out []quota.Outcome) (bool, int) {
+	key, limits, now, cost, b := d.key, d.limits, d.now, d.cost, e.bound
 	if cost < 0 {
-		if consume {
+		key = b.route(key, d.tier, d.keyID)
+		if d.consume {
 			e.cache.Refund(key, limits, now, -cost)
 		}
-		_, report := e.cache.CheckBytes(key, limits, now, 0, false, out)
+		_, report, _ := e.cache.CheckBytesBound(key, -1, limits, now, 0, false, out)
 		return true, report
 	}
-	if count {
-		if !consume {
+	if d.count {
+		if !d.consume {
 			cost = 0
 		}
-		return e.cache.CountBytes(key, limits, now, cost, out)
+		allowed, report, ok := e.cache.CountBytesBound(key, b.max, limits, now, cost, out)
+		if !ok {
+			allowed, report, _ = e.cache.CountBytesBound(b.overflow(key, d.tier, d.keyID), -1, limits, now, cost, out)
+		}
+		return allowed, report
 	}
-	return e.cache.CheckBytes(key, limits, now, cost, consume, out)
+	allowed, report, ok := e.cache.CheckBytesBound(key, b.max, limits, now, cost, d.consume, out)
+	if !ok {
+		allowed, report, _ = e.cache.CheckBytesBound(b.overflow(key, d.tier, d.keyID), -1, limits, now, cost, d.consume, out)
+	}
+	return allowed, report
 }
 
 // cancelled is the error of a check whose ctx ended while it waited:
@@ -309,7 +327,9 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		}
 		allowed = true
 	} else {
-		allowed, report = e.decideCache([]byte(it.Key), limits, it.Now, it.Cost, it.Consume, it.Count, outs[:n])
+		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, limits: limits,
+			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count}
+		allowed, report = e.decideCache(&d, outs[:n])
 	}
 	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: slices.Clone(outs[:n])}
 	if allowed && it.Consume && it.Units && !it.Settle {

@@ -65,6 +65,10 @@ type Config struct {
 	EnvoyBytesPerSecond int64
 	// JWKS tunes the fetching of JWT issuers' key sets (jwks.go).
 	JWKS JWKSOptions
+	// TenantBuckets bounds the live buckets a tenant holds in this
+	// server's hot cache; new callers past it share the tenant's overflow
+	// bucket (overflow.go). 0 is DefaultTenantBuckets, negative no bound.
+	TenantBuckets int
 }
 
 // Engine is the data plane of one server. It is safe for concurrent use.
@@ -104,6 +108,8 @@ type Engine struct {
 	// jwt verifies checks' tokens; its fetcher keeps issuers' key sets
 	// (jwt.go, jwks.go).
 	jwt jwtVerifier
+	// bound bounds each tenant's buckets in cache (overflow.go).
+	bound *tenantBound
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -149,6 +155,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		fwd:      newForwardMemory(),
 		door:     newDoorShare(cfg.EnvoyBytesPerSecond),
 	}
+	e.bound = newTenantBound(cfg.TenantBuckets, e.cache, e.log)
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
@@ -159,7 +166,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
 	e.hyd.version = func() int64 { return e.view.Load().version }
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)
-	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load)
+	e.gossip = newLocalGossip(&e.cfg, e.log, nc, e.cache, e.view.Load, e.bound)
 	e.sync = configSync{nc: nc, log: e.log, view: &e.view, interval: e.cfg.ResyncInterval, resyncs: e.metrics.resyncs,
 		workerSeen: &e.readiness.workerSeen, formats: e.pub.workerReads, requests: make(chan struct{}, 1),
 		reset: func(key string) {

@@ -54,6 +54,9 @@ type localGossip struct {
 	nc      *nats.Conn
 	buckets forcedBuckets
 	view    func() *view // the config view, for a delta's limits
+	// bound sends a delta of a caller with no bucket here, whose tenant
+	// holds its bound of buckets, to its overflow bucket (overflow.go).
+	bound *tenantBound
 
 	mu sync.Mutex
 	m  map[string]*delta // what this server admitted since the last flush
@@ -67,8 +70,8 @@ type forcedBuckets interface {
 
 var _ forcedBuckets = (*quota.Cache)(nil)
 
-func newLocalGossip(cfg *Config, log *slog.Logger, nc *nats.Conn, buckets forcedBuckets, view func() *view) *localGossip {
-	return &localGossip{cfg: cfg, log: log, nc: nc, buckets: buckets, view: view, m: map[string]*delta{}}
+func newLocalGossip(cfg *Config, log *slog.Logger, nc *nats.Conn, buckets forcedBuckets, view func() *view, bound *tenantBound) *localGossip {
+	return &localGossip{cfg: cfg, log: log, nc: nc, buckets: buckets, view: view, bound: bound, m: map[string]*delta{}}
 }
 
 // subscribe starts applying the other servers' consumption.
@@ -137,15 +140,17 @@ func (g *localGossip) apply(m *nats.Msg) {
 	now := g.cfg.Now().UnixNano()
 	for _, d := range msg.Deltas {
 		limits := v.limitsFor(d.Tenant, d.Policy, d.Tier, d.KeyID)
-		switch {
-		case len(limits) == 0:
-		case d.Cost > 0:
-			g.buckets.Force(d.Key, limits, now, d.Cost)
-		case d.Cost < 0:
+		if len(limits) == 0 || d.Cost == 0 {
+			continue
+		}
+		key := g.bound.route([]byte(d.Key), d.Tier, d.KeyID)
+		if d.Cost > 0 {
+			g.buckets.Force(string(key), limits, now, d.Cost)
+		} else {
 			// Refunds (settles below their estimate, negative hits)
 			// outweighed consumption at the sender; a settle's refund
 			// carries when its units were taken.
-			g.buckets.RefundSince([]byte(d.Key), limits, now, -d.Cost, d.Since, nil)
+			g.buckets.RefundSince(key, limits, now, -d.Cost, d.Since, nil)
 		}
 	}
 }

@@ -30,6 +30,10 @@ type engineMetrics struct {
 	settlesApplied prometheus.Counter
 	// jwksFailures counts failed fetches of issuers' key sets (jwks.go).
 	jwksFailures prometheus.Counter
+	// overflows counts decisions on overflow buckets, atBound the tenants
+	// at their bound of buckets (overflow.go).
+	overflows prometheus.Counter
+	atBound   prometheus.GaugeFunc
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -89,6 +93,7 @@ func newEngineMetrics(e *Engine) engineMetrics {
 	m.appliedSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
 	}, func() float64 { return float64(e.fwd.applied.size()) })
+	m.overflows, m.atBound = e.bound.overflows, e.bound.atBound
 	return m
 }
 
@@ -119,7 +124,7 @@ func newPublishMetrics() publishMetrics {
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied, m.jwksFailures}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied, m.jwksFailures, m.overflows, m.atBound}
 }
 
 // checkCounters resolves the label values once, so counting a decision on

@@ -72,15 +72,19 @@ func (e *Engine) adjust(ctx context.Context, tenantID string, h reserve.Hold, di
 // settleCache applies a settle in this server's hot cache and counts its
 // units: a charge's cost, or what a refund gave back (of the calendar
 // limits when the tier has some, since those are what a tenant bills; of
-// any limit otherwise). out receives the buckets as they then are.
-func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier string, limits []quota.Limit, now, cost, since int64, out []quota.Outcome) {
+// any limit otherwise). out receives the buckets as they then are. A
+// caller with no bucket whose tenant holds its bound of buckets here is
+// settled on the overflow bucket its checks went to (overflow.go); its
+// units count for the caller all the same.
+func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier, keyID string, limits []quota.Limit, now, cost, since int64, out []quota.Outcome) {
 	var units int64
+	bk := e.bound.route(key, tier, keyID)
 	if cost > 0 {
-		e.cache.Force(string(key), limits, now, cost)
+		e.cache.Force(string(bk), limits, now, cost)
 		units = cost
 	} else if cost < 0 {
 		var given [MaxLimits]float64
-		e.cache.RefundSince(key, limits, now, -cost, since, given[:len(limits)])
+		e.cache.RefundSince(bk, limits, now, -cost, since, given[:len(limits)])
 		var all, cal float64
 		calendars := false
 		for i := range limits {
@@ -95,13 +99,13 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 		}
 		units = -int64(all + 0.5)
 	}
-	e.lookAt(key, limits, now, out)
+	e.lookAt(bk, limits, now, out)
 	if cost > 0 {
 		// Past the limit what is left reads 0: a charge's outcome says
 		// how far past instead, as a negative remaining, so that its
 		// quota crossings start from the real use (crossingQueue.note).
 		var used [MaxLimits]float64
-		e.cache.Used(key, limits, now, used[:len(limits)])
+		e.cache.Used(bk, limits, now, used[:len(limits)])
 		for i := range out {
 			if u := int64(used[i]); out[i].Remaining == 0 && u > out[i].Limit {
 				out[i].Remaining = out[i].Limit - u
@@ -122,7 +126,7 @@ func (e *Engine) settleCache(key []byte, tenantID string, pv *policyView, tier s
 // answers one less than is left when it fits: the outcomes say what is
 // left.
 func (e *Engine) lookAt(key []byte, limits []quota.Limit, now int64, out []quota.Outcome) {
-	e.cache.CheckBytes(key, limits, now, 1, false, out)
+	e.cache.CheckBytesBound(key, -1, limits, now, 1, false, out) // creates no bucket
 	for i := range out {
 		if out[i].Allowed {
 			out[i].Remaining++

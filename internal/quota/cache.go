@@ -34,6 +34,7 @@ const (
 type Cache struct {
 	seed1, seed2 maphash.Seed
 	shards       [numShards]shard
+	counts       tenantCounts // live buckets per tenant (tenants.go)
 }
 
 type shard struct {
@@ -166,7 +167,7 @@ func (c *Cache) Check(key string, limits []Limit, now int64, cost int64, consume
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, strings.Clone(key), limits)
+		i = c.create(sh, h1, h2, strings.Clone(key), limits)
 	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
 		sh.mu.Unlock()
 		return true, 0
@@ -188,7 +189,7 @@ func (c *Cache) CheckBytes(key []byte, limits []Limit, now int64, cost int64, co
 	sh.mu.Lock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, string(key), limits)
+		i = c.create(sh, h1, h2, string(key), limits)
 	} else if consume && sh.allow(i, limits, now, cost, &out[0]) {
 		sh.mu.Unlock()
 		return true, 0
@@ -445,7 +446,7 @@ func (c *Cache) Load(key string, limits []Limit, states []State, fullAt int64) {
 	lim := sh.intern(limits)
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, strings.Clone(key), lim)
+		i = c.create(sh, h1, h2, strings.Clone(key), lim)
 	}
 	sh.install(i, lim, states)
 }
@@ -466,7 +467,7 @@ func (c *Cache) LoadIfAbsent(key string, limits []Limit, states []State, fullAt 
 		return false
 	}
 	lim := sh.intern(limits)
-	sh.install(sh.create(h1, h2, strings.Clone(key), lim), lim, states)
+	sh.install(c.create(sh, h1, h2, strings.Clone(key), lim), lim, states)
 	return true
 }
 
@@ -518,12 +519,13 @@ func (c *Cache) Reset(key string) bool {
 func (c *Cache) Sweep(now int64) int {
 	n := 0
 	for i := range c.shards {
-		n += c.shards[i].sweep(now)
+		n += c.shards[i].sweep(now, &c.counts)
 	}
+	c.counts.prune()
 	return n
 }
 
-func (sh *shard) sweep(now int64) int {
+func (sh *shard) sweep(now int64, counts *tenantCounts) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
@@ -537,7 +539,7 @@ func (sh *shard) sweep(now int64) int {
 		states := stateBuf(&buf, len(limits))
 		sh.getStates(i, states)
 		if fullAt(limits, states) <= now {
-			sh.remove(i)
+			sh.remove(i, counts)
 			n++
 		}
 	}
@@ -593,9 +595,19 @@ func layout(limits []Limit) (ext, wide bool) {
 	return ext, !ext && limits[0].Algorithm == SlidingWindow
 }
 
-// create adds a full bucket for a key known to be absent and returns its
-// index; key must be a private copy. sh.mu must be held.
-func (sh *shard) create(h1, h2 uint64, key string, limits []Limit) int {
+// create adds a full bucket to sh for a key known to be absent, counting it
+// for its tenant, and returns its index; key must be a private copy. sh.mu
+// must be held. Buckets are made here, or with shard.newBucket once their
+// tenant's count has counted them: never otherwise.
+func (c *Cache) create(sh *shard, h1, h2 uint64, key string, limits []Limit) int {
+	c.counts.add(tenantOf(key))
+	return sh.newBucket(h1, h2, key, limits)
+}
+
+// newBucket adds a full bucket for a key known to be absent, already
+// counted for its tenant (Cache.create), and returns its index; key must
+// be a private copy. sh.mu must be held.
+func (sh *shard) newBucket(h1, h2 uint64, key string, limits []Limit) int {
 	tag := h1&^shardMask | fLive
 	if _, wide := layout(limits); wide {
 		tag |= fWide
@@ -694,11 +706,13 @@ func (sh *shard) free(i int) (entry, cold) {
 	return e, c
 }
 
-// remove deletes the bucket at i; it must not be dirty.
-func (sh *shard) remove(i int) {
-	e, _ := sh.free(i)
+// remove deletes the bucket at i, which must not be dirty, and counts it
+// off its tenant's buckets in counts.
+func (sh *shard) remove(i int, counts *tenantCounts) {
+	e, c := sh.free(i)
 	sh.unref(uint32(e.id))
 	sh.n--
+	counts.sub(tenantOf(c.key))
 }
 
 // move re-places the bucket at i with or without a second entry and returns

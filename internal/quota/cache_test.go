@@ -503,8 +503,8 @@ func TestCacheFirstHashCollision(t *testing.T) {
 	var sh shard
 	limits := tb(1, time.Hour)
 	const h1, x, y, z = 0xabc000, 1 << 32, 2 << 32, 3 << 32
-	a := sh.create(h1, x, "a", limits)
-	b := sh.create(h1, y, "b", limits)
+	a := sh.newBucket(h1, x, "a", limits)
+	b := sh.newBucket(h1, y, "b", limits)
 	if a == b || sh.find(h1, x) != a || sh.find(h1, y) != b || sh.find(h1, z) != -1 {
 		t.Fatalf("a %d, b %d, find %d %d %d", a, b, sh.find(h1, x), sh.find(h1, y), sh.find(h1, z))
 	}

@@ -80,25 +80,72 @@ func (c *Cache) CountBytes(key []byte, limits []Limit, now int64, cost int64, ou
 	defer sh.mu.Unlock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, string(key), limits)
+		i = c.create(sh, h1, h2, string(key), limits)
 	} else if cost > 0 && sh.allow(i, limits, now, cost, &out[0]) {
 		return true, 0 // it fits: counted as Check counts it
-	} else if !sameSlice(sh.limitsOf(i), limits) {
+	}
+	return sh.count(i, limits, now, cost, out)
+}
+
+// CountBytesBound is CountBytes that creates a bucket for an absent key
+// only while the key's tenant has fewer than bound live buckets (a negative
+// bound: always), as CheckBytesBound: past the bound it decides nothing and
+// reports ok false. A cost of 0 on an absent key creates nothing: it
+// answers a full bucket.
+func (c *Cache) CountBytesBound(key []byte, bound int, limits []Limit, now int64, cost int64, out []Outcome) (allowed bool, report int, ok bool) {
+	if len(limits) == 0 {
+		return true, -1, true
+	}
+	h1, h2 := maphash.Bytes(c.seed1, key), maphash.Bytes(c.seed2, key)
+	sh := &c.shards[h1&shardMask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(h1, h2)
+	switch {
+	case i >= 0:
+		if cost > 0 && sh.allow(i, limits, now, cost, &out[0]) {
+			return true, 0, true
+		}
+	case cost <= 0:
+		if c.AtBound(key, bound) {
+			return false, 0, false
+		}
+		var buf [4]State
+		allowed, report = countStates(limits, stateBuf(&buf, len(limits)), now, 0, out)
+		return allowed, report, true
+	case !c.counts.tryAdd(key, bound):
+		return false, 0, false
+	default:
+		i = sh.newBucket(h1, h2, string(key), limits)
+	}
+	allowed, report = sh.count(i, limits, now, cost, out)
+	return allowed, report, true
+}
+
+// count counts cost on the bucket at i (CountBytes); sh.mu must be held.
+func (sh *shard) count(i int, limits []Limit, now, cost int64, out []Outcome) (allowed bool, report int) {
+	if !sameSlice(sh.limitsOf(i), limits) {
 		i = sh.adopt(i, limits, now)
 	}
 	var buf [4]State
 	states := stateBuf(&buf, len(limits))
 	sh.getStates(i, states)
-	allowed = true
-	for k := range limits {
-		limits[k].count(&states[k], now, max(cost, 0), &out[k])
-		allowed = allowed && out[k].Allowed
-	}
+	allowed, report = countStates(limits, states, now, cost, out)
 	if cost > 0 {
 		sh.putStates(i, states)
 		if sh.ents[i].tag&fDirty == 0 {
 			sh.markDirty(i)
 		}
+	}
+	return allowed, report
+}
+
+// countStates applies Limit.Count to every limit's state.
+func countStates(limits []Limit, states []State, now, cost int64, out []Outcome) (bool, int) {
+	allowed := true
+	for k := range limits {
+		limits[k].count(&states[k], now, max(cost, 0), &out[k])
+		allowed = allowed && out[k].Allowed
 	}
 	return allowed, reportIndex(out[:len(limits)], allowed)
 }

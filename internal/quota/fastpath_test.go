@@ -164,7 +164,7 @@ func testAllowMatchesDecide(t *testing.T, alg Algorithm, cals []*Calendar) {
 		st := randState(rng, l, now)
 
 		var sh shard
-		i := sh.create(1<<shardBits, 1<<32, "k", limits)
+		i := sh.newBucket(1<<shardBits, 1<<32, "k", limits)
 		sh.ents[i].a, sh.ents[i].at = st.Tokens, st.At
 		before, beforeNext := sh.ents[i], sh.ents[i+1]
 

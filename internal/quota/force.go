@@ -63,7 +63,7 @@ func (c *Cache) Force(key string, limits []Limit, now int64, cost int64) {
 	defer sh.mu.Unlock()
 	i := sh.find(h1, h2)
 	if i < 0 {
-		i = sh.create(h1, h2, strings.Clone(key), limits)
+		i = c.create(sh, h1, h2, strings.Clone(key), limits)
 	}
 	sh.adjust(i, limits, now, cost, false)
 }

@@ -325,11 +325,11 @@ func TestCacheRebuildWithNoFreeLine(t *testing.T) {
 	var keys []uint64
 	for line := range uint64(4) {
 		h1 := line * 2 << shardBits
-		sh.create(h1, h1<<32, fmt.Sprint("n", line), narrow)
+		sh.newBucket(h1, h1<<32, fmt.Sprint("n", line), narrow)
 		keys = append(keys, h1)
 	}
 	w := uint64(8) << shardBits
-	sh.create(w, w<<32, "w", wide)
+	sh.newBucket(w, w<<32, "w", wide)
 	keys = append(keys, w)
 	if sh.rebuild(8, true) {
 		t.Fatal("rebuilt into 8 entries with no free line for the wide bucket")
@@ -362,11 +362,11 @@ func TestLookupEndsInATableWithNoEmptyEntry(t *testing.T) {
 	var keys []uint64
 	for line := range uint64(7) { // one narrow bucket in each of lines 0-6
 		h1 := line * 2 << shardBits
-		sh.create(h1, h1<<32, fmt.Sprint("n", line), narrow)
+		sh.newBucket(h1, h1<<32, fmt.Sprint("n", line), narrow)
 		keys = append(keys, h1)
 	}
 	w := uint64(0)<<shardBits | 1<<40 // home line 0, another identity
-	sh.create(w, w<<32, "w", wide)    // passes lines 0-6, lands in line 7
+	sh.newBucket(w, w<<32, "w", wide) // passes lines 0-6, lands in line 7
 	keys = append(keys, w)
 	if empty := len(sh.ents) - sh.used - sh.tombs; empty != 0 {
 		t.Fatalf("%d empty entries; the test wants none", empty)
@@ -383,7 +383,7 @@ func TestLookupEndsInATableWithNoEmptyEntry(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lookup of an absent key did not end")
 	}
-	sh.create(absent, absent<<32, "absent", narrow)
+	sh.newBucket(absent, absent<<32, "absent", narrow)
 	keys = append(keys, absent)
 	checkShards(t, c)
 	for _, h := range keys {
