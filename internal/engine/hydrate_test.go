@@ -349,3 +349,65 @@ func TestStatesTravelPackedToAWorkerThatReadsThem(t *testing.T) {
 		t.Fatalf("after a restart: remaining %d, want 88", r)
 	}
 }
+
+// While the server hydrates, a new caller of a tenant at its bound of
+// buckets is decided on the tenant's overflow bucket as persisted, loaded
+// first as a caller's own bucket is, never on a fresh one.
+func TestHydratingTenantAtItsBoundLoadsTheOverflowBucket(t *testing.T) {
+	env := newHydrateEnv(t, 3000)
+	// A caller with no bucket, whose partition the first page does not
+	// reach (pages go in partition order), and the overflow bucket it
+	// would share, persisted with 5 of 100 tokens left.
+	var ip, key string
+	for i := 0; ; i++ {
+		ip = fmt.Sprintf("192.0.2.%d", i)
+		if key = BucketKey(env.tenantID, env.policyID, KindIP, ip); bus.Partition([]byte(key)) == bus.Partitions-1 {
+			break
+		}
+	}
+	of := findOverflowKey(overflowID{tenant: env.tenantID, policy: env.policyID, tier: TierAnonymous, part: bus.Partition([]byte(key))})
+	if of == nil {
+		t.Fatal("no overflow key in the caller's partition")
+	}
+	now := time.Now()
+	lim := []bus.LimitWire{{Algorithm: "token_bucket", Limit: 100, PeriodNS: int64(24 * time.Hour)}}
+	if err := worker.WriteBuckets(context.Background(), env.db, []bus.BucketRecord{{Key: string(of), TenantID: env.tenantID, Limits: lim,
+		States: []bus.StateWire{{Tokens: 5, At: now.UnixNano()}}, FullAt: now.Add(24 * time.Hour).UnixNano()}}, now); err != nil {
+		t.Fatal(err)
+	}
+
+	gate := make(chan struct{})
+	var once sync.Once
+	e, err := New(Config{Node: "hydrate", TenantBuckets: 10}, env.conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.hyd.beforePage = func(string) { once.Do(func() { <-gate }) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		close(gate)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Close(ctx)
+	})
+	if e.Hydrated() || e.hyd.loaded.Load() < 10 {
+		t.Fatalf("after Start: hydrated %v with %d loaded; want the first page only, past the bound of 10", e.Hydrated(), e.hyd.loaded.Load())
+	}
+	if e.cache.Has(of) {
+		t.Fatal("the first page holds the overflow bucket; the test needs it unloaded")
+	}
+	a, err := e.Check(t.Context(), env.tenantID, &CheckRequest{IP: ip, Path: "/api/x"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Allowed || a.Remaining != 4 {
+		t.Fatalf("a new caller past the bound while hydrating: %+v; want allowed with 4 left of the overflow bucket's persisted 5", a)
+	}
+	if e.cache.Has([]byte(key)) {
+		t.Fatal("the caller past the bound got a bucket of its own")
+	}
+}
