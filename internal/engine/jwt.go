@@ -39,6 +39,11 @@ const (
 	// jwtCacheShards and jwtCachePerShard bound the verified-token cache.
 	jwtCacheShards   = 16
 	jwtCachePerShard = 4096
+	// maxKeysTried bounds the keys one token is verified against: those
+	// its kid names, or without a kid those that suit its algorithm, the
+	// first maxKeysTried of them in the set's order. A token an outsider
+	// sends costs at most that many signature checks.
+	maxKeysTried = 2
 )
 
 // InvalidTokenIdentity is the identity id (kind "jwt") an invalid token's
@@ -235,7 +240,7 @@ func (j *jwtVerifier) verify(tv *tenantView, tok string, now time.Time) (verifie
 }
 
 // keyFor picks the key a token is verified with: the one its kid names, or
-// without a kid every key that suits its algorithm. A kid the set does not
+// without a kid the keys that suit its algorithm (at most maxKeysTried). A kid the set does not
 // hold asks the issuer's set again (at most every 30 s) and fails this
 // token.
 func (j *jwtVerifier) keyFor(iv *issuerView, keys *keySet, t *jwt.Token, now time.Time) (any, error) {
@@ -255,7 +260,7 @@ func (j *jwtVerifier) keyFor(iv *issuerView, keys *keySet, t *jwt.Token, now tim
 		if hasKid && k.KeyID != kid {
 			continue
 		}
-		if k.Suits(alg) {
+		if k.Suits(alg) && len(set.Keys) < maxKeysTried {
 			set.Keys = append(set.Keys, k.Key)
 		}
 	}

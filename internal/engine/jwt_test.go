@@ -480,3 +480,29 @@ func BenchmarkEngineCheckJWT(b *testing.B) {
 		}
 	})
 }
+
+// A token without a kid is tried against at most maxKeysTried keys of its
+// algorithm, the first in the set: an outsider's token costs at most that
+// many signature checks, however many keys the issuer publishes.
+func TestJWTKeysTriedAreBounded(t *testing.T) {
+	snap := jwtSnapshot(t)
+	var pubs []map[string]string
+	var privs []ed25519.PrivateKey
+	for range maxKeysTried + 1 {
+		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+		pubs, privs = append(pubs, jwkJSON("", pub)), append(privs, priv)
+	}
+	snap.JWTIssuers[0].JWKS = jwks(pubs...)
+	snap.JWTIssuers[0].Algorithms = []string{"EdDSA"}
+	e := newTestEngine(t, snap)
+	for i, want := range map[int]bool{0: true, maxKeysTried - 1: true, maxKeysTried: false} {
+		tok := sign(t, jwt.SigningMethodEdDSA, privs[i], "", claimsAt(issA, "user-1", t0))
+		a, err := e.Check(t.Context(), "ten_a", &CheckRequest{JWT: tok, Path: "/jwt/x", Peek: true}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Allowed != want || (!want && a.Reason != ReasonInvalidToken) {
+			t.Fatalf("a token of key %d of %d without kid: %+v, want allowed %v", i+1, len(privs), a, want)
+		}
+	}
+}

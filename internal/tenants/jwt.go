@@ -48,6 +48,14 @@ const (
 	MaxJWTClaimName = 64
 	// MinRSABits is the smallest RSA modulus accepted.
 	MinRSABits = 2048
+	// MaxRSABits is the largest RSA modulus accepted, and MaxRSAExponent
+	// the largest public exponent: a check's token is verified on the
+	// servers every tenant shares, and the cost of an RSA verification
+	// grows with both (a 4096-bit key with e = 65537 takes about four
+	// times a 2048-bit one; a 16384-bit one with a 32-bit exponent, over
+	// a hundred times).
+	MaxRSABits     = 4096
+	MaxRSAExponent = 65537
 )
 
 // IDJWTIssuer prefixes issuer ids.
@@ -406,8 +414,14 @@ func rsaKey(j jwkJSON) (crypto.PublicKey, error) {
 	if pub.N.BitLen() < MinRSABits {
 		return nil, fmt.Errorf("an RSA key of %d bits: at least %d are needed", pub.N.BitLen(), MinRSABits)
 	}
+	if pub.N.BitLen() > MaxRSABits {
+		return nil, fmt.Errorf("an RSA key of %d bits: at most %d are accepted", pub.N.BitLen(), MaxRSABits)
+	}
 	if exp < 3 || exp%2 == 0 {
 		return nil, fmt.Errorf("e: not a valid RSA exponent")
+	}
+	if exp > MaxRSAExponent {
+		return nil, fmt.Errorf("e: at most %d is accepted", MaxRSAExponent)
 	}
 	return pub, nil
 }

@@ -118,6 +118,12 @@ func TestJWTIssuerRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := func(s string) *json.RawMessage { r := json.RawMessage(s); return &r }
+	// Keys whose verification would cost every tenant's servers too much:
+	// a modulus above MaxRSABits, an exponent above MaxRSAExponent.
+	bigN := new(big.Int).Lsh(big.NewInt(1), tenants.MaxRSABits+7)
+	bigN.Add(bigN, big.NewInt(1))
+	huge := raw(`{"keys":[{"kty":"RSA","n":"` + rawURL(bigN.Bytes()) + `","e":"AQAB"}]}`)
+	bigE := raw(`{"keys":[{"kty":"RSA","n":"` + rawURL(rsaKey.N.Bytes()) + `","e":"` + rawURL(big.NewInt(1<<31-1).Bytes()) + `"}]}`)
 	for _, c := range []struct {
 		name, field string
 		b           tenants.JWTIssuerBody
@@ -133,6 +139,8 @@ func TestJWTIssuerRefusals(t *testing.T) {
 		{"oct key", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: raw(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`)}},
 		{"bad base64", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: raw(`{"keys":[{"kty":"RSA","n":"!!","e":"AQAB"}]}`)}},
 		{"weak RSA", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: &weak}},
+		{"huge RSA", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: huge}},
+		{"large RSA exponent", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: bigE}},
 		{"key fits no alg", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: &good, Algorithms: &[]string{"ES256"}}},
 		{"duplicate issuer", "issuer", tenants.JWTIssuerBody{Issuer: ptr("https://taken.test/"), JWKSURL: url}},
 		{"customer claim", "claims.customer", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKSURL: url, Claims: &tenants.JWTClaims{Customer: "org"}}},
