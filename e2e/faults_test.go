@@ -516,19 +516,22 @@ func (fc *faultCluster) durability(h *history, tn tenant, path string, callers [
 	// NATS itself may still move stream leaders 10-15 s after a heal (the
 	// node that was cut off comes back with higher Raft terms), and checks
 	// wait 2 s for an owner meanwhile: peek again until every peek of the
-	// round is answered, as after the restart below.
+	// round is answered, as after the restart below. Under the whole
+	// suite's load the worker lost its lease to such an election after it
+	// had answered config reads for 5 s, and takeovers could not load for
+	// over 15 s (2026-11-29), so the wait is 45 s.
 	before := fc.peekRound(h, tn, path, callers, fc.servers[:1])
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && anyFailed(before); {
+	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline) && anyFailed(before); {
 		time.Sleep(500 * time.Millisecond)
 		before = fc.peekRound(h, tn, path, callers, fc.servers[:1])
 	}
 	fc.restartAll()
 	// Just after a restart a partition can still be between owners (the
-	// check waits 2 s, then answers 503): peek again, for up to 15 s, until
+	// check waits 2 s, then answers 503): peek again, for up to 30 s, until
 	// every peek is answered. A wrong answer is never retried away: only
 	// rounds with a failed peek are repeated, and the last is checked.
 	after := fc.peekRound(h, tn, path, callers, fc.servers)
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && anyFailed(after); {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && anyFailed(after); {
 		time.Sleep(500 * time.Millisecond)
 		after = fc.peekRound(h, tn, path, callers, fc.servers)
 	}
