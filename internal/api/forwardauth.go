@@ -23,11 +23,15 @@ const ForwardAuthPath = "/v1/forward-auth"
 // Authorization header belongs to the client and holds its consumer key.
 const ServiceKeyHeader = "X-Sluice-Service-Key"
 
-// JWTBearerHeader, set to "true" by the proxy, makes a Bearer token in the
-// client's Authorization header that is not a consumer key (ck_…) the
+// JWTBearerQuery is the query the proxy puts in the forward-auth URL it is
+// configured with (/v1/forward-auth?jwt=bearer) to make a Bearer token in
+// the client's Authorization header that is not a consumer key (ck_…) the
 // check's jwt. Without it such a token is ignored, as it always was, and
-// the client is counted by its address.
-const JWTBearerHeader = "X-Sluice-Jwt-Bearer"
+// the client is counted by its address. It is in the URL, not a header,
+// because proxies pass the client's own headers on to the subrequest
+// (nginx's auth_request all of them): a client could set a header itself
+// and choose how it is identified; it cannot change the URL the proxy asks.
+const JWTBearerQuery = "jwt=bearer"
 
 // A proxy that cannot hand the subrequest's body to its client (nginx's
 // auth_request drops it) sets ProblemHeaderRequest on its subrequest; a
@@ -111,7 +115,7 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Path:   path,
 		Cost:   1,
 	}
-	if req.APIKey == "" && strings.EqualFold(headerValue(hd, JWTBearerHeader), "true") {
+	if req.APIKey == "" && r.URL.RawQuery == JWTBearerQuery {
 		req.JWT = bearerJWT(hd)
 	}
 	a, err := h.Engine.Check(r.Context(), tenant, &req, now)

@@ -135,16 +135,19 @@ func TestJWTChecksThroughAPI(t *testing.T) {
 	do(t, m, "POST", "/v1/admin/blocks", testToken, map[string]any{"tenant_id": tn["id"], "identity": map[string]any{"kind": "jwt", "id": "mallory"}, "reason": "abuse"})
 	waitUntil(t, 2*time.Second, "mallory blocked", func() bool { return check(tok("mallory"))["reason"] == "blocked" })
 
-	// Forward-auth reads the bearer token when the proxy says so.
-	fa := func(bearer string, jwtHeader bool) *http.Response {
-		r, _ := http.NewRequest("GET", "http://"+m.Addr()+api.ForwardAuthPath, nil)
+	// Forward-auth reads the bearer token when the proxy's forward-auth URL
+	// says so; a header the client could add does not.
+	fa := func(bearer string, jwtURL bool) *http.Response {
+		url := "http://" + m.Addr() + api.ForwardAuthPath
+		if jwtURL {
+			url += "?" + api.JWTBearerQuery
+		}
+		r, _ := http.NewRequest("GET", url, nil)
 		r.Header.Set(api.ServiceKeyHeader, sk)
 		r.Header.Set("X-Forwarded-Uri", "/api/y")
 		r.Header.Set("X-Forwarded-For", "192.0.2.77")
 		r.Header.Set("Authorization", "Bearer "+bearer)
-		if jwtHeader {
-			r.Header.Set(api.JWTBearerHeader, "true")
-		}
+		r.Header.Set("X-Sluice-Jwt-Bearer", "true") // a client's own header: ignored
 		resp, err := http.DefaultClient.Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -164,9 +167,10 @@ func TestJWTChecksThroughAPI(t *testing.T) {
 	if resp := fa("garbage", true); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "invalid_token") {
 		t.Fatalf("forward-auth with a bad token: %d %v", resp.StatusCode, resp.Header)
 	}
-	// Without the header the bearer token is not read: the client is its address.
+	// Without ?jwt=bearer in the URL the bearer token is not read, whatever
+	// headers the client adds: the client is its address.
 	if resp := fa("garbage", false); resp.StatusCode != http.StatusOK {
-		t.Fatalf("forward-auth without %s: %d", api.JWTBearerHeader, resp.StatusCode)
+		t.Fatalf("forward-auth without ?%s: %d", api.JWTBearerQuery, resp.StatusCode)
 	}
 
 	// The Go SDK's middleware sends the bearer token as jwt with WithBearerJWT.
