@@ -390,3 +390,70 @@ func TestOwnerWithoutLimitsIsAskedAgain(t *testing.T) {
 		t.Fatal("the sender decided a bucket it does not own")
 	}
 }
+
+// A tenant at its bound of buckets: a forwarded check of a new caller is
+// decided on the tenant's overflow bucket, and its late repeat and copies
+// sent together are answered from the applied table, so the shared bucket
+// moves once per decision, exactly as a caller's own bucket does.
+func TestForwardedRepeatsAtTheBoundApplyOnce(t *testing.T) {
+	var mu sync.Mutex
+	late := map[uint64]bool{}
+	e, sender := ownerEngine(t, func(e *Engine) func([]cluster.Item, []cluster.Result) {
+		return func(items []cluster.Item, out []cluster.Result) {
+			e.serveForward(items, out)
+			mu.Lock()
+			hold := len(items) == 1 && late[items[0].ID]
+			delete(late, items[0].ID)
+			mu.Unlock()
+			if hold {
+				time.Sleep(2500 * time.Millisecond) // past the sender's timeout
+			}
+		}
+	})
+	e.bound.max = 1
+	ctx := t.Context()
+	if r, err := sender.Forward(ctx, "owner", item("192.0.2.10", 20, 1)); err != nil || !r.Allowed {
+		t.Fatalf("the first caller, under the bound: %+v, %v", r, err)
+	}
+	// Both new callers fall in one partition: they share its overflow bucket.
+	p := bus.Partition([]byte(BucketKey("ten_a", "pol_1", KindIP, "192.0.2.11")))
+	var second string
+	for i := 12; second == ""; i++ {
+		if ip := "192.0.2." + strconv.Itoa(i); bus.Partition([]byte(BucketKey("ten_a", "pol_1", KindIP, ip))) == p {
+			second = ip
+		}
+	}
+	of := findOverflowKey(overflowID{tenant: "ten_a", policy: "pol_1", tier: "anonymous", part: p})
+	left := func() int64 {
+		limits := e.view.Load().limitsFor("ten_a", "pol_1", "anonymous", "")
+		var out [MaxLimits]quota.Outcome
+		e.cache.CheckBytes(of, limits, t0.UnixNano(), 1, false, out[:1])
+		if out[0].Allowed {
+			return out[0].Remaining + 1
+		}
+		return out[0].Remaining
+	}
+
+	late[21] = true
+	if _, err := sender.Forward(ctx, "owner", item("192.0.2.11", 21, 3)); err == nil || errors.Is(err, cluster.ErrNotSent) {
+		t.Fatalf("a forward whose answer came too late: err = %v", err)
+	}
+	if r, err := sender.Forward(ctx, "owner", item("192.0.2.11", 21, 3)); err != nil || !r.Allowed || r.Outcomes[0].Remaining != 7 {
+		t.Fatalf("the repeat: %+v, %v", r, err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if r, err := sender.Forward(ctx, "owner", item(second, 22, 2)); err != nil || !r.Allowed || r.Outcomes[0].Remaining != 5 {
+				t.Errorf("a copy: %+v, %v", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := left(); got != 5 {
+		t.Fatalf("the overflow bucket has %d of 10 left after a late repeat and eight copies, want 5 (3 and 2, each taken once)", got)
+	}
+	if e.cache.Has([]byte(BucketKey("ten_a", "pol_1", KindIP, "192.0.2.11"))) || e.cache.Has([]byte(BucketKey("ten_a", "pol_1", KindIP, second))) {
+		t.Fatal("a caller past the bound got a bucket of its own")
+	}
+}
