@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,16 @@ const (
 	noisyDepth      = 48  // levels of the deep descriptor
 	noisySettlers   = 8   // loops settling reservations that do not exist
 	noisyEnvoyLoops = 2
+	// noisyTenantBuckets is the servers' --tenant-buckets: A's checks from
+	// new addresses, under a day's quota, reach it within the minute.
+	noisyTenantBuckets = 500
+	// noisyNewCallers is how many new callers A sends a second.
+	noisyNewCallers = 150
+)
+
+var (
+	hotBucketsRe = regexp.MustCompile(`(?m)^sluice_hot_cache_buckets (\d+)$`)
+	overflowRe   = regexp.MustCompile(`(?m)^sluice_tenant_bucket_overflow_total (\d+)$`)
 )
 
 // TestNoisyNeighbour: tenant A does everything the API lets a tenant do
@@ -91,7 +102,8 @@ func TestNoisyNeighbour(t *testing.T) {
 	for i := range 3 {
 		grpcAddrs = append(grpcAddrs, freeAddr(t))
 		tp.servers = append(tp.servers, startServer(t, serverOpts{data: t.TempDir(), noWait: true, extra: []string{
-			"--nats-url", tp.natsURL(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1), "--grpc-addr", grpcAddrs[i]}}))
+			"--nats-url", tp.natsURL(), "--worker=external", "--node", fmt.Sprintf("s%d", i+1), "--grpc-addr", grpcAddrs[i],
+			"--tenant-buckets", strconv.Itoa(noisyTenantBuckets)}}))
 	}
 	for _, s := range tp.servers {
 		s.waitReady(t, 60*time.Second)
@@ -122,6 +134,9 @@ func TestNoisyNeighbour(t *testing.T) {
 	aPolicy := map[string]any{"name": "a", "path": "/a", "tiers": map[string]any{
 		"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 10, "period": "1s"}}}
 	aPolicyID := createPolicy(t, s1, a, aPolicy)
+	// A's callers from ever new addresses, each bucket kept a day.
+	createPolicy(t, s1, a, map[string]any{"name": "a-callers", "path": "/a-callers", "tiers": map[string]any{
+		"anonymous": map[string]any{"algorithm": "token_bucket", "limit": 100, "period": "24h"}}})
 	applyEnvoyConfig(t, s1, a, noisyEnvoyConfig())
 	envoy := make([]*rlsClient, len(grpcAddrs))
 	for i, addr := range grpcAddrs {
@@ -180,6 +195,23 @@ func TestNoisyNeighbour(t *testing.T) {
 	noisy := runQuiet(t, tp, b, recv, noisyFor, func() { stop(); <-stopped; aFor = time.Since(aStart); <-sampled })
 	noisyCPU := cpu.since()
 	rss1, disk1, files1 := rssOf(t, pid), dirSize(tp.data), dbFiles(tp.data)
+
+	// A's new callers filled its bound on the servers, and no more: each
+	// holds at most the bound of A's buckets, A's overflow buckets (one a
+	// policy, tier and partition) and B's few.
+	overflowed := 0
+	for _, s := range tp.servers {
+		buckets, over := metricInt(s, hotBucketsRe, 0), metricInt(s, overflowRe, 0)
+		overflowed += over
+		t.Logf("%s: %d buckets in the hot cache, %d decisions on A's overflow buckets", s.addr, buckets, over)
+		// 64 partitions: A's overflow buckets of its two policies.
+		if limit := noisyTenantBuckets + 2*64 + 300; buckets < 0 || buckets > limit {
+			t.Errorf("%s holds %d buckets after A's callers from new addresses, want at most %d (--tenant-buckets %d)", s.addr, buckets, limit, noisyTenantBuckets)
+		}
+	}
+	if overflowed == 0 {
+		t.Errorf("A's callers from new addresses never reached the bound of %d buckets a server: the test does not exercise it", noisyTenantBuckets)
+	}
 
 	t.Logf("tenant A in %s:\n%s", noisyFor, noise)
 	t.Logf("tenant A's black holes: %d connections in the first 9 s, before any attempt's 10 s timeout (its share of the delivery slots: 8); %d in all", heldAt9s.Load(), held.accepted.Load())
@@ -391,6 +423,23 @@ func runNoisyTenant(ctx context.Context, plan noisyPlan, envoy []*rlsClient) (no
 			}
 		})
 	}
+	wg.Go(func() { // callers from ever new addresses, each a bucket kept a day
+		// Paced: enough to pass every server's bound many times over in
+		// the minute, without taking the cores the tests beside this one
+		// run on.
+		pace := time.NewTicker(time.Second / noisyNewCallers)
+		defer pace.Stop()
+		for i := 0; ctx.Err() == nil; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			ip := fmt.Sprintf("2001:db8:%x:%x::1", i>>16&0xffff, i&0xffff)
+			st, _ := noisyCall(ctx, "POST", rr(i).base+"/v1/check", a.Key, map[string]any{"ip": ip, "path": "/a-callers"})
+			noise.add("check, new caller", st)
+		}
+	})
 	wg.Go(func() { // guesses at the setup link
 		for i := 0; ctx.Err() == nil; i++ {
 			st, _ := noisyCall(ctx, "GET", rr(i).base+"/ui/setup?token=st_"+randHex(16), "", nil)
