@@ -46,6 +46,8 @@ const (
 	// policy, tier and partition; past it the least recently used is
 	// found again when next needed.
 	overflowKeysMax = 4096
+	// overflowShards is how many locks the overflow keys are under.
+	overflowShards = 16
 	// overflowSearchMax bounds the search for n. Each n falls in the
 	// partition with a chance of 1 in bus.Partitions, so the search ends
 	// within a few hundred; past the bound the caller's own key is used.
@@ -70,12 +72,28 @@ type tenantBound struct {
 	cache *quota.Cache
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	keys   *keyed.Table[overflowID, []byte]
+	// keys is sharded by partition, so that tenants at their bound, and
+	// one tenant's callers in different partitions, do not wait on one
+	// lock.
+	keys [overflowShards]overflowKeys
+
+	warnMu sync.Mutex
 	warned *keyed.Table[string, time.Time]
 
 	overflows prometheus.Counter
 	atBound   prometheus.GaugeFunc
+}
+
+// overflowKeys is one shard of the overflow keys found.
+type overflowKeys struct {
+	mu   sync.Mutex
+	keys *keyed.Table[overflowID, foundKey]
+}
+
+// foundKey is an overflow key once searched for (nil if none was found).
+type foundKey struct {
+	key  []byte
+	done bool
 }
 
 // newTenantBound returns the bound of n buckets a tenant (0: the default,
@@ -84,8 +102,10 @@ func newTenantBound(n int, cache *quota.Cache, log *slog.Logger) *tenantBound {
 	if n == 0 {
 		n = DefaultTenantBuckets
 	}
-	b := &tenantBound{max: max(n, -1), cache: cache, log: log,
-		keys: keyed.NewTable[overflowID, []byte](overflowKeysMax), warned: keyed.NewTable[string, time.Time](overflowWarnedMax)}
+	b := &tenantBound{max: max(n, -1), cache: cache, log: log, warned: keyed.NewTable[string, time.Time](overflowWarnedMax)}
+	for i := range b.keys {
+		b.keys[i].keys = keyed.NewTable[overflowID, foundKey](overflowKeysMax / overflowShards)
+	}
 	b.overflows = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_tenant_bucket_overflow_total",
 		Help: "Decisions made on a tenant's overflow bucket: the caller had no bucket and its tenant had its bound of live buckets on this server (--tenant-buckets).",
@@ -118,21 +138,30 @@ func (b *tenantBound) keyOf(key []byte, tier, keyID string, note bool) (of []byt
 		return key, ""
 	}
 	id := overflowID{tenant: tenant, policy: policy, tier: tier, keyID: keyID, part: bus.Partition(key)}
-	now := time.Now()
-	b.mu.Lock()
 	if note {
 		b.overflows.Inc()
+		now := time.Now()
+		b.warnMu.Lock()
 		last, fresh := b.warned.Get(tenant, time.Time{})
 		if fresh || now.Sub(*last) >= overflowWarnEvery {
 			*last, warn = now, tenant
 		}
+		b.warnMu.Unlock()
 	}
-	k, fresh := b.keys.Get(id, nil)
-	if fresh {
-		*k = findOverflowKey(id)
+	sh := &b.keys[id.part%overflowShards]
+	sh.mu.Lock()
+	k, _ := sh.keys.Get(id, foundKey{})
+	of, done := k.key, k.done
+	sh.mu.Unlock()
+	if !done {
+		// The search (a few hundred hashes) runs outside the lock; two
+		// checks that both miss find the same key.
+		of = findOverflowKey(id)
+		sh.mu.Lock()
+		k, _ := sh.keys.Get(id, foundKey{})
+		*k = foundKey{key: of, done: true}
+		sh.mu.Unlock()
 	}
-	of = *k
-	b.mu.Unlock()
 	if of == nil {
 		return key, warn
 	}

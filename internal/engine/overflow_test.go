@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,12 +307,37 @@ func TestTenantBoundWarnsOnceAMinute(t *testing.T) {
 		!strings.Contains(lines[0], "bound=1") || !strings.Contains(lines[0], "--tenant-buckets") || !strings.Contains(lines[1], "tenant=ten_b") {
 		t.Fatalf("logged:\n%s", logged.String())
 	}
-	b.mu.Lock()
+	b.warnMu.Lock()
 	last, _ := b.warned.Get("ten_a", time.Time{})
 	*last = last.Add(-overflowWarnEvery)
-	b.mu.Unlock()
+	b.warnMu.Unlock()
 	b.overflow([]byte("ten_a/pol_a/ip:192.0.2.1"), TierAnonymous, "")
 	if n := strings.Count(logged.String(), "tenant=ten_a"); n != 2 {
 		t.Fatalf("%d warnings of ten_a after a minute", n)
+	}
+}
+
+// Checks of tenants at their bound, in many partitions at once, each find
+// their partition's one overflow key, never their own key, however the
+// searches of two checks that miss the same entry interleave; and more
+// overflow ids than the table remembers are found again.
+func TestOverflowKeysConcurrent(t *testing.T) {
+	b := newTenantBound(1, quota.NewCache(), slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 3000 {
+				key := []byte(fmt.Sprintf("ten_%d/pol_%d/ip:192.0.2.%d", (g+i)%5, i%300, i%250))
+				of := b.overflow(key, TierAnonymous, "")
+				if string(of) == string(key) || bus.Partition(of) != bus.Partition(key) {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Fatalf("%d checks at the bound were not given their partition's overflow key", n)
 	}
 }
