@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
-// issuerHandler serves the tenant's JWT issuers page: the list, adding
-// one with a JWKS URL, deleting one. Owners change them, as webhooks.
+// issuerHandler serves the tenant's JWT issuers pages: the list, adding
+// one (with a JWKS URL or an inline key set), editing and deleting one.
+// Owners change them, as webhooks.
 type issuerHandler struct {
 	config service.Services
 	// checkURL checks where a jwks_url points (Deps.CheckJWKSURL); nil
@@ -56,17 +58,39 @@ func (h *issuerHandler) render(c echo.Context, status int, v views.JWTIssuersVie
 	return render(c, status, views.JWTIssuers(page(c, "JWT issuers", views.NavIssuers), v))
 }
 
-func (h *issuerHandler) create(c echo.Context) error {
-	f := views.JWTIssuerForm{Issuer: strings.TrimSpace(c.FormValue("issuer")), Audiences: strings.TrimSpace(c.FormValue("audiences")),
-		JWKSURL: strings.TrimSpace(c.FormValue("jwks_url")), Algorithms: strings.TrimSpace(c.FormValue("algorithms")),
-		Subject: strings.TrimSpace(c.FormValue("subject")), Tier: strings.TrimSpace(c.FormValue("tier"))}
+// issuerForm reads the issuer form: f as submitted, b what it asks for.
+// An inline key set, when given, replaces the URL. Claims the form does not
+// show keep their value in claims.
+func issuerForm(c echo.Context, claims tenants.JWTClaims) (f views.JWTIssuerForm, b tenants.JWTIssuerBody) {
+	f = views.JWTIssuerForm{Issuer: strings.TrimSpace(c.FormValue("issuer")), Audiences: strings.TrimSpace(c.FormValue("audiences")),
+		JWKSURL: strings.TrimSpace(c.FormValue("jwks_url")), JWKS: strings.TrimSpace(c.FormValue("jwks")),
+		Algorithms: strings.TrimSpace(c.FormValue("algorithms")),
+		Subject:    strings.TrimSpace(c.FormValue("subject")), Tier: strings.TrimSpace(c.FormValue("tier"))}
 	audiences, algs := commaList(f.Audiences), commaList(f.Algorithms)
-	b := tenants.JWTIssuerBody{Issuer: &f.Issuer, Audiences: &audiences, JWKSURL: &f.JWKSURL, Algorithms: &algs,
-		Claims: &tenants.JWTClaims{Subject: f.Subject, Tier: f.Tier}}
-	err := b.Apply(&tenants.JWTIssuer{})
-	if err == nil && h.checkURL != nil {
-		err = h.checkURL(c.Request().Context(), f.JWKSURL)
+	claims.Subject, claims.Tier = f.Subject, f.Tier
+	b = tenants.JWTIssuerBody{Issuer: &f.Issuer, Audiences: &audiences, JWKSURL: &f.JWKSURL, Algorithms: &algs, Claims: &claims}
+	if f.JWKS != "" {
+		raw := json.RawMessage(f.JWKS)
+		b.JWKS = &raw
 	}
+	return f, b
+}
+
+// check validates b over iss and where its JWKS URL points.
+func (h *issuerHandler) check(c echo.Context, b tenants.JWTIssuerBody, iss tenants.JWTIssuer) error {
+	if b.JWKS != nil && !json.Valid(*b.JWKS) {
+		return errs.Errorf(errs.Invalid, "jwks: not JSON: paste the key set as the issuer publishes it ({\"keys\": [...]})")
+	}
+	err := b.Apply(&iss)
+	if err == nil && h.checkURL != nil && iss.JWKSURL != "" {
+		err = h.checkURL(c.Request().Context(), iss.JWKSURL)
+	}
+	return err
+}
+
+func (h *issuerHandler) create(c echo.Context) error {
+	f, b := issuerForm(c, tenants.JWTClaims{})
+	err := h.check(c, b, tenants.JWTIssuer{})
 	if err == nil {
 		if _, err = h.config.JWTIssuers.Create(c.Request().Context(), mustSession(c).TenantID, b); err == nil {
 			return seeOther(c, "/ui/jwt-issuers", "issuer-created")
@@ -74,6 +98,40 @@ func (h *issuerHandler) create(c echo.Context) error {
 	}
 	if errs.Is(err, errs.Invalid) || errs.Is(err, errs.Conflict) {
 		return h.render(c, http.StatusBadRequest, views.JWTIssuersView{Form: f, Error: errs.Message(err)})
+	}
+	return err
+}
+
+// edit shows one issuer's form, filled in.
+func (h *issuerHandler) edit(c echo.Context) error {
+	iss, err := h.config.JWTIssuers.Get(c.Request().Context(), mustSession(c).TenantID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	f := views.JWTIssuerForm{ID: iss.ID, Issuer: iss.Issuer, Audiences: strings.Join(iss.Audiences, ", "), JWKSURL: iss.JWKSURL,
+		Algorithms: strings.Join(iss.Algorithms, ", "), Subject: iss.Claims.Subject, Tier: iss.Claims.Tier}
+	if iss.JWKS != nil {
+		f.JWKS = string(iss.JWKS)
+	}
+	return render(c, http.StatusOK, views.JWTIssuerEdit(page(c, "JWT issuer", views.NavIssuers), views.JWTIssuersView{Form: f}))
+}
+
+// update writes the edited form over the issuer.
+func (h *issuerHandler) update(c echo.Context) error {
+	ctx, tenantID := c.Request().Context(), mustSession(c).TenantID
+	iss, err := h.config.JWTIssuers.Get(ctx, tenantID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	f, b := issuerForm(c, iss.Claims)
+	f.ID = iss.ID
+	if err = h.check(c, b, iss); err == nil {
+		if _, err = h.config.JWTIssuers.Update(ctx, tenantID, iss.ID, b); err == nil {
+			return seeOther(c, "/ui/jwt-issuers", "issuer-updated")
+		}
+	}
+	if errs.Is(err, errs.Invalid) || errs.Is(err, errs.Conflict) {
+		return render(c, http.StatusBadRequest, views.JWTIssuerEdit(page(c, "JWT issuer", views.NavIssuers), views.JWTIssuersView{Form: f, Error: errs.Message(err)}))
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,6 +45,35 @@ func TestJWTIssuerPage(t *testing.T) {
 	}
 	want(t, mia.post("/ui/jwt-issuers", url.Values{"issuer": {"x"}, "jwks_url": {"https://127.0.0.1:9/jwks"}}), http.StatusForbidden, "a member adds")
 	want(t, mia.post("/ui/jwt-issuers/"+id+"/delete", nil), http.StatusForbidden, "a member deletes")
+
+	want(t, mia.get("/ui/jwt-issuers/"+id), http.StatusForbidden, "a member opens the edit form")
+	want(t, mia.post("/ui/jwt-issuers/"+id, url.Values{"issuer": {"x"}, "jwks_url": {"https://127.0.0.1:9/jwks"}}), http.StatusForbidden, "a member edits")
+
+	// The owner edits it: from a URL to an inline key set, keeping what it
+	// does not change; bad JSON is refused naming the field, nothing changed.
+	p = want(t, owner.get("/ui/jwt-issuers/"+id), http.StatusOK, "the edit form")
+	if p.attr("issuer-iss", "value") != "https://id.idp.test/" || p.attr("issuer-algorithms", "value") != "RS256, ES256" || p.attr("issuer-tier", "value") != "plan" {
+		t.Fatal("the edit form is not filled in")
+	}
+	form := url.Values{"issuer": {"https://id.idp.test/"}, "audiences": {"api"}, "jwks": {`{"keys": [`}, "algorithms": {"ES256"}, "subject": {"sub"}, "tier": {"plan"}}
+	p = want(t, owner.post("/ui/jwt-issuers/"+id, form), http.StatusBadRequest, "bad JSON")
+	if !strings.Contains(p.text("form-errors"), "jwks") {
+		t.Fatalf("error: %q", p.text("form-errors"))
+	}
+	if got := s.api("GET", "/v1/jwt/issuers/"+id, tn.key, nil); got["jwks_url"] != "https://127.0.0.1:9/jwks" {
+		t.Fatalf("a refused edit changed the issuer: %v", got)
+	}
+	set := `{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"WKn-ZIGevcwGIyyrzFoZNBdaq9_TsqzGl96oc0CWuis","y":"y77t-RvAHRKTsSGdIYUfweuOvwrvDD-Q3Hv5J0fSKbE"}]}`
+	form.Set("jwks", set)
+	want(t, owner.post("/ui/jwt-issuers/"+id, form), http.StatusSeeOther, "save an inline key set")
+	got := s.api("GET", "/v1/jwt/issuers/"+id, tn.key, nil)
+	if got["jwks_url"] != nil || got["jwks"] == nil || fmt.Sprint(got["audiences"]) != "[api]" || fmt.Sprint(got["algorithms"]) != "[ES256]" {
+		t.Fatalf("the API's issuer after the edit: %v", got)
+	}
+	if p = want(t, owner.get("/ui/jwt-issuers"), http.StatusOK, "after editing"); !strings.Contains(p.text("issuer-row"), "inline key set") {
+		t.Fatalf("row: %q", p.text("issuer-row"))
+	}
+	want(t, owner.get("/ui/jwt-issuers/jwi_nope"), http.StatusNotFound, "an unknown issuer")
 
 	want(t, owner.post("/ui/jwt-issuers/"+id+"/delete", nil), http.StatusSeeOther, "delete")
 	if p = want(t, owner.get("/ui/jwt-issuers"), http.StatusOK, "after deleting"); !p.has("issuer-none") {

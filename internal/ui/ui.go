@@ -247,6 +247,8 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/audit", audit.show, tenant...)
 	e.GET("/ui/jwt-issuers", issuers.list, tenant...)
 	e.POST("/ui/jwt-issuers", issuers.create, issuerOwner...)
+	e.GET("/ui/jwt-issuers/:id", issuers.edit, issuerOwner...)
+	e.POST("/ui/jwt-issuers/:id", issuers.update, issuerOwner...)
 	e.POST("/ui/jwt-issuers/:id/delete", issuers.delete, issuerOwner...)
 	e.GET("/ui/webhooks", hooks.list, tenant...)
 	e.POST("/ui/webhooks", hooks.create, hookOwner...)
@@ -385,6 +387,7 @@ var flashes = map[string]string{
 
 	"issuer-created":  "Issuer added. Every server fetches its keys now; its tokens verify once they have them.",
 	"issuer-deleted":  "Issuer deleted. Its tokens answer invalid_token.",
+	"issuer-updated":  "Issuer saved. Every server uses it as changed at once; keys at a new JWKS URL are fetched in the background.",
 	"webhook-created": "Webhook added. Copy its signing secret now; events are sent to it from now on.",
 	"webhook-saved":   "Webhook saved.",
 	"webhook-rotated": "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",

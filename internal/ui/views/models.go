@@ -806,6 +806,7 @@ type JWTIssuerRow struct {
 }
 
 // JWTIssuerForm is the issuer form as submitted; lists are comma-separated.
+// JWKS is an inline key set (JSON); ID is set when an issuer is edited.
 type JWTIssuerForm struct {
-	Issuer, Audiences, JWKSURL, Algorithms, Subject, Tier string
+	ID, Issuer, Audiences, JWKSURL, JWKS, Algorithms, Subject, Tier string
 }
