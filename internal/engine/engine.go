@@ -1,5 +1,5 @@
 // Package engine is a Sluice server's data plane: it holds the config
-// cache (view.go) and the hot cache of buckets, decides checks in memory
+// cache (configview.go) and the hot cache of buckets, decides checks in memory
 // (check.go), and keeps both in step with the worker over NATS: it hydrates
 // at start, applies announced config changes, and flushes the state of
 // allowed decisions and the decision counters in batches (publish.go).
