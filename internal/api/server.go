@@ -45,7 +45,7 @@ type Engine interface {
 	Healthy() bool
 	WaitVersion(ctx context.Context, v int64)
 	// PeekCaller reads a caller's buckets without taking anything.
-	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
+	PeekCaller(tenantID string, who engine.Caller, now time.Time) (engine.CallerState, error)
 	// Settle applies a settled reservation's difference, reserved at since,
 	// to its buckets.
 	Settle(ctx context.Context, r reserve.Reservation, now time.Time) error

@@ -34,7 +34,7 @@ type usageLimit struct {
 // from the buckets as a peek reads them, so nothing is taken or counted.
 func (h usageRoutes) keyUsage(c echo.Context) error {
 	now := h.Now()
-	st, err := h.Engine.PeekCaller(tenantID(c), engine.KindKey, c.Param("id"), now)
+	st, err := h.Engine.PeekCaller(tenantID(c), engine.Caller{Kind: engine.KindKey, ID: c.Param("id")}, now)
 	if err != nil {
 		return err
 	}

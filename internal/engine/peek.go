@@ -8,6 +8,7 @@ package engine
 // is not in memory is full, as a peek creates it.
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -22,7 +23,8 @@ type CallerState struct {
 	// KeyStatus is "active", "revoked" or "expired" for a key; a key that
 	// is not active answers invalid_key before any policy is matched.
 	KeyStatus string
-	// Tier is the caller's own tier: the key's, or anonymous for an IP.
+	// Tier is the caller's own tier: the key's, anonymous for an IP, or
+	// the one asked for a JWT caller (default when none).
 	Tier string
 	// Block is the block in force on the caller, if any.
 	Block    *tenants.Block
@@ -48,16 +50,23 @@ type CallerPolicy struct {
 	Err string
 }
 
+// Caller names a caller to look up: Kind KindIP, KindKey or KindJWT and
+// its ID (an address, a key id, a token's subject). Tier is the tier a JWT
+// caller's token names ("" for default, as a token without the issuer's
+// tier claim): the token carries it, so a look-up must say it. Other
+// callers have their own tier and leave it empty.
+type Caller struct{ Kind, ID, Tier string }
+
 // PeekCaller reports the caller's state at now for every policy of the
-// tenant. kind is "ip" or "key"; a key id that is not this tenant's
-// answers not found, as the API does for foreign ids.
-func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerState, error) {
+// tenant. A key id that is not this tenant's answers not found, as the API
+// does for foreign ids.
+func (e *Engine) PeekCaller(tenantID string, who Caller, now time.Time) (CallerState, error) {
 	v := e.view.Load()
 	tv := v.tenant(tenantID)
 	if tv == nil {
 		return CallerState{}, errs.Errorf(errs.NotFound, "no such tenant")
 	}
-	st, key, err := tv.caller(kind, id, now)
+	st, key, err := tv.caller(who, now)
 	if err != nil {
 		return CallerState{}, err
 	}
@@ -77,8 +86,12 @@ func (e *Engine) PeekCaller(tenantID, kind, id string, now time.Time) (CallerSta
 
 // caller finds the caller kind and id name in tv, with its own tier and the
 // block in force on it; key is the caller's key, nil for an IP.
-func (tv *tenantView) caller(kind, id string, now time.Time) (st CallerState, key *keyView, err error) {
+func (tv *tenantView) caller(who Caller, now time.Time) (st CallerState, key *keyView, err error) {
+	kind, id := who.Kind, who.ID
 	st = CallerState{Kind: kind}
+	if who.Tier != "" && kind != KindJWT {
+		return CallerState{}, nil, errs.Errorf(errs.Invalid, "tier: only a JWT caller's tier is given; a key has its own, an IP is anonymous")
+	}
 	switch kind {
 	case KindIP:
 		ip, err := NormalizeIdentity("identity", kind, id)
@@ -98,8 +111,17 @@ func (tv *tenantView) caller(kind, id string, now time.Time) (st CallerState, ke
 		case key.expiresAt != 0 && now.UnixNano() >= key.expiresAt:
 			st.KeyStatus = "expired"
 		}
+	case KindJWT:
+		sub, err := NormalizeIdentity("identity", kind, id)
+		if err != nil {
+			return CallerState{}, nil, err
+		}
+		if len(who.Tier) > maxJWTTier {
+			return CallerState{}, nil, errs.Errorf(errs.Invalid, "tier: at most %d bytes", maxJWTTier)
+		}
+		st.ID, st.Tier = sub, cmp.Or(who.Tier, TierDefault)
 	default:
-		return CallerState{}, nil, errs.Errorf(errs.Invalid, "kind: must be ip or key")
+		return CallerState{}, nil, errs.Errorf(errs.Invalid, "kind: must be ip, key or jwt")
 	}
 	if b, ok := tv.activeBlock(st.Kind, st.ID, now); ok {
 		st.Block = &b

@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/internal/ui/views"
 )
 
-// callerHandler serves the Callers page: look one caller up by IP, key id
-// or key prefix, see its buckets now (read through the engine's peek path,
+// callerHandler serves the Callers page: look one caller up by IP, key id,
+// key prefix or JWT subject, see its buckets now (read through the engine's peek path,
 // which takes nothing and resets nothing), its recent decisions from the
 // analytics counters, and reset, block or unblock it from there. Every
 // lookup and action is scoped to the session's tenant: another tenant's
@@ -33,7 +33,7 @@ type callerHandler struct {
 
 // callerPeeker reads a caller's buckets without taking anything.
 type callerPeeker interface {
-	PeekCaller(tenantID, kind, id string, now time.Time) (engine.CallerState, error)
+	PeekCaller(tenantID string, who engine.Caller, now time.Time) (engine.CallerState, error)
 }
 
 var _ callerPeeker = (*engine.Engine)(nil)
@@ -54,8 +54,11 @@ func (h *callerHandler) find(ctx context.Context, tenantID, q string) (id tenant
 	if ip, ok := engine.NormalizeIP(q); ok {
 		return tenants.Identity{Kind: tenants.IdentityIP, ID: ip}, nil, "", nil
 	}
+	if sub, ok := strings.CutPrefix(q, "jwt:"); ok {
+		return tenants.Identity{Kind: tenants.IdentityJWT, ID: strings.TrimSpace(sub)}, nil, "", nil
+	}
 	if !strings.HasPrefix(q, "ckey_") && !strings.HasPrefix(q, "ck_") {
-		return id, nil, "Enter an IP address, a key id (ckey_…) or a key prefix (ck_…).", nil
+		return id, nil, "Enter an IP address, a key id (ckey_…), a key prefix (ck_…) or jwt: and a token's subject.", nil
 	}
 	if strings.HasPrefix(q, "ck_") && len(q) < 4 {
 		return id, nil, "Enter at least one character after ck_.", nil
@@ -110,7 +113,11 @@ func (h *callerHandler) render(c echo.Context, status int, back *callerForms) er
 		}
 	}
 	if id.Kind != "" {
-		cv, err := h.caller(c, id, c.QueryParam("policy"))
+		who := engine.Caller{Kind: id.Kind, ID: id.ID}
+		if id.Kind == tenants.IdentityJWT {
+			who.Tier = strings.TrimSpace(c.QueryParam("tier"))
+		}
+		cv, err := h.caller(c, who, c.QueryParam("policy"))
 		if err != nil {
 			if !errs.Is(err, errs.NotFound) && !isInvalid(err) {
 				return err
@@ -139,11 +146,11 @@ func (h *callerHandler) render(c echo.Context, status int, back *callerForms) er
 }
 
 // caller reads one caller's state, recent decisions and block.
-func (h *callerHandler) caller(c echo.Context, id tenants.Identity, policy string) (views.CallerView, error) {
+func (h *callerHandler) caller(c echo.Context, who engine.Caller, policy string) (views.CallerView, error) {
 	s := mustSession(c)
 	ctx := c.Request().Context()
 	now := h.now()
-	st, err := h.engine.PeekCaller(s.TenantID, id.Kind, id.ID, now)
+	st, err := h.engine.PeekCaller(s.TenantID, who, now)
 	if err != nil {
 		return views.CallerView{}, err
 	}
@@ -195,7 +202,7 @@ func (h *callerHandler) caller(c echo.Context, id tenants.Identity, policy strin
 // tenant's (PeekCaller answers not found otherwise).
 func (h *callerHandler) identityForm(c echo.Context) (tenants.Identity, error) {
 	kind, id := c.FormValue("kind"), strings.TrimSpace(c.FormValue("id"))
-	st, err := h.engine.PeekCaller(mustSession(c).TenantID, kind, id, h.now())
+	st, err := h.engine.PeekCaller(mustSession(c).TenantID, engine.Caller{Kind: kind, ID: id}, h.now())
 	if err != nil {
 		if isInvalid(err) {
 			return tenants.Identity{}, errs.Errorf(errs.NotFound, "no such caller")

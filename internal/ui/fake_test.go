@@ -65,7 +65,7 @@ func (*fakeEngine) Check(context.Context, string, *engine.CheckRequest, time.Tim
 
 func (*fakeEngine) WaitVersion(context.Context, int64) {}
 
-func (*fakeEngine) PeekCaller(string, string, string, time.Time) (engine.CallerState, error) {
+func (*fakeEngine) PeekCaller(string, engine.Caller, time.Time) (engine.CallerState, error) {
 	return engine.CallerState{}, errs.Errorf(errs.NotFound, "no such caller")
 }
 

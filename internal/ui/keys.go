@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/service"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -407,7 +408,7 @@ func (h *keyHandler) quotas(tenantID, keyID string, now time.Time) []views.Quota
 	if h.engine == nil {
 		return nil
 	}
-	st, err := h.engine.PeekCaller(tenantID, tenants.IdentityKey, keyID, now)
+	st, err := h.engine.PeekCaller(tenantID, engine.Caller{Kind: tenants.IdentityKey, ID: keyID}, now)
 	if err != nil {
 		return nil
 	}

@@ -75,6 +75,8 @@ func kindLabel(kind string) string {
 		return "Key"
 	case "descriptor":
 		return "Descriptor"
+	case "jwt":
+		return "JWT subject"
 	}
 	return "IP"
 }
