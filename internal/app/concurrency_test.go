@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -128,5 +130,47 @@ func TestConcurrencyLeasesSurviveRestart(t *testing.T) {
 	}
 	if _, a := call(t, m, "POST", "/v1/check", sk, check); a["allowed"] != true {
 		t.Fatalf("after releasing a lease from before the restart: %v", a)
+	}
+}
+
+// Forward-auth cannot release: an allowed request takes a slot for the
+// URL's lease_ttl and names its lease in X-Sluice-Lease, which the
+// upstream may release; a client cannot choose the TTL.
+func TestConcurrencyThroughForwardAuth(t *testing.T) {
+	m := boot(t)
+	sk := concurrencyTenant(t, m, "fwdconc")
+	ask := func(query string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+m.Addr()+"/v1/forward-auth"+query, nil)
+		req.Header.Set("X-Sluice-Service-Key", sk)
+		req.Header.Set("X-Forwarded-Uri", "/export")
+		req.Header.Set("X-Forwarded-For", "192.0.2.1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(raw)
+	}
+	if resp, body := ask("?lease_ttl=1ms"); resp.StatusCode != 400 || !strings.Contains(body, "lease_ttl:") {
+		t.Fatalf("a bad lease_ttl: %d %s", resp.StatusCode, body)
+	}
+	var leases []string
+	for i := range 3 {
+		resp, _ := ask("?lease_ttl=30s")
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("X-Sluice-Lease"), "lse_") || resp.Header.Get("X-Sluice-Lease-Expires") == "" {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+		leases = append(leases, resp.Header.Get("X-Sluice-Lease"))
+	}
+	if resp, body := ask("?lease_ttl=30s"); resp.StatusCode != 429 || resp.Header.Get("X-Sluice-Lease") != "" {
+		t.Fatalf("fourth: %d %s", resp.StatusCode, body)
+	}
+	if _, a := call(t, m, "POST", "/v1/release", sk, `{"lease": "`+leases[1]+`"}`); a["released"] != true {
+		t.Fatalf("the upstream's release: %v", a)
+	}
+	if resp, _ := ask(""); resp.StatusCode != 200 {
+		t.Fatalf("after a release: %d", resp.StatusCode)
 	}
 }
