@@ -145,3 +145,23 @@ func TestLeaseIDRoundTrip(t *testing.T) {
 }
 
 func leaseOf(token, expires int64) quota.Lease { return quota.Lease{Token: token, Expires: expires} }
+
+// BenchmarkEngineAcquireRelease is a check that takes a slot and its
+// release, on one server, against BenchmarkEngineCheck.
+func BenchmarkEngineAcquireRelease(b *testing.B) {
+	snap, _ := snapshot(b)
+	snap.Policies = append(snap.Policies, tenants.Policy{ID: "pol_c", TenantID: "ten_a", Name: "export", Method: "*", Path: "/export", Consistency: "exact", CreatedAt: t0,
+		Tiers: map[string]tenants.Limits{"anonymous": {{Algorithm: "concurrency", Limit: 10}}}})
+	e := newTestEngine(b, snap)
+	b.ReportAllocs()
+	for b.Loop() {
+		r := CheckRequest{IP: "10.0.0.1", Path: "/export", Method: "GET"}
+		a, err := e.Check(b.Context(), "ten_a", &r, t0)
+		if err != nil || !a.Allowed {
+			b.Fatal(a, err)
+		}
+		if rel, err := e.Release(b.Context(), "ten_a", a.Lease, t0); err != nil || rel.Status != LeaseReleased {
+			b.Fatal(rel, err)
+		}
+	}
+}

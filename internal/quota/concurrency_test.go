@@ -213,3 +213,26 @@ func TestConcurrencyRemapKeepsLeases(t *testing.T) {
 		t.Fatalf("after raising the limit to 3: allowed %v remaining %d", a, out[0].Remaining)
 	}
 }
+
+// BenchmarkAcquireRelease is an acquire and its release on one key of 10
+// slots with 5 held, against BenchmarkCheckHotKey's plain check.
+func BenchmarkAcquireRelease(b *testing.B) {
+	c := NewCache()
+	limits := conc(10)
+	out := make([]Outcome, 1)
+	key := []byte(benchKey(1))
+	now := t0
+	for tok := range int64(5) {
+		c.AcquireBytesBound(key, -1, limits, now, 1, Lease{Token: tok + 1, Expires: now + 3600*s1}, out)
+	}
+	b.ReportAllocs()
+	for tok := int64(100); b.Loop(); tok++ {
+		now += 1000
+		if a, _, _ := c.AcquireBytesBound(key, -1, limits, now, 1, Lease{Token: tok, Expires: now + 60*s1}, out); !a {
+			b.Fatal("denied")
+		}
+		if !c.Release(key, tok, now) {
+			b.Fatal("not held")
+		}
+	}
+}
