@@ -123,3 +123,47 @@ func TestClusterConcurrencyExact(t *testing.T) {
 		t.Fatalf("after the TTL: %d allowed, %d failed; want exactly 9 beside the probe's", len(leases), failed)
 	}
 }
+
+// Slots survive a hand-over: the owner of a caller's bucket holds 10
+// leases and stops (SIGTERM); its partitions move to the other servers,
+// which load the leases from the worker: the slots stay held, and leases
+// taken before the hand-over are released after it, freeing exactly
+// their slots.
+func TestClusterConcurrencyHandOver(t *testing.T) {
+	tp := startTopology(t, 3, nil)
+	tn := createTenant(t, tp.servers[0], "slotmove")
+	policyID := createPolicy(t, tp.servers[0], tn, map[string]any{
+		"name": "export", "path": "/export",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "concurrency", "limit": 10}},
+	})
+	ip := "203.0.113.61"
+	body := map[string]any{"ip": ip, "path": "/export", "lease_ttl": "1h"}
+	waitFor(t, 5*time.Second, "policy on every server", func() bool {
+		for _, s := range tp.servers {
+			if c, err := tryCheck(s, tn, map[string]any{"ip": ip, "path": "/export", "peek": true}); err != nil || c.Policy != "export" {
+				return false
+			}
+		}
+		return true
+	})
+	victim, live := tp.ownerAndOthers(tn.ID + "/" + policyID + "/ip:" + ip)
+	leases, failed := acquireAll(t, live, tn, 30, body)
+	if len(leases) != 10 || failed != 0 {
+		t.Fatalf("before the hand-over: %d allowed, %d failed; want exactly 10", len(leases), failed)
+	}
+	victim.stop()
+	tp.waitBalanced(10*time.Second, live...)
+
+	if more, failed := acquireAll(t, live, tn, 20, body); len(more) != 0 || failed != 0 {
+		t.Fatalf("after the hand-over: %d allowed, %d failed; the held slots were lost", len(more), failed)
+	}
+	for i, l := range leases[:3] {
+		r := mustStatus(t, call(t, "POST", live[i%2].base+"/v1/release", tn.Key, map[string]any{"lease": l}), 200)
+		if r.Body["released"] != true {
+			t.Fatalf("releasing a lease from before the hand-over: %s", r.Raw)
+		}
+	}
+	if more, failed := acquireAll(t, live, tn, 20, body); len(more) != 3 || failed != 0 {
+		t.Fatalf("after 3 releases: %d allowed, %d failed; want exactly 3", len(more), failed)
+	}
+}
