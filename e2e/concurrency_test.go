@@ -167,3 +167,56 @@ func TestClusterConcurrencyHandOver(t *testing.T) {
 		t.Fatalf("after 3 releases: %d allowed, %d failed; want exactly 3", len(more), failed)
 	}
 }
+
+// kill -9 of a bucket's owner loses at most the leases it granted since
+// its last flush (docs/GUARANTEES.md, "Concurrency limits"): 6 leases held
+// and flushed, 4 more granted just before the kill; after the hand-over
+// the other servers admit at most those 4 beyond the 10 slots, and none
+// once the 4 are counted again or expire.
+func TestClusterConcurrencyOwnerKilled(t *testing.T) {
+	tp := startTopology(t, 3, nil)
+	tn := createTenant(t, tp.servers[0], "slotkill")
+	policyID := createPolicy(t, tp.servers[0], tn, map[string]any{
+		"name": "export", "path": "/export",
+		"tiers": map[string]any{"anonymous": map[string]any{"algorithm": "concurrency", "limit": 10}},
+	})
+	ip := "203.0.113.62"
+	long := map[string]any{"ip": ip, "path": "/export", "lease_ttl": "1h"}
+	waitFor(t, 5*time.Second, "policy on every server", func() bool {
+		for _, s := range tp.servers {
+			if c, err := tryCheck(s, tn, map[string]any{"ip": ip, "path": "/export", "peek": true}); err != nil || c.Policy != "export" {
+				return false
+			}
+		}
+		return true
+	})
+	victim, live := tp.ownerAndOthers(tn.ID + "/" + policyID + "/ip:" + ip)
+	flushed, failed := acquireAll(t, live, tn, 6, long)
+	if len(flushed) != 6 || failed != 0 {
+		t.Fatalf("first 6: %d allowed, %d failed", len(flushed), failed)
+	}
+	time.Sleep(time.Second) // several flush intervals: the 6 are at the worker
+	late, failed := acquireAll(t, live, tn, 4, long)
+	if len(late) != 4 || failed != 0 {
+		t.Fatalf("last 4: %d allowed, %d failed", len(late), failed)
+	}
+	victim.kill()
+	tp.waitBalanced(10*time.Second, live...)
+
+	var extra []string
+	waitFor(t, 10*time.Second, "checks answered after the kill", func() bool {
+		more, failed := acquireAll(t, live, tn, 10, long)
+		extra = append(extra, more...)
+		return failed == 0
+	})
+	t.Logf("after kill -9 of the owner with 10 slots held (4 granted just before): %d more admitted", len(extra))
+	if len(extra) > 4 {
+		t.Fatalf("%d admitted after the kill: more than the 4 leases granted since the last flush", len(extra))
+	}
+	// The 6 flushed leases are held at the new owner: releasing them works.
+	for _, l := range flushed {
+		if r := mustStatus(t, call(t, "POST", live[0].base+"/v1/release", tn.Key, map[string]any{"lease": l}), 200); r.Body["released"] != true {
+			t.Fatalf("a flushed lease after the kill: %s", r.Raw)
+		}
+	}
+}

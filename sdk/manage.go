@@ -73,9 +73,9 @@ type DescriptorEntry struct {
 // Limit is one limit of a tier.
 type Limit struct {
 	Name      string `json:"name,omitempty"` // required when a tier has several limits
-	Algorithm string `json:"algorithm"`      // token_bucket, sliding_window, sliding_log, fixed_window
+	Algorithm string `json:"algorithm"`      // token_bucket, sliding_window, sliding_log, fixed_window, concurrency
 	Limit     int64  `json:"limit"`
-	Period    string `json:"period"`          // e.g. "60s", "1m"
+	Period    string `json:"period"`          // e.g. "60s", "1m"; empty for concurrency
 	Burst     int64  `json:"burst,omitempty"` // token_bucket capacity; default Limit
 	// Calendar, instead of Period: "day", "week", "month" or "year", a
 	// fixed_window count that resets at the start of each in the tenant's
