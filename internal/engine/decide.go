@@ -17,7 +17,8 @@ package engine
 //   - local: this server decides from its own cache and tells the others what
 //     it admitted (gossip.go); they force that consumption into their own
 //     buckets, so overshoot is bounded by what the servers admit before they
-//     hear of each other.
+//     hear of each other. A decision that takes or gives back a lease
+//     (lease.go) is exact whatever the policy says.
 //
 // A decision that counts its cost whether or not it is allowed (count, the
 // reference rate limit server's way: rls.go) reaches the owner with
@@ -93,7 +94,10 @@ func (d *decision) item() cluster.Item {
 // arrays must stay on their stacks.
 func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
-	if c == nil || d.pv.consistency == "local" {
+	// A lease's slots have one owner whatever the policy says: a
+	// concurrency limit in a key's override of a local policy is exact.
+	local := d.pv.consistency == "local" && d.lease.Token == 0
+	if c == nil || local {
 		if !e.hyd.done.Load() {
 			if err := e.hyd.touch(ctx, d.key); err != nil {
 				return false, 0, err
@@ -108,7 +112,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	if c == nil {
 		return e.decideHere(d, out)
 	}
-	if d.pv.consistency == "local" {
+	if local {
 		allowed, report, err := e.decideHere(d, out)
 		if err != nil {
 			return false, 0, err
