@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -163,5 +165,25 @@ func BenchmarkEngineAcquireRelease(b *testing.B) {
 		if rel, err := e.Release(b.Context(), "ten_a", a.Lease, t0); err != nil || rel.Status != LeaseReleased {
 			b.Fatal(rel, err)
 		}
+	}
+}
+
+// A concurrency denial counts for analytics under its own reason, and in
+// sluice_checks_total with the reason concurrency_limited.
+func TestConcurrencyDenialCounted(t *testing.T) {
+	e := newTestEngine(t, concSnapshot(t))
+	req := CheckRequest{IP: "192.0.2.1", Path: "/export"}
+	for range 3 {
+		mustCheckC(t, e, "ten_a", req, t0)
+	}
+	var cl, rl, d int64
+	for _, r := range e.counters.drain() {
+		cl, rl, d = cl+r.ConcurrencyLimited, rl+r.RateLimited, d+r.Denied
+	}
+	if cl != 1 || rl != 0 || d != 1 {
+		t.Fatalf("counted %d concurrency_limited, %d rate_limited, %d denied; want 1, 0, 1", cl, rl, d)
+	}
+	if got := testutil.ToFloat64(e.metrics.byReason.concurrencyLimited); got != 1 {
+		t.Fatalf("sluice_checks_total{reason=concurrency_limited} = %v, want 1", got)
 	}
 }
