@@ -199,6 +199,9 @@ func TestPolicyFormConcurrency(t *testing.T) {
 	if c := p.Tiers["anonymous"][1]; c.Algorithm != "concurrency" || c.Limit != 3 || c.Period != "" {
 		t.Fatalf("concurrency limit %+v", c)
 	}
+	if got := describeLimits(p.Tiers["anonymous"]); got != "rate: 10 per 1s; slots: 3 at once, concurrency" {
+		t.Fatalf("described as %q", got)
+	}
 	f.Tiers[0].Limits[1].Period = "1m"
 	p, groups, fe = policyOfForm(f)
 	if policyProblems(p, groups, fe); fe["tier.0.limit.1.period"] == "" {
