@@ -79,15 +79,22 @@ func (c *Client) Release(ctx context.Context, l Lease) (Released, error) {
 // releaseAfter gives back d's slot when the request it admitted has
 // ended, however it ended; the middleware defers it. The request's own
 // context may be cancelled by then, so the release runs on one that is
-// not, bounded by the management timeout.
+// not, bounded by releaseWait: the response waits for it, and a release
+// that does not land frees its slot at the lease's expiry anyway.
 func (c *Client) releaseAfter(ctx context.Context, d *Decision) {
 	if d.Lease == "" {
 		return
 	}
-	if _, err := c.Release(context.WithoutCancel(ctx), Lease{ID: d.Lease, ExpiresAt: d.LeaseExpiresAt}); err != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseWait())
+	defer cancel()
+	if _, err := c.Release(rctx, Lease{ID: d.Lease, ExpiresAt: d.LeaseExpiresAt}); err != nil {
 		c.logFailure("release", err)
 	}
 }
+
+// releaseWait bounds the middleware's release, retries included: ten
+// check timeouts (1 s with the default 100 ms).
+func (c *Client) releaseWait() time.Duration { return 10 * c.timeout }
 
 // ReleaseAfter is what the middleware defers after an allowed request: it
 // gives back the slot d took of a concurrency limit, if any, logging a

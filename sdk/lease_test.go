@@ -148,3 +148,30 @@ func TestMiddlewareReleases(t *testing.T) {
 		t.Fatalf("a panicking handler kept its slot: held %v released %v", s.held, s.released)
 	}
 }
+
+// A release that hangs holds the response for at most ten check timeouts;
+// the slot then frees itself at its lease's expiry.
+func TestMiddlewareReleaseIsBounded(t *testing.T) {
+	stop := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/release" {
+			select {
+			case <-stop:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprint(w, `{"allowed":true,"reason":"ok","policy":"export","tier":"anonymous","identity":{"kind":"ip","id":"192.0.2.1"},"limit":1,"remaining":0,"reset_ms":0,"retry_after_ms":0,"lease":"lse_1","lease_expires_at":"2026-11-23T12:01:00Z"}`)
+	}))
+	defer ts.Close()
+	defer close(stop)
+	c := New(ts.URL, "sk_test", WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+	h := c.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	start := time.Now()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/export", nil))
+	if took := time.Since(start); w.Code != 200 || took > time.Second {
+		t.Fatalf("answered %d after %v; want 200 within ten check timeouts (200 ms)", w.Code, took)
+	}
+}
