@@ -30,6 +30,9 @@ const (
 	// issuer, audience, expiry, algorithm or size).
 	ReasonInvalidToken = "invalid_token"
 	ReasonBlocked      = "blocked"
+	// ReasonConcurrencyLimited is a denial by a concurrency limit: every
+	// slot is held by a lease not yet released or expired.
+	ReasonConcurrencyLimited = "concurrency_limited"
 	// ReasonUnavailable marks a decision the client made by itself because
 	// Sluice did not answer: allowed under FailOpen, denied under FailClosed.
 	ReasonUnavailable = "sluice_unavailable"
@@ -49,6 +52,9 @@ type CheckRequest struct {
 	Path   string // the raw request target as received, possibly percent-encoded; required
 	Cost   int    // tokens to consume; 0 means 1
 	Peek   bool   // answer as a check would, but consume nothing and record nothing
+	// LeaseTTL is how long a slot of a concurrency limit is held unless
+	// released (1 s to 24 h); 0 takes Sluice's default, 60 s.
+	LeaseTTL time.Duration
 }
 
 func (r *CheckRequest) cost() int { return max(r.Cost, 1) }
@@ -63,7 +69,7 @@ type Identity struct {
 // Local is set.
 type Decision struct {
 	Allowed      bool
-	Reason       string // ReasonOK, ReasonRateLimited, ReasonInvalidKey, ReasonInvalidToken, ReasonBlocked or ReasonUnavailable
+	Reason       string // ReasonOK, ReasonRateLimited, ReasonConcurrencyLimited, ReasonInvalidKey, ReasonInvalidToken, ReasonBlocked or ReasonUnavailable
 	Policy       string // the matching policy's name; "" when none matched
 	Tier         string
 	Identity     Identity
@@ -81,6 +87,12 @@ type Decision struct {
 	// then derives what it can from the fields above. Treat it as
 	// read-only: a remembered denial shares it.
 	Header http.Header
+
+	// Lease names the slot of a concurrency limit an allowed check took
+	// ("" when it took none); give it back with Client.Release when the
+	// request ends, or it is held until LeaseExpiresAt.
+	Lease          string
+	LeaseExpiresAt time.Time
 
 	// violated caches violatedPolicies for a remembered denial.
 	violated []string
@@ -134,7 +146,9 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 		putCall(k)
 		return c.failure(ctx, err, 1), fmt.Errorf("sluice: check: %w", err)
 	}
-	if c.denials != nil && !d.Allowed && d.RetryAfter > 0 {
+	// A concurrency denial is not remembered: a release may free a slot
+	// long before the first lease's expiry that RetryAfter counts to.
+	if c.denials != nil && !d.Allowed && d.RetryAfter > 0 && d.Reason != ReasonConcurrencyLimited {
 		c.denials.insert(k.key, req.cost(), d, now)
 	}
 	putCall(k)

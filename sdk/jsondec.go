@@ -387,6 +387,16 @@ func (s *scanner) nullableStr(in *interner) (string, error) {
 	return in.get(b), nil
 }
 
+// plainStr is nullableStr for a value that is different in every answer
+// (a lease id), which interning would only keep alive.
+func (s *scanner) plainStr() (string, error) {
+	if s.null() {
+		return "", nil
+	}
+	b, err := s.str()
+	return string(b), err
+}
+
 // decodeDecision reads one check answer into d. req is the check it
 // answers: its key and IP serve as ready-made identity ids. An answer
 // without a boolean "allowed" is malformed, not a denial.
@@ -438,6 +448,13 @@ func (c *Client) decodeDecision(s *scanner, d *Decision, req *CheckRequest) erro
 			d.RetryAfter = millis(ms)
 		case "shadow_denied":
 			d.ShadowDenied, err = s.boolean()
+		case "lease":
+			d.Lease, err = s.plainStr()
+		case "lease_expires_at":
+			var t string
+			if t, err = s.plainStr(); err == nil && t != "" {
+				d.LeaseExpiresAt, err = time.Parse(time.RFC3339Nano, t)
+			}
 		default:
 			err = s.skip(0)
 		}

@@ -33,6 +33,10 @@ func appendCheck(dst []byte, req *CheckRequest) []byte {
 	if req.Peek {
 		dst = append(dst, `,"peek":true`...)
 	}
+	if req.LeaseTTL > 0 {
+		dst = append(dst, `,"lease_ttl":`...)
+		dst = appendJSONString(dst, req.LeaseTTL.String())
+	}
 	return append(dst, '}')
 }
 

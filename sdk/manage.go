@@ -73,9 +73,9 @@ type DescriptorEntry struct {
 // Limit is one limit of a tier.
 type Limit struct {
 	Name      string `json:"name,omitempty"` // required when a tier has several limits
-	Algorithm string `json:"algorithm"`      // token_bucket, sliding_window, sliding_log, fixed_window
+	Algorithm string `json:"algorithm"`      // token_bucket, sliding_window, sliding_log, fixed_window, concurrency
 	Limit     int64  `json:"limit"`
-	Period    string `json:"period"`          // e.g. "60s", "1m"
+	Period    string `json:"period"`          // e.g. "60s", "1m"; empty for concurrency
 	Burst     int64  `json:"burst,omitempty"` // token_bucket capacity; default Limit
 	// Calendar, instead of Period: "day", "week", "month" or "year", a
 	// fixed_window count that resets at the start of each in the tenant's
@@ -225,8 +225,9 @@ type TimeseriesQuery struct {
 }
 
 // TimeseriesPoint is the decisions of one step. Denied counts every
-// denial; RateLimited, InvalidKey and Blocked split it by reason (for
-// minutes counted before Sluice recorded reasons they may add up to less).
+// denial; RateLimited, InvalidKey, Blocked and ConcurrencyLimited split it
+// by reason (for minutes counted before Sluice recorded reasons they may
+// add up to less).
 type TimeseriesPoint struct {
 	Start       time.Time `json:"start"`
 	Allowed     int64     `json:"allowed"`
@@ -234,6 +235,8 @@ type TimeseriesPoint struct {
 	RateLimited int64     `json:"rate_limited"`
 	InvalidKey  int64     `json:"invalid_key"`
 	Blocked     int64     `json:"blocked"`
+	// ConcurrencyLimited counts denials by a concurrency limit.
+	ConcurrencyLimited int64 `json:"concurrency_limited"`
 	// Units is what the step's decisions consumed (usage units).
 	Units int64 `json:"units"`
 }
@@ -264,15 +267,17 @@ type TopQuery struct {
 // TopEntry is one identity's decisions; Denied split by reason as in
 // TimeseriesPoint.
 type TopEntry struct {
-	Identity    Identity  `json:"identity"`
-	Allowed     int64     `json:"allowed"`
-	Denied      int64     `json:"denied"`
-	RateLimited int64     `json:"rate_limited"`
-	InvalidKey  int64     `json:"invalid_key"`
-	Blocked     int64     `json:"blocked"`
-	DenialRatio float64   `json:"denial_ratio"`
-	FirstSeen   time.Time `json:"first_seen"`
-	LastSeen    time.Time `json:"last_seen"`
+	Identity    Identity `json:"identity"`
+	Allowed     int64    `json:"allowed"`
+	Denied      int64    `json:"denied"`
+	RateLimited int64    `json:"rate_limited"`
+	InvalidKey  int64    `json:"invalid_key"`
+	Blocked     int64    `json:"blocked"`
+	// ConcurrencyLimited counts denials by a concurrency limit.
+	ConcurrencyLimited int64     `json:"concurrency_limited"`
+	DenialRatio        float64   `json:"denial_ratio"`
+	FirstSeen          time.Time `json:"first_seen"`
+	LastSeen           time.Time `json:"last_seen"`
 }
 
 // Top returns identities ranked by denials.

@@ -25,7 +25,10 @@ const (
 // denied request itself: 429 (quota exceeded), 401 (invalid key or token), 403
 // (blocked) or 503 (Sluice unavailable under FailClosed), each with an
 // application/problem+json body. Failures are counted and logged by the
-// client; the request then proceeds or not as the failure mode says.
+// client; the request then proceeds or not as the failure mode says. A
+// request admitted under a concurrency limit holds its slot until next
+// returns (or panics): the middleware then releases it, which adds one
+// round trip to Sluice before the response completes.
 func (c *Client) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _ := c.Decide(r)
@@ -33,6 +36,11 @@ func (c *Client) Middleware(next http.Handler) http.Handler {
 		if !d.Allowed {
 			WriteProblem(w, d)
 			return
+		}
+		if d.Lease != "" {
+			// A slot of a concurrency limit is given back when next
+			// returns, fails or panics (the panic goes on after it).
+			defer c.releaseAfter(r.Context(), &d)
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -28,6 +28,9 @@ type checkBody struct {
 	Reserve    *int64 `json:"reserve"`
 	ReserveCap *int64 `json:"reserve_cap"`
 	ReserveTTL string `json:"reserve_ttl"`
+	// LeaseTTL is how long a slot of a concurrency limit is held unless
+	// released (a Go duration, 1s to 24h).
+	LeaseTTL string `json:"lease_ttl"`
 }
 
 // reservation is what a check's reserve asks for, defaults filled.
@@ -46,6 +49,13 @@ type recorded struct {
 // it reserves.
 func (b *checkBody) request(field string) (engine.CheckRequest, reservation, error) {
 	r := engine.CheckRequest{APIKey: b.APIKey, JWT: b.JWT, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
+	if b.LeaseTTL != "" {
+		d, err := time.ParseDuration(b.LeaseTTL)
+		if err != nil || d < engine.MinLeaseTTL || d > engine.MaxLeaseTTL {
+			return r, reservation{}, errs.Errorf(errs.Invalid, "%slease_ttl: must be a duration from 1s to 24h, such as \"60s\"", field)
+		}
+		r.LeaseTTL = d
+	}
 	if b.Cost != nil {
 		if *b.Cost < 1 {
 			return r, reservation{}, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)
@@ -323,8 +333,10 @@ func appendLimitItems(b []byte, limits []engine.LimitStatus, policy bool) []byte
 		if policy {
 			b = append(b, ";q="...)
 			b = strconv.AppendInt(b, l.Limit, 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(l.Period), 10)
+			if l.Period > 0 { // a concurrency limit has no window
+				b = append(b, ";w="...)
+				b = strconv.AppendInt(b, ceilSeconds(l.Period), 10)
+			}
 		} else {
 			b = append(b, ";r="...)
 			b = strconv.AppendInt(b, l.Remaining, 10)
@@ -376,6 +388,13 @@ func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 	}
 	if a.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
+	}
+	if a.Lease != "" {
+		b = append(b, `,"lease":`...)
+		b = appendString(b, a.Lease)
+		b = append(b, `,"lease_expires_at":"`...)
+		b = a.LeaseExpires.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 	}
 	if rec.id != "" {
 		b = append(b, `,"reservation":`...)

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -32,6 +34,38 @@ const ServiceKeyHeader = "X-Sluice-Service-Key"
 // (nginx's auth_request all of them): a client could set a header itself
 // and choose how it is identified; it cannot change the URL the proxy asks.
 const JWTBearerQuery = "jwt=bearer"
+
+// LeaseQuery, in the forward-auth URL the proxy is configured with
+// (/v1/forward-auth?lease_ttl=30s), sets how long a slot of a concurrency
+// limit is held: a proxy cannot release it when the request ends, so the
+// slot frees itself after this TTL (default 60 s). It is in the URL for
+// the reason JWTBearerQuery is: a client cannot choose it.
+const LeaseQuery = "lease_ttl"
+
+// LeaseHeader and LeaseExpiresHeader carry the lease of an allowed check
+// that took a slot of a concurrency limit, for a proxy that passes them to
+// its upstream (which may release the slot early with POST /v1/release).
+const (
+	LeaseHeader        = "X-Sluice-Lease"
+	LeaseExpiresHeader = "X-Sluice-Lease-Expires"
+)
+
+// forwardQuery reads the forward-auth URL's query: jwt=bearer (the only
+// form JWTBearerQuery was, and still is, alone) and lease_ttl. Anything
+// else in it is ignored, as it always was.
+func forwardQuery(raw string) (jwt bool, ttl time.Duration, err error) {
+	if raw == "" || raw == JWTBearerQuery {
+		return raw == JWTBearerQuery, 0, nil
+	}
+	q, _ := url.ParseQuery(raw)
+	if s := q.Get(LeaseQuery); s != "" {
+		ttl, err = time.ParseDuration(s)
+		if err != nil || ttl < engine.MinLeaseTTL || ttl > engine.MaxLeaseTTL {
+			return false, 0, errs.Errorf(errs.Invalid, "lease_ttl: the forward-auth URL's lease_ttl must be a duration from 1s to 24h, such as \"60s\"")
+		}
+	}
+	return q.Get("jwt") == "bearer", ttl, nil
+}
 
 // A proxy that cannot hand the subrequest's body to its client (nginx's
 // auth_request drops it) sets ProblemHeaderRequest on its subrequest; a
@@ -115,7 +149,12 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Path:   path,
 		Cost:   1,
 	}
-	if req.APIKey == "" && r.URL.RawQuery == JWTBearerQuery {
+	jwt, ttl, err := forwardQuery(r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	req.LeaseTTL = ttl
+	if req.APIKey == "" && jwt {
 		req.JWT = bearerJWT(hd)
 	}
 	a, err := h.Engine.Check(r.Context(), tenant, &req, now)
@@ -124,6 +163,13 @@ func (h *handler) forwardAuth(c echo.Context) error {
 	}
 	out := c.Response().Header()
 	setRateLimitHeaders(out, &a)
+	if a.Lease != "" {
+		// The proxy cannot release it: the slot is held until its TTL,
+		// unless the proxy passes this header on and the upstream releases
+		// it with POST /v1/release.
+		out[LeaseHeader] = []string{a.Lease}
+		out[LeaseExpiresHeader] = []string{a.LeaseExpires.UTC().Format(time.RFC3339)}
+	}
 	if a.Allowed {
 		c.Response().WriteHeader(http.StatusOK)
 		return nil

@@ -14,6 +14,8 @@ type (
 	decisionRoutes struct{ *handler }
 	// settleRoutes serves settling reservations.
 	settleRoutes struct{ *handler }
+	// releaseRoutes serves releasing the leases of concurrency limits.
+	releaseRoutes struct{ *handler }
 	// policyRoutes serves policies and bucket resets.
 	policyRoutes struct{ *handler }
 	// keyRoutes serves consumer keys.

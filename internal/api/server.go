@@ -51,6 +51,8 @@ type Engine interface {
 	Settle(ctx context.Context, r reserve.Reservation, now time.Time) error
 	// GiveBack returns an estimate taken for a reservation never recorded.
 	GiveBack(ctx context.Context, tenantID string, h reserve.Hold, estimate int64, now time.Time) error
+	// Release gives back the slot of a concurrency limit's lease.
+	Release(ctx context.Context, tenantID, lease string, now time.Time) (engine.Released, error)
 }
 
 // Config wires the API.
@@ -129,6 +131,7 @@ func New(cfg Config) *echo.Echo {
 	audit := auditRoutes{h}
 	decision := decisionRoutes{h}
 	settle := settleRoutes{h}
+	release := releaseRoutes{h}
 	policy := policyRoutes{h}
 	key := keyRoutes{h}
 	analytics := analyticsRoutes{h}
@@ -149,6 +152,7 @@ func New(cfg Config) *echo.Echo {
 	e.Any(ForwardAuthPath, h.forwardAuth)
 	e.POST("/v1/check/batch", decide(decision.checkBatch))
 	e.POST("/v1/settle", decide(settle.settle))
+	e.POST("/v1/release", decide(release.release))
 	e.POST("/v1/policies", svc(policy.createPolicy))
 	e.GET("/v1/policies", svc(policy.listPolicies))
 	e.GET("/v1/policies/:id", svc(policy.getPolicy))

@@ -551,6 +551,26 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "DELETE", path: "/v1/webhooks/" + hid, auth: other["service_key"].(string), status: 404})
 	s.do(t, exchange{method: "DELETE", path: "/v1/webhooks/" + hid, auth: sk, status: 204})
 
+	// A concurrency slot, denied while held, released, released again, and bad releases.
+	s.do(t, exchange{method: "POST", path: "/v1/policies", auth: sk, body: `{"name":"slots","path":"/api/slots","tiers":{"anonymous":[{"name":"rate","algorithm":"token_bucket","limit":100,"period":"1m"},{"name":"slots","algorithm":"concurrency","limit":1}]}}`, status: 201})
+	waitUntil(t, 5*time.Second, "the slots policy", func() bool {
+		a, _ := s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"ip":"198.51.100.79","path":"/api/slots","peek":true}`, status: 200})
+		return a["policy"] == "slots"
+	})
+	l := check(`{"ip":"198.51.100.78","path":"/api/slots","lease_ttl":"30s"}`)
+	lease, _ := l["lease"].(string)
+	if lease == "" {
+		t.Fatalf("a concurrency check answered no lease: %v", l)
+	}
+	if a := check(`{"ip":"198.51.100.78","path":"/api/slots"}`); a["reason"] != "concurrency_limited" {
+		t.Errorf("a check past the slots: %v", a)
+	}
+	s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"ip":"198.51.100.78","path":"/api/slots","lease_ttl":"0s"}`, status: 400})
+	s.do(t, exchange{method: "POST", path: "/v1/release", auth: sk, body: `{"lease":"` + lease + `"}`, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/release", auth: sk, body: `{"lease":"` + lease + `"}`, status: 200})
+	s.do(t, exchange{method: "POST", path: "/v1/release", auth: sk, body: `{"lease":"lse_missing"}`, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/release", auth: sk, body: `{}`, status: 400, badRequest: true})
+
 	// Deletions last.
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/" + kid, auth: sk, status: 200})
 	s.do(t, exchange{method: "DELETE", path: "/v1/keys/key_missing", auth: sk, status: 404})

@@ -237,3 +237,20 @@ func TestCalendarLimitRoundTrip(t *testing.T) {
 		t.Error("an unknown zone decoded")
 	}
 }
+
+// A concurrency limit's leases (pairs of expiry and a random token, which
+// may be negative) travel in the state's log, in the format every worker
+// version stores, and come back as they were.
+func TestStateRoundTripConcurrency(t *testing.T) {
+	limits := []quota.Limit{{Name: "rate", Algorithm: quota.TokenBucket, Limit: 10, Period: time.Second}, {Name: "slots", Algorithm: quota.Concurrency, Limit: 3}}
+	states := []quota.State{{Tokens: 4, At: 1e18}, {Log: []int64{1_800_000_000_000_000_000, -7_000_000_000_000_000_001, 1_800_000_000_500_000_000, 42}}}
+	w := make([]StateWire, len(states))
+	for i, s := range states {
+		w[i] = StateWire{Tokens: s.Tokens, Prev: s.Prev, At: s.At, Log: s.Log}
+	}
+	b := AppendState(nil, EncodeLimits(limits), w)
+	gotL, gotS, err := DecodeStateInto(b, nil, nil)
+	if err != nil || !reflect.DeepEqual(gotL, limits) || !reflect.DeepEqual(gotS, states) {
+		t.Fatalf("round trip: %+v %+v %v", gotL, gotS, err)
+	}
+}

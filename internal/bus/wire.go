@@ -82,15 +82,17 @@ type CounterKey struct {
 }
 
 // CounterRow is a delta to add to one cell. Denied is every denial; the
-// three reasons split it (a row from an older server carries none, and its
-// denials count without a reason).
+// reasons split it (a row from an older server carries none, and its
+// denials count without a reason; an older worker ignores
+// ConcurrencyLimited, and counts those denials in Denied only).
 type CounterRow struct {
 	CounterKey
-	Allowed     int64 `json:"a,omitempty"`
-	Denied      int64 `json:"d,omitempty"`
-	RateLimited int64 `json:"drl,omitempty"`
-	InvalidKey  int64 `json:"dik,omitempty"`
-	Blocked     int64 `json:"dbl,omitempty"`
+	Allowed            int64 `json:"a,omitempty"`
+	Denied             int64 `json:"d,omitempty"`
+	RateLimited        int64 `json:"drl,omitempty"`
+	InvalidKey         int64 `json:"dik,omitempty"`
+	Blocked            int64 `json:"dbl,omitempty"`
+	ConcurrencyLimited int64 `json:"dcl,omitempty"`
 	// Units is what the cell's decisions consumed from their quotas: the
 	// cost of each allowed decision, plus what settles charged (positive)
 	// or refunded (negative). A row from an older server carries none.

@@ -117,6 +117,8 @@ type peerInfo struct {
 	Host string
 	Cert string // hex SHA-256 of the listener's certificate; "" = plaintext
 	IDs  bool   // the listener reads items' ids (flagID)
+	// Leases: the listener reads items' leases (flagLease, flagRelease).
+	Leases bool
 }
 
 // Rejection reasons, the label of sluice_cluster_peer_rejected_total.
@@ -286,7 +288,7 @@ func (c *Cluster) listenDirect(cfg *DirectConfig, decide func([]Item, []Result))
 	}
 	key := make([]byte, keyLen)
 	_, _ = rand.Read(key)
-	info := peerInfo{Addr: adv, Key: hex.EncodeToString(key), Host: cfg.Host, IDs: true}
+	info := peerInfo{Addr: adv, Key: hex.EncodeToString(key), Host: cfg.Host, IDs: true, Leases: true}
 	if cfg.TLS != nil {
 		if len(cfg.TLS.Certificates) == 0 || len(cfg.TLS.Certificates[0].Certificate) == 0 {
 			_ = ln.Close()
@@ -685,7 +687,7 @@ func (pc *peerConn) roundTrip(items []Item) (res []Result, sent bool, err error)
 	}
 
 	pc.wmu.Lock()
-	pc.wbuf = appendRequestFor(pc.wbuf[:0], id, items, pc.info.IDs)
+	pc.wbuf = appendRequestTo(pc.wbuf[:0], id, items, pc.info.IDs, pc.info.Leases)
 	if len(pc.wbuf)-4 > maxFrame {
 		pc.wmu.Unlock()
 		forget()

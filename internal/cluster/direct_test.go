@@ -91,6 +91,8 @@ func TestWireRoundTrip(t *testing.T) {
 		{Key: "t1/p2/key:k", Tenant: "t1", Policy: "p2", KeyID: "k", Cost: -7, Consume: true, Settle: true, Since: -1, Now: 9, ID: 1<<64 - 1},
 		{Key: "t1/p1/ip:10.0.0.2", Tenant: "t1", Policy: "p1", Cost: 2, Consume: true, Now: 3, ID: 12345},
 		{},
+		{Key: "t1/p3/key:k", Tenant: "t1", Policy: "p3", Cost: 1, Consume: true, Now: 3, ID: 6, Lease: -77, LeaseExp: 60e9},
+		{Key: "t1/p3/key:k", Tenant: "t1", Policy: "p3", Now: 4, Lease: 1 << 62, LeaseExp: 60e9, Release: true},
 	}
 	body := appendRequest(nil, 42, items)
 	if n := binary.BigEndian.Uint32(body); int(n) != len(body)-4 {
@@ -118,6 +120,18 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if bytes.Contains(noIDs, []byte{flagConsume | flagSettle | flagID}) {
 		t.Fatal("a frame for an owner without ids sets the id flag")
+	}
+	// To an owner that does not announce leases, the frame carries none:
+	// its decoder would refuse the flags.
+	noLeases := appendRequestTo(nil, 44, items, true, false)
+	if _, got, err := decodeRequest(noLeases[4:]); err != nil || got[6].Lease != 0 || got[7].Release || got[6].ID != 6 {
+		t.Fatalf("a request without leases: %+v, %v", got, err)
+	}
+	// A release without its lease is refused.
+	rel := appendRequest(nil, 1, []Item{{Key: "k", Lease: 5, Release: true}})[4:]
+	rel[len(rel)-4] &^= flagLease // flags, then now, lease and expiry of one byte each
+	if _, _, err := decodeRequest(rel); err == nil {
+		t.Fatal("a release without a lease decoded")
 	}
 	// An id of 0 is not sent with the flag: a frame that says so is refused.
 	bad := appendRequest(nil, 1, []Item{{Key: "k", Consume: true, ID: 5}})[4:]

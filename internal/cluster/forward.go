@@ -64,6 +64,15 @@ type Item struct {
 	// counting, for Envoy's hits). An older owner ignores it and counts
 	// only what it allows.
 	Count bool `json:"cn,omitempty"`
+	// Lease, with Consume, takes a slot of the bucket's concurrency limits
+	// under this lease token, expiring at LeaseExp (unix ns); with Release,
+	// gives back the slot of that token. An older owner reads neither and
+	// has no concurrency limit to decide (its config refuses the
+	// algorithm): it answers StatusNoLimits, and a sender never sends it
+	// the binary flags (peerInfo.Leases).
+	Lease    int64 `json:"ls,omitempty"`
+	LeaseExp int64 `json:"le,omitempty"`
+	Release  bool  `json:"rl,omitempty"`
 }
 
 // ErrNotSent is wrapped by forward errors after which the owner cannot

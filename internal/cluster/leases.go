@@ -48,6 +48,9 @@ type lease struct {
 	// an owner remembers a repeated item; peers that do not say so get
 	// frames without them, which their decoders read.
 	FwdIDs bool `json:"fwd_ids,omitempty"`
+	// FwdLeases says the listener reads forwarded items' leases and
+	// releases (wire.go); peers that do not say so get neither.
+	FwdLeases bool `json:"fwd_leases,omitempty"`
 }
 
 // writtenLease is a lease write of this process: the owners bucket's

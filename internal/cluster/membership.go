@@ -124,7 +124,7 @@ func (m *membership) retryClaim(ctx context.Context, err error) error {
 func (m *membership) memberValue(now time.Time) []byte {
 	l := lease{Node: m.cfg.Node, Expires: now.Add(m.cfg.LeaseTTL).UnixMilli(), Instance: m.cfg.Instance, Holder: m.cfg.Holder}
 	if self := m.self.Load(); self != nil {
-		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs = self.Addr, self.Key, self.Host, self.Cert, self.IDs
+		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs, l.FwdLeases = self.Addr, self.Key, self.Host, self.Cert, self.IDs, self.Leases
 	}
 	b, _ := json.Marshal(l)
 	return b
@@ -221,7 +221,7 @@ func (m *membership) liveMembers(ctx context.Context, now time.Time) int {
 		if l != nil && l.Expires > now.UnixMilli() {
 			live++
 			if l.Fwd != "" {
-				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert, IDs: l.FwdIDs}
+				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert, IDs: l.FwdIDs, Leases: l.FwdLeases}
 			}
 		}
 	}

@@ -6,7 +6,10 @@ package cluster
 //	request:  type(1) id(uvarint) count(uvarint) item*
 //	item:     key tenant policy tier key_id (uvarint length + bytes each)
 //	          cost(varint) flags(1) now(varint) [since(varint)]
-//	flags:    bit 0 consume, bit 1 settle (since follows)
+//	flags:    bit 0 consume, bit 1 settle (since follows), bit 2 id,
+//	          bit 3 ref, bit 4 units, bit 5 count, bit 6 lease (token and
+//	          expiry follow, varint each), bit 7 release (of the lease);
+//	          bits 6 and 7 only to listeners that announce leases
 //	response: type(2) id(uvarint) count(uvarint) result*
 //	result:   status(uvarint) allowed(1) report(varint) n(uvarint) outcome*n
 //	          (status bit 8: the owner counted the item's units; set only
@@ -52,12 +55,19 @@ func appendBool(b []byte, v bool) []byte {
 // appendRequest appends a whole request frame, length prefix included,
 // with the items' ids.
 func appendRequest(b []byte, id uint64, items []Item) []byte {
-	return appendRequestFor(b, id, items, true)
+	return appendRequestTo(b, id, items, true, true)
 }
 
 // appendRequestFor appends a request frame; without ids, for an owner
 // that does not read them, the items' ids are left out.
 func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
+	return appendRequestTo(b, id, items, ids, ids)
+}
+
+// appendRequestTo appends a request frame for an owner that reads ids or
+// leases or neither. Without leases, an item's lease and release are left
+// out: such an owner has no concurrency limit to take them from.
+func appendRequestTo(b []byte, id uint64, items []Item, ids, leases bool) []byte {
 	at := len(b)
 	b = append(b, 0, 0, 0, 0, frameRequest)
 	b = binary.AppendUvarint(b, id)
@@ -90,6 +100,13 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		if ids && it.Count {
 			flags |= flagCount
 		}
+		withLease := leases && it.Lease != 0
+		if withLease {
+			flags |= flagLease
+			if it.Release {
+				flags |= flagRelease
+			}
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, it.Now)
 		if it.Settle {
@@ -100,6 +117,10 @@ func appendRequestFor(b []byte, id uint64, items []Item, ids bool) []byte {
 		}
 		if withRef {
 			b = bus.AppendBytes(b, it.Ref)
+		}
+		if withLease {
+			b = binary.AppendVarint(b, it.Lease)
+			b = binary.AppendVarint(b, it.LeaseExp)
 		}
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
@@ -146,6 +167,8 @@ const (
 	flagRef     = 1 << 3
 	flagUnits   = 1 << 4
 	flagCount   = 1 << 5
+	flagLease   = 1 << 6
+	flagRelease = 1 << 7
 
 	// statusCounted marks a result's status: Result.Counted.
 	statusCounted = 1 << 8
@@ -216,7 +239,7 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		it.KeyID = d.string()
 		it.Cost = d.Varint()
 		flags := d.byte()
-		if flags&^(flagConsume|flagSettle|flagID|flagRef|flagUnits|flagCount) != 0 {
+		if flags&flagRelease != 0 && flags&flagLease == 0 {
 			d.Bad = true
 		}
 		it.Consume, it.Settle, it.Units, it.Count = flags&flagConsume != 0, flags&flagSettle != 0, flags&flagUnits != 0, flags&flagCount != 0
@@ -231,6 +254,12 @@ func decodeRequest(body []byte) (uint64, []Item, error) {
 		}
 		if flags&flagRef != 0 {
 			if it.Ref = d.string(); it.Ref == "" {
+				d.Bad = true
+			}
+		}
+		if flags&flagLease != 0 {
+			it.Release = flags&flagRelease != 0
+			if it.Lease, it.LeaseExp = d.Varint(), d.Varint(); it.Lease == 0 {
 				d.Bad = true
 			}
 		}

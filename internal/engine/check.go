@@ -21,6 +21,9 @@ const (
 	ReasonBlocked     = "blocked"
 	// ReasonInvalidToken answers a JWT that failed verification.
 	ReasonInvalidToken = "invalid_token"
+	// ReasonConcurrencyLimited answers a check denied by a concurrency
+	// limit: every slot is held by a lease (lease.go).
+	ReasonConcurrencyLimited = "concurrency_limited"
 )
 
 // InvalidKeyIdentity is the identity id (kind "key") under which analytics
@@ -50,6 +53,9 @@ type CheckRequest struct {
 	// Hold asks, for a reservation, where the check's cost was taken
 	// (Answer.Hold): the API's "reserve".
 	Hold bool
+	// LeaseTTL is how long a slot of a concurrency limit is held unless
+	// released (MinLeaseTTL to MaxLeaseTTL; 0 = DefaultLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // LimitStatus describes one limit of the decided tier, for headers.
@@ -85,6 +91,11 @@ type Answer struct {
 	// consumed it (allowed, not shadow-denied, under some limit); nil
 	// otherwise.
 	Hold *reserve.Hold
+	// Lease names the slot an allowed check took of a concurrency limit
+	// ("lse_…", lease.go), and LeaseExpires when it frees itself; "" and
+	// zero when the check took none.
+	Lease        string
+	LeaseExpires time.Time
 }
 
 // validate fills defaults and rejects bad input, naming the field.
@@ -110,6 +121,11 @@ func (r *CheckRequest) validate(field string) error {
 	}
 	if len(r.APIKey) > 256 {
 		return errs.Errorf(errs.Invalid, "%sapi_key: longer than 256 bytes", field)
+	}
+	if r.LeaseTTL == 0 {
+		r.LeaseTTL = DefaultLeaseTTL
+	} else if r.LeaseTTL < MinLeaseTTL || r.LeaseTTL > MaxLeaseTTL {
+		return errs.Errorf(errs.Invalid, "%slease_ttl: must be a duration from 1s to 24h, such as \"60s\"", field)
 	}
 	return nil
 }
@@ -182,7 +198,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		return Answer{}, err
 	}
 	if a.Reason == ReasonInvalidKey || a.Reason == ReasonInvalidToken {
-		e.recordAs(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
+		e.record(tenantID, "", "", &a, counted, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
 	if b, ok := tv.activeBlock(a.IdentityKind, a.IdentityID, now); ok {
@@ -190,14 +206,14 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		if b.ExpiresAt != nil {
 			a.RetryAfter = b.ExpiresAt.Sub(now)
 		}
-		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
+		e.record(tenantID, "", "", &a, a.IdentityID, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
 
 	pv, tl, keyID := tv.route(req, key, jwtTier, &a)
 	if pv == nil {
 		a.Allowed, a.Reason = true, ReasonOK
-		e.record(tenantID, "", "", &a, req.Peek, nowNS, start, 0)
+		e.record(tenantID, "", "", &a, a.IdentityID, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
 	if tl == nil || len(tl.limits) == 0 {
@@ -209,7 +225,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		}
 		// A tier without limits consumes from no bucket, but the caller
 		// used the endpoint: its cost counts as usage all the same.
-		e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, req.Cost)
+		e.record(tenantID, pv.name, a.Tier, &a, a.IdentityID, req.Peek, nowNS, start, req.Cost)
 		if !a.Allowed && pv.shadow {
 			a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
 		}
@@ -219,7 +235,7 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	if err != nil {
 		return Answer{}, err
 	}
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
+	e.record(tenantID, pv.name, a.Tier, &a, a.IdentityID, req.Peek, nowNS, start, units)
 	if !a.Allowed && pv.shadow {
 		// Shadow mode: decided and recorded as a denial, answered as allowed.
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
@@ -325,7 +341,13 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
 	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
+	if tl.concurrency && !req.Peek {
+		d.lease = quota.Lease{Token: newLeaseToken(), Expires: nowNS + int64(req.LeaseTTL)}
+	}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
+	if err == nil && allowed && d.lease.Token != 0 {
+		a.Lease, a.LeaseExpires = leaseID(k, a.Tier, keyID, d.lease), time.Unix(0, d.lease.Expires).UTC()
+	}
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
 		e.pub.crossings.note(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
 	}
@@ -346,6 +368,9 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 		a.Reason = ReasonOK
 	} else {
 		a.Reason = ReasonRateLimited
+		if tl.limits[report].Algorithm == quota.Concurrency {
+			a.Reason = ReasonConcurrencyLimited
+		}
 		// With several limits denying, the caller must wait for the last.
 		a.RetryAfter = quota.CombinedRetryAfter(outs[:n])
 	}
@@ -359,17 +384,13 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	return req.Cost, nil
 }
 
-// record counts a decision for analytics and metrics. Peeks are not
-// decisions and are not counted. cost is what the decision asked for: an
-// allowed decision under a policy consumed it (usage units), a denied one
-// nothing. It must be called before shadow mode turns a denial into an
-// answer that allows.
-func (e *Engine) record(tenantID, policy, tier string, a *Answer, peek bool, nowNS int64, start time.Time, cost int64) {
-	e.recordAs(tenantID, policy, tier, a, a.IdentityID, peek, nowNS, start, cost)
-}
-
-// recordAs is record with the identity id analytics count the decision under.
-func (e *Engine) recordAs(tenantID, policy, tier string, a *Answer, id string, peek bool, nowNS int64, start time.Time, cost int64) {
+// record counts a decision for analytics and metrics, under the identity
+// id analytics count it as (the answer's, but for a key that is not
+// valid here). Peeks are not decisions and are not counted. cost is what
+// the decision asked for: an allowed decision under a policy consumed it
+// (usage units), a denied one nothing. It must be called before shadow
+// mode turns a denial into an answer that allows.
+func (e *Engine) record(tenantID, policy, tier string, a *Answer, id string, peek bool, nowNS int64, start time.Time, cost int64) {
 	e.metrics.observe(a.Reason, a.Allowed, time.Since(start))
 	if peek {
 		return

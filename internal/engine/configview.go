@@ -103,6 +103,9 @@ type tierLimits struct {
 	// calendars: some limit has a calendar, whose crossings of a percent
 	// of the quota a key's checks report (quotaevents.go).
 	calendars bool
+	// concurrency: some limit is a concurrency limit, so an allowed check
+	// takes a lease (lease.go).
+	concurrency bool
 }
 
 type keyView struct {
@@ -479,6 +482,12 @@ func compileLimits(policy string, specs tenants.Limits, loc *time.Location) (*ti
 		if err != nil {
 			return nil, err
 		}
+		if alg == quota.Concurrency {
+			tl.concurrency = true
+			tl.limits[i] = quota.Limit{Name: s.Name, Algorithm: alg, Limit: s.Limit}
+			tl.names[i] = limitName(policy, specs, i)
+			continue
+		}
 		if s.Calendar != "" {
 			l, err := calendarLimit(s, loc, 0)
 			if err != nil {
@@ -552,7 +561,7 @@ func (kv *keyView) anchored(tl *tierLimits) *tierLimits {
 	if a := kv.anchoredTiers[tl]; a != nil {
 		return a
 	}
-	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true, calendars: true}
+	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true, calendars: true, concurrency: tl.concurrency}
 	for i := range a.limits {
 		c := a.limits[i].Calendar
 		if c == nil || c.Unit() != quota.CalendarMonth {

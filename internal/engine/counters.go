@@ -44,7 +44,7 @@ const counterShards = 64
 
 // counterCell counts one cell's decisions: allowed, and denied split by
 // reason (denied is their sum), and the units they consumed.
-type counterCell struct{ allowed, denied, rateLimited, invalidKey, blocked, units int64 }
+type counterCell struct{ allowed, denied, rateLimited, invalidKey, blocked, concurrencyLimited, units int64 }
 
 type counterShard struct {
 	mu    sync.Mutex
@@ -100,6 +100,8 @@ func (c *counterAgg) add(tenantID, policy, tier, kind, id string, nowNS int64, a
 			cell.invalidKey++
 		case ReasonBlocked:
 			cell.blocked++
+		case ReasonConcurrencyLimited:
+			cell.concurrencyLimited++
 		}
 	}
 	cell.units += units
@@ -171,7 +173,7 @@ func (c *counterAgg) drain() []bus.CounterRow {
 		s.mu.Unlock()
 		for k, v := range cells {
 			rows = append(rows, bus.CounterRow{CounterKey: k, Allowed: v.allowed, Denied: v.denied,
-				RateLimited: v.rateLimited, InvalidKey: v.invalidKey, Blocked: v.blocked, Units: v.units})
+				RateLimited: v.rateLimited, InvalidKey: v.invalidKey, Blocked: v.blocked, ConcurrencyLimited: v.concurrencyLimited, Units: v.units})
 		}
 	}
 	return rows

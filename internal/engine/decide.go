@@ -17,7 +17,8 @@ package engine
 //   - local: this server decides from its own cache and tells the others what
 //     it admitted (gossip.go); they force that consumption into their own
 //     buckets, so overshoot is bounded by what the servers admit before they
-//     hear of each other.
+//     hear of each other. A decision that takes or gives back a lease
+//     (lease.go) is exact whatever the policy says.
 //
 // A decision that counts its cost whether or not it is allowed (count, the
 // reference rate limit server's way: rls.go) reaches the owner with
@@ -74,11 +75,16 @@ type decision struct {
 	// count takes the cost even when it is denied, and decides on the
 	// usage with it (quota.Cache.CountBytes): the reference's counting.
 	count bool
+	// lease, when its Token is set, is the slot a consuming d takes of its
+	// concurrency limits; with release, the slot d gives back (lease.go).
+	lease   quota.Lease
+	release bool
 }
 
 // item is d as it is forwarded to its owner.
 func (d *decision) item() cluster.Item {
-	return cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref, Units: d.units, Count: d.count}
+	return cluster.Item{Key: string(d.key), Tenant: d.tenantID, Policy: d.pv.id, Tier: d.tier, KeyID: d.keyID, Cost: d.cost, Consume: d.consume, Settle: d.settle, Since: d.since, Now: d.now, ID: d.id, Ref: d.ref, Units: d.units, Count: d.count,
+		Lease: d.lease.Token, LeaseExp: d.lease.Expires, Release: d.release}
 }
 
 // decide answers d where it runs (see the top of this file): whether d is
@@ -88,7 +94,10 @@ func (d *decision) item() cluster.Item {
 // arrays must stay on their stacks.
 func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (bool, int, error) {
 	c := e.cluster
-	if c == nil || d.pv.consistency == "local" {
+	// A lease's slots have one owner whatever the policy says: a
+	// concurrency limit in a key's override of a local policy is exact.
+	local := d.pv.consistency == "local" && d.lease.Token == 0
+	if c == nil || local {
 		if !e.hyd.done.Load() {
 			if err := e.hyd.touch(ctx, d.key); err != nil {
 				return false, 0, err
@@ -103,7 +112,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	if c == nil {
 		return e.decideHere(d, out)
 	}
-	if d.pv.consistency == "local" {
+	if local {
 		allowed, report, err := e.decideHere(d, out)
 		if err != nil {
 			return false, 0, err
@@ -221,6 +230,9 @@ func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error)
 	if d.settle {
 		return true, 0, e.applySettle(d, out)
 	}
+	if d.release {
+		return e.leases.release(d), 0, nil
+	}
 	// Units decided here are counted by the caller, on this server too.
 	allowed, report := e.decideCache(d, out)
 	return allowed, report, nil
@@ -252,6 +264,9 @@ func (e *Engine) decideCache(d *decision, out []quota.Outcome) (bool, int) {
 			allowed, report, _ = e.cache.CountBytesBound(b.overflow(key, d.tier, d.keyID), -1, limits, now, cost, out)
 		}
 		return allowed, report
+	}
+	if d.lease.Token != 0 && d.consume {
+		return e.leases.acquire(d, out)
 	}
 	allowed, report, ok := e.cache.CheckBytesBound(key, b.max, limits, now, cost, d.consume, out)
 	if !ok {
@@ -303,6 +318,11 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	if !e.cluster.Owns(bus.Partition([]byte(it.Key)), e.cfg.Now()) {
 		return cluster.Result{Status: cluster.StatusNotOwner}
 	}
+	if it.Release {
+		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, now: it.Now,
+			lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp}, release: true}
+		return cluster.Result{Allowed: e.leases.release(&d)}
+	}
 	limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
 	if len(limits) == 0 || len(limits) > MaxLimits {
 		return cluster.Result{Status: cluster.StatusNoLimits}
@@ -328,7 +348,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		allowed = true
 	} else {
 		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, limits: limits,
-			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count}
+			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count, lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp}}
 		allowed, report = e.decideCache(&d, outs[:n])
 	}
 	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: slices.Clone(outs[:n])}
@@ -375,7 +395,10 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 		if req.Acquire {
 			term, req.Acquire = page.Term, false
 		}
-		pl.each(e.log, &page, e.cache.Load)
+		pl.each(e.log, &page, func(key string, limits []quota.Limit, states []quota.State, fullAt int64) {
+			e.cache.Load(key, limits, states, fullAt)
+			e.leases.keys.note([]byte(key), limits)
+		})
 		if page.Next == "" {
 			break
 		}

@@ -110,6 +110,8 @@ type Engine struct {
 	jwt jwtVerifier
 	// bound bounds each tenant's buckets in cache (overflow.go).
 	bound *tenantBound
+	// leases takes and gives back concurrency limits' slots (lease.go).
+	leases *leaseBook
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -156,13 +158,14 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		door:     newDoorShare(cfg.EnvoyBytesPerSecond),
 	}
 	e.bound = newTenantBound(cfg.TenantBuckets, e.cache, e.log)
+	e.leases = newLeaseBook(e.cache, e.bound)
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
 	e.keyUse.tick()
 	e.metrics = newEngineMetrics(e)
 	e.jwt = jwtVerifier{cache: newTokenCache(jwtCachePerShard), jwks: newJWKSFetcher(cfg.JWKS, e.log.With("part", "jwks"), e.metrics.jwksFailures)}
-	e.hyd.nc, e.hyd.cache, e.hyd.log = nc, e.cache, e.log
+	e.hyd.nc, e.hyd.cache, e.hyd.log, e.hyd.leases = nc, e.cache, e.log, &e.leases.keys
 	e.hyd.retries, e.hyd.firstTouch = e.metrics.hydrateRetries, e.metrics.firstTouch
 	e.hyd.version = func() int64 { return e.view.Load().version }
 	e.pub = newPublisher(&e.cfg, e.log, nc, js, e.cache, e.counters, e.view.Load, e.metrics.publishMetrics)

@@ -67,6 +67,7 @@ const (
 type hydration struct {
 	nc         *nats.Conn
 	cache      *quota.Cache
+	leases     *leaseKeys
 	log        *slog.Logger
 	retries    prometheus.Counter // pages asked again
 	firstTouch prometheus.Counter // buckets loaded by a first touch
@@ -154,7 +155,11 @@ func (h *hydration) insert(key string, limits []quota.Limit, states []quota.Stat
 	if !h.done.Load() && h.wasReset(key) {
 		return false
 	}
-	return h.cache.LoadIfAbsent(key, limits, states, fullAt)
+	if !h.cache.LoadIfAbsent(key, limits, states, fullAt) {
+		return false
+	}
+	h.leases.note([]byte(key), limits)
+	return true
 }
 
 // hydrate loads the config snapshot and the first page of buckets; the

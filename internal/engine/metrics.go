@@ -34,6 +34,10 @@ type engineMetrics struct {
 	// at their bound of buckets (overflow.go).
 	overflows prometheus.Counter
 	atBound   prometheus.GaugeFunc
+	// inFlight is the slots of concurrency limits held here now;
+	// leasesAcquired and leasesReleased are leaseBook's counters (lease.go).
+	inFlight                       prometheus.GaugeFunc
+	leasesAcquired, leasesReleased prometheus.Counter
 }
 
 func newEngineMetrics(e *Engine) engineMetrics {
@@ -94,6 +98,10 @@ func newEngineMetrics(e *Engine) engineMetrics {
 		Name: "sluice_forward_applied_remembered", Help: "Answers to forwarded decisions this owner remembers for repeats (the last 10-20 s).",
 	}, func() float64 { return float64(e.fwd.applied.size()) })
 	m.overflows, m.atBound = e.bound.overflows, e.bound.atBound
+	m.leasesAcquired, m.leasesReleased = e.leases.acquired, e.leases.released
+	m.inFlight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_concurrency_in_flight", Help: "Slots of concurrency limits held on this server now: leases neither released nor expired, in the buckets it decides.",
+	}, func() float64 { return float64(e.leases.inFlight(e.cfg.Now().UnixNano())) })
 	return m
 }
 
@@ -124,13 +132,13 @@ func newPublishMetrics() publishMetrics {
 }
 
 func (m engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied, m.jwksFailures, m.overflows, m.atBound}
+	return []prometheus.Collector{m.checks, m.latency, m.flushBuckets, m.flushCounters, m.flushFailures, m.published, m.pending, m.buckets, m.configVersion, m.resyncs, m.natsLag, m.hydrated, m.hydrateLoaded, m.hydrateRetries, m.firstTouch, m.rls, m.crossingsDropped, m.crossingsPending, m.repeats, m.appliedSize, m.settlesApplied, m.jwksFailures, m.overflows, m.atBound, m.leasesAcquired, m.leasesReleased, m.inFlight}
 }
 
 // checkCounters resolves the label values once, so counting a decision on
 // the hot path is one atomic add.
 type checkCounters struct {
-	ok, rateLimited, invalidKey, invalidToken, blocked prometheus.Counter
+	ok, rateLimited, invalidKey, invalidToken, blocked, concurrencyLimited prometheus.Counter
 }
 
 func newCheckCounters(v *prometheus.CounterVec) checkCounters {
@@ -140,6 +148,8 @@ func newCheckCounters(v *prometheus.CounterVec) checkCounters {
 		invalidKey:   v.WithLabelValues("denied", ReasonInvalidKey),
 		invalidToken: v.WithLabelValues("denied", ReasonInvalidToken),
 		blocked:      v.WithLabelValues("denied", ReasonBlocked),
+
+		concurrencyLimited: v.WithLabelValues("denied", ReasonConcurrencyLimited),
 	}
 }
 
@@ -153,6 +163,8 @@ func (m *engineMetrics) observe(reason string, allowed bool, d time.Duration) {
 		m.byReason.invalidKey.Inc()
 	case reason == ReasonInvalidToken:
 		m.byReason.invalidToken.Inc()
+	case reason == ReasonConcurrencyLimited:
+		m.byReason.concurrencyLimited.Inc()
 	default:
 		m.byReason.blocked.Inc()
 	}

@@ -263,7 +263,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		for i := range req.Descriptors {
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(req.Descriptors[i].Entries)
-			e.record(tenantID, "", "", &a, req.Descriptors[i].Hits == 0, nowNS, start, 0)
+			e.record(tenantID, "", "", &a, a.IdentityID, req.Descriptors[i].Hits == 0, nowNS, start, 0)
 		}
 		return ans, nil
 	}
@@ -292,7 +292,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, tenantID string, req *RLSR
 		case limits[i] == nil:
 			a := Answer{Allowed: true, Reason: ReasonOK}
 			a.IdentityKind, a.IdentityID = rlsIdentity(d.Entries)
-			e.record(tenantID, "", "", &a, d.Hits == 0, nowNS, start, 0)
+			e.record(tenantID, "", "", &a, a.IdentityID, d.Hits == 0, nowNS, start, 0)
 			continue
 		}
 		l := limits[i]
@@ -352,7 +352,7 @@ func (c *descriptorCall) decide(ctx context.Context, d *RLSDescriptor, l *rlscon
 	if a.IdentityKind == KindIP {
 		if _, ok := tv.activeBlock(KindIP, a.IdentityID, time.Unix(0, nowNS)); ok {
 			a.Reason = ReasonBlocked
-			e.record(tv.id, pv.name, tier, &a, d.Hits == 0 && !d.Refund, nowNS, c.start, 0)
+			e.record(tv.id, pv.name, tier, &a, a.IdentityID, d.Hits == 0 && !d.Refund, nowNS, c.start, 0)
 			st.OverLimit = true
 			return true, nil
 		}
@@ -478,7 +478,7 @@ func (c *descriptorCall) answer(d *RLSDescriptor, l *rlsconf.Limit, pv *policyVi
 	// Shadow mode is the rule's; an override never is in it.
 	shadow := pv.shadow && l.Rule != nil
 	if !d.Refund {
-		e.record(tv.id, pv.name, tier, a, d.Hits == 0, nowNS, c.start, d.Hits)
+		e.record(tv.id, pv.name, tier, a, a.IdentityID, d.Hits == 0, nowNS, c.start, d.Hits)
 		if count && !allowed && d.Hits > 0 {
 			// Counted though denied: it is usage against the limit.
 			e.counters.addUnits(tv.id, pv.name, tier, a.IdentityKind, a.IdentityID, nowNS, d.Hits)

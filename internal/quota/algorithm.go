@@ -24,12 +24,20 @@ const (
 	// FixedWindow counts units in windows aligned at multiples of Period since
 	// the unix epoch, or in the windows of the limit's Calendar.
 	FixedWindow
+	// Concurrency holds at most Limit leases at once, whatever the cost of
+	// a request: a slot is taken only by Cache.AcquireBytesBound and given
+	// back by Cache.Release or when its lease expires (concurrency.go). It
+	// has no Period, Burst or Calendar.
+	Concurrency
 )
 
 // Bounds checked by Limit.Validate.
 const (
 	// MaxLogLimit bounds a sliding log's Limit, and so the memory of its bucket.
 	MaxLogLimit = 1000
+	// MaxConcurrency bounds a concurrency limit's Limit, and so the leases a
+	// bucket holds (two numbers each in its state).
+	MaxConcurrency = 1000
 	// MaxLimit bounds Limit and Burst so that counts and costs stay exact in a
 	// float64 and no arithmetic on them can overflow.
 	MaxLimit = 1 << 50
@@ -48,6 +56,7 @@ var algorithmNames = [...]string{
 	SlidingWindow: "sliding_window",
 	SlidingLog:    "sliding_log",
 	FixedWindow:   "fixed_window",
+	Concurrency:   "concurrency",
 }
 
 // String returns the API name of a ("token_bucket", …), or "algorithm(N)" for
@@ -60,17 +69,17 @@ func (a Algorithm) String() string {
 }
 
 // Valid reports whether a is one of the defined algorithms.
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= FixedWindow }
+func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= Concurrency }
 
 // ParseAlgorithm parses an API algorithm name, ignoring ASCII case. The error
 // is a *FieldError for field "algorithm".
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := TokenBucket; a <= FixedWindow; a++ {
+	for a := TokenBucket; a <= Concurrency; a++ {
 		if strings.EqualFold(s, algorithmNames[a]) {
 			return a, nil
 		}
 	}
-	return 0, &FieldError{Field: "algorithm", Message: "must be one of token_bucket, sliding_window, sliding_log, fixed_window (got " + strconv.Quote(s) + ")"}
+	return 0, &FieldError{Field: "algorithm", Message: "must be one of token_bucket, sliding_window, sliding_log, fixed_window, concurrency (got " + strconv.Quote(s) + ")"}
 }
 
 // MarshalText implements encoding.TextMarshaler with the API name.
@@ -138,9 +147,12 @@ func (l Limit) Capacity() int64 {
 // Validate checks l and returns a *FieldError naming the first bad field, or nil.
 func (l Limit) Validate() error {
 	fe := func(field, msg string) error { return &FieldError{Field: field, Message: msg} }
+	if l.Algorithm == Concurrency {
+		return l.validateConcurrency()
+	}
 	switch {
 	case !l.Algorithm.Valid():
-		return fe("algorithm", "must be one of token_bucket, sliding_window, sliding_log, fixed_window")
+		return fe("algorithm", "must be one of token_bucket, sliding_window, sliding_log, fixed_window, concurrency")
 	case l.Calendar != nil && l.Algorithm != FixedWindow:
 		return fe("calendar", "needs algorithm fixed_window")
 	case l.Calendar != nil && !l.Calendar.valid():
@@ -171,6 +183,9 @@ func (l *Limit) banned() bool {
 
 // usable is Validate without the error values, cheap enough for every decision.
 func (l *Limit) usable() bool {
+	if l.Algorithm == Concurrency {
+		return l.Limit >= 1 && l.Limit <= MaxConcurrency && l.Period == 0 && l.Burst == 0 && l.Calendar == nil
+	}
 	return l.Algorithm.Valid() && (l.Limit >= 1 || l.banned()) && l.Limit <= MaxLimit &&
 		(l.Algorithm != SlidingLog || l.Limit <= MaxLogLimit) &&
 		l.Period >= MinPeriod && l.Period <= MaxPeriod && l.Burst >= 0 && l.Burst <= MaxLimit &&
@@ -247,6 +262,8 @@ func (l *Limit) decide(s *State, now int64, cost int64, consume bool, o *Outcome
 		l.fixedWindow(s, now, cost, consume, o)
 	case SlidingWindow:
 		l.slidingWindow(s, now, cost, consume, o)
+	case Concurrency:
+		l.concurrency(s, now, o)
 	default:
 		l.slidingLog(s, now, cost, consume, o)
 	}
@@ -256,6 +273,13 @@ func (l *Limit) decide(s *State, now int64, cost int64, consume bool, o *Outcome
 // request's consumption: a request larger than the capacity is always denied,
 // and a denial describes the bucket unchanged.
 func (l *Limit) status(s *State, now int64) (remaining int64, reset time.Duration) {
+	if l.Algorithm == Concurrency {
+		live, _, last := leaseSpan(s.Log, now)
+		if live > 0 {
+			reset = time.Duration(last - now)
+		}
+		return max(l.Limit-live, 0), reset
+	}
 	o := l.Decide(s, now, l.Capacity()+1, false)
 	return o.Remaining, o.Reset
 }
@@ -372,6 +396,8 @@ func (l *Limit) FullAt(s *State) int64 {
 		case sanitizeCount(s.Prev) > 0:
 			return s.At + p
 		}
+	case Concurrency:
+		return leasesEnd(s.Log)
 	default:
 		if len(s.Log) > 0 {
 			return s.Log[len(s.Log)-1] + p

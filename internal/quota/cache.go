@@ -591,7 +591,7 @@ func isFree(tag uint64) bool { return tag == 0 || tag == tombstone }
 
 // layout tells how a bucket with limits is stored.
 func layout(limits []Limit) (ext, wide bool) {
-	ext = len(limits) > 1 || limits[0].Algorithm == SlidingLog
+	ext = len(limits) > 1 || limits[0].Algorithm == SlidingLog || limits[0].Algorithm == Concurrency
 	return ext, !ext && limits[0].Algorithm == SlidingWindow
 }
 
@@ -866,7 +866,7 @@ func (sh *shard) setStates(i int, limits []Limit, states []State) {
 	e.tag |= fExt
 	hasLog := false
 	for k := range limits {
-		hasLog = hasLog || limits[k].Algorithm == SlidingLog
+		hasLog = hasLog || limits[k].Algorithm == SlidingLog || limits[k].Algorithm == Concurrency
 	}
 	x := &extState{cells: make([]cell, len(limits))}
 	if hasLog {
@@ -879,6 +879,13 @@ func (sh *shard) setStates(i int, limits []Limit, states []State) {
 			log := st.Log
 			if lim := limits[k].Limit; int64(len(log)) > lim && lim > 0 {
 				log = log[int64(len(log))-lim:] // keep the newest
+			}
+			x.logs[k] = append([]int64(nil), log...)
+		}
+		if limits[k].Algorithm == Concurrency && len(st.Log) > 0 {
+			log := st.Log
+			if n := 2 * MaxConcurrency; len(log) > n {
+				log = log[len(log)-n:]
 			}
 			x.logs[k] = append([]int64(nil), log...)
 		}
@@ -978,6 +985,13 @@ func carry(from, to *Limit, s State, now int64) State {
 			return State{}
 		}
 		return State{Tokens: count, At: windowStart(max(now, w.start), int64(to.Period))}
+	case Concurrency:
+		// Every live lease keeps its slot: a lower limit admits again once
+		// enough of them are released or expire.
+		if log := liveLeases(s.Log, now); len(log) > 0 {
+			return State{Log: log}
+		}
+		return State{}
 	default:
 		if len(s.Log) == 0 {
 			return State{}

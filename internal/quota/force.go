@@ -29,6 +29,8 @@ func (l *Limit) Force(s *State, now int64, cost int64) {
 	case SlidingWindow:
 		w := l.swinOf(s, now)
 		s.Tokens, s.Prev, s.At = w.curr+c, w.prev, w.start
+	case Concurrency:
+		// Slots are held only at a bucket's owner, by their leases.
 	default:
 		cut := now - int64(l.Period)
 		log := s.Log[:0:0]

@@ -43,6 +43,8 @@ func (l *Limit) RefundSince(s *State, now, n, since int64) float64 {
 		given := min(c, w.curr)
 		s.Tokens, s.Prev, s.At = w.curr-given, w.prev, w.start
 		return given
+	case Concurrency:
+		return 0 // a slot comes back by its lease's release or expiry
 	default:
 		cut := now - int64(l.Period)
 		log := s.Log[:0:0]

@@ -17,6 +17,8 @@ func (l *Limit) Used(s *State, now int64) float64 {
 		return count
 	case SlidingWindow:
 		return l.swinOf(s, now).curr
+	case Concurrency:
+		return float64(l.InFlight(s, now))
 	default:
 		cut, n := now-int64(l.Period), 0
 		for _, t := range s.Log {

@@ -93,6 +93,9 @@ type TimeseriesPoint struct {
 	RateLimited int64     `json:"rate_limited"`
 	InvalidKey  int64     `json:"invalid_key"`
 	Blocked     int64     `json:"blocked"`
+	// ConcurrencyLimited counts the denials by a concurrency limit (0
+	// before migration 0027, and from servers older than it).
+	ConcurrencyLimited int64 `json:"concurrency_limited"`
 	// Units is what the step's decisions consumed (usage), settles'
 	// charges and refunds included.
 	Units int64 `json:"units"`
@@ -120,7 +123,8 @@ type TopQuery struct {
 	Identity       *tenants.Identity `json:"identity,omitempty"`
 	IdentityKind   string            `json:"identity_kind,omitempty"`
 	IncludeAllowed bool              `json:"include_allowed,omitempty"`
-	// Reason, when set ("rate_limited", "invalid_key" or "blocked"), ranks
+	// Reason, when set ("rate_limited", "invalid_key", "blocked" or
+	// "concurrency_limited"), ranks
 	// by that reason's denials and keeps only identities with some.
 	Reason string `json:"reason,omitempty"`
 }
@@ -159,9 +163,11 @@ type TopEntry struct {
 	RateLimited int64            `json:"rate_limited"`
 	InvalidKey  int64            `json:"invalid_key"`
 	Blocked     int64            `json:"blocked"`
-	DenialRatio float64          `json:"denial_ratio"`
-	FirstSeen   time.Time        `json:"first_seen"`
-	LastSeen    time.Time        `json:"last_seen"`
+	// ConcurrencyLimited counts the denials by a concurrency limit.
+	ConcurrencyLimited int64     `json:"concurrency_limited"`
+	DenialRatio        float64   `json:"denial_ratio"`
+	FirstSeen          time.Time `json:"first_seen"`
+	LastSeen           time.Time `json:"last_seen"`
 }
 
 // UsageQuery asks Analytics.Usage for the units a tenant's callers

@@ -262,6 +262,9 @@ func (p Policy) descriptorProblems() []error {
 			ls[0].Limit = 1
 		}
 		out = append(out, limitsProblems("tiers."+TierDefault, ls)...)
+		if ls.HasConcurrency() {
+			out = append(out, invalid("tiers."+TierDefault+".algorithm", "must not be concurrency for a descriptor policy: Envoy's rate limit service has no call that gives a slot back"))
+		}
 	}
 	return out
 }

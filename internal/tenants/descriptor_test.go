@@ -124,3 +124,14 @@ func TestDescriptorPolicyProblems(t *testing.T) {
 		})
 	}
 }
+
+// The Envoy door cannot give a slot back, so a descriptor policy refuses a
+// concurrency limit, naming the field.
+func TestDescriptorPolicyRefusesConcurrency(t *testing.T) {
+	p := descriptorPolicy(tenants.DescriptorEntry{Key: "remote_address"})
+	p.Tiers[tenants.TierDefault] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10}}
+	err := p.Validate()
+	if !strings.HasPrefix(errs.Message(err), "tiers.default.algorithm: must not be concurrency") {
+		t.Fatalf("Validate = %v, want a refusal naming tiers.default.algorithm", err)
+	}
+}

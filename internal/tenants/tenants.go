@@ -37,6 +37,9 @@ const (
 	SlidingWindow = "sliding_window"
 	SlidingLog    = "sliding_log"
 	FixedWindow   = "fixed_window"
+	// Concurrency counts requests in flight, not per period: a check takes
+	// a slot, held by its lease until released or expired.
+	Concurrency = "concurrency"
 )
 
 // MethodAny is the stored method of a policy that matches every method.

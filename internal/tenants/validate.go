@@ -25,6 +25,7 @@ const (
 	MaxLimitsPerTier  = 10
 	MaxTiers          = 64
 	MaxSlidingLog     = 1000 // sliding_log keeps one timestamp per request
+	MaxConcurrency    = 1000 // a concurrency limit keeps one lease per slot
 	MaxLimit          = 1_000_000_000_000
 	MinPeriod         = time.Millisecond
 	MaxPeriod         = 366 * 24 * time.Hour
@@ -50,7 +51,7 @@ var (
 
 var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
-var algorithms = []string{TokenBucket, SlidingWindow, SlidingLog, FixedWindow}
+var algorithms = []string{TokenBucket, SlidingWindow, SlidingLog, FixedWindow, Concurrency}
 
 func invalid(field, format string, args ...any) *errs.Error {
 	return errs.Errorf(errs.Invalid, "%s: %s", field, fmt.Sprintf(format, args...))
@@ -143,8 +144,13 @@ func (l LimitSpec) problems(prefix string) []error {
 		out = append(out, invalid(prefix+"limit", "must be at least 1"))
 	case l.Algorithm == SlidingLog && l.Limit > MaxSlidingLog:
 		out = append(out, invalid(prefix+"limit", "must be at most %d for sliding_log", MaxSlidingLog))
+	case l.Algorithm == Concurrency && l.Limit > MaxConcurrency:
+		out = append(out, invalid(prefix+"limit", "must be at most %d for concurrency", MaxConcurrency))
 	case l.Limit > MaxLimit:
 		out = append(out, invalid(prefix+"limit", "must be at most %d", int64(MaxLimit)))
+	}
+	if l.Algorithm == Concurrency {
+		return append(out, l.concurrencyProblems(prefix)...)
 	}
 	switch {
 	case l.Calendar != "":
@@ -179,6 +185,33 @@ func (l LimitSpec) problems(prefix string) []error {
 		out = append(out, invalid(prefix+"burst", "must be at most %d", int64(MaxLimit)))
 	}
 	return out
+}
+
+// concurrencyProblems are a concurrency limit's problems beyond its name,
+// algorithm and limit: it counts requests in flight, so it takes no
+// period, calendar or burst.
+func (l LimitSpec) concurrencyProblems(prefix string) []error {
+	var out []error
+	if l.Period != "" {
+		out = append(out, invalid(prefix+"period", "must be empty for algorithm concurrency: a slot is held until its lease is released or expires"))
+	}
+	if l.Calendar != "" {
+		out = append(out, invalid(prefix+"calendar", "must be empty for algorithm concurrency"))
+	}
+	if l.Burst != 0 {
+		out = append(out, invalid(prefix+"burst", "only token_bucket takes a burst"))
+	}
+	return out
+}
+
+// HasConcurrency reports whether ls holds a concurrency limit.
+func (ls Limits) HasConcurrency() bool {
+	for _, l := range ls {
+		if l.Algorithm == Concurrency {
+			return true
+		}
+	}
+	return false
 }
 
 // first is the first of problems, or nil.
@@ -284,6 +317,9 @@ func (p Policy) Problems() []error {
 	if p.Consistency != ConsistencyExact && p.Consistency != ConsistencyLocal {
 		add(invalid("consistency", "must be exact or local"))
 	}
+	if p.Consistency == ConsistencyLocal && p.hasConcurrency() {
+		add(invalid("consistency", "must be exact for a policy with a concurrency limit: one owner holds a bucket's slots"))
+	}
 	if p.UnlistedTiers != UnlistedAllow && p.UnlistedTiers != UnlistedDeny {
 		add(invalid("unlisted_tiers", "must be allow or deny"))
 	}
@@ -301,6 +337,16 @@ func (p Policy) Problems() []error {
 		out = append(out, limitsProblems("tiers."+name, p.Tiers[name])...)
 	}
 	return out
+}
+
+// hasConcurrency reports whether a tier of p holds a concurrency limit.
+func (p Policy) hasConcurrency() bool {
+	for _, ls := range p.Tiers {
+		if ls.HasConcurrency() {
+			return true
+		}
+	}
+	return false
 }
 
 // queryProblem is the first problem of a policy's query parameters.

@@ -63,7 +63,7 @@ func TestPolicyValidate(t *testing.T) {
 		{"bad period", func(p *tenants.Policy) { p.Tiers["pro"][1].Period = "soon" }, `tiers.pro[1].period: must be a duration such as "60s" or "1m"`},
 		{"no algorithm", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Algorithm = "" }, "tiers.anonymous.algorithm: required"},
 		{"bad algorithm", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Algorithm = "leaky_bucket" },
-			"tiers.anonymous.algorithm: must be one of token_bucket, sliding_window, sliding_log, fixed_window"},
+			"tiers.anonymous.algorithm: must be one of token_bucket, sliding_window, sliding_log, fixed_window, concurrency"},
 		{"zero limit", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Limit = 0 }, "tiers.anonymous.limit: must be at least 1"},
 		{"huge limit", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Limit = 1 << 62 }, "tiers.anonymous.limit: must be at most 1000000000000"},
 		{"sliding log over 1000", func(p *tenants.Policy) {
@@ -72,6 +72,25 @@ func TestPolicyValidate(t *testing.T) {
 		{"sliding log at 1000", func(p *tenants.Policy) {
 			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.SlidingLog, Limit: 1000, Period: "1m"}}
 		}, ""},
+		{"concurrency", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10}}
+		}, ""},
+		{"concurrency beside a rate limit", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Name: "rate", Algorithm: tenants.TokenBucket, Limit: 10, Period: "1s"}, {Name: "slots", Algorithm: tenants.Concurrency, Limit: 1000}}
+		}, ""},
+		{"concurrency with a period", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10, Period: "1m"}}
+		}, "tiers.anonymous.period: must be empty for algorithm concurrency: a slot is held until its lease is released or expires"},
+		{"concurrency with a calendar", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10, Calendar: "day"}}
+		}, "tiers.anonymous.calendar: must be empty for algorithm concurrency"},
+		{"concurrency over 1000", func(p *tenants.Policy) {
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 1001}}
+		}, "tiers.anonymous.limit: must be at most 1000 for concurrency"},
+		{"concurrency in a local policy", func(p *tenants.Policy) {
+			p.Consistency = tenants.ConsistencyLocal
+			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10}}
+		}, "consistency: must be exact for a policy with a concurrency limit: one owner holds a bucket's slots"},
 		{"no period", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "" }, "tiers.anonymous.period: required (or calendar: day, week, month or year)"},
 		{"calendar month", func(p *tenants.Policy) {
 			p.Tiers["anonymous"] = tenants.Limits{{Algorithm: tenants.FixedWindow, Limit: 10000, Calendar: "month"}}

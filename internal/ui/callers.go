@@ -179,9 +179,11 @@ func (h *callerHandler) caller(c echo.Context, who engine.Caller, policy string)
 			row.RetryAfter = views.FormatWait(p.RetryAfter)
 		}
 		for _, l := range p.Limits {
-			row.Limits = append(row.Limits, views.CallerLimitRow{
-				Name: l.Name, Limit: l.Limit, Period: views.FormatPeriod(l.Period), Remaining: l.Remaining, FullIn: views.FormatWait(l.Reset),
-			})
+			lr := views.CallerLimitRow{Name: l.Name, Limit: l.Limit, Remaining: l.Remaining, FullIn: views.FormatWait(l.Reset)}
+			if l.Period > 0 { // a concurrency limit has none: its limit is "at once"
+				lr.Period = views.FormatPeriod(l.Period)
+			}
+			row.Limits = append(row.Limits, lr)
 		}
 		cv.Policies = append(cv.Policies, row)
 		names = append(names, p.Policy)

@@ -62,7 +62,7 @@ func offenders(entries []service.TopEntry, names map[string]string, drill bool) 
 }
 
 // denialReasons are the reasons a check is denied for, as analytics count them.
-var denialReasons = []string{"rate_limited", "invalid_key", "blocked"}
+var denialReasons = []string{"rate_limited", "invalid_key", "blocked", "concurrency_limited"}
 
 // reasonOffenders ranks (identity, reason) pairs by that reason's denials:
 // the top q.Limit identities of each reason, merged and cut to q.Limit. An
@@ -78,7 +78,7 @@ func reasonOffenders(ctx context.Context, q service.Analytics, tq service.TopQue
 		}
 		for i, o := range offenders(entries, nil, false) {
 			e := entries[i]
-			n := map[string]int64{"rate_limited": e.RateLimited, "invalid_key": e.InvalidKey, "blocked": e.Blocked}[reason]
+			n := map[string]int64{"rate_limited": e.RateLimited, "invalid_key": e.InvalidKey, "blocked": e.Blocked, "concurrency_limited": e.ConcurrencyLimited}[reason]
 			out = append(out, views.ReasonOffender{Offender: o, Reason: reason, Count: n, Checks: e.Allowed + e.Denied})
 		}
 	}

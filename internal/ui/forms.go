@@ -172,7 +172,7 @@ func calendarInput(field string) string {
 // calendarWords are what the period input takes for a calendar limit.
 var calendarWords = []string{tenants.CalendarDay, tenants.CalendarWeek, tenants.CalendarMonth, tenants.CalendarYear}
 
-var algorithms = []string{tenants.TokenBucket, tenants.SlidingWindow, tenants.SlidingLog, tenants.FixedWindow}
+var algorithms = []string{tenants.TokenBucket, tenants.SlidingWindow, tenants.SlidingLog, tenants.FixedWindow, tenants.Concurrency}
 
 var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 

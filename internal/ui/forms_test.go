@@ -178,3 +178,33 @@ func TestWindowAndSteps(t *testing.T) {
 		t.Error("an unlisted step was accepted")
 	}
 }
+
+// The form takes a concurrency limit, with no period, beside a rate
+// limit; a period on it is refused on its input.
+func TestPolicyFormConcurrency(t *testing.T) {
+	form := url.Values{
+		"name": {"export"}, "path": {"/export"}, "tiers": {"1"},
+		"tier.0.name": {"anonymous"}, "tier.0.limits": {"2"},
+		"tier.0.limit.0.name": {"rate"}, "tier.0.limit.0.algorithm": {"token_bucket"}, "tier.0.limit.0.limit": {"10"}, "tier.0.limit.0.period": {"1s"},
+		"tier.0.limit.1.name": {"slots"}, "tier.0.limit.1.algorithm": {"concurrency"}, "tier.0.limit.1.limit": {"3"},
+	}
+	f := readPolicyForm(form)
+	if f.Tiers[0].Limits[1].Algorithm != "concurrency" {
+		t.Fatalf("algorithm read as %q", f.Tiers[0].Limits[1].Algorithm)
+	}
+	p, groups, fe := policyOfForm(f)
+	if policyProblems(p, groups, fe); len(fe) > 0 {
+		t.Fatalf("errors: %v", fe)
+	}
+	if c := p.Tiers["anonymous"][1]; c.Algorithm != "concurrency" || c.Limit != 3 || c.Period != "" {
+		t.Fatalf("concurrency limit %+v", c)
+	}
+	if got := describeLimits(p.Tiers["anonymous"]); got != "rate: 10 per 1s; slots: 3 at once, concurrency" {
+		t.Fatalf("described as %q", got)
+	}
+	f.Tiers[0].Limits[1].Period = "1m"
+	p, groups, fe = policyOfForm(f)
+	if policyProblems(p, groups, fe); fe["tier.0.limit.1.period"] == "" {
+		t.Fatalf("a concurrency limit with a period: %v", fe)
+	}
+}

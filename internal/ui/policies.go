@@ -82,6 +82,9 @@ func describeLimits(ls tenants.Limits) string {
 	parts := make([]string, 0, len(ls))
 	for _, l := range ls {
 		s := fmt.Sprintf("%s per %s", views.FormatCount(l.Limit), l.Period)
+		if l.Algorithm == tenants.Concurrency {
+			s = fmt.Sprintf("%s at once", views.FormatCount(l.Limit))
+		}
 		if l.Calendar != "" {
 			s = fmt.Sprintf("%s per calendar %s", views.FormatCount(l.Limit), l.Calendar)
 		}

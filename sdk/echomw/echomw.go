@@ -14,6 +14,8 @@ import (
 // denied request is answered with the problem body sdk.WriteProblem
 // writes, and the handler is not called. Echo's own IP extraction is not
 // used: the client's trusted-proxy settings decide the caller's address.
+// A request admitted under a concurrency limit releases its slot when the
+// handler returns, fails or panics.
 func New(client *sdk.Client) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -23,6 +25,11 @@ func New(client *sdk.Client) echo.MiddlewareFunc {
 			if !d.Allowed {
 				sdk.WriteProblem(w, d)
 				return nil
+			}
+			if d.Lease != "" {
+				// The slot of a concurrency limit is given back when the
+				// handler returns, with an error or not, or panics.
+				defer client.ReleaseAfter(c.Request().Context(), d)
 			}
 			return next(c)
 		}

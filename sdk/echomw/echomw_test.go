@@ -90,3 +90,42 @@ func TestEchoMiddlewareFailClosed(t *testing.T) {
 		t.Errorf("status %d, want 503", w.Code)
 	}
 }
+
+// The slot of a concurrency limit is released when the handler returns an
+// error and when it panics (the panic goes on to Echo's recovery).
+func TestEchoMiddlewareReleases(t *testing.T) {
+	var released []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/release" {
+			var b struct{ Lease string }
+			json.NewDecoder(r.Body).Decode(&b)
+			released = append(released, b.Lease)
+			w.Write([]byte(`{"lease":"` + b.Lease + `","released":true,"status":"released","lease_expires_at":"2026-11-23T12:01:00Z"}`))
+			return
+		}
+		w.Write([]byte(`{"allowed":true,"reason":"ok","policy":"export","tier":"anonymous","identity":{"kind":"ip","id":"192.0.2.1"},"limit":1,"remaining":0,"reset_ms":0,"retry_after_ms":0,"lease":"lse_x","lease_expires_at":"2026-11-23T12:01:00Z"}`))
+	}))
+	t.Cleanup(ts.Close)
+	client := sdk.New(ts.URL, "sk_test", sdk.WithLogger(slog.New(slog.DiscardHandler)))
+	e := echo.New()
+	e.Use(echomw.New(client))
+	e.GET("/fails", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "no") })
+	e.GET("/panics", func(c echo.Context) error { panic("boom") })
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest("GET", "/fails", nil))
+	if rec.Code != http.StatusTeapot || len(released) != 1 {
+		t.Fatalf("a failing handler: %d, released %v", rec.Code, released)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("the panic did not go on: %v", p)
+			}
+		}()
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/panics", nil))
+	}()
+	if len(released) != 2 || released[1] != "lse_x" {
+		t.Fatalf("a panicking handler: released %v", released)
+	}
+}

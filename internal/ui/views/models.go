@@ -457,6 +457,8 @@ func ReasonLabel(r string) string {
 		return "Invalid key"
 	case "blocked":
 		return "Blocked"
+	case "concurrency_limited":
+		return "Concurrency limited"
 	}
 	return r
 }

@@ -1347,7 +1347,7 @@ func limitRow(errs map[string]string, algorithms []string, prefix string, l Limi
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = TextField(Field{Name: prefix + ".period", Label: "Per period", Value: l.Period, Pattern: periodPattern, Title: "a duration such as 60s, 1m, 1h or 1d, or a calendar period (day, week, month, year) for a fixed_window quota that resets on the calendar", Error: errOf(errs, prefix+".period"), Placeholder: "60s, 1h, 1d, month", Class: "w-period"}).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = TextField(Field{Name: prefix + ".period", Label: "Per period", Value: l.Period, Pattern: periodPattern, Title: "a duration such as 60s, 1m, 1h or 1d, or a calendar period (day, week, month, year) for a fixed_window quota that resets on the calendar; empty for concurrency", Error: errOf(errs, prefix+".period"), Placeholder: "60s, 1h, 1d, month", Class: "w-period"}).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1415,6 +1415,7 @@ func algorithmOptions(algorithms []string, selected string) []Choice {
 		"sliding_window": "Sliding window",
 		"sliding_log":    "Sliding log (exact, ≤ 1000)",
 		"fixed_window":   "Fixed window",
+		"concurrency":    "Concurrency (at once, no period)",
 	}
 	out := make([]Choice, 0, len(algorithms))
 	for _, a := range algorithms {
@@ -1494,7 +1495,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 				var templ_7745c5c3_Var68 string
 				templ_7745c5c3_Var68, templ_7745c5c3_Err = templ.JoinStringErrs(formError)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 354, Col: 18}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 355, Col: 18}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var68))
 				if templ_7745c5c3_Err != nil {
@@ -1518,7 +1519,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var69 templ.SafeURL
 					templ_7745c5c3_Var69, templ_7745c5c3_Err = templ.JoinURLErrs(templ.URL("#" + fieldID(k)))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 47}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 47}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var69))
 					if templ_7745c5c3_Err != nil {
@@ -1531,7 +1532,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var70 string
 					templ_7745c5c3_Var70, templ_7745c5c3_Err = templ.JoinStringErrs(problemLabel(label, k))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 74}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 74}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var70))
 					if templ_7745c5c3_Err != nil {
@@ -1544,7 +1545,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var71 string
 					templ_7745c5c3_Var71, templ_7745c5c3_Err = templ.JoinStringErrs(errs[k])
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 359, Col: 87}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 87}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var71))
 					if templ_7745c5c3_Err != nil {

@@ -477,6 +477,12 @@ func TestAnalyticsAndAbuse(t *testing.T) {
 	if got := text(rows[1]); !strings.Contains(got, "Invalid key") || !strings.Contains(got, "1 of 1 checks") || !strings.Contains(got, "old app") {
 		t.Errorf("invalid key row %q", got)
 	}
+	// A caller denied by a concurrency limit is listed under that reason.
+	slots := []ReasonOffender{{Offender: Offender{Kind: "ip", ID: "192.0.2.9", Denied: 4}, Reason: "concurrency_limited", Count: 4, Checks: 14}}
+	d = renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute), Offenders: slots}))
+	if got := text(d.one("offender-reason")); got != "Concurrency limited" {
+		t.Errorf("concurrency reason %q", got)
+	}
 	d = renderDOM(t, Analytics(owner, AnalyticsView{Chart: NewChart("c", nil, time.Minute)}))
 	d.one("offenders-empty")
 

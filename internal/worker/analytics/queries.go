@@ -73,11 +73,11 @@ func Timeseries(ctx context.Context, db *sql.DB, q service.TimeseriesQuery) (ser
 		filter += ` AND identity_kind = ? AND identity_id = ?`
 		fargs = append(fargs, q.Identity.Kind, q.Identity.ID)
 	}
-	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied), SUM(rate_limited), SUM(invalid_key), SUM(blocked), SUM(units) FROM (
-			SELECT minute AS start, allowed, denied, rate_limited, invalid_key, blocked, units FROM counters
+	query := `SELECT (start - ?) / ?, SUM(allowed), SUM(denied), SUM(rate_limited), SUM(invalid_key), SUM(blocked), SUM(concurrency_limited), SUM(units) FROM (
+			SELECT minute AS start, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counters
 			WHERE tenant_id = ? AND minute >= ? AND minute < ?` + filter + `
 			UNION ALL
-			SELECT start, allowed, denied, rate_limited, invalid_key, blocked, units FROM counter_rollups
+			SELECT start, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counter_rollups
 			WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?` + filter + `
 		) GROUP BY 1`
 	args := []any{fromMin, stepMin, q.TenantID, fromMin, toMin}
@@ -94,13 +94,13 @@ func Timeseries(ctx context.Context, db *sql.DB, q service.TimeseriesQuery) (ser
 		points[i].Start = time.Unix((fromMin+int64(i)*stepMin)*60, 0).UTC()
 	}
 	for rows.Next() {
-		var idx, a, d, rl, ik, bl, u int64
-		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl, &u); err != nil {
+		var idx, a, d, rl, ik, bl, cl, u int64
+		if err := rows.Scan(&idx, &a, &d, &rl, &ik, &bl, &cl, &u); err != nil {
 			return service.Timeseries{}, err
 		}
 		if idx >= 0 && idx < n {
 			p := &points[idx]
-			p.Allowed, p.Denied, p.RateLimited, p.InvalidKey, p.Blocked, p.Units = a, d, rl, ik, bl, u
+			p.Allowed, p.Denied, p.RateLimited, p.InvalidKey, p.Blocked, p.ConcurrencyLimited, p.Units = a, d, rl, ik, bl, cl, u
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -122,11 +122,11 @@ func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntr
 	rank := "c.denied"
 	switch q.Reason {
 	case "":
-	case "rate_limited", "invalid_key", "blocked":
+	case "rate_limited", "invalid_key", "blocked", "concurrency_limited":
 		// A column name from this fixed list, never the caller's text.
 		rank = "c." + q.Reason
 	default:
-		return nil, errs.Errorf(errs.Invalid, "reason: must be rate_limited, invalid_key or blocked")
+		return nil, errs.Errorf(errs.Invalid, "reason: must be rate_limited, invalid_key, blocked or concurrency_limited")
 	}
 	fromMin, toMin := rangeMinutes(q.From, q.To)
 	// The "others" cells are no identity: they count in totals only.
@@ -148,12 +148,12 @@ func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntr
 		fargs = append(fargs, q.IdentityKind)
 	}
 	query := `SELECT c.tenant_id, COALESCE(t.name, ''), c.identity_kind, c.identity_id,
-			SUM(c.allowed), SUM(c.denied), SUM(c.rate_limited), SUM(c.invalid_key), SUM(c.blocked), MIN(c.first), MAX(c.last)
+			SUM(c.allowed), SUM(c.denied), SUM(c.rate_limited), SUM(c.invalid_key), SUM(c.blocked), SUM(c.concurrency_limited), MIN(c.first), MAX(c.last)
 		FROM (
-			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, minute AS first, minute AS last
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, minute AS first, minute AS last
 			FROM counters WHERE minute >= ? AND minute < ?` + filter + `
 			UNION ALL
-			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, first_minute, last_minute
+			SELECT tenant_id, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, first_minute, last_minute
 			FROM counter_rollups WHERE start >= ? AND start < ?` + filter + `
 		) c LEFT JOIN tenants t ON t.id = c.tenant_id
 		GROUP BY c.tenant_id, c.identity_kind, c.identity_id`
@@ -181,7 +181,7 @@ func Top(ctx context.Context, db *sql.DB, q service.TopQuery) ([]service.TopEntr
 	for rows.Next() {
 		var e service.TopEntry
 		var first, last int64
-		if err := rows.Scan(&e.TenantID, &e.TenantName, &e.Identity.Kind, &e.Identity.ID, &e.Allowed, &e.Denied, &e.RateLimited, &e.InvalidKey, &e.Blocked, &first, &last); err != nil {
+		if err := rows.Scan(&e.TenantID, &e.TenantName, &e.Identity.Kind, &e.Identity.ID, &e.Allowed, &e.Denied, &e.RateLimited, &e.InvalidKey, &e.Blocked, &e.ConcurrencyLimited, &first, &last); err != nil {
 			return nil, err
 		}
 		if total := e.Allowed + e.Denied; total > 0 {

@@ -203,9 +203,10 @@ type cellKey struct{ policy, tier, kind, id string }
 // cellVal is one counter row's counts and the minutes its identity was
 // first and last counted in. denied is every denial; rl, ik and bl split it
 // by reason (rate_limited, invalid_key, blocked), except for denials
-// counted before reasons were (migration 0006). units is what the
+// counted before reasons were (migration 0006); cl counts the
+// concurrency_limited ones (0 before migration 0027). units is what the
 // decisions consumed (usage), 0 before migration 0024.
-type cellVal struct{ allowed, denied, first, last, rl, ik, bl, units int64 }
+type cellVal struct{ allowed, denied, first, last, rl, ik, bl, cl, units int64 }
 
 // cells is one tenant's period: a minute, an hour or a day.
 type cells map[cellKey]*cellVal
@@ -221,6 +222,7 @@ func (c cells) add(k cellKey, v cellVal) {
 	cur.rl += v.rl
 	cur.ik += v.ik
 	cur.bl += v.bl
+	cur.cl += v.cl
 	cur.units += v.units
 	cur.first = min(cur.first, v.first)
 	cur.last = max(cur.last, v.last)
@@ -326,17 +328,17 @@ func ApplyCounters(tx *sql.Tx, batches []*bus.CounterBatch, topK int) (int, erro
 				groups[tm] = g
 				order = append(order, tm)
 			}
-			g.add(cellKey{r.Policy, r.Tier, r.IdentityKind, r.IdentityID}, cellVal{allowed: r.Allowed, denied: r.Denied, first: r.Minute, last: r.Minute, rl: r.RateLimited, ik: r.InvalidKey, bl: r.Blocked, units: r.Units})
+			g.add(cellKey{r.Policy, r.Tier, r.IdentityKind, r.IdentityID}, cellVal{allowed: r.Allowed, denied: r.Denied, first: r.Minute, last: r.Minute, rl: r.RateLimited, ik: r.InvalidKey, bl: r.Blocked, cl: r.ConcurrencyLimited, units: r.Units})
 		}
 	}
 	if len(order) == 0 {
 		return 0, nil
 	}
-	m := sqlitedb.NewMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, units) VALUES`, 12,
+	m := sqlitedb.NewMultiRow(tx, `INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, units) VALUES`, 13,
 		`ON CONFLICT (tenant_id, minute, policy, tier, identity_kind, identity_id)
 		DO UPDATE SET allowed = allowed + excluded.allowed, denied = denied + excluded.denied,
 			rate_limited = rate_limited + excluded.rate_limited, invalid_key = invalid_key + excluded.invalid_key, blocked = blocked + excluded.blocked,
-			units = units + excluded.units`)
+			concurrency_limited = concurrency_limited + excluded.concurrency_limited, units = units + excluded.units`)
 	written := 0
 	for _, tm := range order {
 		in := groups[tm]
@@ -359,7 +361,7 @@ func ApplyCounters(tx *sql.Tx, batches []*bus.CounterBatch, topK int) (int, erro
 			}
 		}
 		for k, v := range in {
-			if err := m.Add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl, v.units); err != nil {
+			if err := m.Add(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl, v.cl, v.units); err != nil {
 				return 0, err
 			}
 		}
@@ -373,7 +375,7 @@ func ApplyCounters(tx *sql.Tx, batches []*bus.CounterBatch, topK int) (int, erro
 }
 
 func loadMinute(tx *sql.Tx, tm tenantMinute) (cells, error) {
-	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, units FROM counters
+	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counters
 		WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute)
 	if err != nil {
 		return nil, err
@@ -383,7 +385,7 @@ func loadMinute(tx *sql.Tx, tm tenantMinute) (cells, error) {
 	for rows.Next() {
 		var k cellKey
 		v := cellVal{first: tm.minute, last: tm.minute}
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.rl, &v.ik, &v.bl, &v.units); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.rl, &v.ik, &v.bl, &v.cl, &v.units); err != nil {
 			return nil, err
 		}
 		out.add(k, v)
@@ -562,14 +564,14 @@ func (m *Maintainer) foldMinute(ctx context.Context, tm tenantMinute) (changed b
 		if _, err := tx.Exec(`DELETE FROM counters WHERE tenant_id = ? AND minute = ?`, tm.tenant, tm.minute); err != nil {
 			return err
 		}
-		st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, units)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		st, err := tx.Prepare(`INSERT INTO counters (tenant_id, minute, policy, tier, identity_kind, identity_id, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited, units)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
 		for k, v := range out {
-			if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl, v.units); err != nil {
+			if _, err := st.Exec(tm.tenant, tm.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.rl, v.ik, v.bl, v.cl, v.units); err != nil {
 				return err
 			}
 		}
@@ -645,10 +647,10 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	}
 	var rows *sql.Rows
 	if from == 1 {
-		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, minute, minute, rate_limited, invalid_key, blocked, units FROM counters
+		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, minute, minute, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counters
 			WHERE tenant_id = ? AND minute >= ? AND minute < ?`, p.tenant, p.minute, p.minute+to)
 	} else {
-		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, units FROM counter_rollups
+		rows, err = tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counter_rollups
 			WHERE tenant_id = ? AND res = ? AND start >= ? AND start < ?`, p.tenant, from, p.minute, p.minute+to)
 	}
 	if err != nil {
@@ -658,7 +660,7 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	for rows.Next() {
 		var k cellKey
 		var v cellVal
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl, &v.units); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl, &v.cl, &v.units); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -681,14 +683,14 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 	if _, err := tx.Exec(`DELETE FROM counter_rollups WHERE tenant_id = ? AND res = ? AND start = ?`, p.tenant, to, p.minute); err != nil {
 		return 0, err
 	}
-	ins, err := tx.Prepare(`INSERT INTO counter_rollups (tenant_id, res, start, policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, units)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	ins, err := tx.Prepare(`INSERT INTO counter_rollups (tenant_id, res, start, policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, concurrency_limited, units)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return 0, err
 	}
 	defer ins.Close()
 	for k, v := range c {
-		if _, err := ins.Exec(p.tenant, to, p.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.first, v.last, v.rl, v.ik, v.bl, v.units); err != nil {
+		if _, err := ins.Exec(p.tenant, to, p.minute, k.policy, k.tier, k.kind, k.id, v.allowed, v.denied, v.first, v.last, v.rl, v.ik, v.bl, v.cl, v.units); err != nil {
 			return 0, err
 		}
 	}
@@ -696,7 +698,7 @@ func rollUpPeriodTx(tx *sql.Tx, from, to int64, p tenantMinute, topK int) (int64
 }
 
 func loadRollup(tx *sql.Tx, tenant string, res, start int64) (cells, error) {
-	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, units FROM counter_rollups
+	rows, err := tx.Query(`SELECT policy, tier, identity_kind, identity_id, allowed, denied, first_minute, last_minute, rate_limited, invalid_key, blocked, concurrency_limited, units FROM counter_rollups
 		WHERE tenant_id = ? AND res = ? AND start = ?`, tenant, res, start)
 	if err != nil {
 		return nil, err
@@ -706,7 +708,7 @@ func loadRollup(tx *sql.Tx, tenant string, res, start int64) (cells, error) {
 	for rows.Next() {
 		var k cellKey
 		var v cellVal
-		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl, &v.units); err != nil {
+		if err := rows.Scan(&k.policy, &k.tier, &k.kind, &k.id, &v.allowed, &v.denied, &v.first, &v.last, &v.rl, &v.ik, &v.bl, &v.cl, &v.units); err != nil {
 			return nil, err
 		}
 		out.add(k, v)
