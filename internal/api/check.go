@@ -358,6 +358,12 @@ func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 	b = appendString(b, a.IdentityKind)
 	b = append(b, `,"id":`...)
 	b = appendString(b, a.IdentityID)
+	if a.CustomerID != "" {
+		b = append(b, `},"customer":{"id":`...)
+		b = appendString(b, a.CustomerID)
+		b = append(b, `,"external_id":`...)
+		b = appendString(b, a.CustomerExternalID)
+	}
 	b = append(b, `},"limit":`...)
 	b = strconv.AppendInt(b, a.Limit, 10)
 	b = append(b, `,"remaining":`...)

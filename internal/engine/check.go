@@ -74,11 +74,15 @@ type Answer struct {
 	Tier         string
 	IdentityKind string
 	IdentityID   string
-	Limit        int64
-	Remaining    int64
-	Reset        time.Duration
-	RetryAfter   time.Duration // quota.Never when no wait helps
-	ShadowDenied bool
+	// CustomerID and CustomerExternalID name the caller's customer (a key
+	// attached to one); both "" when it has none.
+	CustomerID         string
+	CustomerExternalID string
+	Limit              int64
+	Remaining          int64
+	Reset              time.Duration
+	RetryAfter         time.Duration // quota.Never when no wait helps
+	ShadowDenied       bool
 	// Limits lists every limit of the decided tier (empty when none applied).
 	Limits []LimitStatus
 	// Hold is where the cost was taken, for a request with Hold that
@@ -257,6 +261,9 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 		return key, counted, nil
 	}
 	a.IdentityID = key.id
+	if key.customerID != "" {
+		tv.nameCustomer(key, a)
+	}
 	return key, "", nil
 }
 

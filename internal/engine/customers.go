@@ -1,0 +1,30 @@
+package engine
+
+import "github.com/sluicehq/sluice/internal/tenants"
+
+// customerView is what a server keeps of a tenant's customer: what a
+// check's answer names. The view holds them by id (tenantView.customers),
+// and a key names its customer by id (keyView.customerID), so a change of
+// a customer touches no key.
+type customerView struct {
+	id, externalID string
+}
+
+// setCustomer replaces (c set) or removes (c nil) the customer id in tv,
+// a copy no reader has seen: it copies one shard of the tenant's
+// customers.
+func (tv *tenantView) setCustomer(id string, c *tenants.Customer) {
+	if c == nil {
+		tv.customers = tv.customers.without(id)
+		return
+	}
+	tv.customers = tv.customers.set(id, &customerView{id: c.ID, externalID: c.ExternalID})
+}
+
+// nameCustomer fills a's customer with key's, when it has one the view
+// knows.
+func (tv *tenantView) nameCustomer(key *keyView, a *Answer) {
+	if cv, ok := tv.customers.get(key.customerID); ok {
+		a.CustomerID, a.CustomerExternalID = cv.id, cv.externalID
+	}
+}

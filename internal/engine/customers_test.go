@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/tenants"
+)
+
+// A key's check names its customer, from the snapshot and from changes:
+// a customer's new external id, a key that leaves, a deleted customer. A
+// key of another tenant's customer id (which the store never writes)
+// names nothing.
+func TestCheckNamesCustomer(t *testing.T) {
+	snap, _ := snapshot(t)
+	plain, prefix, hash, _ := tenants.GenerateKey("ck_")
+	other, otherPrefix, otherHash, _ := tenants.GenerateKey("ck_")
+	snap.Customers = []tenants.Customer{
+		{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_42", Tier: "pro"},
+		{ID: "cus_b", TenantID: "ten_b", ExternalID: "org_b", Tier: "pro"},
+	}
+	key := tenants.ConsumerKey{ID: "ckey_1", TenantID: "ten_a", Tier: "pro", Prefix: prefix, Hash: hash, CustomerID: "cus_1"}
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{{ConsumerKey: key},
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_2", TenantID: "ten_a", Tier: "pro", Prefix: otherPrefix, Hash: otherHash, CustomerID: "cus_b"}}}
+	e := newTestEngine(t, snap)
+	check := func(k string) Answer {
+		t.Helper()
+		a, err := e.Check(t.Context(), "ten_a", &CheckRequest{APIKey: k, Path: "/api/example?mode=heavy", Peek: true}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	apply := func(c tenants.Change) {
+		t.Helper()
+		v, err := e.view.Load().apply(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.view.Store(v)
+	}
+	if a := check(plain); a.CustomerID != "cus_1" || a.CustomerExternalID != "org_42" {
+		t.Fatalf("from the snapshot: %+v", a)
+	}
+	if a := check(other); a.CustomerID != "" {
+		t.Fatalf("a key naming another tenant's customer: %+v", a)
+	}
+	apply(tenants.Change{Version: 2, Kind: tenants.ChangeCustomer, TenantID: "ten_a", Customer: &tenants.Customer{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_43", Tier: "pro"}})
+	if a := check(plain); a.CustomerExternalID != "org_43" {
+		t.Fatalf("after the external id changed: %+v", a)
+	}
+	key.CustomerID = ""
+	apply(tenants.Change{Version: 3, Kind: tenants.ChangeConsumerKey, TenantID: "ten_a", ConsumerKey: &tenants.ConsumerKeyRecord{ConsumerKey: key}})
+	if a := check(plain); a.CustomerID != "" {
+		t.Fatalf("a detached key: %+v", a)
+	}
+	key.CustomerID = "cus_1"
+	apply(tenants.Change{Version: 4, Kind: tenants.ChangeConsumerKey, TenantID: "ten_a", ConsumerKey: &tenants.ConsumerKeyRecord{ConsumerKey: key}})
+	apply(tenants.Change{Version: 5, Kind: tenants.ChangeCustomerDeleted, TenantID: "ten_a", ID: "cus_1"})
+	if a := check(plain); a.CustomerID != "" || !a.Allowed {
+		t.Fatalf("after the customer is gone: %+v", a)
+	}
+}
