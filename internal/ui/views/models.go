@@ -61,6 +61,7 @@ const (
 	NavUsage     = "usage"
 	NavWebhooks  = "webhooks"
 	NavIssuers   = "jwt-issuers"
+	NavCustomers = "customers"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -808,4 +809,45 @@ type JWTIssuerRow struct {
 // JWTIssuerForm is the issuer form as submitted; lists are comma-separated.
 type JWTIssuerForm struct {
 	Issuer, Audiences, JWKSURL, Algorithms, Subject, Tier string
+}
+
+// CustomersView is one page of a tenant's customers, the search that
+// kept them, and the form adding one.
+type CustomersView struct {
+	Rows     []CustomerRow
+	Search   string
+	Offset   int // where Rows start among the matched customers
+	Matched  int
+	Total    int
+	PrevHref string // "" on the first page
+	NextHref string // "" on the last page
+	Form     CustomerForm
+	Error    string
+}
+
+// CustomerRow is one customer as lists show it.
+type CustomerRow struct {
+	ID, ExternalID, Name, Tier string
+	BillingAnchor              int
+	CreatedAt                  time.Time
+}
+
+// CustomerForm is the customer form as submitted.
+type CustomerForm struct {
+	ExternalID, Name, Tier string
+}
+
+// CustomerView is one customer and a page of its keys.
+type CustomerView struct {
+	Customer CustomerRow
+	Metadata [][2]string // key and value, by key
+	Keys     []CustomerKeyRow
+	// KeysMatched counts every key of the customer; Keys shows the first
+	// of them.
+	KeysMatched int
+}
+
+// CustomerKeyRow is one key of a customer.
+type CustomerKeyRow struct {
+	ID, Name, Prefix, Tier, Status string
 }
