@@ -40,3 +40,26 @@ func TestCustomersVerbs(t *testing.T) {
 		t.Fatalf("create without --external-id: %d", r.code)
 	}
 }
+
+// A limits file attaches a key to a customer, and an export names it.
+func TestApplyAttachesAKeyToACustomer(t *testing.T) {
+	env := tenant(t, "customersfile")
+	r := sluice(t, env, "", "customers", "create", "--external-id", "org_42", "--tier", "pro")
+	cus := regexp.MustCompile(`cus_[A-Za-z0-9]+`).FindString(r.stdout)
+	r = sluice(t, env, "", "keys", "create", "--name", "app", "--tier", "pro")
+	key := regexp.MustCompile(`ckey_[A-Za-z0-9]+`).FindString(r.stderr)
+	file := write(t, "limits.yaml", limitsYAML+"keys:\n  - {id: "+key+", customer: "+cus+"}\n")
+	if r = sluice(t, env, "", "apply", "-f", file); r.code != 0 || !has(r.stdout, "customer") {
+		t.Fatalf("apply: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = sluice(t, env, "", "apply", "-f", file, "--exit-code"); r.code != 0 {
+		t.Fatalf("apply again changes something: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = sluice(t, env, "", "export"); r.code != 0 || !has(r.stdout, "customer: "+cus) {
+		t.Fatalf("export: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	bad := write(t, "bad.yaml", limitsYAML+"keys:\n  - {id: "+key+", customer: cus_nope}\n")
+	if r = sluice(t, env, "", "apply", "-f", bad); r.code != ExitError || !has(r.stderr, "customer_id") {
+		t.Fatalf("apply with an unknown customer: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
