@@ -143,3 +143,29 @@ func TestCustomerBodyJSON(t *testing.T) {
 		}
 	}
 }
+
+// Deleting a tenant takes its customers with it, keys attached or not,
+// and leaves another tenant's as they were.
+func TestTenantDeleteTakesItsCustomers(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+	ca := first3(s.Customers().Create(ctx, a.ID, tenants.CustomerBody{ExternalID: ptr("org_1"), Tier: ptr("pro")}, t0))
+	cb := first3(s.Customers().Create(ctx, b.ID, tenants.CustomerBody{ExternalID: ptr("org_1"), Tier: ptr("pro")}, t0))
+	if _, _, _, err := s.Keys().Issue(ctx, tenants.NewKey{TenantID: a.ID, Name: "k", Tier: "pro", CustomerID: ca.ID}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Tenants().Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	snap := must[tenants.Snapshot](t)(s.Snapshot(ctx))
+	if len(snap.Customers) != 1 || snap.Customers[0].ID != cb.ID {
+		t.Fatalf("customers after the tenant's deletion: %+v", snap.Customers)
+	}
+	var changes []tenants.Change
+	snap.Customers = append(snap.Customers, ca)
+	changes = append(changes, tenants.Change{Kind: tenants.ChangeTenantDeleted, TenantID: a.ID, Version: snap.Version + 1})
+	if err := snap.Apply(changes...); err != nil || len(snap.Customers) != 1 {
+		t.Fatalf("a snapshot applying the deletion keeps %d customers: %v", len(snap.Customers), err)
+	}
+}
