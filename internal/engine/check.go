@@ -74,15 +74,14 @@ type Answer struct {
 	Tier         string
 	IdentityKind string
 	IdentityID   string
-	// CustomerID and CustomerExternalID name the caller's customer (a key
-	// attached to one); both "" when it has none.
-	CustomerID         string
-	CustomerExternalID string
-	Limit              int64
-	Remaining          int64
-	Reset              time.Duration
-	RetryAfter         time.Duration // quota.Never when no wait helps
-	ShadowDenied       bool
+	// Customer is the caller's customer (a key attached to one), nil
+	// when it has none. It is the view's, shared: read it, never change it.
+	Customer     *Customer
+	Limit        int64
+	Remaining    int64
+	Reset        time.Duration
+	RetryAfter   time.Duration // quota.Never when no wait helps
+	ShadowDenied bool
 	// Limits lists every limit of the decided tier (empty when none applied).
 	Limits []LimitStatus
 	// Hold is where the cost was taken, for a request with Hold that

@@ -2,12 +2,13 @@ package engine
 
 import "github.com/sluicehq/sluice/internal/tenants"
 
-// customerView is what a server keeps of a tenant's customer: what a
-// check's answer names. The view holds them by id (tenantView.customers),
-// and a key names its customer by id (keyView.customerID), so a change of
-// a customer touches no key.
-type customerView struct {
-	id, externalID string
+// Customer is what a server keeps of a tenant's customer: what a check's
+// answer names. The view holds them by id (tenantView.customers), and a
+// key names its customer by id (keyView.customerID), so a change of a
+// customer touches no key. An answer points at the view's own, so naming
+// a customer allocates nothing.
+type Customer struct {
+	ID, ExternalID string
 }
 
 // setCustomer replaces (c set) or removes (c nil) the customer id in tv,
@@ -18,13 +19,13 @@ func (tv *tenantView) setCustomer(id string, c *tenants.Customer) {
 		tv.customers = tv.customers.without(id)
 		return
 	}
-	tv.customers = tv.customers.set(id, &customerView{id: c.ID, externalID: c.ExternalID})
+	tv.customers = tv.customers.set(id, &Customer{ID: c.ID, ExternalID: c.ExternalID})
 }
 
 // nameCustomer fills a's customer with key's, when it has one the view
 // knows.
 func (tv *tenantView) nameCustomer(key *keyView, a *Answer) {
 	if cv, ok := tv.customers.get(key.customerID); ok {
-		a.CustomerID, a.CustomerExternalID = cv.id, cv.externalID
+		a.Customer = cv
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -38,25 +39,53 @@ func TestCheckNamesCustomer(t *testing.T) {
 		}
 		e.view.Store(v)
 	}
-	if a := check(plain); a.CustomerID != "cus_1" || a.CustomerExternalID != "org_42" {
+	if a := check(plain); a.Customer == nil || *a.Customer != (Customer{ID: "cus_1", ExternalID: "org_42"}) {
 		t.Fatalf("from the snapshot: %+v", a)
 	}
-	if a := check(other); a.CustomerID != "" {
+	if a := check(other); a.Customer != nil {
 		t.Fatalf("a key naming another tenant's customer: %+v", a)
 	}
 	apply(tenants.Change{Version: 2, Kind: tenants.ChangeCustomer, TenantID: "ten_a", Customer: &tenants.Customer{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_43", Tier: "pro"}})
-	if a := check(plain); a.CustomerExternalID != "org_43" {
+	if a := check(plain); a.Customer == nil || a.Customer.ExternalID != "org_43" {
 		t.Fatalf("after the external id changed: %+v", a)
 	}
 	key.CustomerID = ""
 	apply(tenants.Change{Version: 3, Kind: tenants.ChangeConsumerKey, TenantID: "ten_a", ConsumerKey: &tenants.ConsumerKeyRecord{ConsumerKey: key}})
-	if a := check(plain); a.CustomerID != "" {
+	if a := check(plain); a.Customer != nil {
 		t.Fatalf("a detached key: %+v", a)
 	}
 	key.CustomerID = "cus_1"
 	apply(tenants.Change{Version: 4, Kind: tenants.ChangeConsumerKey, TenantID: "ten_a", ConsumerKey: &tenants.ConsumerKeyRecord{ConsumerKey: key}})
 	apply(tenants.Change{Version: 5, Kind: tenants.ChangeCustomerDeleted, TenantID: "ten_a", ID: "cus_1"})
-	if a := check(plain); a.CustomerID != "" || !a.Allowed {
+	if a := check(plain); a.Customer != nil || !a.Allowed {
 		t.Fatalf("after the customer is gone: %+v", a)
+	}
+}
+
+// BenchmarkEngineCheckCustomer compares a check with a key of a customer,
+// whose answer names it, to one with a key of none.
+func BenchmarkEngineCheckCustomer(b *testing.B) {
+	snap, _ := snapshot(b)
+	plain, prefix, hash, _ := tenants.GenerateKey("ck_")
+	member, memberPrefix, memberHash, _ := tenants.GenerateKey("ck_")
+	snap.Customers = []tenants.Customer{{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_42", Tier: "default"}}
+	snap.ConsumerKeys = []tenants.ConsumerKeyRecord{
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_plain", TenantID: "ten_a", Tier: "default", Prefix: prefix, Hash: hash}},
+		{ConsumerKey: tenants.ConsumerKey{ID: "ckey_member", TenantID: "ten_a", Tier: "default", Prefix: memberPrefix, Hash: memberHash, CustomerID: "cus_1"}},
+	}
+	snap.Policies = append(snap.Policies, tenants.Policy{ID: "pol_wide_keys", TenantID: "ten_a", Name: "wide-keys", Method: "*", Path: "/wide/*", CreatedAt: t0,
+		Tiers: map[string]tenants.Limits{"default": limit("token_bucket", 1_000_000_000, "1s")}})
+	e := newTestEngine(b, snap)
+	for _, c := range []struct{ name, key, customer string }{{"key", plain, ""}, {"key_of_customer", member, "cus_1"}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r := CheckRequest{APIKey: c.key, Path: "/wide/items"}
+				a, err := e.Check(context.Background(), "ten_a", &r, t0)
+				if err != nil || !a.Allowed || (a.Customer != nil) != (c.customer != "") {
+					b.Fatal(a, err)
+				}
+			}
+		})
 	}
 }

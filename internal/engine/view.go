@@ -66,7 +66,7 @@ type tenantView struct {
 	// issuers are the tenant's JWT issuers by their "iss" (jwt.go).
 	issuers map[string]*issuerView
 	// customers are the tenant's customers by id (customers.go).
-	customers cow[string, *customerView]
+	customers cow[string, *Customer]
 }
 
 // policyEntry is one policy as stored and as compiled.
@@ -139,7 +139,7 @@ func newTenantView(t tenants.Tenant) *tenantView {
 		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
 		svcKeys:   map[string]string{},
 		keys:      keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
-		customers: newCow[string, *customerView](stringShard),
+		customers: newCow[string, *Customer](stringShard),
 	}
 }
 
@@ -211,7 +211,7 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		tv.issuers[iss.Issuer] = compileIssuer(iss)
 	}
 	for _, c := range s.Customers {
-		own(c.TenantID).customers.put(c.ID, &customerView{id: c.ID, externalID: c.ExternalID})
+		own(c.TenantID).customers.put(c.ID, &Customer{ID: c.ID, ExternalID: c.ExternalID})
 	}
 	for _, k := range s.ConsumerKeys {
 		tv := own(k.TenantID)
