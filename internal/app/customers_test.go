@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -203,4 +204,26 @@ func TestSDKCustomers(t *testing.T) {
 func isStatus(err error, status int) bool {
 	var e *sdk.Error
 	return errors.As(err, &e) && e.Status == status
+}
+
+// A JWT issuer's customer claim names the caller's customer in the
+// answer, by the customer's external id.
+func TestJWTCallerNamesCustomer(t *testing.T) {
+	m := bootWith(t, nil)
+	sk := do(t, m, "POST", "/v1/admin/tenants", testToken, map[string]any{"name": "idp", "owner_email": "o@idp.test", "owner_password": "a long passphrase"})["service_key"].(string)
+	do(t, m, "POST", "/v1/policies", sk, map[string]any{"name": "api", "path": "/api/*",
+		"tiers": map[string]any{"default": map[string]any{"algorithm": "fixed_window", "limit": 10, "period": "1m"}}})
+	key, set := ecJWKS(t, "k1")
+	do(t, m, "POST", "/v1/jwt/issuers", sk, map[string]any{"issuer": "https://id.idp.test/", "jwks": json.RawMessage(set), "algorithms": []string{"ES256"},
+		"claims": map[string]string{"customer": "org_id"}})
+	cus := do(t, m, "POST", "/v1/customers", sk, map[string]any{"external_id": "org_42", "tier": "pro"})
+	tok := signES256(t, key, "k1", map[string]any{"iss": "https://id.idp.test/", "sub": "alice", "org_id": "org_42", "exp": time.Now().Add(time.Hour).Unix()})
+	a := do(t, m, "POST", "/v1/check", sk, map[string]any{"jwt": tok, "path": "/api/x"})
+	if c, _ := a["customer"].(map[string]any); a["allowed"] != true || c["id"] != cus["id"] || c["external_id"] != "org_42" {
+		t.Fatalf("a token naming org_42: %v", a)
+	}
+	other := signES256(t, key, "k1", map[string]any{"iss": "https://id.idp.test/", "sub": "bob", "org_id": "org_nope", "exp": time.Now().Add(time.Hour).Unix()})
+	if a := do(t, m, "POST", "/v1/check", sk, map[string]any{"jwt": other, "path": "/api/x"}); a["allowed"] != true || a["customer"] != nil {
+		t.Fatalf("a token naming no customer: %v", a)
+	}
 }

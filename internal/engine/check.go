@@ -271,13 +271,16 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 // tier claim ("" when none).
 func (j *jwtVerifier) identifyAnswer(tv *tenantView, tok string, now time.Time, a *Answer) string {
 	a.IdentityKind = KindJWT
-	sub, tier, ok := j.identify(tv, tok, now)
+	v, ok := j.identify(tv, tok, now)
 	if !ok {
 		a.Reason, a.IdentityID = ReasonInvalidToken, InvalidTokenIdentity
 		return ""
 	}
-	a.IdentityID = sub
-	return tier
+	a.IdentityID = v.subject
+	if v.customer != "" {
+		a.Customer, _ = tv.customersByExt.get(v.customer)
+	}
+	return v.tier
 }
 
 // route finds the policy of req's target (nil when none matches, else

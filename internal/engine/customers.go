@@ -12,14 +12,20 @@ type Customer struct {
 }
 
 // setCustomer replaces (c set) or removes (c nil) the customer id in tv,
-// a copy no reader has seen: it copies one shard of the tenant's
-// customers.
+// a copy no reader has seen: it copies a shard or two of each of the
+// tenant's two customer tables.
 func (tv *tenantView) setCustomer(id string, c *tenants.Customer) {
-	if c == nil {
+	if old, ok := tv.customers.get(id); ok {
 		tv.customers = tv.customers.without(id)
-		return
+		if cur, _ := tv.customersByExt.get(old.ExternalID); cur == old {
+			tv.customersByExt = tv.customersByExt.without(old.ExternalID)
+		}
 	}
-	tv.customers = tv.customers.set(id, &Customer{ID: c.ID, ExternalID: c.ExternalID})
+	if c != nil {
+		cv := &Customer{ID: c.ID, ExternalID: c.ExternalID}
+		tv.customers = tv.customers.set(id, cv)
+		tv.customersByExt = tv.customersByExt.set(cv.ExternalID, cv)
+	}
 }
 
 // nameCustomer fills a's customer with key's, when it has one the view

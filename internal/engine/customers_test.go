@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice/internal/tenants"
 )
@@ -87,5 +90,54 @@ func BenchmarkEngineCheckCustomer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A token's customer claim names the tenant's customer of that external
+// id, following the customer's changes; a claim naming no customer of the
+// tenant (another tenant's included), an oversized one, or an issuer
+// without the claim leaves the caller without a customer, and the token
+// is valid all the same.
+func TestJWTNamesCustomer(t *testing.T) {
+	snap := jwtSnapshot(t)
+	snap.JWTIssuers[0].Claims.Customer = "org"
+	snap.Customers = []tenants.Customer{
+		{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_42", Tier: "pro"},
+		{ID: "cus_b", TenantID: "ten_b", ExternalID: "org_b", Tier: "pro"},
+	}
+	e := newTestEngine(t, snap)
+	k := testKeys()
+	check := func(org any) Answer {
+		t.Helper()
+		c := claimsAt(issA, "alice", t0)
+		if org != nil {
+			c["org"] = org
+		}
+		r := CheckRequest{JWT: sign(t, jwt.SigningMethodES256, k.ec, "e1", c), Path: "/jwt/x", Peek: true}
+		a, err := e.Check(t.Context(), "ten_a", &r, t0)
+		if err != nil || a.Reason == ReasonInvalidToken {
+			t.Fatalf("check: %+v %v", a, err)
+		}
+		return a
+	}
+	if a := check("org_42"); a.Customer == nil || a.Customer.ID != "cus_1" || a.IdentityID != "alice" {
+		t.Fatalf("a token naming org_42: %+v", a)
+	}
+	for _, org := range []any{nil, "org_b", "org_nope", 42, strings.Repeat("o", tenants.MaxExternalID+1)} {
+		if a := check(org); a.Customer != nil {
+			t.Fatalf("a token with org %v names %+v", org, a.Customer)
+		}
+	}
+	v, err := e.view.Load().apply(tenants.Change{Version: 2, Kind: tenants.ChangeCustomer, TenantID: "ten_a",
+		Customer: &tenants.Customer{ID: "cus_1", TenantID: "ten_a", ExternalID: "org_43", Tier: "pro"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.view.Store(v)
+	if a := check("org_42"); a.Customer != nil {
+		t.Fatalf("the old external id still names the customer: %+v", a.Customer)
+	}
+	if a := check("org_43"); a.Customer == nil || a.Customer.ID != "cus_1" {
+		t.Fatalf("the new external id: %+v", a)
 	}
 }

@@ -65,8 +65,11 @@ type tenantView struct {
 	keys    keyIndex
 	// issuers are the tenant's JWT issuers by their "iss" (jwt.go).
 	issuers map[string]*issuerView
-	// customers are the tenant's customers by id (customers.go).
-	customers cow[string, *Customer]
+	// customers are the tenant's customers by id, and customersByExt the
+	// same by external id, which a JWT's customer claim names
+	// (customers.go).
+	customers      cow[string, *Customer]
+	customersByExt cow[string, *Customer]
 }
 
 // policyEntry is one policy as stored and as compiled.
@@ -139,7 +142,7 @@ func newTenantView(t tenants.Tenant) *tenantView {
 		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
 		svcKeys:   map[string]string{},
 		keys:      keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
-		customers: newCow[string, *Customer](stringShard),
+		customers: newCow[string, *Customer](stringShard), customersByExt: newCow[string, *Customer](stringShard),
 	}
 }
 
@@ -211,7 +214,9 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		tv.issuers[iss.Issuer] = compileIssuer(iss)
 	}
 	for _, c := range s.Customers {
-		own(c.TenantID).customers.put(c.ID, &Customer{ID: c.ID, ExternalID: c.ExternalID})
+		tv, cv := own(c.TenantID), &Customer{ID: c.ID, ExternalID: c.ExternalID}
+		tv.customers.put(c.ID, cv)
+		tv.customersByExt.put(c.ExternalID, cv)
 	}
 	for _, k := range s.ConsumerKeys {
 		tv := own(k.TenantID)
