@@ -22,6 +22,7 @@ func (tv *tenantView) setCustomer(id string, c *tenants.Customer) {
 		}
 	}
 	if c != nil {
+		tv.allocCustomers()
 		cv := &Customer{ID: c.ID, ExternalID: c.ExternalID}
 		tv.customers = tv.customers.set(id, cv)
 		tv.customersByExt = tv.customersByExt.set(cv.ExternalID, cv)
@@ -33,5 +34,14 @@ func (tv *tenantView) setCustomer(id string, c *tenants.Customer) {
 func (tv *tenantView) nameCustomer(key *keyView, a *Answer) {
 	if cv, ok := tv.customers.get(key.customerID); ok {
 		a.Customer = cv
+	}
+}
+
+// allocCustomers makes tv's customer tables writable the first time the
+// tenant has a customer.
+func (tv *tenantView) allocCustomers() {
+	if tv.customers.s == nil {
+		tv.customers = newCow[string, *Customer](stringShard)
+		tv.customersByExt = newCow[string, *Customer](stringShard)
 	}
 }

@@ -67,7 +67,8 @@ type tenantView struct {
 	issuers map[string]*issuerView
 	// customers are the tenant's customers by id, and customersByExt the
 	// same by external id, which a JWT's customer claim names
-	// (customers.go).
+	// (customers.go). Both stay unallocated (empty) until the tenant has
+	// a customer, so a tenant without any costs no shard arrays.
 	customers      cow[string, *Customer]
 	customersByExt cow[string, *Customer]
 }
@@ -140,9 +141,8 @@ func newTenantView(t tenants.Tenant) *tenantView {
 		id: t.ID, tenant: t, loc: tenantLocation(t),
 		src: map[string]*policyEntry{}, byName: map[string]*policyView{}, byID: map[string]*policyView{}, router: route.NewRouter(nil),
 		blockSrc: map[string]tenants.Block{}, blocks: map[identityRef][]tenants.Block{},
-		svcKeys:   map[string]string{},
-		keys:      keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
-		customers: newCow[string, *Customer](stringShard), customersByExt: newCow[string, *Customer](stringShard),
+		svcKeys: map[string]string{},
+		keys:    keyIndex{byHash: newCow[[32]byte, *keyView](sumShard), byID: newCow[string, *keyView](stringShard)},
 	}
 }
 
@@ -215,6 +215,7 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 	}
 	for _, c := range s.Customers {
 		tv, cv := own(c.TenantID), &Customer{ID: c.ID, ExternalID: c.ExternalID}
+		tv.allocCustomers()
 		tv.customers.put(c.ID, cv)
 		tv.customersByExt.put(c.ExternalID, cv)
 	}
