@@ -45,6 +45,10 @@ func TestCustomersPage(t *testing.T) {
 	if p.text("customer-title") != "org_42" || p.attr("customer-key-row", "data-key-id") != key["id"] {
 		t.Fatalf("customer page: %q, key %q", p.text("customer-title"), p.attr("customer-key-row", "data-key-id"))
 	}
+	p = want(t, owner.get("/ui/keys/"+key["id"].(string)), http.StatusOK, "the customer's key")
+	if p.text("key-customer") != id {
+		t.Fatalf("the key page names customer %q, want %q", p.text("key-customer"), id)
+	}
 	other := s.tenant("other")
 	want(t, s.asOwner(other).get("/ui/customers/"+id), http.StatusNotFound, "another tenant's customer")
 }

@@ -325,6 +325,8 @@ type KeyRow struct {
 	CreatedAt              time.Time
 	URL                    string
 	Overrides              int
+	// CustomerID is the key's customer, "" for none.
+	CustomerID string
 }
 
 // SortColumn is a sortable column header.
