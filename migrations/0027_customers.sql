@@ -39,8 +39,11 @@ END;
 -- +goose StatementEnd
 
 -- +goose Down
+-- SQLite cannot drop a column that holds a foreign key: consumer_keys keeps
+-- customer_id, emptied.
 DROP TRIGGER tenant_usage_customer_out;
 DROP TRIGGER tenant_usage_customer_in;
 DROP INDEX consumer_keys_customer;
-ALTER TABLE consumer_keys DROP COLUMN customer_id;
+UPDATE consumer_keys SET customer_id = NULL WHERE customer_id IS NOT NULL;
+ALTER TABLE tenant_usage DROP COLUMN customers;
 DROP TABLE customers;
