@@ -211,6 +211,7 @@ func TestDashboardAtAGlance(t *testing.T) {
 		"/ui/policies":                   `main`,
 		"/ui/keys":                       `[data-testid="key-list"]`,
 		"/ui/keys/" + ownerKey:           `[data-testid="key-edit-form"]`,
+		"/ui/customers":                  `[data-testid="customer-form"]`,
 		"/ui/analytics":                  `main`,
 		"/ui/callers?q=" + demo.AbuserIP: `main`,
 		"/ui/usage":                      `main`,

@@ -65,14 +65,23 @@ type Identity struct {
 	ID   string `json:"id"`
 }
 
+// CustomerRef names a customer in a check's answer.
+type CustomerRef struct {
+	ID         string `json:"id"`
+	ExternalID string `json:"external_id"`
+}
+
 // Decision is Sluice's answer to one check, or the client's own answer when
 // Local is set.
 type Decision struct {
-	Allowed      bool
-	Reason       string // ReasonOK, ReasonRateLimited, ReasonConcurrencyLimited, ReasonInvalidKey, ReasonInvalidToken, ReasonBlocked or ReasonUnavailable
-	Policy       string // the matching policy's name; "" when none matched
-	Tier         string
-	Identity     Identity
+	Allowed  bool
+	Reason   string // ReasonOK, ReasonRateLimited, ReasonConcurrencyLimited, ReasonInvalidKey, ReasonInvalidToken, ReasonBlocked or ReasonUnavailable
+	Policy   string // the matching policy's name; "" when none matched
+	Tier     string
+	Identity Identity
+	// Customer is the caller's customer, when its key belongs to one
+	// (zero otherwise).
+	Customer     CustomerRef
 	Limit        int64         // the limit that denied, else the one with least remaining
 	Remaining    int64         // whole tokens left after this check
 	Reset        time.Duration // until that limit's bucket is full again

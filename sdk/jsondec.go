@@ -436,6 +436,8 @@ func (c *Client) decodeDecision(s *scanner, d *Decision, req *CheckRequest) erro
 			d.Tier, err = s.nullableStr(&c.strs)
 		case "identity":
 			err = c.decodeIdentity(s, &d.Identity, req)
+		case "customer":
+			err = c.decodeCustomer(s, &d.Customer)
 		case "limit":
 			d.Limit, err = s.number()
 		case "remaining":
@@ -455,6 +457,37 @@ func (c *Client) decodeDecision(s *scanner, d *Decision, req *CheckRequest) erro
 			if t, err = s.plainStr(); err == nil && t != "" {
 				d.LeaseExpiresAt, err = time.Parse(time.RFC3339Nano, t)
 			}
+		default:
+			err = s.skip(0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Client) decodeCustomer(s *scanner, cu *CustomerRef) error {
+	*cu = CustomerRef{}
+	if s.null() {
+		return nil
+	}
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	for first := true; ; {
+		ok, err := s.more(&first, '}')
+		if err != nil || !ok {
+			return err
+		}
+		k, err := s.key()
+		if err != nil {
+			return err
+		}
+		switch string(k) {
+		case "id":
+			cu.ID, err = s.nullableStr(&c.strs)
+		case "external_id":
+			cu.ExternalID, err = s.nullableStr(&c.strs)
 		default:
 			err = s.skip(0)
 		}

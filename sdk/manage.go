@@ -121,6 +121,8 @@ type Key struct {
 	// BillingAnchor is the day of the month its month quotas reset on
 	// (0: none, the 1st).
 	BillingAnchor int `json:"billing_anchor,omitempty"`
+	// CustomerID is the customer the key belongs to ("" for none).
+	CustomerID string `json:"customer_id,omitempty"`
 }
 
 // NewKey describes a key to create.
@@ -132,6 +134,8 @@ type NewKey struct {
 	// BillingAnchor: the day of the month (1-31) the key's month quotas
 	// reset on, clamped to each month's last day; 0 = the 1st.
 	BillingAnchor int `json:"billing_anchor,omitempty"`
+	// CustomerID attaches the key to one of the tenant's customers.
+	CustomerID string `json:"customer_id,omitempty"`
 }
 
 // KeyUpdate changes the fields that are set.
@@ -143,6 +147,23 @@ type KeyUpdate struct {
 	// BillingAnchor moves the key's month quotas to this day of the month
 	// (1-31).
 	BillingAnchor *int `json:"billing_anchor,omitempty"`
+	// CustomerID attaches the key to one of the tenant's customers; a
+	// pointer to "" detaches it.
+	CustomerID *string `json:"customer_id,omitempty"`
+}
+
+// MarshalJSON implements json.Marshaler: a detached customer is sent as
+// "customer_id": null.
+func (u KeyUpdate) MarshalJSON() ([]byte, error) {
+	type plain KeyUpdate
+	if u.CustomerID == nil || *u.CustomerID != "" {
+		return json.Marshal(plain(u))
+	}
+	u.CustomerID = nil
+	return json.Marshal(struct {
+		plain
+		CustomerID *string `json:"customer_id"`
+	}{plain: plain(u)})
 }
 
 // CreatePolicy creates p (its ID is ignored) and returns it as stored.

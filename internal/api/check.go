@@ -370,6 +370,12 @@ func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 	b = appendString(b, a.IdentityKind)
 	b = append(b, `,"id":`...)
 	b = appendString(b, a.IdentityID)
+	if c := a.Customer; c != nil {
+		b = append(b, `},"customer":{"id":`...)
+		b = appendString(b, c.ID)
+		b = append(b, `,"external_id":`...)
+		b = appendString(b, c.ExternalID)
+	}
 	b = append(b, `},"limit":`...)
 	b = strconv.AppendInt(b, a.Limit, 10)
 	b = append(b, `,"remaining":`...)

@@ -86,11 +86,18 @@ func (h keyRoutes) createKey(c echo.Context) error {
 		ExpiresAt     *time.Time                `json:"expires_at"`
 		Overrides     map[string]tenants.Limits `json:"overrides"`
 		BillingAnchor *int                      `json:"billing_anchor"`
+		CustomerID    *string                   `json:"customer_id"`
 	}
 	if err := bind(c, &b); err != nil {
 		return err
 	}
 	req := service.KeyCreate{TenantID: tenantID(c), Name: b.Name, Tier: b.Tier, ExpiresAt: b.ExpiresAt, Overrides: b.Overrides}
+	if b.CustomerID != nil {
+		if *b.CustomerID == "" {
+			return errs.Errorf(errs.Invalid, "customer_id: must be a customer id (cus_…), or absent for none")
+		}
+		req.CustomerID = *b.CustomerID
+	}
 	if a := b.BillingAnchor; a != nil {
 		// 0 is not a day of the month: omit the anchor (or send null) for
 		// quotas that reset on the 1st.

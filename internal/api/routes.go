@@ -32,4 +32,6 @@ type (
 	webhookRoutes struct{ *handler }
 	// jwtIssuerRoutes serves JWT issuers.
 	jwtIssuerRoutes struct{ *handler }
+	// customerRoutes serves customers and the keys each holds.
+	customerRoutes struct{ *handler }
 )

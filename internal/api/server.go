@@ -140,6 +140,7 @@ func New(cfg Config) *echo.Echo {
 	serviceKey := serviceKeyRoutes{h}
 	webhook := webhookRoutes{h}
 	jwtIssuer := jwtIssuerRoutes{h}
+	customer := customerRoutes{h}
 	e.GET(OpenAPIPath, h.openAPIDoc)
 	decide := func(f echo.HandlerFunc) echo.HandlerFunc { return h.requireJSON(h.serviceAuth(f)) }
 	// Config routes carry the service key's prefix to the audit log.
@@ -190,6 +191,12 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/v1/jwt/issuers/:id", svc(jwtIssuer.getIssuer))
 	e.PATCH("/v1/jwt/issuers/:id", svc(jwtIssuer.updateIssuer))
 	e.DELETE("/v1/jwt/issuers/:id", svc(jwtIssuer.deleteIssuer))
+	e.POST("/v1/customers", svc(customer.createCustomer))
+	e.GET("/v1/customers", svc(customer.listCustomers))
+	e.GET("/v1/customers/:id", svc(customer.getCustomer))
+	e.GET("/v1/customers/:id/keys", svc(customer.customerKeys))
+	e.PATCH("/v1/customers/:id", svc(customer.updateCustomer))
+	e.DELETE("/v1/customers/:id", svc(customer.deleteCustomer))
 
 	adm := func(f echo.HandlerFunc) echo.HandlerFunc {
 		return h.requireJSON(h.operatorAuth(h.withActor(operatorActor, f)))

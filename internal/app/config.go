@@ -91,7 +91,8 @@ type Config struct {
 	// worker: --tenant-max-policies, --tenant-max-limits-per-policy,
 	// --tenant-max-consumer-keys, --tenant-max-service-keys,
 	// --tenant-max-blocks, --tenant-max-members,
-	// --tenant-max-open-reservations (SLUICE_TENANT_MAX_*).
+	// --tenant-max-open-reservations, --tenant-max-customers
+	// (SLUICE_TENANT_MAX_*).
 	Caps tenants.Caps
 	// Webhooks tunes the embedded worker's webhook delivery:
 	// --webhook-allow-private, --webhook-ca-file, --webhook-timeout,

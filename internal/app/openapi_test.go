@@ -513,6 +513,33 @@ func TestOpenAPIExchanges(t *testing.T) {
 	s.do(t, exchange{method: "DELETE", path: "/v1/jwt/issuers/" + issID, auth: sk, status: 204})
 	s.do(t, exchange{method: "DELETE", path: "/v1/jwt/issuers/" + issID, auth: sk, status: 404})
 
+	// Customers, a key that joins one, and a check that names it.
+	cus, _ := s.do(t, exchange{method: "POST", path: "/v1/customers", auth: sk, body: `{"external_id":"org_42","name":"Acme","tier":"pro","billing_anchor":17,"metadata":{"crm":"hs-1"}}`, status: 201})
+	cusID := cus["id"].(string)
+	s.do(t, exchange{method: "POST", path: "/v1/customers", auth: sk, body: `{"external_id":"org_42","tier":"pro"}`, status: 409})
+	s.do(t, exchange{method: "POST", path: "/v1/customers", auth: sk, body: `{"external_id":"org_43"}`, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/customers?search=acme&limit=10", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/customers?limit=0", auth: sk, status: 400, badRequest: true})
+	s.do(t, exchange{method: "GET", path: "/v1/customers/" + cusID, auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/customers/" + cusID, auth: other["service_key"].(string), status: 404})
+	s.do(t, exchange{method: "PATCH", path: "/v1/customers/" + cusID, auth: sk, body: `{"name":"Acme Inc.","billing_anchor":null}`, status: 200})
+	s.do(t, exchange{method: "PATCH", path: "/v1/customers/cus_missing", auth: sk, body: `{"name":"x"}`, status: 404})
+	s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"lost","tier":"pro","customer_id":"cus_missing"}`, status: 404})
+	member, _ := s.do(t, exchange{method: "POST", path: "/v1/keys", auth: sk, body: `{"name":"acme-app","tier":"pro","customer_id":"` + cusID + `"}`, status: 201})
+	if member["customer_id"] != cusID {
+		t.Errorf("key with a customer: %v", member)
+	}
+	s.do(t, exchange{method: "GET", path: "/v1/customers/" + cusID + "/keys", auth: sk, status: 200})
+	s.do(t, exchange{method: "GET", path: "/v1/customers/cus_missing/keys", auth: sk, status: 404})
+	ans, _ = s.do(t, exchange{method: "POST", path: "/v1/check", auth: sk, body: `{"api_key":"` + member["key"].(string) + `","path":"/api/items"}`, status: 200})
+	if c, _ := ans["customer"].(map[string]any); c["id"] != cusID || c["external_id"] != "org_42" {
+		t.Errorf("check with a customer's key: %v", ans)
+	}
+	s.do(t, exchange{method: "DELETE", path: "/v1/customers/" + cusID, auth: sk, status: 409})
+	s.do(t, exchange{method: "PATCH", path: "/v1/keys/" + member["id"].(string), auth: sk, body: `{"customer_id":null}`, status: 200})
+	s.do(t, exchange{method: "DELETE", path: "/v1/customers/" + cusID, auth: sk, status: 204})
+	s.do(t, exchange{method: "DELETE", path: "/v1/customers/" + cusID, auth: sk, status: 404})
+
 	// Webhooks: an endpoint, the deliveries of a key's creation, a resend.
 	hook, _ := s.do(t, exchange{method: "POST", path: "/v1/webhooks", auth: sk, body: `{"url":"` + receiver.URL + `/hook","description":"billing","events":["key.created","quota.threshold"],"thresholds":[50,100]}`, status: 201})
 	hid := hook["id"].(string)

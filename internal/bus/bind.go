@@ -81,6 +81,7 @@ func (r SetupClaim) wireVersion() (int, string)        { return r.V, "setup clai
 func (r PolicyNames) wireVersion() (int, string)       { return r.V, "policy names query" }
 func (r KeyPageQuery) wireVersion() (int, string)      { return r.V, "key page query" }
 func (r KeyNames) wireVersion() (int, string)          { return r.V, "key names query" }
+func (r CustomerPageQuery) wireVersion() (int, string) { return r.V, "customer page query" }
 func (r ReservationBatch) wireVersion() (int, string)  { return r.V, "reservations" }
 func (r PolicyRankRequest) wireVersion() (int, string) { return r.V, "policy ranking query" }
 func (r UsageRequest) wireVersion() (int, string)      { return r.V, "usage query" }

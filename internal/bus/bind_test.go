@@ -55,6 +55,7 @@ func TestBindRefusesOtherWireVersions(t *testing.T) {
 		{counting(OpPolicyNames, &calls), "policy names query"},
 		{counting(OpKeyPage, &calls), "key page query"},
 		{counting(OpKeyNames, &calls), "key names query"},
+		{counting(OpCustomerPage, &calls), "customer page query"},
 		{counting(OpReservationCreateAll, &calls), "reservations"},
 		{counting(OpReservationCancel, &calls), "reservations"},
 		{counting(QueryTopPolicies, &calls), "policy ranking query"},

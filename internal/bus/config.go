@@ -51,6 +51,21 @@ type JWTIssuerWrite struct {
 	Body     tenants.JWTIssuerBody `json:"body"`
 }
 
+// CustomerWrite creates (ID empty) or patches a customer.
+type CustomerWrite struct {
+	TenantID string               `json:"tenant_id"`
+	ID       string               `json:"id,omitempty"`
+	Body     tenants.CustomerBody `json:"body"`
+}
+
+// CustomerPageQuery asks OpCustomerPage for one page of a tenant's
+// customers. V is WireVersion; the worker refuses a version it does not
+// know.
+type CustomerPageQuery struct {
+	V int `json:"v"`
+	tenants.CustomerQuery
+}
+
 // KeyUpdate patches a consumer key.
 type KeyUpdate struct {
 	TenantID string           `json:"tenant_id"`

@@ -145,6 +145,13 @@ var (
 	OpJWTIssuerGet    = configOp[TenantScoped, tenants.JWTIssuer]("jwt_issuer.get")
 	OpJWTIssuerUpdate = configOp[JWTIssuerWrite, service.Written[tenants.JWTIssuer]]("jwt_issuer.update")
 	OpJWTIssuerDelete = configOp[TenantScoped, service.Written[None]]("jwt_issuer.delete")
+
+	// Customers (servers hold them in their config view).
+	OpCustomerCreate = configOp[CustomerWrite, service.Written[tenants.Customer]]("customer.create")
+	OpCustomerPage   = configOp[CustomerPageQuery, tenants.CustomerPage]("customer.page")
+	OpCustomerGet    = configOp[TenantScoped, tenants.Customer]("customer.get")
+	OpCustomerUpdate = configOp[CustomerWrite, service.Written[tenants.Customer]]("customer.update")
+	OpCustomerDelete = configOp[TenantScoped, service.Written[None]]("customer.delete")
 )
 
 // Analytics queries.
@@ -172,6 +179,7 @@ var ConfigOps = []AnyOp{
 	OpSetupOffer, OpSetupClaim,
 	OpWebhookCreate, OpWebhookList, OpWebhookGet, OpWebhookUpdate, OpWebhookDelete, OpWebhookRotate, OpWebhookDeliveries, OpWebhookResend,
 	OpJWTIssuerCreate, OpJWTIssuerList, OpJWTIssuerGet, OpJWTIssuerUpdate, OpJWTIssuerDelete,
+	OpCustomerCreate, OpCustomerPage, OpCustomerGet, OpCustomerUpdate, OpCustomerDelete,
 }
 
 // AnalyticsOps is every analytics query the worker serves.

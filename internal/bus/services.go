@@ -27,6 +27,7 @@ func NewServices(c *Client) service.Services {
 		Setup:        setupClient{c},
 		Webhooks:     webhooksClient{c},
 		JWTIssuers:   jwtIssuersClient{c},
+		Customers:    customersClient{c},
 	}
 }
 
@@ -316,4 +317,26 @@ func (j jwtIssuersClient) Update(ctx context.Context, tenantID, id string, b ten
 
 func (j jwtIssuersClient) Delete(ctx context.Context, tenantID, id string) (service.Written[None], error) {
 	return Call(ctx, j.c, OpJWTIssuerDelete, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+type customersClient struct{ c *Client }
+
+func (k customersClient) Create(ctx context.Context, tenantID string, b tenants.CustomerBody) (service.Written[tenants.Customer], error) {
+	return Call(ctx, k.c, OpCustomerCreate, CustomerWrite{TenantID: tenantID, Body: b})
+}
+
+func (k customersClient) Page(ctx context.Context, q tenants.CustomerQuery) (tenants.CustomerPage, error) {
+	return Call(ctx, k.c, OpCustomerPage, CustomerPageQuery{V: WireVersion, CustomerQuery: q})
+}
+
+func (k customersClient) Get(ctx context.Context, tenantID, id string) (tenants.Customer, error) {
+	return Call(ctx, k.c, OpCustomerGet, TenantScoped{TenantID: tenantID, ID: id})
+}
+
+func (k customersClient) Update(ctx context.Context, tenantID, id string, b tenants.CustomerBody) (service.Written[tenants.Customer], error) {
+	return Call(ctx, k.c, OpCustomerUpdate, CustomerWrite{TenantID: tenantID, ID: id, Body: b})
+}
+
+func (k customersClient) Delete(ctx context.Context, tenantID, id string) (service.Written[None], error) {
+	return Call(ctx, k.c, OpCustomerDelete, TenantScoped{TenantID: tenantID, ID: id})
 }

@@ -54,8 +54,12 @@ Everyday verbs:
   sluice check --path /api/x [--ip 203.0.113.7 | --api-key ck_...] [--method GET] [--cost 1] [--peek]
                                      one check: the decision and its headers
   sluice keys [list]                 the tenant's consumer keys
-  sluice keys create --name NAME --tier TIER [--expires-at 2027-01-01T00:00:00Z]
+  sluice keys create --name NAME --tier TIER [--expires-at 2027-01-01T00:00:00Z] [--customer cus_...]
   sluice keys revoke ID
+  sluice customers [list] [--search TEXT] [--json]
+                                     the tenant's customers, every page of them
+  sluice customers create --external-id ID --tier TIER [--name NAME]
+  sluice customers delete ID         (a customer that holds no keys)
   sluice usage [--month 2027-01 | --from 2027-01-01 --to 2027-01-31] [--group key|policy] [--csv | --json]
                                      units per day to bill from (default: this month in the
                                      tenant's zone), every page of them
@@ -97,6 +101,8 @@ func Run(ctx context.Context, args []string, io IO) int {
 		run = cmdCheck
 	case "keys":
 		run = cmdKeys
+	case "customers":
+		run = cmdCustomers
 	case "tenants":
 		run = cmdTenants
 	case "abuse":

@@ -121,11 +121,34 @@ func orDash(s *string) string {
 	return *s
 }
 
+// createKey issues a key with body's fields and expires (RFC 3339, "" for
+// none), and prints its secret, shown once.
+func createKey(ctx context.Context, e *env, tc *client, body map[string]any, expires string) error {
+	if expires != "" {
+		t, err := time.Parse(time.RFC3339, expires)
+		if err != nil {
+			return usageError("--expires-at %q: must be an RFC 3339 time such as 2027-01-01T00:00:00Z", expires)
+		}
+		body["expires_at"] = t
+	}
+	var k struct {
+		tenants.ConsumerKey
+		Key string `json:"key"`
+	}
+	if _, err := tc.do(ctx, "POST", "/v1/keys", body, &k); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stderr, "Created consumer key %s (%s, tier %s). Its secret, on standard output, is shown only once:\n", k.ID, k.Name, k.Tier)
+	fmt.Fprintln(e.Stdout, k.Key)
+	return nil
+}
+
 func cmdKeys(ctx context.Context, e *env, args []string) error {
 	fs := e.flags()
 	name := fs.String("name", "", "create: the key's name (who it is for)")
 	tier := fs.String("tier", "", "create: the key's tier")
 	expires := fs.String("expires-at", "", "create: when the key stops working, RFC 3339")
+	customer := fs.String("customer", "", "create: the customer (cus_...) the key joins")
 	asJSON := fs.Bool("json", false, "list: print the answer's JSON")
 	pos, err := e.parse(fs, args)
 	if err != nil {
@@ -162,23 +185,10 @@ func cmdKeys(ctx context.Context, e *env, args []string) error {
 	switch sub {
 	case "create":
 		body := map[string]any{"name": *name, "tier": *tier}
-		if *expires != "" {
-			t, err := time.Parse(time.RFC3339, *expires)
-			if err != nil {
-				return usageError("--expires-at %q: must be an RFC 3339 time such as 2027-01-01T00:00:00Z", *expires)
-			}
-			body["expires_at"] = t
+		if *customer != "" {
+			body["customer_id"] = *customer
 		}
-		var k struct {
-			tenants.ConsumerKey
-			Key string `json:"key"`
-		}
-		if _, err := tc.do(ctx, "POST", "/v1/keys", body, &k); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.Stderr, "Created consumer key %s (%s, tier %s). Its secret, on standard output, is shown only once:\n", k.ID, k.Name, k.Tier)
-		fmt.Fprintln(out, k.Key)
-		return nil
+		return createKey(ctx, e, tc, body, *expires)
 	case "revoke":
 		var k tenants.ConsumerKey
 		if _, err := tc.do(ctx, "DELETE", "/v1/keys/"+url.PathEscape(pos[0]), nil, &k); err != nil {

@@ -80,6 +80,9 @@ type Answer struct {
 	Tier         string
 	IdentityKind string
 	IdentityID   string
+	// Customer is the caller's customer (a key attached to one), nil
+	// when it has none. It is the view's, shared: read it, never change it.
+	Customer     *Customer
 	Limit        int64
 	Remaining    int64
 	Reset        time.Duration
@@ -273,6 +276,9 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 		return key, counted, nil
 	}
 	a.IdentityID = key.id
+	if key.customerID != "" {
+		tv.nameCustomer(key, a)
+	}
 	return key, "", nil
 }
 
@@ -281,13 +287,16 @@ func (tv *tenantView) identify(req *CheckRequest, nowNS int64, field string, a *
 // tier claim ("" when none).
 func (j *jwtVerifier) identifyAnswer(tv *tenantView, tok string, now time.Time, a *Answer) string {
 	a.IdentityKind = KindJWT
-	sub, tier, ok := j.identify(tv, tok, now)
+	v, ok := j.identify(tv, tok, now)
 	if !ok {
 		a.Reason, a.IdentityID = ReasonInvalidToken, InvalidTokenIdentity
 		return ""
 	}
-	a.IdentityID = sub
-	return tier
+	a.IdentityID = v.subject
+	if v.customer != "" {
+		a.Customer, _ = tv.customersByExt.get(v.customer)
+	}
+	return v.tier
 }
 
 // route finds the policy of req's target (nil when none matches, else

@@ -65,6 +65,12 @@ type tenantView struct {
 	keys    keyIndex
 	// issuers are the tenant's JWT issuers by their "iss" (jwt.go).
 	issuers map[string]*issuerView
+	// customers are the tenant's customers by id, and customersByExt the
+	// same by external id, which a JWT's customer claim names
+	// (customers.go). Both stay unallocated (empty) until the tenant has
+	// a customer, so a tenant without any costs no shard arrays.
+	customers      cow[string, *Customer]
+	customersByExt cow[string, *Customer]
 }
 
 // policyEntry is one policy as stored and as compiled.
@@ -115,6 +121,8 @@ type keyView struct {
 	revoked                    bool
 	overrides                  map[string]*tierLimits     // by policy name
 	src                        *tenants.ConsumerKeyRecord // set only for a key with overrides
+	// customerID is the key's customer, "" for none (customers.go).
+	customerID string
 	// anchor is the day the key's month quotas reset on (0 = the 1st);
 	// anchoredTiers keeps the tiers' limits moved to it, by the tier's
 	// compiled limits (a new policy version is a new entry).
@@ -208,6 +216,12 @@ func viewFromSnapshot(s tenants.Snapshot) (*view, error) {
 		}
 		tv.issuers[iss.Issuer] = compileIssuer(iss)
 	}
+	for _, c := range s.Customers {
+		tv, cv := own(c.TenantID), &Customer{ID: c.ID, ExternalID: c.ExternalID}
+		tv.allocCustomers()
+		tv.customers.put(c.ID, cv)
+		tv.customersByExt.put(c.ExternalID, cv)
+	}
 	for _, k := range s.ConsumerKeys {
 		tv := own(k.TenantID)
 		kv, err := compileKey(k, tv.loc)
@@ -256,6 +270,13 @@ func (v *view) apply(c tenants.Change) (*view, error) {
 		n.edit(c.JWTIssuer.TenantID).setIssuer(c.JWTIssuer.ID, c.JWTIssuer)
 	case tenants.ChangeJWTIssuerDeleted:
 		n.edit(c.TenantID).setIssuer(c.ID, nil)
+	case tenants.ChangeCustomer:
+		if c.Customer == nil {
+			return nil, fmt.Errorf("change %d: customer missing", c.Version)
+		}
+		n.edit(c.Customer.TenantID).setCustomer(c.Customer.ID, c.Customer)
+	case tenants.ChangeCustomerDeleted:
+		n.edit(c.TenantID).setCustomer(c.ID, nil)
 	case tenants.ChangeUserSession:
 		if c.UserSession == nil {
 			return nil, fmt.Errorf("change %d: user session missing", c.Version)
@@ -510,7 +531,7 @@ func compileLimits(policy string, specs tenants.Limits, loc *time.Location) (*ti
 }
 
 func compileKey(k tenants.ConsumerKeyRecord, loc *time.Location) (*keyView, error) {
-	kv := &keyView{id: k.ID, tenantID: k.TenantID, tier: k.Tier, prefix: k.Prefix, revoked: k.RevokedAt != nil, anchor: k.BillingAnchor}
+	kv := &keyView{id: k.ID, tenantID: k.TenantID, tier: k.Tier, prefix: k.Prefix, revoked: k.RevokedAt != nil, anchor: k.BillingAnchor, customerID: k.CustomerID}
 	h, err := hex.DecodeString(k.Hash)
 	if err != nil || len(h) != len(kv.hash) {
 		return nil, fmt.Errorf("key %s: malformed hash", k.ID)

@@ -57,6 +57,9 @@ type issuerView struct {
 	audiences            []string
 	algs                 []string
 	subject, tier        string
+	// customer is the claim naming the caller's customer's external id;
+	// "" when the issuer names none.
+	customer string
 	// inline is the issuer's own key set; nil when it has a URL.
 	inline *keySet
 	url    string
@@ -72,7 +75,7 @@ type keySet struct {
 
 func compileIssuer(iss tenants.JWTIssuer) *issuerView {
 	iv := &issuerView{id: iss.ID, tenantID: iss.TenantID, issuer: iss.Issuer, audiences: iss.Audiences, algs: iss.Algorithms,
-		subject: iss.Claims.Subject, tier: iss.Claims.Tier, url: iss.JWKSURL}
+		subject: iss.Claims.Subject, tier: iss.Claims.Tier, customer: iss.Claims.Customer, url: iss.JWKSURL}
 	if iv.subject == "" {
 		iv.subject = tenants.DefaultSubjectClaim
 	}
@@ -106,7 +109,10 @@ type verifiedToken struct {
 	iv            *issuerView
 	keys          *keySet
 	subject, tier string
-	until         int64 // unix ns: exp plus the leeway
+	// customer is the customer claim's value, "" when none: an external
+	// id, looked up at each check since customers change on their own.
+	customer string
+	until    int64 // unix ns: exp plus the leeway
 }
 
 // tokenCache keeps verified tokens by their SHA-256, bounded in entries.
@@ -165,22 +171,22 @@ func (j *jwtVerifier) keysOf(iv *issuerView) *keySet {
 // identify verifies tok for tenant tv at now. It answers the caller's
 // subject and tier (the tier claim's value, "" when none), or ok false
 // for a token that is invalid for any reason.
-func (j *jwtVerifier) identify(tv *tenantView, tok string, now time.Time) (subject, tier string, ok bool) {
+func (j *jwtVerifier) identify(tv *tenantView, tok string, now time.Time) (v verifiedToken, ok bool) {
 	if len(tok) > MaxJWTBytes || tok == "" {
-		return "", "", false
+		return verifiedToken{}, false
 	}
 	h := hashToken(tok)
 	nowNS := now.UnixNano()
 	if v, hit := j.cache.get(h); hit && v.tenantID == tv.id && nowNS < v.until &&
 		tv.issuers[v.iv.issuer] == v.iv && j.keysOf(v.iv) == v.keys {
-		return v.subject, v.tier, true
+		return v, true
 	}
 	v, err := j.verify(tv, tok, now)
 	if err != nil {
-		return "", "", false
+		return verifiedToken{}, false
 	}
 	j.cache.put(h, v)
-	return v.subject, v.tier, true
+	return v, true
 }
 
 // hashToken is the SHA-256 of a token, hashed from a stack buffer when
@@ -229,6 +235,11 @@ func (j *jwtVerifier) verify(tv *tenantView, tok string, now time.Time) (verifie
 	if iv.tier != "" {
 		if t, _ := claims[iv.tier].(string); len(t) <= maxJWTTier {
 			v.tier = t
+		}
+	}
+	if iv.customer != "" {
+		if c, _ := claims[iv.customer].(string); len(c) <= tenants.MaxExternalID {
+			v.customer = c
 		}
 	}
 	exp, err := claims.GetExpirationTime()

@@ -397,7 +397,7 @@ func (d *decoder) limit(n *yaml.Node, field string) tenants.LimitSpec {
 func (d *decoder) keys(n *yaml.Node) {
 	d.sequence(n, "keys", func(_ int, field string, v *yaml.Node) {
 		var k Key
-		d.mapping(v, field, []string{"id", "name", "tier", "overrides"}, func(key string, _, v *yaml.Node) {
+		d.mapping(v, field, []string{"id", "name", "tier", "overrides", "customer"}, func(key string, _, v *yaml.Node) {
 			f := join(field, key)
 			switch key {
 			case "id":
@@ -406,6 +406,8 @@ func (d *decoder) keys(n *yaml.Node) {
 				k.Name, _ = d.str(v, f)
 			case "tier":
 				k.Tier, _ = d.str(v, f)
+			case "customer":
+				k.Customer, _ = d.str(v, f)
 			case "overrides":
 				k.Overrides = map[string]tenants.Limits{}
 				if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
@@ -488,6 +490,9 @@ func (d *decoder) validate(now time.Time) {
 			} else if !tiers[k.Tier] {
 				d.add(f.line(field+".tier"), field+".tier", "%q is a tier no policy in this file defines", k.Tier)
 			}
+		}
+		if k.Customer != "" && (!strings.HasPrefix(k.Customer, tenants.IDCustomer) || len(k.Customer) > 64) {
+			d.add(f.line(field+".customer"), field+".customer", "must be a customer id such as cus_… (sluice customers lists them)")
 		}
 		for _, pol := range sortedKeys(k.Overrides) {
 			of := field + ".overrides." + pol

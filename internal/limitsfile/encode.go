@@ -64,6 +64,9 @@ func Marshal(f *File) ([]byte, error) {
 			if k.Tier != "" {
 				add(n, "tier", strNode(k.Tier))
 			}
+			if k.Customer != "" {
+				add(n, "customer", strNode(k.Customer))
+			}
 			if len(k.Overrides) > 0 {
 				ov := mapNode()
 				for _, name := range sortedKeys(k.Overrides) {

@@ -54,6 +54,9 @@ type Key struct {
 	// Overrides replace the key's tier limits per policy name; an entry
 	// without overrides removes the key's overrides.
 	Overrides map[string]tenants.Limits
+	// Customer is the id of the customer the key belongs to; left as it
+	// is when empty (a file attaches or moves keys, never detaches them).
+	Customer string
 }
 
 // Block is one blocked identity of the tenant (operator only).

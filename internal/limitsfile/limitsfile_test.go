@@ -409,3 +409,50 @@ policies:
 		t.Fatalf("policies %+v", f.Policies)
 	}
 }
+
+// A key's customer: set by the file when it names one (attach or move),
+// left alone when it does not, exported and read back as no change, and
+// refused when it is not a customer id.
+func TestKeyCustomer(t *testing.T) {
+	policies := `version: 1
+policies:
+  - {name: api, path: /api/*, tiers: {pro: {algorithm: fixed_window, limit: 10, period: 1m}}}
+`
+	have := State{Keys: []tenants.ConsumerKey{
+		{ID: "ckey_1", Name: "one", Tier: "pro", CustomerID: "cus_a"},
+		{ID: "ckey_2", Name: "two", Tier: "pro"},
+	}}
+	f := parse(t, policies+`keys:
+  - {id: ckey_1}
+  - {id: ckey_2, customer: cus_b}
+`)
+	plan, err := Diff(f, have, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyChanges []Change
+	for _, c := range plan.Changes {
+		if c.Kind == "key" && c.Action == Update {
+			keyChanges = append(keyChanges, c)
+		}
+	}
+	if len(keyChanges) != 1 || keyChanges[0].ID != "ckey_2" || keyChanges[0].Patch.CustomerID == nil || *keyChanges[0].Patch.CustomerID != "cus_b" {
+		t.Fatalf("key changes: %+v", keyChanges)
+	}
+	have.Policies = []tenants.Policy{{ID: "pol_1", Name: "api", Method: "*", Path: "/api/*", Consistency: "exact", UnlistedTiers: "allow",
+		Tiers: map[string]tenants.Limits{"pro": {{Algorithm: "fixed_window", Limit: 10, Period: "1m"}}}}}
+	raw, err := Marshal(FromState(have, true, false, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "customer: cus_a") {
+		t.Fatalf("export:\n%s", raw)
+	}
+	if plan, err := Diff(parse(t, string(raw)), have, false, now); err != nil || !plan.Empty() {
+		t.Fatalf("the export applied back: %v %+v", err, plan.Changes)
+	}
+	_, err = Parse("limits.yaml", []byte(policies+"keys:\n  - {id: ckey_1, customer: org_42}\n"), now)
+	if err == nil || !strings.Contains(err.Error(), "keys[0].customer: must be a customer id") {
+		t.Fatalf("a customer that is not an id: %v", err)
+	}
+}

@@ -208,6 +208,10 @@ func diffKey(have tenants.ConsumerKey, want Key, live func(map[string]tenants.Li
 		patch.Tier = &want.Tier
 		fs = append(fs, FieldChange{"tier", have.Tier, want.Tier})
 	}
+	if want.Customer != "" && want.Customer != have.CustomerID {
+		patch.CustomerID = &want.Customer
+		fs = append(fs, FieldChange{"customer", have.CustomerID, want.Customer})
+	}
 	if ofs := diffFields(overrideFields(live(have.Overrides)), overrideFields(want.Overrides)); len(ofs) > 0 {
 		ov := maps.Clone(want.Overrides)
 		if ov == nil {
@@ -487,7 +491,7 @@ func FromState(s State, withKeys, withBlocks bool, now time.Time) *File {
 			if k.RevokedAt != nil {
 				continue
 			}
-			key := Key{ID: k.ID, Name: k.Name}
+			key := Key{ID: k.ID, Name: k.Name, Customer: k.CustomerID}
 			if tiers[k.Tier] {
 				// A tier no policy lists is left out (and so left as it
 				// is by apply): the file refuses tiers it does not define.

@@ -37,6 +37,8 @@ type Services struct {
 	Webhooks     Webhooks
 	// JWTIssuers are the identity providers whose tokens checks carry.
 	JWTIssuers JWTIssuers
+	// Customers are the tenant's own customers, which hold its keys.
+	Customers Customers
 }
 
 // Written is a write's result and the config version that committed it.
@@ -194,6 +196,21 @@ type JWTIssuers interface {
 	Get(ctx context.Context, tenantID, id string) (tenants.JWTIssuer, error)
 	// Update changes the fields b sets, checked as Create checks them.
 	Update(ctx context.Context, tenantID, id string, b tenants.JWTIssuerBody) (Written[tenants.JWTIssuer], error)
+	Delete(ctx context.Context, tenantID, id string) (Written[None], error)
+}
+
+// Customers are a tenant's customers. Servers hold them in their config
+// view (to name a key's customer in a check's answer), so writes answer
+// the version that committed them.
+type Customers interface {
+	// Create adds a customer; every input error names its field and
+	// changes nothing.
+	Create(ctx context.Context, tenantID string, b tenants.CustomerBody) (Written[tenants.Customer], error)
+	Page(ctx context.Context, q tenants.CustomerQuery) (tenants.CustomerPage, error)
+	Get(ctx context.Context, tenantID, id string) (tenants.Customer, error)
+	// Update changes the fields b sets, checked as Create checks them.
+	Update(ctx context.Context, tenantID, id string, b tenants.CustomerBody) (Written[tenants.Customer], error)
+	// Delete refuses a customer that still holds keys.
 	Delete(ctx context.Context, tenantID, id string) (Written[None], error)
 }
 

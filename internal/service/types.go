@@ -26,6 +26,8 @@ type KeyCreate struct {
 	Overrides map[string]tenants.Limits `json:"overrides,omitempty"`
 	// BillingAnchor is the day the key's month quotas reset on (0 = the 1st).
 	BillingAnchor int `json:"billing_anchor,omitempty"`
+	// CustomerID attaches the key to one of the tenant's customers.
+	CustomerID string `json:"customer_id,omitempty"`
 }
 
 // KeyCreated is a new consumer key and its secret, shown once.

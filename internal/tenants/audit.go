@@ -113,10 +113,11 @@ const (
 	AuditOperator    = "operator"
 	AuditWebhook     = "webhook"
 	AuditJWTIssuer   = "jwt_issuer"
+	AuditCustomer    = "customer"
 )
 
 // AuditObjectTypes lists the object types, in the order filters show them.
-var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditWebhook, AuditJWTIssuer, AuditTenant, AuditOperator}
+var AuditObjectTypes = []string{AuditPolicy, AuditConsumerKey, AuditServiceKey, AuditUser, AuditBlock, AuditBucket, AuditWebhook, AuditJWTIssuer, AuditCustomer, AuditTenant, AuditOperator}
 
 // Audited actions.
 const (

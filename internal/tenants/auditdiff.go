@@ -111,8 +111,25 @@ func consumerKeyFields(k ConsumerKey) []field {
 	if k.BillingAnchor != 0 {
 		fs = append(fs, field{"billing anchor", strconv.Itoa(k.BillingAnchor)})
 	}
+	if k.CustomerID != "" {
+		fs = append(fs, field{"customer", k.CustomerID})
+	}
 	for _, name := range sortedKeys(k.Overrides) {
 		fs = append(fs, limitsFields("overrides"+pathSep+name, k.Overrides[name])...)
+	}
+	return fs
+}
+
+func customerFields(c Customer) []field {
+	fs := []field{{"external id", c.ExternalID}, {"name", c.Name}, {"tier", c.Tier}}
+	if c.BillingAnchor != 0 {
+		fs = append(fs, field{"billing anchor", strconv.Itoa(c.BillingAnchor)})
+	}
+	for _, name := range sortedKeys(c.Overrides) {
+		fs = append(fs, limitsFields("overrides"+pathSep+name, c.Overrides[name])...)
+	}
+	for _, k := range sortedKeys(c.Metadata) {
+		fs = append(fs, field{"metadata" + pathSep + k, c.Metadata[k]})
 	}
 	return fs
 }

@@ -43,6 +43,8 @@ type Caps struct {
 	// OpenReservations is the most open (unsettled, unexpired)
 	// reservations a tenant may hold; package reserve checks it.
 	OpenReservations int
+	// Customers is the most customers a tenant may have.
+	Customers int
 }
 
 // Default caps.
@@ -55,6 +57,7 @@ const (
 	DefaultMaxMembers         = 1000
 	// DefaultMaxOpenReservations is reserve.MaxOpen.
 	DefaultMaxOpenReservations = 100_000
+	DefaultMaxCustomers        = 100_000
 )
 
 // Cap names, as error messages and flags name them.
@@ -66,6 +69,7 @@ const (
 	CapBlocks           = "blocks"
 	CapMembers          = "members"
 	CapOpenReservations = "open_reservations"
+	CapCustomers        = "customers"
 )
 
 // WithDefaults returns c with every zero field set to its default.
@@ -82,6 +86,7 @@ func (c Caps) WithDefaults() Caps {
 	def(&c.Blocks, DefaultMaxBlocks)
 	def(&c.Members, DefaultMaxMembers)
 	def(&c.OpenReservations, DefaultMaxOpenReservations)
+	def(&c.Customers, DefaultMaxCustomers)
 	return c
 }
 
@@ -106,7 +111,7 @@ func (c *Caps) fields() []capField {
 	return []capField{
 		{CapPolicies, &c.Policies}, {CapLimitsPerPolicy, &c.LimitsPerPolicy}, {CapConsumerKeys, &c.ConsumerKeys},
 		{CapServiceKeys, &c.ServiceKeys}, {CapBlocks, &c.Blocks}, {CapMembers, &c.Members},
-		{CapOpenReservations, &c.OpenReservations},
+		{CapOpenReservations, &c.OpenReservations}, {CapCustomers, &c.Customers},
 	}
 }
 
@@ -150,6 +155,7 @@ var usageColumn = map[string]string{
 	CapServiceKeys:  "service_keys",
 	CapBlocks:       "blocks",
 	CapMembers:      "users",
+	CapCustomers:    "customers",
 }
 
 // capWhat is what each counted cap counts, for its message.
@@ -159,6 +165,7 @@ var capWhat = map[string]string{
 	CapServiceKeys:  "active service keys",
 	CapBlocks:       "blocks",
 	CapMembers:      "dashboard logins (owners and members)",
+	CapCustomers:    "customers",
 }
 
 // checkRoom answers a cap error when the tenant already holds as many of
@@ -207,13 +214,14 @@ type Usage struct {
 	ServiceKeys  int `json:"service_keys"`
 	Blocks       int `json:"blocks"`
 	Members      int `json:"members"`
+	Customers    int `json:"customers"`
 }
 
 // Usage returns what a tenant holds of what its caps count.
 func (s *TenantStore) Usage(ctx context.Context, tenantID string) (Usage, error) {
 	var u Usage
-	err := s.db.QueryRowContext(ctx, `SELECT policies, consumer_keys, service_keys, blocks, users FROM tenant_usage WHERE tenant_id = ?`, tenantID).
-		Scan(&u.Policies, &u.ConsumerKeys, &u.ServiceKeys, &u.Blocks, &u.Members)
+	err := s.db.QueryRowContext(ctx, `SELECT policies, consumer_keys, service_keys, blocks, users, customers FROM tenant_usage WHERE tenant_id = ?`, tenantID).
+		Scan(&u.Policies, &u.ConsumerKeys, &u.ServiceKeys, &u.Blocks, &u.Members, &u.Customers)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Usage{}, errs.Errorf(errs.NotFound, "tenant not found")
 	}

@@ -31,6 +31,8 @@
 //     names and counts the dashboard reads of them.
 //   - PolicyStore (Store.Policies): a tenant's policies, their names, and
 //     the bucket resets that name them.
+//   - CustomerStore (Store.Customers): a tenant's customers, and which
+//     customer each consumer key belongs to is checked against it.
 //   - BlockStore (Store.Blocks): the operator's blocks of identities.
 //   - WebhookStore (Store.Webhooks): a tenant's endpoints, their secrets,
 //     and the deliveries the tenant sees and resends.

@@ -79,7 +79,9 @@ type JWTClaims struct {
 	// tier; a token without it, or with a tier a policy does not list,
 	// is decided under the policy's default tier.
 	Tier string `json:"tier,omitempty"`
-	// Customer is refused for now: customers are not available yet.
+	// Customer, when set, is the claim whose string value is the
+	// external_id of the caller's customer; a token without it, or naming
+	// no customer of the tenant, is a caller without a customer.
 	Customer string `json:"customer,omitempty"`
 }
 
@@ -237,13 +239,10 @@ func checkInlineKeys(raw json.RawMessage, algs []string) error {
 }
 
 func (c *JWTClaims) normalize() error {
-	if c.Customer != "" {
-		return invalid("claims.customer", "customers are not available yet; leave it out")
-	}
 	if c.Subject == "" {
 		c.Subject = DefaultSubjectClaim
 	}
-	for _, f := range []struct{ field, v string }{{"claims.subject", c.Subject}, {"claims.tier", c.Tier}} {
+	for _, f := range []struct{ field, v string }{{"claims.subject", c.Subject}, {"claims.tier", c.Tier}, {"claims.customer", c.Customer}} {
 		if len(f.v) > MaxJWTClaimName || !printable(f.v) {
 			return invalid(f.field, "must be a claim name of at most %d printable characters", MaxJWTClaimName)
 		}

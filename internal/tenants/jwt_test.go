@@ -143,7 +143,7 @@ func TestJWTIssuerRefusals(t *testing.T) {
 		{"large RSA exponent", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: bigE}},
 		{"key fits no alg", "jwks", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKS: &good, Algorithms: &[]string{"ES256"}}},
 		{"duplicate issuer", "issuer", tenants.JWTIssuerBody{Issuer: ptr("https://taken.test/"), JWKSURL: url}},
-		{"customer claim", "claims.customer", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKSURL: url, Claims: &tenants.JWTClaims{Customer: "org"}}},
+		{"customer claim not a claim name", "claims.customer", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKSURL: url, Claims: &tenants.JWTClaims{Customer: "org\u0000"}}},
 		{"empty audience", "audiences[0]", tenants.JWTIssuerBody{Issuer: ptr("x"), JWKSURL: url, Audiences: &[]string{""}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

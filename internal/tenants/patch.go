@@ -25,11 +25,14 @@ type KeyPatch struct {
 	Overrides *map[string]Limits
 	// BillingAnchor sets the day its month quotas reset on (0 = the 1st).
 	BillingAnchor *int
+	// CustomerID attaches the key to one of the tenant's customers; a
+	// pointer to "" detaches it ("customer_id": null).
+	CustomerID *string
 }
 
 // Empty reports whether the patch changes nothing.
 func (p KeyPatch) Empty() bool {
-	return p.Name == nil && p.Tier == nil && p.ExpiresAt == nil && !p.ClearExpiry && p.Overrides == nil && p.BillingAnchor == nil
+	return p.Name == nil && p.Tier == nil && p.ExpiresAt == nil && !p.ClearExpiry && p.Overrides == nil && p.BillingAnchor == nil && p.CustomerID == nil
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -54,6 +57,13 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 			m["billing_anchor"] = nil // removed: UnmarshalJSON reads null as 0
 		} else {
 			m["billing_anchor"] = *p.BillingAnchor
+		}
+	}
+	if p.CustomerID != nil {
+		if *p.CustomerID == "" {
+			m["customer_id"] = nil
+		} else {
+			m["customer_id"] = *p.CustomerID
 		}
 	}
 	return json.Marshal(m)
@@ -109,6 +119,13 @@ func (p *KeyPatch) UnmarshalJSON(b []byte) error {
 				}
 			}
 			p.BillingAnchor = &d
+		case "customer_id":
+			// null detaches the key from its customer.
+			var id string
+			if !null && (json.Unmarshal(v, &id) != nil || id == "") {
+				return invalid(k, "must be a customer id (cus_…), or null to detach the key")
+			}
+			p.CustomerID = &id
 		default:
 			return errs.Errorf(errs.Invalid, "unknown field %q", k)
 		}

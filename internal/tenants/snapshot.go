@@ -45,6 +45,11 @@ const (
 	// not know them only advances its version.
 	ChangeJWTIssuer        = "jwt_issuer"
 	ChangeJWTIssuerDeleted = "jwt_issuer_deleted"
+	// ChangeCustomer (Customer: created or updated, without its metadata)
+	// and ChangeCustomerDeleted (ID, TenantID) are new: a server that does
+	// not know them only advances its version.
+	ChangeCustomer        = "customer"
+	ChangeCustomerDeleted = "customer_deleted"
 )
 
 // Change is one committed config change, as the worker announces it.
@@ -65,6 +70,7 @@ type Change struct {
 	BucketReset       *BucketReset       `json:"bucket_reset,omitempty"`
 	UserSession       *UserSession       `json:"user_session,omitempty"`
 	JWTIssuer         *JWTIssuer         `json:"jwt_issuer,omitempty"`
+	Customer          *Customer          `json:"customer,omitempty"`
 }
 
 // UserSession is what servers know of a dashboard user: the session
@@ -152,7 +158,10 @@ type Snapshot struct {
 	Policies     []Policy            `json:"policies"`
 	Blocks       []Block             `json:"blocks"`
 	// JWTIssuers is absent from an older worker's snapshot.
-	JWTIssuers        []JWTIssuer   `json:"jwt_issuers,omitempty"`
+	JWTIssuers []JWTIssuer `json:"jwt_issuers,omitempty"`
+	// Customers (without their metadata) is absent from an older
+	// worker's snapshot.
+	Customers         []Customer    `json:"customers,omitempty"`
 	Users             []UserSession `json:"users"`
 	OperatorTokenHash string        `json:"operator_token_hash,omitempty"`
 }
@@ -219,6 +228,13 @@ func (s *Snapshot) apply(c Change) error {
 		s.JWTIssuers = upsert(s.JWTIssuers, *c.JWTIssuer, func(i JWTIssuer) string { return i.ID })
 	case ChangeJWTIssuerDeleted:
 		s.JWTIssuers = remove(s.JWTIssuers, c.ID, func(i JWTIssuer) string { return i.ID })
+	case ChangeCustomer:
+		if c.Customer == nil {
+			return missing
+		}
+		s.Customers = upsert(s.Customers, *c.Customer, func(x Customer) string { return x.ID })
+	case ChangeCustomerDeleted:
+		s.Customers = remove(s.Customers, c.ID, func(x Customer) string { return x.ID })
 	case ChangeUserSession:
 		if c.UserSession == nil {
 			return missing
@@ -247,6 +263,7 @@ func (s *Snapshot) deleteTenant(id string) {
 	s.Policies = dropTenant(s.Policies, id, func(p Policy) string { return p.TenantID })
 	s.Blocks = dropTenant(s.Blocks, id, func(b Block) string { return b.TenantID })
 	s.JWTIssuers = dropTenant(s.JWTIssuers, id, func(i JWTIssuer) string { return i.TenantID })
+	s.Customers = dropTenant(s.Customers, id, func(c Customer) string { return c.TenantID })
 	s.Users = dropTenant(s.Users, id, func(u UserSession) string { return u.TenantID })
 }
 

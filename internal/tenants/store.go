@@ -53,6 +53,7 @@ type Store struct {
 	blocks      *BlockStore
 	webhooks    *WebhookStore
 	jwtIssuers  *JWTIssuerStore
+	customers   *CustomerStore
 	outbox      *Outbox
 	queue       *DeliveryQueue
 	audit       *AuditLog
@@ -74,7 +75,7 @@ func NewStore(db *sql.DB) *Store {
 	c := &core{db: db, write: make(chan struct{}, 1), passwords: newPasswordGate(PasswordSlots, PasswordQueue)}
 	return &Store{core: c, tenants: &TenantStore{c}, serviceKeys: &ServiceKeyStore{c}, users: &UserStore{c},
 		operator: &OperatorStore{c}, setup: &SetupStore{c}, keys: &KeyStore{c}, policies: &PolicyStore{c}, blocks: &BlockStore{c},
-		webhooks: &WebhookStore{c}, jwtIssuers: &JWTIssuerStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}, audit: &AuditLog{c}}
+		webhooks: &WebhookStore{c}, jwtIssuers: &JWTIssuerStore{c}, customers: &CustomerStore{c}, outbox: &Outbox{c}, queue: &DeliveryQueue{core: c}, audit: &AuditLog{c}}
 }
 
 // Tenants returns the store of tenants.
@@ -103,6 +104,9 @@ func (s *Store) Blocks() *BlockStore { return s.blocks }
 
 // JWTIssuers returns the store of tenants' JWT issuers.
 func (s *Store) JWTIssuers() *JWTIssuerStore { return s.jwtIssuers }
+
+// Customers returns the store of tenants' customers.
+func (s *Store) Customers() *CustomerStore { return s.customers }
 
 // Webhooks returns the store of webhook endpoints.
 func (s *Store) Webhooks() *WebhookStore { return s.webhooks }
@@ -267,6 +271,9 @@ func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
 			return err
 		}
 		if snap.JWTIssuers, err = queryAll(ctx, tx, scanJWTIssuer, `SELECT `+jwtIssuerColumns+` FROM jwt_issuers ORDER BY id`); err != nil {
+			return err
+		}
+		if snap.Customers, err = queryAll(ctx, tx, scanCustomerRecord, `SELECT `+customerColumns+` FROM customers ORDER BY id`); err != nil {
 			return err
 		}
 		snap.Users, err = queryAll(ctx, tx, scanUserSession, `SELECT id, COALESCE(tenant_id, ''), session_version FROM users ORDER BY id`)

@@ -37,6 +37,8 @@ type KeyQuery struct {
 	Search string `json:"search,omitempty"`
 	// Tier keeps keys of exactly this tier.
 	Tier string `json:"tier,omitempty"`
+	// CustomerID keeps the keys of this customer of the tenant.
+	CustomerID string `json:"customer_id,omitempty"`
 	// IncludeRevoked keeps revoked keys; without it they are left out and
 	// counted in KeyPage.HiddenRevoked.
 	IncludeRevoked bool `json:"include_revoked,omitempty"`
@@ -131,6 +133,10 @@ func (s *KeyStore) Page(ctx context.Context, q KeyQuery) (KeyPage, error) {
 		where += ` AND k.tier = ?`
 		args = append(args, q.Tier)
 	}
+	if q.CustomerID != "" {
+		where += ` AND k.customer_id = ?`
+		args = append(args, q.CustomerID)
+	}
 	if q.Search != "" {
 		// sluice_fold is strings.ToLower, registered on every connection
 		// by internal/sqlitedb.
@@ -143,7 +149,7 @@ func (s *KeyStore) Page(ctx context.Context, q KeyQuery) (KeyPage, error) {
 		return KeyPage{}, fmt.Errorf("count consumer keys: %w", err)
 	}
 	page.Total = matched
-	if q.Tier != "" || q.Search != "" {
+	if q.Tier != "" || q.Search != "" || q.CustomerID != "" {
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM consumer_keys WHERE tenant_id = ?`, q.TenantID).Scan(&page.Total); err != nil {
 			return KeyPage{}, fmt.Errorf("count consumer keys: %w", err)
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at, billing_anchor`
+const consumerKeyColumns = `id, tenant_id, name, tier, prefix, hash, overrides, expires_at, revoked_at, created_at, updated_at, billing_anchor, customer_id`
 
 // KeyStore keeps a tenant's consumer keys: issues, changes and revokes
 // them, and reads them whole or by the page (store_key_pages.go). Get it
@@ -20,9 +20,11 @@ func scanConsumerKey(sc scanner) (ConsumerKey, error) {
 	var overrides string
 	var expires, revoked sql.NullInt64
 	var created, updated int64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Tier, &k.Prefix, &k.Hash, &overrides, &expires, &revoked, &created, &updated, &k.BillingAnchor); err != nil {
+	var customer sql.NullString
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Tier, &k.Prefix, &k.Hash, &overrides, &expires, &revoked, &created, &updated, &k.BillingAnchor, &customer); err != nil {
 		return ConsumerKey{}, err
 	}
+	k.CustomerID = customer.String
 	if err := json.Unmarshal([]byte(overrides), &k.Overrides); err != nil {
 		return ConsumerKey{}, fmt.Errorf("consumer key %s: overrides column: %w", k.ID, err)
 	}
@@ -72,12 +74,33 @@ func checkOverridePolicies(ctx context.Context, q querier, tenantID string, over
 // Create issues a consumer key in the tenant and returns it with
 // its plain text, shown once. Overrides must name the tenant's policies.
 func (s *KeyStore) Create(ctx context.Context, tenantID, name, tier string, expiresAt *time.Time, overrides map[string]Limits, now time.Time) (ConsumerKey, string, []Change, error) {
+	return s.Issue(ctx, NewKey{TenantID: tenantID, Name: name, Tier: tier, ExpiresAt: expiresAt, Overrides: overrides}, now)
+}
+
+// NewKey is what a client sets on a consumer key it creates.
+type NewKey struct {
+	TenantID, Name, Tier string
+	ExpiresAt            *time.Time
+	Overrides            map[string]Limits
+	BillingAnchor        int
+	// CustomerID, when set, must be one of the tenant's customers.
+	CustomerID string
+}
+
+// Issue is Create with every field a client sets, all checked in the one
+// transaction that writes the key: a bad field writes nothing.
+func (s *KeyStore) Issue(ctx context.Context, nk NewKey, now time.Time) (ConsumerKey, string, []Change, error) {
 	now = normTime(now)
-	if len(overrides) == 0 {
-		overrides = nil
+	tenantID := nk.TenantID
+	if len(nk.Overrides) == 0 {
+		nk.Overrides = nil
 	}
-	k := ConsumerKey{TenantID: tenantID, Name: name, Tier: tier, Overrides: overrides, ExpiresAt: normOptTime(expiresAt), CreatedAt: now, UpdatedAt: now}
+	k := ConsumerKey{TenantID: tenantID, Name: nk.Name, Tier: nk.Tier, Overrides: nk.Overrides, ExpiresAt: normOptTime(nk.ExpiresAt),
+		BillingAnchor: nk.BillingAnchor, CustomerID: nk.CustomerID, CreatedAt: now, UpdatedAt: now}
 	if err := k.Validate(now); err != nil {
+		return ConsumerKey{}, "", nil, err
+	}
+	if err := ValidateBillingAnchor("billing_anchor", k.BillingAnchor); err != nil {
 		return ConsumerKey{}, "", nil, err
 	}
 	plain, prefix, hash, err := GenerateKey(KindConsumerKey)
@@ -99,8 +122,11 @@ func (s *KeyStore) Create(ctx context.Context, tenantID, name, tier string, expi
 		if err := checkOverridePolicies(ctx, tx, tenantID, k.Overrides); err != nil {
 			return nil, err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_keys (`+consumerKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			k.ID, k.TenantID, k.Name, k.Tier, k.Prefix, k.Hash, ov, optMS(k.ExpiresAt), optMS(k.RevokedAt), toMS(k.CreatedAt), toMS(k.UpdatedAt), k.BillingAnchor)
+		if err := requireCustomer(ctx, tx, tenantID, k.CustomerID); err != nil {
+			return nil, err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_keys (`+consumerKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			k.ID, k.TenantID, k.Name, k.Tier, k.Prefix, k.Hash, ov, optMS(k.ExpiresAt), optMS(k.RevokedAt), toMS(k.CreatedAt), toMS(k.UpdatedAt), k.BillingAnchor, optString(k.CustomerID))
 		if err != nil {
 			return nil, fmt.Errorf("create consumer key: %w", err)
 		}
@@ -166,6 +192,12 @@ func (s *KeyStore) Update(ctx context.Context, tenantID, id string, patch KeyPat
 		if patch.BillingAnchor != nil {
 			k.BillingAnchor = *patch.BillingAnchor
 		}
+		if patch.CustomerID != nil {
+			if err := requireCustomer(ctx, tx, tenantID, *patch.CustomerID); err != nil {
+				return nil, err
+			}
+			k.CustomerID = *patch.CustomerID
+		}
 		if patch.Overrides != nil {
 			k.Overrides = *patch.Overrides
 			if len(k.Overrides) == 0 {
@@ -181,9 +213,9 @@ func (s *KeyStore) Update(ctx context.Context, tenantID, id string, patch KeyPat
 			return nil, err
 		}
 		_, err = tx.ExecContext(ctx, `
-			UPDATE consumer_keys SET name = ?, tier = ?, overrides = ?, expires_at = ?, billing_anchor = ?, updated_at = ?
+			UPDATE consumer_keys SET name = ?, tier = ?, overrides = ?, expires_at = ?, billing_anchor = ?, customer_id = ?, updated_at = ?
 			WHERE id = ? AND tenant_id = ?`,
-			k.Name, k.Tier, ov, optMS(k.ExpiresAt), k.BillingAnchor, toMS(now), id, tenantID)
+			k.Name, k.Tier, ov, optMS(k.ExpiresAt), k.BillingAnchor, optString(k.CustomerID), toMS(now), id, tenantID)
 		if err != nil {
 			return nil, fmt.Errorf("update consumer key: %w", err)
 		}

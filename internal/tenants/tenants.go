@@ -155,11 +155,14 @@ type ConsumerKey struct {
 	Overrides map[string]Limits `json:"overrides,omitempty"`
 	// BillingAnchor is the day of the month (1-31) its month quotas reset
 	// on, clamped to each month's last day; 0 = the 1st.
-	BillingAnchor int        `json:"billing_anchor,omitempty"`
-	ExpiresAt     *time.Time `json:"expires_at"`
-	RevokedAt     *time.Time `json:"revoked_at"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
+	BillingAnchor int `json:"billing_anchor,omitempty"`
+	// CustomerID is the tenant's customer the key belongs to ("" for
+	// none): the check's answer names it.
+	CustomerID string     `json:"customer_id,omitempty"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
 }
 
 // Active reports whether the key may be used at now: not revoked and not

@@ -429,14 +429,18 @@ func ValidateTier(field, tier string) error {
 	return nil
 }
 
-func validateKeyName(name string) error {
+func validateKeyName(name string) error { return validateName("name", name) }
+
+// validateName checks a consumer key's or customer's name: not blank, at
+// most maxKeyNameLength characters, no control characters.
+func validateName(field, name string) error {
 	switch {
 	case strings.TrimSpace(name) == "":
-		return invalid("name", "required")
+		return invalid(field, "required")
 	case utf8.RuneCountInString(name) > maxKeyNameLength:
-		return invalid("name", "must be at most %d characters", maxKeyNameLength)
+		return invalid(field, "must be at most %d characters", maxKeyNameLength)
 	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
-		return invalid("name", "must not contain control characters")
+		return invalid(field, "must not contain control characters")
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ var objectTypeLabels = map[string]string{
 	tenants.AuditBucket:      "bucket of",
 	tenants.AuditWebhook:     "webhook",
 	tenants.AuditJWTIssuer:   "JWT issuer",
+	tenants.AuditCustomer:    "customer",
 	tenants.AuditTenant:      "tenant",
 	tenants.AuditOperator:    "operator",
 }

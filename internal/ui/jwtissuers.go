@@ -38,6 +38,9 @@ func issuerRow(iss tenants.JWTIssuer) views.JWTIssuerRow {
 	if iss.Claims.Tier != "" {
 		claims += ", tier: " + iss.Claims.Tier
 	}
+	if iss.Claims.Customer != "" {
+		claims += ", customer: " + iss.Claims.Customer
+	}
 	return views.JWTIssuerRow{ID: iss.ID, Issuer: iss.Issuer, Audiences: strings.Join(iss.Audiences, ", "), Keys: keys,
 		Algorithms: strings.Join(iss.Algorithms, ", "), Claims: claims, CreatedAt: iss.CreatedAt}
 }

@@ -83,7 +83,7 @@ func (h *keyHandler) lastUsed(ctx context.Context, tenantID string, now time.Tim
 }
 
 func (h *keyHandler) keyRow(k tenants.ConsumerKey, used map[string]keyUsage, now time.Time) views.KeyRow {
-	r := views.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Tier: k.Tier, Status: keyStatus(k, now), ExpiresAt: k.ExpiresAt, CreatedAt: k.CreatedAt, URL: keyURL(k.ID), Overrides: len(k.Overrides)}
+	r := views.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Tier: k.Tier, Status: keyStatus(k, now), ExpiresAt: k.ExpiresAt, CreatedAt: k.CreatedAt, URL: keyURL(k.ID), Overrides: len(k.Overrides), CustomerID: k.CustomerID}
 	if u, ok := used[k.ID]; ok {
 		r.LastUsed, r.Usage = &u.last, u.totals
 	}

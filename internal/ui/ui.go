@@ -182,6 +182,7 @@ func Register(e *echo.Echo, d Deps) error {
 	admAudit := &auditHandler{config: d.Services, operator: true}
 	hooks := &webhookHandler{config: d.Services, sess: sess}
 	issuers := &issuerHandler{config: d.Services, checkURL: d.CheckJWKSURL}
+	customers := &customerHandler{config: d.Services, now: d.Now}
 
 	prev := e.HTTPErrorHandler
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -245,6 +246,9 @@ func Register(e *echo.Echo, d Deps) error {
 	e.GET("/ui/usage", usage.show, tenant...)
 	e.GET("/ui/usage/csv", usage.csv, tenant...)
 	e.GET("/ui/audit", audit.show, tenant...)
+	e.GET("/ui/customers", customers.list, tenant...)
+	e.POST("/ui/customers", customers.create, tenant...)
+	e.GET("/ui/customers/:id", customers.show, tenant...)
 	e.GET("/ui/jwt-issuers", issuers.list, tenant...)
 	e.POST("/ui/jwt-issuers", issuers.create, issuerOwner...)
 	e.GET("/ui/jwt-issuers/:id", issuers.edit, issuerOwner...)
@@ -385,16 +389,17 @@ var flashes = map[string]string{
 	"unblocked":      "Unblocked.",
 	"signed-out":     "You are signed out.",
 
-	"issuer-created":  "Issuer added. Every server fetches its keys now; its tokens verify once they have them.",
-	"issuer-deleted":  "Issuer deleted. Its tokens answer invalid_token.",
-	"issuer-updated":  "Issuer saved. Every server uses it as changed at once; keys at a new JWKS URL are fetched in the background.",
-	"webhook-created": "Webhook added. Copy its signing secret now; events are sent to it from now on.",
-	"webhook-saved":   "Webhook saved.",
-	"webhook-rotated": "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",
-	"webhook-deleted": "Webhook deleted, with its deliveries.",
-	"webhook-paused":  "Webhook paused: it gets no events, and its pending deliveries wait.",
-	"webhook-resumed": "Webhook resumed: its pending deliveries go now, and new events are sent to it.",
-	"webhook-resent":  "Delivery queued to be sent again.",
+	"customer-created": "Customer added. Keys join it with customer_id on POST or PATCH /v1/keys.",
+	"issuer-created":   "Issuer added. Every server fetches its keys now; its tokens verify once they have them.",
+	"issuer-deleted":   "Issuer deleted. Its tokens answer invalid_token.",
+	"issuer-updated":   "Issuer saved. Every server uses it as changed at once; keys at a new JWKS URL are fetched in the background.",
+	"webhook-created":  "Webhook added. Copy its signing secret now; events are sent to it from now on.",
+	"webhook-saved":    "Webhook saved.",
+	"webhook-rotated":  "Secret rotated. For 24 hours deliveries are signed with the new and the previous secret.",
+	"webhook-deleted":  "Webhook deleted, with its deliveries.",
+	"webhook-paused":   "Webhook paused: it gets no events, and its pending deliveries wait.",
+	"webhook-resumed":  "Webhook resumed: its pending deliveries go now, and new events are sent to it.",
+	"webhook-resent":   "Delivery queued to be sent again.",
 
 	"service-key-created": "Service key added. Deploy it, then revoke the key it replaces.",
 	"service-key-revoked": "Service key revoked. Every server refuses it within a second.",

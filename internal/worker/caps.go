@@ -37,5 +37,6 @@ func RegisterCapFlags(fs *flag.FlagSet, c *tenants.Caps, getenv func(string) str
 	add(tenants.CapBlocks, &c.Blocks, "most blocks one tenant may have")
 	add(tenants.CapMembers, &c.Members, "most dashboard logins (owners and members) one tenant may have")
 	add(tenants.CapOpenReservations, &c.OpenReservations, "most open (unsettled, unexpired) reservations one tenant may hold")
+	add(tenants.CapCustomers, &c.Customers, "most customers one tenant may have")
 	return errors.Join(bad...)
 }

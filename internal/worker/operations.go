@@ -36,6 +36,7 @@ func (w *Worker) configOperations() []bus.Binding {
 	set := setupOps{svc.Setup}
 	hook := webhookOps{svc.Webhooks}
 	jwt := jwtIssuerOps{svc.JWTIssuers}
+	cus := customerOps{svc.Customers}
 	return []bus.Binding{
 		bus.Bind(bus.OpSnapshot, st.snapshot),
 		bus.Bind(bus.OpVersion, st.version),
@@ -111,6 +112,12 @@ func (w *Worker) configOperations() []bus.Binding {
 		bus.Bind(bus.OpJWTIssuerGet, jwt.get),
 		bus.Bind(bus.OpJWTIssuerUpdate, jwt.update),
 		bus.Bind(bus.OpJWTIssuerDelete, jwt.delete),
+
+		bus.Bind(bus.OpCustomerCreate, cus.create),
+		bus.Bind(bus.OpCustomerPage, cus.page),
+		bus.Bind(bus.OpCustomerGet, cus.get),
+		bus.Bind(bus.OpCustomerUpdate, cus.update),
+		bus.Bind(bus.OpCustomerDelete, cus.delete),
 	}
 }
 
@@ -398,5 +405,27 @@ func (o jwtIssuerOps) update(ctx context.Context, r bus.JWTIssuerWrite) (service
 }
 
 func (o jwtIssuerOps) delete(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
+	return o.svc.Delete(ctx, r.TenantID, r.ID)
+}
+
+type customerOps struct{ svc service.Customers }
+
+func (o customerOps) create(ctx context.Context, r bus.CustomerWrite) (service.Written[tenants.Customer], error) {
+	return o.svc.Create(ctx, r.TenantID, r.Body)
+}
+
+func (o customerOps) page(ctx context.Context, r bus.CustomerPageQuery) (tenants.CustomerPage, error) {
+	return o.svc.Page(ctx, r.CustomerQuery)
+}
+
+func (o customerOps) get(ctx context.Context, r bus.TenantScoped) (tenants.Customer, error) {
+	return o.svc.Get(ctx, r.TenantID, r.ID)
+}
+
+func (o customerOps) update(ctx context.Context, r bus.CustomerWrite) (service.Written[tenants.Customer], error) {
+	return o.svc.Update(ctx, r.TenantID, r.ID, r.Body)
+}
+
+func (o customerOps) delete(ctx context.Context, r bus.TenantScoped) (service.Written[none], error) {
 	return o.svc.Delete(ctx, r.TenantID, r.ID)
 }

@@ -202,6 +202,7 @@ var configWriteOps = map[string]bool{
 	bus.OpServiceKeyCreate.Name: true, bus.OpServiceKeyRevoke.Name: true,
 	bus.OpWebhookCreate.Name: true, bus.OpWebhookUpdate.Name: true, bus.OpWebhookDelete.Name: true,
 	bus.OpWebhookRotate.Name: true, bus.OpWebhookResend.Name: true,
+	bus.OpCustomerCreate.Name: true, bus.OpCustomerUpdate.Name: true, bus.OpCustomerDelete.Name: true,
 }
 
 // admitConfigWrite admits one request of op: a tenant's config write is

@@ -40,6 +40,7 @@ type Memory struct {
 	// deliveries are each endpoint's, oldest first (AddDelivery).
 	deliveries map[string][]tenants.WebhookDelivery
 	issuers    map[string]tenants.JWTIssuer
+	customers  map[string]tenants.Customer
 	// SignIns counts sign-in attempts, for tests of what reaches the
 	// worker.
 	SignIns int
@@ -56,7 +57,7 @@ func New(now func() time.Time) *Memory {
 		users: map[string]tenants.User{}, secrets: map[string][32]byte{}, blocks: map[string]tenants.Block{},
 		reserved: map[string]reserve.Reservation{},
 		webhooks: map[string]tenants.Webhook{}, deliveries: map[string][]tenants.WebhookDelivery{},
-		issuers: map[string]tenants.JWTIssuer{},
+		issuers: map[string]tenants.JWTIssuer{}, customers: map[string]tenants.Customer{},
 	}
 }
 
@@ -65,7 +66,7 @@ func (m *Memory) Services() service.Services {
 	return service.Services{
 		Tenants: memTenants{m}, Policies: memPolicies{m}, Keys: memKeys{m}, ServiceKeys: memServiceKeys{m},
 		Users: memUsers{m}, Blocks: memBlocks{m}, Buckets: memBuckets{m}, Reservations: memReservations{m}, Audit: memAudit{m}, Analytics: memAnalytics{},
-		Setup: memSetup{}, Webhooks: memWebhooks{m}, JWTIssuers: memJWTIssuers{m},
+		Setup: memSetup{}, Webhooks: memWebhooks{m}, JWTIssuers: memJWTIssuers{m}, Customers: memCustomers{m},
 	}
 }
 
@@ -365,9 +366,12 @@ func (s memKeys) Create(_ context.Context, k service.KeyCreate) (service.Written
 	if _, err := m.tenant(k.TenantID); err != nil {
 		return service.Written[service.KeyCreated]{}, err
 	}
+	if err := m.requireCustomer(k.TenantID, k.CustomerID); err != nil {
+		return service.Written[service.KeyCreated]{}, err
+	}
 	now := m.now()
 	key := tenants.ConsumerKey{ID: m.id("key"), TenantID: k.TenantID, Name: k.Name, Tier: k.Tier, Prefix: "ck_test",
-		Overrides: k.Overrides, ExpiresAt: k.ExpiresAt, BillingAnchor: k.BillingAnchor, CreatedAt: now, UpdatedAt: now}
+		Overrides: k.Overrides, ExpiresAt: k.ExpiresAt, BillingAnchor: k.BillingAnchor, CustomerID: k.CustomerID, CreatedAt: now, UpdatedAt: now}
 	m.keys[key.ID] = key
 	return written(m, service.KeyCreated{Key: key, Secret: "ck_test_" + key.ID}), nil
 }
@@ -392,6 +396,7 @@ func (s memKeys) Page(ctx context.Context, q tenants.KeyQuery) (tenants.KeyPage,
 		case k.RevokedAt != nil && !q.IncludeRevoked:
 			page.HiddenRevoked++
 		case q.Tier != "" && k.Tier != q.Tier:
+		case q.CustomerID != "" && k.CustomerID != q.CustomerID:
 		default:
 			page.Matched++
 			if page.Matched > q.Offset && (q.Limit == 0 || len(page.Keys) < q.Limit) {
@@ -427,7 +432,18 @@ func (s memKeys) Count(ctx context.Context, tenantID string) (tenants.KeyCounts,
 
 func (s memKeys) Update(_ context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
 	now := s.m.now()
+	if p.CustomerID != nil {
+		s.m.mu.Lock()
+		err := s.m.requireCustomer(tenantID, *p.CustomerID)
+		s.m.mu.Unlock()
+		if err != nil {
+			return service.Written[tenants.ConsumerKey]{}, err
+		}
+	}
 	return change(s.m, s.m.keys, keyTenant, "key", tenantID, id, func(k *tenants.ConsumerKey) {
+		if p.CustomerID != nil {
+			k.CustomerID = *p.CustomerID
+		}
 		if p.Name != nil {
 			k.Name = *p.Name
 		}

@@ -61,6 +61,7 @@ const (
 	NavUsage     = "usage"
 	NavWebhooks  = "webhooks"
 	NavIssuers   = "jwt-issuers"
+	NavCustomers = "customers"
 )
 
 // UserInfo is the signed-in user as the frame shows it.
@@ -324,6 +325,8 @@ type KeyRow struct {
 	CreatedAt              time.Time
 	URL                    string
 	Overrides              int
+	// CustomerID is the key's customer, "" for none.
+	CustomerID string
 }
 
 // SortColumn is a sortable column header.
@@ -811,4 +814,45 @@ type JWTIssuerRow struct {
 // JWKS is an inline key set (JSON); ID is set when an issuer is edited.
 type JWTIssuerForm struct {
 	ID, Issuer, Audiences, JWKSURL, JWKS, Algorithms, Subject, Tier string
+}
+
+// CustomersView is one page of a tenant's customers, the search that
+// kept them, and the form adding one.
+type CustomersView struct {
+	Rows     []CustomerRow
+	Search   string
+	Offset   int // where Rows start among the matched customers
+	Matched  int
+	Total    int
+	PrevHref string // "" on the first page
+	NextHref string // "" on the last page
+	Form     CustomerForm
+	Error    string
+}
+
+// CustomerRow is one customer as lists show it.
+type CustomerRow struct {
+	ID, ExternalID, Name, Tier string
+	BillingAnchor              int
+	CreatedAt                  time.Time
+}
+
+// CustomerForm is the customer form as submitted.
+type CustomerForm struct {
+	ExternalID, Name, Tier string
+}
+
+// CustomerView is one customer and a page of its keys.
+type CustomerView struct {
+	Customer CustomerRow
+	Metadata [][2]string // key and value, by key
+	Keys     []CustomerKeyRow
+	// KeysMatched counts every key of the customer; Keys shows the first
+	// of them.
+	KeysMatched int
+}
+
+// CustomerKeyRow is one key of a customer.
+type CustomerKeyRow struct {
+	ID, Name, Prefix, Tier, Status string
 }

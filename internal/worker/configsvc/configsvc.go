@@ -67,7 +67,7 @@ func (s *Service) Services() service.Services {
 	return service.Services{
 		Tenants: tenantSvc{s}, Policies: policySvc{s}, Keys: keySvc{s}, ServiceKeys: serviceKeySvc{s},
 		Users: userSvc{s}, Blocks: blockSvc{s}, Buckets: bucketSvc{s}, Audit: auditSvc{s}, Setup: setupSvc{s},
-		Webhooks: webhookSvc{s}, JWTIssuers: jwtIssuerSvc{s},
+		Webhooks: webhookSvc{s}, JWTIssuers: jwtIssuerSvc{s}, Customers: customerSvc{s},
 	}
 }
 
@@ -225,14 +225,9 @@ func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Writte
 		return service.Written[service.KeyCreated]{}, err
 	}
 	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
-		key, secret, cs, err := k.s.store.Keys().Create(ctx, r.TenantID, r.Name, r.Tier, r.ExpiresAt, r.Overrides, k.s.now())
-		if err != nil || r.BillingAnchor == 0 {
-			return service.KeyCreated{Key: key, Secret: secret}, cs, err
-		}
-		// The anchor is set right after, in the same write to the servers:
-		// both changes are announced together.
-		key, more, err := k.s.store.Keys().Update(ctx, r.TenantID, key.ID, tenants.KeyPatch{BillingAnchor: &r.BillingAnchor}, k.s.now())
-		return service.KeyCreated{Key: key, Secret: secret}, append(cs, more...), err
+		key, secret, cs, err := k.s.store.Keys().Issue(ctx, tenants.NewKey{TenantID: r.TenantID, Name: r.Name, Tier: r.Tier,
+			ExpiresAt: r.ExpiresAt, Overrides: r.Overrides, BillingAnchor: r.BillingAnchor, CustomerID: r.CustomerID}, k.s.now())
+		return service.KeyCreated{Key: key, Secret: secret}, cs, err
 	})
 }
 
@@ -549,6 +544,38 @@ func (j jwtIssuerSvc) Update(ctx context.Context, tenantID, id string, b tenants
 func (j jwtIssuerSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
 	return Write(j.s, func() (service.None, []tenants.Change, error) {
 		cs, err := j.s.store.JWTIssuers().Delete(ctx, tenantID, id, j.s.now())
+		return service.None{}, cs, err
+	})
+}
+
+type customerSvc struct{ s *Service }
+
+func (c customerSvc) Create(ctx context.Context, tenantID string, b tenants.CustomerBody) (service.Written[tenants.Customer], error) {
+	return Write(c.s, func() (tenants.Customer, []tenants.Change, error) {
+		return c.s.store.Customers().Create(ctx, tenantID, b, c.s.now())
+	})
+}
+
+func (c customerSvc) Page(ctx context.Context, q tenants.CustomerQuery) (tenants.CustomerPage, error) {
+	if err := c.s.store.Tenants().Require(ctx, q.TenantID); err != nil {
+		return tenants.CustomerPage{}, err
+	}
+	return c.s.store.Customers().Page(ctx, q)
+}
+
+func (c customerSvc) Get(ctx context.Context, tenantID, id string) (tenants.Customer, error) {
+	return c.s.store.Customers().Get(ctx, tenantID, id)
+}
+
+func (c customerSvc) Update(ctx context.Context, tenantID, id string, b tenants.CustomerBody) (service.Written[tenants.Customer], error) {
+	return Write(c.s, func() (tenants.Customer, []tenants.Change, error) {
+		return c.s.store.Customers().Update(ctx, tenantID, id, b, c.s.now())
+	})
+}
+
+func (c customerSvc) Delete(ctx context.Context, tenantID, id string) (service.Written[service.None], error) {
+	return Write(c.s, func() (service.None, []tenants.Change, error) {
+		cs, err := c.s.store.Customers().Delete(ctx, tenantID, id, c.s.now())
 		return service.None{}, cs, err
 	})
 }
