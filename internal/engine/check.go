@@ -50,6 +50,9 @@ type CheckRequest struct {
 	// Hold asks, for a reservation, where the check's cost was taken
 	// (Answer.Hold): the API's "reserve".
 	Hold bool
+	// Wait is how long the check may wait for its bucket when a rate
+	// limit denies it (0: answer at once; at most MaxWait; wait.go).
+	Wait time.Duration
 }
 
 // LimitStatus describes one limit of the decided tier, for headers.
@@ -85,6 +88,12 @@ type Answer struct {
 	// consumed it (allowed, not shadow-denied, under some limit); nil
 	// otherwise.
 	Hold *reserve.Hold
+	// Waited is how long the check waited in its bucket's queue (0 when
+	// it did not queue); WaitRefused says why a check that asked to wait
+	// was denied before its wait ended (a WaitRefused* reason, "" when it
+	// waited its whole wait or was allowed).
+	Waited      time.Duration
+	WaitRefused string
 }
 
 // validate fills defaults and rejects bad input, naming the field.
@@ -111,7 +120,7 @@ func (r *CheckRequest) validate(field string) error {
 	if len(r.APIKey) > 256 {
 		return errs.Errorf(errs.Invalid, "%sapi_key: longer than 256 bytes", field)
 	}
-	return nil
+	return validateWait(r.Wait, r.Peek, field)
 }
 
 // Check decides one request for a tenant at now. On a single server it
@@ -135,6 +144,11 @@ func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRe
 	for i := range reqs {
 		if err := reqs[i].validate(batchField(i)); err != nil {
 			return nil, err
+		}
+		if reqs[i].Wait != 0 {
+			// A batch is answered whole: one waiting check would hold
+			// every other.
+			return nil, errs.Errorf(errs.Invalid, "%swait: a check in a batch cannot wait", batchField(i))
 		}
 		if reqs[i].APIKey == "" && reqs[i].JWT == "" {
 			if _, ok := NormalizeIP(reqs[i].IP); !ok {
@@ -219,7 +233,8 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	if err != nil {
 		return Answer{}, err
 	}
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
+	// A check that waited is counted once, as it ended.
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS+int64(a.Waited), start, units)
 	if !a.Allowed && pv.shadow {
 		// Shadow mode: decided and recorded as a denial, answered as allowed.
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
@@ -324,7 +339,7 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	buf := e.keyBuf.Get().(*[]byte)
 	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
 	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
-		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
+		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true, wait: req.Wait}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
 		e.pub.crossings.note(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)
@@ -341,6 +356,7 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 
 	r := outs[report]
 	a.Allowed = allowed
+	a.Waited, a.WaitRefused = d.waited, d.refused
 	a.Limit, a.Remaining, a.Reset = r.Limit, r.Remaining, r.Reset
 	if allowed {
 		a.Reason = ReasonOK
