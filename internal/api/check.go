@@ -28,6 +28,8 @@ type checkBody struct {
 	Reserve    *int64 `json:"reserve"`
 	ReserveCap *int64 `json:"reserve_cap"`
 	ReserveTTL string `json:"reserve_ttl"`
+	// Wait is how long the check may wait for its bucket ("500ms").
+	Wait string `json:"wait"`
 }
 
 // reservation is what a check's reserve asks for, defaults filled.
@@ -46,6 +48,13 @@ type recorded struct {
 // it reserves.
 func (b *checkBody) request(field string) (engine.CheckRequest, reservation, error) {
 	r := engine.CheckRequest{APIKey: b.APIKey, JWT: b.JWT, IP: b.IP, Method: b.Method, Path: b.Path, Peek: b.Peek, Cost: 1}
+	if b.Wait != "" {
+		w, err := parseWait(b.Wait, field)
+		if err != nil {
+			return r, reservation{}, err
+		}
+		r.Wait = w
+	}
 	if b.Cost != nil {
 		if *b.Cost < 1 {
 			return r, reservation{}, errs.Errorf(errs.Invalid, "%scost: must be an integer of at least 1", field)
@@ -244,6 +253,20 @@ func (h decisionRoutes) checkBatch(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
 
+// parseWait reads a check's wait: a Go duration above 0 and at most
+// engine.MaxWait.
+func parseWait(s, field string) (time.Duration, error) {
+	w, err := time.ParseDuration(s)
+	if err != nil || w <= 0 || w > engine.MaxWait {
+		return 0, errs.Errorf(errs.Invalid, "%swait: must be a duration such as \"500ms\", above 0 and at most 30s", field)
+	}
+	return w, nil
+}
+
+// WaitRefusedHeader says why a check that asked to wait was denied before
+// its wait ended (the answer's wait_refused).
+const WaitRefusedHeader = "X-Sluice-Wait-Refused"
+
 // ceilSeconds rounds a duration up to whole seconds, as Retry-After and the
 // reset headers need: rounding down would invite a retry that is denied.
 func ceilSeconds(d time.Duration) int64 {
@@ -308,6 +331,9 @@ func setRateLimitHeaders(h http.Header, a *engine.Answer) {
 	}
 	if retry {
 		h["Retry-After"] = v(n - 1)
+	}
+	if a.WaitRefused != "" {
+		h[WaitRefusedHeader] = []string{a.WaitRefused}
 	}
 }
 
@@ -376,6 +402,14 @@ func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 	}
 	if a.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
+	}
+	if a.Waited > 0 {
+		b = append(b, `,"waited_ms":`...)
+		b = strconv.AppendInt(b, a.Waited.Milliseconds(), 10)
+	}
+	if a.WaitRefused != "" {
+		b = append(b, `,"wait_refused":`...)
+		b = appendString(b, a.WaitRefused)
 	}
 	if rec.id != "" {
 		b = append(b, `,"reservation":`...)

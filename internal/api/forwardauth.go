@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -115,7 +116,12 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Path:   path,
 		Cost:   1,
 	}
-	if req.APIKey == "" && r.URL.RawQuery == JWTBearerQuery {
+	bearer, wait, err := forwardAuthQuery(r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	req.Wait = wait
+	if req.APIKey == "" && bearer {
 		req.JWT = bearerJWT(hd)
 	}
 	a, err := h.Engine.Check(r.Context(), tenant, &req, now)
@@ -130,6 +136,31 @@ func (h *handler) forwardAuth(c echo.Context) error {
 	}
 	return writeDenial(c, &a)
 }
+
+// forwardAuthQuery reads the forward-auth URL's query, which the proxy's
+// configuration sets (a client cannot change it): JWTBearerQuery, and
+// wait=<duration> for a check that may wait for its bucket (WaitQuery).
+// Other parameters are ignored, as they always were.
+func forwardAuthQuery(raw string) (bearer bool, wait time.Duration, err error) {
+	for part := range strings.SplitSeq(raw, "&") {
+		switch {
+		case part == JWTBearerQuery:
+			bearer = true
+		case strings.HasPrefix(part, WaitQuery):
+			if wait, err = parseWait(part[len(WaitQuery):], ""); err != nil {
+				return false, 0, err
+			}
+		}
+	}
+	return bearer, wait, nil
+}
+
+// WaitQuery starts the forward-auth URL's wait parameter
+// (/v1/forward-auth?wait=500ms): a check that a rate limit denies waits up
+// to that long for its bucket, as a check's "wait" does, and the proxy's
+// subrequest is answered when it is admitted or at the deadline. The
+// proxy's own timeout for the subrequest must exceed it.
+const WaitQuery = "wait="
 
 // originalRequest reads the original request's target and method from
 // the headers of one family: X-Forwarded-Uri and X-Forwarded-Method (Caddy,
