@@ -438,6 +438,11 @@ func (c *Client) decodeDecision(s *scanner, d *Decision, req *CheckRequest) erro
 			d.RetryAfter = millis(ms)
 		case "shadow_denied":
 			d.ShadowDenied, err = s.boolean()
+		case "waited_ms":
+			ms, err = s.number()
+			d.Waited = millis(ms)
+		case "wait_refused":
+			d.WaitRefused, err = s.nullableStr(&c.strs)
 		default:
 			err = s.skip(0)
 		}

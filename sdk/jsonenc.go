@@ -33,6 +33,11 @@ func appendCheck(dst []byte, req *CheckRequest) []byte {
 	if req.Peek {
 		dst = append(dst, `,"peek":true`...)
 	}
+	if req.Wait > 0 {
+		dst = append(dst, `,"wait":"`...)
+		dst = append(dst, req.Wait.String()...)
+		dst = append(dst, '"')
+	}
 	return append(dst, '}')
 }
 

@@ -14,6 +14,8 @@ import (
 // denied request is answered with the problem body sdk.WriteProblem
 // writes, and the handler is not called. Echo's own IP extraction is not
 // used: the client's trusted-proxy settings decide the caller's address.
+// A client made with sdk.WithWait makes each check wait up to that long
+// for its bucket instead of answering 429 at once.
 func New(client *sdk.Client) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
