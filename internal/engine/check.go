@@ -340,6 +340,9 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
 	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true, wait: req.Wait}
+	if pv.shadow {
+		d.wait = 0 // a shadow policy's denial is answered allowed: nothing to wait for
+	}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && !req.Peek && key != nil && tl.calendars {
 		e.pub.crossings.note(tenantID, key.id, pv.name, tl, outs[:n], req.Cost, nowNS)

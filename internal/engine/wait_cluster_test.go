@@ -17,7 +17,7 @@ import (
 
 // fastSnapshot adds a policy of 10 a second in bursts of 1 (/fast/*):
 // one admission every 100 ms.
-func fastSnapshot(t *testing.T) tenants.Snapshot {
+func fastSnapshot(t testing.TB) tenants.Snapshot {
 	snap, _ := snapshot(t)
 	snap.Policies = append(snap.Policies, tenants.Policy{ID: "pol_f", TenantID: "ten_a", Name: "fast", Method: "*", Path: "/fast/*",
 		Consistency: "exact", CreatedAt: t0,

@@ -79,8 +79,9 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // waitSnapshot adds to snapshot's tenants a policy of one request a
-// second (/wait/*) and one of two per two seconds (/pair/*), each per IP,
-// and one of 1 a second for ten_b.
+// second (/wait/*), one of two per two seconds (/pair/*) and a shadow one
+// of one a second (/shadowfast/*), each per IP, and one of 1 a second for
+// ten_b.
 func waitSnapshot(tb testing.TB) tenants.Snapshot {
 	snap, _ := snapshot(tb)
 	snap.Policies = append(snap.Policies,
@@ -89,6 +90,8 @@ func waitSnapshot(tb testing.TB) tenants.Snapshot {
 		tenants.Policy{ID: "pol_p", TenantID: "ten_a", Name: "pair", Method: "*", Path: "/pair/*", Consistency: "exact", CreatedAt: t0,
 			Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 2, "2s")}},
 		tenants.Policy{ID: "pol_b", TenantID: "ten_b", Name: "b", Method: "*", Path: "/wait/*", Consistency: "exact", CreatedAt: t0,
+			Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 1, "1s")}},
+		tenants.Policy{ID: "pol_s", TenantID: "ten_a", Name: "shadowfast", Method: "*", Path: "/shadowfast/*", Shadow: true, CreatedAt: t0,
 			Tiers: map[string]tenants.Limits{"anonymous": limit("token_bucket", 1, "1s")}})
 	return snap
 }
@@ -377,3 +380,18 @@ func TestWaitRejectsBadInput(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A shadow policy answers its denials allowed: a check with a wait is
+// answered at once, as any, and never queues.
+func TestWaitShadowAnswersAtOnce(t *testing.T) {
+	e, clk := waitEngine(t, WaitConfig{})
+	take(t, e, clk, "ten_a", "192.0.2.2", "/shadowfast/a")
+	out := make(chan waitOutcome, 1)
+	startWaiting(t, t.Context(), e, clk, 0, "ten_a", CheckRequest{IP: "192.0.2.2", Path: "/shadowfast/b", Wait: 10 * time.Second}, out)
+	if e.waits.Len() != 0 {
+		t.Fatal("a shadow policy's check queued")
+	}
+	if o := recv(t, out); o.err != nil || !o.a.Allowed || !o.a.ShadowDenied || o.a.Waited != 0 {
+		t.Fatalf("%+v %v", o.a, o.err)
+	}
+}
