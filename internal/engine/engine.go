@@ -165,7 +165,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	if e.waits == nil {
 		e.waits = NewWaits(WaitConfig{})
 	}
-	e.waits.clock, e.waits.decide, e.waits.log = wallClock{now: cfg.Now}, e.decideCache, e.log
+	e.waits.clock, e.waits.eng, e.waits.log = wallClock{now: cfg.Now}, e, e.log
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}

@@ -127,8 +127,11 @@ type bucketQueue struct {
 
 // Waits holds every waiter of this server. Safe for concurrent use.
 type Waits struct {
-	clock  waitClock
-	decide func(d *decision, out []quota.Outcome) (bool, int) // in the hot cache
+	clock waitClock
+	// eng decides in the hot cache (decideCache). A method call, not a
+	// func value, so that the decisions and outcomes of the check path do
+	// not escape to the heap.
+	eng *Engine
 	// owns reports whether this server still decides key's bucket; nil
 	// on a server alone.
 	owns func(key string) bool
@@ -204,7 +207,7 @@ func (wq *Waits) enter(d *decision, out []quota.Outcome, wait time.Duration, id 
 			return nil, r, false
 		}
 	} else {
-		r.allowed, r.report = wq.decide(d, out)
+		r.allowed, r.report = wq.eng.decideCache(d, out)
 		if r.allowed {
 			wq.mu.Unlock()
 			return nil, r, false
@@ -259,7 +262,7 @@ func (wq *Waits) bounded(q *bucketQueue, tenant string) string {
 func (wq *Waits) denyBehind(q *bucketQueue, d *decision, out []quota.Outcome, now int64, r *waitResult) {
 	p := *d
 	p.consume, p.now = false, now
-	_, r.report = wq.decide(&p, out)
+	_, r.report = wq.eng.decideCache(&p, out)
 	r.allowed = false
 	retry := quota.CombinedRetryAfter(out)
 	if next := time.Duration(q.at - now); q.at != 0 && next > retry && retry != quota.Never {
@@ -386,7 +389,7 @@ func (wq *Waits) serveHead(q *bucketQueue, f *finishes) {
 		w := q.head
 		r := &waitResult{}
 		w.d.now = now
-		r.allowed, r.report = wq.decide(&w.d, r.outs[:w.n])
+		r.allowed, r.report = wq.eng.decideCache(&w.d, r.outs[:w.n])
 		if r.allowed {
 			wq.remove(w)
 			r.waited = time.Duration(now - w.enqueued)
@@ -430,7 +433,7 @@ func (wq *Waits) deny(w *waiter, refused string, next bool, f *finishes) {
 	r := &waitResult{waited: time.Duration(now - w.enqueued), refused: refused}
 	p := w.d
 	p.consume, p.now = false, now
-	_, r.report = wq.decide(&p, r.outs[:w.n])
+	_, r.report = wq.eng.decideCache(&p, r.outs[:w.n])
 	o := &r.outs[r.report]
 	if o.Allowed && o.RetryAfter == 0 {
 		o.RetryAfter = time.Millisecond

@@ -18,7 +18,7 @@ func benchWaits(b *testing.B, cfg WaitConfig) (*Engine, *Waits) {
 	snap.Policies = append(snap.Policies, waitSnapshot(b).Policies[3:]...)
 	e := newTestEngine(b, snap)
 	w := NewWaits(cfg)
-	w.clock, w.decide = wallClock{now: time.Now}, e.decideCache
+	w.clock, w.eng = wallClock{now: time.Now}, e
 	e.waits = w
 	return e, w
 }

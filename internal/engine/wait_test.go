@@ -102,7 +102,7 @@ func waitEngine(t *testing.T, cfg WaitConfig) (*Engine, *fakeClock) {
 	e := newTestEngine(t, waitSnapshot(t))
 	clk := &fakeClock{now: t0}
 	w := NewWaits(cfg)
-	w.clock, w.decide = clk, e.decideCache
+	w.clock, w.eng = clk, e
 	e.waits = w
 	return e, clk
 }
