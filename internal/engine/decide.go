@@ -258,7 +258,7 @@ func (e *Engine) decideHere(ctx context.Context, d *decision, out []quota.Outcom
 	if d.wait > 0 && d.consume {
 		return e.waits.wait(ctx, d, out)
 	}
-	if d.consume && d.cost > 0 && !d.count {
+	if e.waits.busy() && d.consume && d.cost > 0 && !d.count {
 		if allowed, report, ok := e.waits.behind(d, out); ok {
 			return allowed, report, nil
 		}
@@ -372,7 +372,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, limits: limits,
 			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count}
 		var behind bool
-		if it.Consume && it.Cost > 0 && !it.Count {
+		if e.waits.busy() && it.Consume && it.Cost > 0 && !it.Count {
 			allowed, report, behind = e.waits.behind(&d, outs[:n])
 		}
 		if !behind {

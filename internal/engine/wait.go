@@ -278,13 +278,11 @@ func (wq *Waits) denyBehind(q *bucketQueue, d *decision, out []quota.Outcome, no
 	}
 }
 
-// Behind reports whether a check of key arriving now must go behind
+// behind reports whether a check of key arriving now must go behind
 // waiters; if so it fills out and answers its denial. The check path asks
-// only while some waiter exists anywhere on this server (one atomic load).
+// only while some waiter exists anywhere on this server (busy: one atomic
+// load, inlined).
 func (wq *Waits) behind(d *decision, out []quota.Outcome) (bool, int, bool) {
-	if wq.count.Load() == 0 {
-		return false, 0, false
-	}
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	q := wq.buckets[string(d.key)]
@@ -296,6 +294,9 @@ func (wq *Waits) behind(d *decision, out []quota.Outcome) (bool, int, bool) {
 	wq.m.behind.Inc()
 	return false, r.report, true
 }
+
+// busy reports whether any check waits on this server.
+func (wq *Waits) busy() bool { return wq.count.Load() != 0 }
 
 // schedule sets q's timer to try its head at the instant at.
 func (wq *Waits) schedule(q *bucketQueue, at int64) {
