@@ -158,8 +158,9 @@ func TestWaitOwnerWithoutWaiting(t *testing.T) {
 	}
 }
 
-// A hand-over answers the waiters of the partitions given back, denied:
-// none is lost, none is decided by two owners.
+// A forwarded waiter does not hold the sender's other forwards to its
+// owner; a hand-over answers the waiters of the partitions given back,
+// denied: none is lost, none is decided by two owners.
 func TestWaitHandoverDeniesWaiters(t *testing.T) {
 	snap := fastSnapshot(t)
 	nc := bustest.InProcess(t, bus.EmbeddedConfig{DataDir: t.TempDir(), Name: "engine-test"})
@@ -191,6 +192,12 @@ func TestWaitHandoverDeniesWaiters(t *testing.T) {
 			out <- result{ans, err}
 		}()
 		untilTrue(t, "the waiter is queued at the owner", func() bool { return owner.waits.Len() == i+1 })
+	}
+	// A forwarded waiter holds no other forward: another caller's check
+	// through the same sender is answered at once.
+	began := time.Now()
+	if ans, err := a.Check(t.Context(), "ten_a", &CheckRequest{IP: "192.0.2.2", Path: "/api/example?mode=heavy"}, time.Now()); err != nil || !ans.Allowed || time.Since(began) > time.Second {
+		t.Fatalf("a forward beside a waiting one: %+v %v after %s", ans, err, time.Since(began))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
