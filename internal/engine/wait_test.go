@@ -395,3 +395,30 @@ func TestWaitShadowAnswersAtOnce(t *testing.T) {
 		t.Fatalf("%+v %v", o.a, o.err)
 	}
 }
+
+// Analytics count a waited check once, as it ended: admitted as allowed,
+// timed out as denied; a waiter whose client left is not counted.
+func TestWaitCountedOnce(t *testing.T) {
+	e, clk := waitEngine(t, WaitConfig{})
+	ip, path := "192.0.2.1", "/wait/x"
+	take(t, e, clk, "ten_a", ip, path)
+	e.counters.drain()
+	out := make(chan waitOutcome, 4)
+	ctx, cancel := context.WithCancel(t.Context())
+	startWaiting(t, t.Context(), e, clk, 0, "ten_a", CheckRequest{IP: ip, Path: path, Wait: 5 * time.Second}, out)
+	startWaiting(t, ctx, e, clk, 1, "ten_a", CheckRequest{IP: ip, Path: path, Wait: 5 * time.Second}, out)
+	startWaiting(t, t.Context(), e, clk, 2, "ten_a", CheckRequest{IP: ip, Path: path, Wait: 1500 * time.Millisecond}, out)
+	cancel()
+	recv(t, out)
+	clk.Advance(time.Second)
+	recv(t, out)
+	clk.Advance(time.Second)
+	recv(t, out)
+	var allowed, denied, units int64
+	for _, r := range e.counters.drain() {
+		allowed, denied, units = allowed+r.Allowed, denied+r.Denied, units+r.Units
+	}
+	if allowed != 1 || denied != 1 || units != 1 {
+		t.Fatalf("counted %d allowed, %d denied, %d units; want 1, 1, 1", allowed, denied, units)
+	}
+}
