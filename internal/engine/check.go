@@ -233,9 +233,12 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	if err != nil {
 		return Answer{}, err
 	}
-	// A check that waited is counted once, as it ended; its wait is not
-	// decision time.
-	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS+int64(a.Waited), start.Add(a.Waited), units)
+	if a.Waited > 0 {
+		// A check that waited is counted once, as it ended; its wait is
+		// not decision time.
+		nowNS, start = nowNS+int64(a.Waited), start.Add(a.Waited)
+	}
+	e.record(tenantID, pv.name, a.Tier, &a, req.Peek, nowNS, start, units)
 	if !a.Allowed && pv.shadow {
 		// Shadow mode: decided and recorded as a denial, answered as allowed.
 		a.Allowed, a.ShadowDenied, a.Reason, a.RetryAfter = true, true, ReasonOK, 0
