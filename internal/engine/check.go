@@ -120,7 +120,10 @@ func (r *CheckRequest) validate(field string) error {
 	if len(r.APIKey) > 256 {
 		return errs.Errorf(errs.Invalid, "%sapi_key: longer than 256 bytes", field)
 	}
-	return validateWait(r.Wait, r.Peek, field)
+	if r.Wait != 0 {
+		return validateWait(r.Wait, r.Peek, field)
+	}
+	return nil
 }
 
 // Check decides one request for a tenant at now. On a single server it

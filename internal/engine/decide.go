@@ -106,6 +106,11 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		}
 	}
 	if c == nil {
+		if d.wait == 0 && !d.settle && !e.waits.busy() {
+			// The common case alone: no wait, no waiter anywhere.
+			allowed, report := e.decideCache(d, out)
+			return allowed, report, nil
+		}
 		return e.decideHere(ctx, d, out)
 	}
 	if d.pv.consistency == "local" {
