@@ -55,7 +55,17 @@ type CheckRequest struct {
 	// LeaseTTL is how long a slot of a concurrency limit is held unless
 	// released (1 s to 24 h); 0 takes Sluice's default, 60 s.
 	LeaseTTL time.Duration
+	// Wait, when set (at most MaxWait), lets Sluice hold a check that a
+	// rate limit denies for up to this long and admit it as soon as its
+	// bucket allows, first come first served, instead of denying it at
+	// once. The check's timeout grows by Wait. Not with Peek, and not in
+	// CheckBatch; such a check neither consults nor fills the denial
+	// memory, and is never batched (WithBatching).
+	Wait time.Duration
 }
+
+// MaxWait is the longest CheckRequest.Wait Sluice accepts.
+const MaxWait = 30 * time.Second
 
 func (r *CheckRequest) cost() int { return max(r.Cost, 1) }
 
@@ -87,6 +97,13 @@ type Decision struct {
 	Reset        time.Duration // until that limit's bucket is full again
 	RetryAfter   time.Duration // until this same check would be allowed; 0 if allowed
 	ShadowDenied bool          // a shadow policy would have denied
+	// Waited is how long the check waited for its bucket (CheckRequest.Wait).
+	Waited time.Duration
+	// WaitRefused says why a check with a Wait was denied before its wait
+	// ended ("retry_after_beyond_wait", "bucket_queue_full",
+	// "tenant_queue_full", "server_queue_full", "shutting_down",
+	// "handover", "owner_cannot_wait"); "" otherwise.
+	WaitRefused string
 	// Local is set when the client answered without Sluice: from its denial
 	// memory, or by the failure mode (Reason ReasonUnavailable).
 	Local bool
@@ -136,7 +153,8 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 	c.checks.Add(1)
 	now := c.now()
 	k := getCall()
-	if c.denials != nil {
+	remember := c.denials != nil && req.Wait == 0
+	if remember {
 		k.key = appendDenialKey(k.key[:0], req)
 		if d, ok := c.denials.lookup(k.key, req.cost(), now); ok {
 			putCall(k)
@@ -146,7 +164,7 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 	}
 	var d Decision
 	var err error
-	if c.batch != nil {
+	if c.batch != nil && req.Wait == 0 {
 		d, err = c.batch.check(ctx, req)
 	} else {
 		d, err = c.checkOne(ctx, k, req)
@@ -157,7 +175,7 @@ func (c *Client) check(ctx context.Context, req *CheckRequest) (Decision, error)
 	}
 	// A concurrency denial is not remembered: a release may free a slot
 	// long before the first lease's expiry that RetryAfter counts to.
-	if c.denials != nil && !d.Allowed && d.RetryAfter > 0 && d.Reason != ReasonConcurrencyLimited {
+	if remember && !d.Allowed && d.RetryAfter > 0 && d.Reason != ReasonConcurrencyLimited {
 		c.denials.insert(k.key, req.cost(), d, now)
 	}
 	putCall(k)
@@ -193,7 +211,8 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]Decisio
 func (c *Client) checkOne(ctx context.Context, k *call, req *CheckRequest) (Decision, error) {
 	var d Decision
 	k.body = appendCheck(k.body[:0], req)
-	hdr, body, err := c.post(ctx, c.checkURL, c.timeout, k)
+	// A check that may wait for its bucket is answered up to Wait later.
+	hdr, body, err := c.post(ctx, c.checkURL, c.timeout+req.Wait, k)
 	if err != nil {
 		return d, err
 	}

@@ -39,7 +39,9 @@ type Client struct {
 	// checkHeader is shared by every check request. It is never modified
 	// after New; it is cloned per request when the http.Client has a cookie
 	// jar, because http.Client then adds cookies to the request's header.
-	checkHeader   http.Header
+	checkHeader http.Header
+	// wait is what the middleware's checks may wait (WithWait).
+	wait          time.Duration
 	cloneHeader   bool
 	authorization string
 
@@ -85,6 +87,7 @@ type options struct {
 	keyHeader   string
 	bearerJWT   bool
 	batching    bool
+	wait        time.Duration
 }
 
 // WithTimeout bounds each check (Check, Peek) to d; default 100 ms. A batch
@@ -140,6 +143,15 @@ func WithKeyHeader(name string) Option { return func(o *options) { o.keyHeader =
 // as the bearer token, still comes first.
 func WithBearerJWT() Option { return func(o *options) { o.bearerJWT = true } }
 
+// WithWait makes the middleware's checks (Middleware, Decide, and the
+// Echo middleware, which uses Decide) wait up to d for their bucket when
+// a rate limit denies them, instead of answering 429 at once: Sluice
+// admits each as soon as its bucket allows, first come first served, and
+// the request then proceeds, having waited. d is at most MaxWait; each
+// such check's timeout is WithTimeout's plus d. The handler's own
+// deadline still wins (the request's context).
+func WithWait(d time.Duration) Option { return func(o *options) { o.wait = d } }
+
 // New returns a client for the Sluice at baseURL (for example
 // "http://127.0.0.1:8080") that authenticates with serviceKey ("sk_…").
 //
@@ -164,6 +176,9 @@ func New(baseURL, serviceKey string, opts ...Option) *Client {
 	if o.timeout <= 0 {
 		panic(fmt.Sprintf("sluice: New: timeout %v is not positive", o.timeout))
 	}
+	if o.wait < 0 || o.wait > MaxWait {
+		panic(fmt.Sprintf("sluice: New: wait %v is not between 0 and %v", o.wait, MaxWait))
+	}
 	if o.denialSize < 0 {
 		panic(fmt.Sprintf("sluice: New: denial cache size %d is negative", o.denialSize))
 	}
@@ -172,6 +187,7 @@ func New(baseURL, serviceKey string, opts ...Option) *Client {
 	c := &Client{
 		base:          u.String(),
 		timeout:       o.timeout,
+		wait:          o.wait,
 		failClosed:    o.failClosed,
 		logger:        o.logger,
 		keyHeader:     textproto.CanonicalMIMEHeaderKey(o.keyHeader),

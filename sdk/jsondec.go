@@ -457,6 +457,11 @@ func (c *Client) decodeDecision(s *scanner, d *Decision, req *CheckRequest) erro
 			if t, err = s.plainStr(); err == nil && t != "" {
 				d.LeaseExpiresAt, err = time.Parse(time.RFC3339Nano, t)
 			}
+		case "waited_ms":
+			ms, err = s.number()
+			d.Waited = millis(ms)
+		case "wait_refused":
+			d.WaitRefused, err = s.nullableStr(&c.strs)
 		default:
 			err = s.skip(0)
 		}

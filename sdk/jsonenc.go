@@ -37,6 +37,11 @@ func appendCheck(dst []byte, req *CheckRequest) []byte {
 		dst = append(dst, `,"lease_ttl":`...)
 		dst = appendJSONString(dst, req.LeaseTTL.String())
 	}
+	if req.Wait > 0 {
+		dst = append(dst, `,"wait":"`...)
+		dst = append(dst, req.Wait.String()...)
+		dst = append(dst, '"')
+	}
 	return append(dst, '}')
 }
 

@@ -63,6 +63,7 @@ func (c *Client) CheckRequestFor(r *http.Request) CheckRequest {
 		IP:     c.clientIP(r),
 		Method: r.Method,
 		Path:   requestTarget(r),
+		Wait:   c.wait,
 	}
 	if req.APIKey == "" && c.bearerJWT {
 		req.JWT = bearerToken(r)

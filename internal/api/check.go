@@ -31,6 +31,8 @@ type checkBody struct {
 	// LeaseTTL is how long a slot of a concurrency limit is held unless
 	// released (a Go duration, 1s to 24h).
 	LeaseTTL string `json:"lease_ttl"`
+	// Wait is how long the check may wait for its bucket ("500ms").
+	Wait string `json:"wait"`
 }
 
 // reservation is what a check's reserve asks for, defaults filled.
@@ -55,6 +57,13 @@ func (b *checkBody) request(field string) (engine.CheckRequest, reservation, err
 			return r, reservation{}, errs.Errorf(errs.Invalid, "%slease_ttl: must be a duration from 1s to 24h, such as \"60s\"", field)
 		}
 		r.LeaseTTL = d
+	}
+	if b.Wait != "" {
+		w, err := parseWait(b.Wait, field)
+		if err != nil {
+			return r, reservation{}, err
+		}
+		r.Wait = w
 	}
 	if b.Cost != nil {
 		if *b.Cost < 1 {
@@ -254,6 +263,20 @@ func (h decisionRoutes) checkBatch(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
 
+// parseWait reads a check's wait: a Go duration above 0 and at most
+// engine.MaxWait.
+func parseWait(s, field string) (time.Duration, error) {
+	w, err := time.ParseDuration(s)
+	if err != nil || w <= 0 || w > engine.MaxWait {
+		return 0, errs.Errorf(errs.Invalid, "%swait: must be a duration such as \"500ms\", above 0 and at most 30s", field)
+	}
+	return w, nil
+}
+
+// WaitRefusedHeader says why a check that asked to wait was denied before
+// its wait ended (the answer's wait_refused).
+const WaitRefusedHeader = "X-Sluice-Wait-Refused"
+
 // ceilSeconds rounds a duration up to whole seconds, as Retry-After and the
 // reset headers need: rounding down would invite a retry that is denied.
 func ceilSeconds(d time.Duration) int64 {
@@ -318,6 +341,9 @@ func setRateLimitHeaders(h http.Header, a *engine.Answer) {
 	}
 	if retry {
 		h["Retry-After"] = v(n - 1)
+	}
+	if a.WaitRefused != "" {
+		h[WaitRefusedHeader] = []string{a.WaitRefused}
 	}
 }
 
@@ -401,6 +427,14 @@ func appendAnswer(b []byte, a *engine.Answer, rec recorded) []byte {
 		b = append(b, `,"lease_expires_at":"`...)
 		b = a.LeaseExpires.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
+	}
+	if a.Waited > 0 {
+		b = append(b, `,"waited_ms":`...)
+		b = strconv.AppendInt(b, a.Waited.Milliseconds(), 10)
+	}
+	if a.WaitRefused != "" {
+		b = append(b, `,"wait_refused":`...)
+		b = appendString(b, a.WaitRefused)
 	}
 	if rec.id != "" {
 		b = append(b, `,"reservation":`...)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -49,23 +48,6 @@ const (
 	LeaseHeader        = "X-Sluice-Lease"
 	LeaseExpiresHeader = "X-Sluice-Lease-Expires"
 )
-
-// forwardQuery reads the forward-auth URL's query: jwt=bearer (the only
-// form JWTBearerQuery was, and still is, alone) and lease_ttl. Anything
-// else in it is ignored, as it always was.
-func forwardQuery(raw string) (jwt bool, ttl time.Duration, err error) {
-	if raw == "" || raw == JWTBearerQuery {
-		return raw == JWTBearerQuery, 0, nil
-	}
-	q, _ := url.ParseQuery(raw)
-	if s := q.Get(LeaseQuery); s != "" {
-		ttl, err = time.ParseDuration(s)
-		if err != nil || ttl < engine.MinLeaseTTL || ttl > engine.MaxLeaseTTL {
-			return false, 0, errs.Errorf(errs.Invalid, "lease_ttl: the forward-auth URL's lease_ttl must be a duration from 1s to 24h, such as \"60s\"")
-		}
-	}
-	return q.Get("jwt") == "bearer", ttl, nil
-}
 
 // A proxy that cannot hand the subrequest's body to its client (nginx's
 // auth_request drops it) sets ProblemHeaderRequest on its subrequest; a
@@ -149,12 +131,12 @@ func (h *handler) forwardAuth(c echo.Context) error {
 		Path:   path,
 		Cost:   1,
 	}
-	jwt, ttl, err := forwardQuery(r.URL.RawQuery)
+	bearer, ttl, wait, err := forwardQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
 	}
-	req.LeaseTTL = ttl
-	if req.APIKey == "" && jwt {
+	req.LeaseTTL, req.Wait = ttl, wait
+	if req.APIKey == "" && bearer {
 		req.JWT = bearerJWT(hd)
 	}
 	a, err := h.Engine.Check(r.Context(), tenant, &req, now)
@@ -176,6 +158,37 @@ func (h *handler) forwardAuth(c echo.Context) error {
 	}
 	return writeDenial(c, &a)
 }
+
+// forwardQuery reads the forward-auth URL's query, which the proxy's
+// configuration sets (a client cannot change it): JWTBearerQuery,
+// lease_ttl=<duration> for the slots of concurrency limits (LeaseQuery) and
+// wait=<duration> for a check that may wait for its bucket (WaitQuery).
+// Other parameters are ignored, as they always were.
+func forwardQuery(raw string) (bearer bool, ttl, wait time.Duration, err error) {
+	for part := range strings.SplitSeq(raw, "&") {
+		switch {
+		case part == JWTBearerQuery:
+			bearer = true
+		case strings.HasPrefix(part, WaitQuery):
+			if wait, err = parseWait(part[len(WaitQuery):], ""); err != nil {
+				return false, 0, 0, err
+			}
+		case strings.HasPrefix(part, LeaseQuery+"="):
+			ttl, err = time.ParseDuration(part[len(LeaseQuery)+1:])
+			if err != nil || ttl < engine.MinLeaseTTL || ttl > engine.MaxLeaseTTL {
+				return false, 0, 0, errs.Errorf(errs.Invalid, "lease_ttl: the forward-auth URL's lease_ttl must be a duration from 1s to 24h, such as \"60s\"")
+			}
+		}
+	}
+	return bearer, ttl, wait, nil
+}
+
+// WaitQuery starts the forward-auth URL's wait parameter
+// (/v1/forward-auth?wait=500ms): a check that a rate limit denies waits up
+// to that long for its bucket, as a check's "wait" does, and the proxy's
+// subrequest is answered when it is admitted or at the deadline. The
+// proxy's own timeout for the subrequest must exceed it.
+const WaitQuery = "wait="
 
 // originalRequest reads the original request's target and method from
 // the headers of one family: X-Forwarded-Uri and X-Forwarded-Method (Caddy,

@@ -5,7 +5,8 @@
 //
 // Start order: NATS, worker, engine, HTTP. The HTTP listener opens at once
 // (/healthz answers, /readyz says 503) while the engine hydrates. Stop order
-// on SIGTERM is the reverse: HTTP drains, the engine publishes everything
+// on SIGTERM is the reverse: the checks waiting for their buckets are
+// answered, HTTP drains, the engine publishes everything
 // pending and waits for the worker to commit it, then the worker, SQLite and
 // NATS close.
 package app
@@ -60,6 +61,7 @@ type Main struct {
 	workDone   chan struct{}
 	closeDB    func() error
 	engine     *engine.Engine
+	waits      *engine.Waits // checks waiting for their buckets, answered first at shutdown
 	cluster    *cluster.Cluster
 	http       *http.Server
 	pprof      *http.Server
@@ -166,7 +168,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.waits = engine.NewWaits(engine.WaitConfig{})
 	eng, err := engine.New(engine.Config{
+		Waits:               m.waits,
 		Node:                cfg.Node,
 		Replicas:            cfg.NatsReplicas,
 		EnvoyBytesPerSecond: int64(cfg.EnvoyBytesPerSecond),
@@ -228,9 +232,11 @@ func (m *Main) Run(ctx context.Context) error {
 		Handler:           e,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		// A check may wait up to engine.MaxWait for its bucket before
+		// its answer is written.
+		WriteTimeout:   engine.MaxWait + 15*time.Second,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
 	}
 	go func() {
 		if err := m.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -538,6 +544,11 @@ func (m *Main) Close(ctx context.Context) error {
 	}
 	if m.metrics != nil {
 		_ = m.metrics.Close()
+	}
+	if m.waits != nil {
+		// Every waiting check is answered (denied) now, so that HTTP
+		// drains at once rather than after the longest wait.
+		m.waits.Close()
 	}
 	if m.grpc != nil {
 		m.grpcCancel()

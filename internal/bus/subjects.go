@@ -100,6 +100,12 @@ const PageTermHeader = "Sluice-Page-Term"
 const (
 	ForwardPrefix = "sluice.cluster.fwd."
 	LocalPrefix   = "sluice.cluster.local."
+	// WaitPrefix + node receives checks that may wait at that node, their
+	// owner (one item a request, answered when it is decided), and
+	// WaitCancelPrefix + node the ids of those whose client went away.
+	// An owner of a version without waiting subscribes to neither.
+	WaitPrefix       = "sluice.cluster.wait."
+	WaitCancelPrefix = "sluice.cluster.waitcancel."
 )
 
 // JetStream KV buckets the servers keep: partition leases and members

@@ -73,6 +73,9 @@ type Item struct {
 	Lease    int64 `json:"ls,omitempty"`
 	LeaseExp int64 `json:"le,omitempty"`
 	Release  bool  `json:"rl,omitempty"`
+	// Wait is how long the item may wait at its owner for its bucket
+	// (waiting.go); only items sent with ForwardWait carry it.
+	Wait time.Duration `json:"wt,omitempty"`
 }
 
 // ErrNotSent is wrapped by forward errors after which the owner cannot
@@ -99,6 +102,11 @@ type Result struct {
 	Allowed  bool            `json:"a,omitempty"`
 	Report   int             `json:"rp,omitempty"`
 	Outcomes []quota.Outcome `json:"o,omitempty"`
+	// Waited is how long the item waited in its bucket's queue (ns), and
+	// Refused why it was denied before its wait ended, for items sent
+	// with ForwardWait.
+	Waited  int64  `json:"wd,omitempty"`
+	Refused string `json:"wr,omitempty"`
 }
 
 // jsonOutcome is a quota.Outcome in a JSON forward message, as peers that
@@ -184,6 +192,7 @@ type forwarder struct {
 	mu     sync.Mutex
 	qs     map[string]*ownerQueue
 	sub    *nats.Subscription
+	wsubs  []*nats.Subscription // waiting items and their cancels (waiting.go)
 	srv    *directServer
 	closed atomic.Bool
 }
@@ -389,6 +398,9 @@ func (f *forwarder) close() {
 	f.closed.Store(true)
 	if f.sub != nil {
 		_ = f.sub.Unsubscribe()
+	}
+	for _, s := range f.wsubs {
+		_ = s.Unsubscribe()
 	}
 	if f.srv != nil {
 		f.srv.close()

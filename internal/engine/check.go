@@ -56,6 +56,9 @@ type CheckRequest struct {
 	// LeaseTTL is how long a slot of a concurrency limit is held unless
 	// released (MinLeaseTTL to MaxLeaseTTL; 0 = DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// Wait is how long the check may wait for its bucket when a rate
+	// limit denies it (0: answer at once; at most MaxWait; wait.go).
+	Wait time.Duration
 }
 
 // LimitStatus describes one limit of the decided tier, for headers.
@@ -99,6 +102,12 @@ type Answer struct {
 	// zero when the check took none.
 	Lease        string
 	LeaseExpires time.Time
+	// Waited is how long the check waited in its bucket's queue (0 when
+	// it did not queue); WaitRefused says why a check that asked to wait
+	// was denied before its wait ended (a WaitRefused* reason, "" when it
+	// waited its whole wait or was allowed).
+	Waited      time.Duration
+	WaitRefused string
 }
 
 // validate fills defaults and rejects bad input, naming the field.
@@ -130,6 +139,9 @@ func (r *CheckRequest) validate(field string) error {
 	} else if r.LeaseTTL < MinLeaseTTL || r.LeaseTTL > MaxLeaseTTL {
 		return errs.Errorf(errs.Invalid, "%slease_ttl: must be a duration from 1s to 24h, such as \"60s\"", field)
 	}
+	if r.Wait != 0 {
+		return validateWait(r.Wait, r.Peek, field)
+	}
 	return nil
 }
 
@@ -154,6 +166,11 @@ func (e *Engine) CheckBatch(ctx context.Context, tenantID string, reqs []CheckRe
 	for i := range reqs {
 		if err := reqs[i].validate(batchField(i)); err != nil {
 			return nil, err
+		}
+		if reqs[i].Wait != 0 {
+			// A batch is answered whole: one waiting check would hold
+			// every other.
+			return nil, errs.Errorf(errs.Invalid, "%swait: a check in a batch cannot wait", batchField(i))
 		}
 		if reqs[i].APIKey == "" && reqs[i].JWT == "" {
 			if _, ok := NormalizeIP(reqs[i].IP); !ok {
@@ -237,6 +254,11 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 	units, err := e.decideCheck(ctx, tenantID, req, key, pv, tl, keyID, nowNS, &a)
 	if err != nil {
 		return Answer{}, err
+	}
+	if a.Waited > 0 {
+		// A check that waited is counted once, as it ended; its wait is
+		// not decision time.
+		nowNS, start = nowNS+int64(a.Waited), start.Add(a.Waited)
 	}
 	e.record(tenantID, pv.name, a.Tier, &a, a.IdentityID, req.Peek, nowNS, start, units)
 	if !a.Allowed && pv.shadow {
@@ -349,9 +371,12 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	buf := e.keyBuf.Get().(*[]byte)
 	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
 	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
-		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true}
+		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true, wait: req.Wait}
 	if tl.concurrency && !req.Peek {
 		d.lease = quota.Lease{Token: newLeaseToken(), Expires: nowNS + int64(req.LeaseTTL)}
+	}
+	if pv.shadow {
+		d.wait = 0 // a shadow policy's denial is answered allowed: nothing to wait for
 	}
 	allowed, report, err := e.decide(ctx, &d, outs[:n])
 	if err == nil && allowed && d.lease.Token != 0 {
@@ -372,6 +397,7 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 
 	r := outs[report]
 	a.Allowed = allowed
+	a.Waited, a.WaitRefused = d.waited, d.refused
 	a.Limit, a.Remaining, a.Reset = r.Limit, r.Remaining, r.Reset
 	if allowed {
 		a.Reason = ReasonOK

@@ -79,6 +79,11 @@ type decision struct {
 	// concurrency limits; with release, the slot d gives back (lease.go).
 	lease   quota.Lease
 	release bool
+	// wait is how long d may wait for its bucket (wait.go); waited how
+	// long it did, refused why it did not wait its whole wait.
+	wait    time.Duration
+	waited  time.Duration
+	refused string
 }
 
 // item is d as it is forwarded to its owner.
@@ -110,10 +115,15 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 		}
 	}
 	if c == nil {
-		return e.decideHere(d, out)
+		if d.wait == 0 && !d.settle && !d.release && !e.waits.busy() {
+			// The common case alone: no wait, no waiter anywhere.
+			allowed, report := e.decideCache(d, out)
+			return allowed, report, nil
+		}
+		return e.decideHere(ctx, d, out)
 	}
 	if local {
-		allowed, report, err := e.decideHere(d, out)
+		allowed, report, err := e.decideHere(ctx, d, out)
 		if err != nil {
 			return false, 0, err
 		}
@@ -128,7 +138,7 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	}
 	p := bus.Partition(d.key)
 	if c.Owns(p, e.cfg.Now()) {
-		return e.decideHere(d, out)
+		return e.decideHere(ctx, d, out)
 	}
 	if d.id == 0 && d.consume {
 		d.id = e.fwd.nextID()
@@ -137,8 +147,9 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	// e.cfg.Now: it is a real wait on the network, and a clock a test
 	// stops must not make it endless. Leases are compared with e.cfg.Now,
 	// the clock the cluster's leases are written in.
-	wctx, cancel := context.WithTimeout(ctx, HandoverWait)
+	wctx, cancel := context.WithTimeout(ctx, HandoverWait+d.wait)
 	defer cancel()
+	deadline := time.Now().Add(d.wait) // a waiting d's, on the wall clock
 	// maybe is the owner a forward may have reached unanswered: d goes
 	// again only there.
 	var maybe string
@@ -148,13 +159,14 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 			if maybe != "" {
 				return false, 0, errMaybeDecided()
 			}
-			return e.decideHere(d, out)
+			d.wait = max(time.Until(deadline), 0)
+			return e.decideHere(ctx, d, out)
 		}
 		if maybe != "" && known && owner != maybe {
 			return false, 0, errMaybeDecided()
 		}
 		if known && owner != c.Node() {
-			res, err := c.Forward(wctx, owner, d.item())
+			res, err := forwardTo(wctx, c, owner, d, deadline)
 			switch {
 			case err == nil && res.Status == cluster.StatusOK:
 				return d.answered(res, out)
@@ -209,7 +221,32 @@ func (e *Engine) askAgain(ctx context.Context, d *decision, owner string, out []
 func (d *decision) answered(res cluster.Result, out []quota.Outcome) (bool, int, error) {
 	copy(out, res.Outcomes)
 	d.counted = res.Counted
+	d.waited = time.Duration(res.Waited)
+	if res.Refused != "" {
+		d.refused = res.Refused
+	}
 	return res.Allowed, res.Report, nil
+}
+
+// forwardTo sends d to owner: an ordinary forward, or a waiting one
+// (cluster.ForwardWait) while d's wait, which ends at deadline, lasts. An
+// owner that cannot wait (an older version) decides d at once, and d's
+// answer says so.
+func forwardTo(ctx context.Context, c *cluster.Cluster, owner string, d *decision, deadline time.Time) (cluster.Result, error) {
+	if d.wait <= 0 {
+		return c.Forward(ctx, owner, d.item())
+	}
+	it := d.item()
+	if it.Wait = time.Until(deadline); it.Wait <= 0 {
+		d.wait = 0
+		return c.Forward(ctx, owner, it)
+	}
+	res, err := c.ForwardWait(ctx, owner, it)
+	if errors.Is(err, cluster.ErrNoWait) {
+		d.wait, d.refused = 0, WaitRefusedOwner
+		return c.Forward(ctx, owner, d.item())
+	}
+	return res, err
 }
 
 // lastAsk bounds askAgain's wait. A sender therefore asks an owner about a
@@ -225,13 +262,27 @@ func errMaybeDecided() error {
 	return errs.Errorf(errs.Unavailable, "The server that owns this caller's bucket did not answer in time and may have counted this request; try again shortly.")
 }
 
-// decideHere decides d in this server's hot cache.
-func (e *Engine) decideHere(d *decision, out []quota.Outcome) (bool, int, error) {
+// decideHere decides d in this server's hot cache: a waiting d through
+// its bucket's queue (wait.go), and one that takes from a bucket with
+// waiters is denied, so as not to pass them.
+func (e *Engine) decideHere(ctx context.Context, d *decision, out []quota.Outcome) (bool, int, error) {
 	if d.settle {
 		return true, 0, e.applySettle(d, out)
 	}
 	if d.release {
-		return e.leases.release(d), 0, nil
+		held := e.leases.release(d)
+		if held {
+			e.waits.slotFreed(d.key)
+		}
+		return held, 0, nil
+	}
+	if d.wait > 0 && d.consume {
+		return e.waits.wait(ctx, d, out)
+	}
+	if e.waits.busy() && d.consume && d.cost > 0 && !d.count {
+		if allowed, report, ok := e.waits.behind(d, out); ok {
+			return allowed, report, nil
+		}
 	}
 	// Units decided here are counted by the caller, on this server too.
 	allowed, report := e.decideCache(d, out)
@@ -321,7 +372,11 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	if it.Release {
 		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, now: it.Now,
 			lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp}, release: true}
-		return cluster.Result{Allowed: e.leases.release(&d)}
+		held := e.leases.release(&d)
+		if held {
+			e.waits.slotFreed(d.key)
+		}
+		return cluster.Result{Allowed: held}
 	}
 	limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
 	if len(limits) == 0 || len(limits) > MaxLimits {
@@ -349,7 +404,13 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	} else {
 		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, limits: limits,
 			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count, lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp}}
-		allowed, report = e.decideCache(&d, outs[:n])
+		var behind bool
+		if e.waits.busy() && it.Consume && it.Cost > 0 && !it.Count {
+			allowed, report, behind = e.waits.behind(&d, outs[:n])
+		}
+		if !behind {
+			allowed, report = e.decideCache(&d, outs[:n])
+		}
 	}
 	r := cluster.Result{Allowed: allowed, Report: report, Outcomes: slices.Clone(outs[:n])}
 	if allowed && it.Consume && it.Units && !it.Settle {
@@ -364,7 +425,12 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 // partition's owner, local ones share their consumption. Call before Start.
 func (e *Engine) SetCluster(c *cluster.Cluster) error {
 	e.useCluster(c)
+	e.waits.owns = func(key string) bool { return c.Owns(bus.Partition([]byte(key)), e.cfg.Now()) }
 	if err := c.Serve(e.serveForward); err != nil {
+		return err
+	}
+	ws := waitServer{e: e}
+	if err := c.ServeWaits(ws.serve, ws.cancel); err != nil {
 		return err
 	}
 	return e.gossip.subscribe()
@@ -412,6 +478,14 @@ func (e *Engine) LoadPartition(ctx context.Context, p int, lease bus.LeaseID) er
 // worker has committed it: the cluster calls it before giving a partition
 // back, so the next owner loads the latest state.
 func (e *Engine) FlushAndSync(ctx context.Context) error {
+	// Waiters of a partition given back are denied: the next owner
+	// decides its buckets, and nothing here may take from them again.
+	if c := e.cluster; c != nil {
+		now := e.cfg.Now()
+		if n := e.waits.denyAll(func(key string) bool { return !c.Owns(bus.Partition([]byte(key)), now) }, WaitRefusedHandover, false); n > 0 {
+			e.log.Info("waiting checks denied: their partition is handed over", "waiters", n)
+		}
+	}
 	time.Sleep(5 * time.Millisecond) // let decisions that passed the ownership test finish
 	e.pub.flushStates(ctx)
 	if e.pub.pendingCount() > 0 {

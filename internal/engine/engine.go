@@ -69,6 +69,9 @@ type Config struct {
 	// server's hot cache; new callers past it share the tenant's overflow
 	// bucket (overflow.go). 0 is DefaultTenantBuckets, negative no bound.
 	TenantBuckets int
+	// Waits holds the checks waiting for their buckets (wait.go); nil
+	// makes one with the default bounds.
+	Waits *Waits
 }
 
 // Engine is the data plane of one server. It is safe for concurrent use.
@@ -112,6 +115,8 @@ type Engine struct {
 	bound *tenantBound
 	// leases takes and gives back concurrency limits' slots (lease.go).
 	leases *leaseBook
+	// waits queues the checks that wait for their buckets (wait.go).
+	waits *Waits
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -159,6 +164,11 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 	}
 	e.bound = newTenantBound(cfg.TenantBuckets, e.cache, e.log)
 	e.leases = newLeaseBook(e.cache, e.bound)
+	e.waits = cfg.Waits
+	if e.waits == nil {
+		e.waits = NewWaits(WaitConfig{})
+	}
+	e.waits.clock, e.waits.eng, e.waits.log = wallClock{now: cfg.Now}, e, e.log
 	e.keyBuf.New = func() any { b := make([]byte, 0, 128); return &b }
 	e.view.Store(emptyView())
 	e.keyUse = keyUse{nc: nc, node: cfg.Node, log: e.log, now: cfg.Now, view: &e.view}
@@ -178,7 +188,7 @@ func New(cfg Config, nc *nats.Conn) (*Engine, error) {
 		},
 		issuersLoaded: e.jwt.jwks.load, issuersChanged: e.jwt.jwks.changed}
 	if cfg.Registerer != nil {
-		for _, c := range e.metrics.collectors() {
+		for _, c := range append(e.metrics.collectors(), e.waits.m.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("engine: register metrics: %w", err)
 			}
@@ -285,6 +295,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	e.waits.Close()
 	if e.stop != nil {
 		e.stop()
 	}

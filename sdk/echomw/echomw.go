@@ -16,6 +16,9 @@ import (
 // used: the client's trusted-proxy settings decide the caller's address.
 // A request admitted under a concurrency limit releases its slot when the
 // handler returns, fails or panics.
+//
+// A client made with sdk.WithWait makes each check wait up to that long
+// for its bucket instead of answering 429 at once.
 func New(client *sdk.Client) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
