@@ -203,6 +203,8 @@ var configWriteOps = map[string]bool{
 	bus.OpWebhookCreate.Name: true, bus.OpWebhookUpdate.Name: true, bus.OpWebhookDelete.Name: true,
 	bus.OpWebhookRotate.Name: true, bus.OpWebhookResend.Name: true,
 	bus.OpCustomerCreate.Name: true, bus.OpCustomerUpdate.Name: true, bus.OpCustomerDelete.Name: true,
+	bus.OpJWTIssuerCreate.Name: true, bus.OpJWTIssuerUpdate.Name: true, bus.OpJWTIssuerDelete.Name: true,
+	bus.OpBlockCreate.Name: true, bus.OpBlockDelete.Name: true,
 }
 
 // admitConfigWrite admits one request of op: a tenant's config write is

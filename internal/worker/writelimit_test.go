@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -390,5 +391,40 @@ func TestGroupQueueAbandonedWritesAreNotCommitted(t *testing.T) {
 	close(g[0].done)
 	if a := <-answered; a != "committed<nil>" {
 		t.Fatalf("answered %q, want the commit's answer", a)
+	}
+}
+
+// Every config operation that writes for a tenant is limited per tenant,
+// unless it is listed here with the reason it needs no config-write turn:
+// a new operation that writes fails this test until it is one or the
+// other.
+func TestEveryTenantConfigWriteIsLimited(t *testing.T) {
+	notConfigWrites := map[string]string{
+		bus.OpSnapshot.Name: "a read", bus.OpVersion.Name: "a read",
+		bus.OpTenantCreate.Name: "the operator's", bus.OpTenantSuspend.Name: "the operator's", bus.OpTenantResume.Name: "the operator's",
+		bus.OpTenantDelete.Name: "the operator's", bus.OpTenantOpen.Name: "the operator's",
+		bus.OpKeyNames.Name: "a read", bus.OpKeyCount.Name: "a read", bus.OpPolicyNames.Name: "a read",
+		bus.OpReservationCreate.Name: "limited as a settle (writeSettle)", bus.OpReservationSettle.Name: "limited as a settle (writeSettle)",
+		bus.OpReservationReopen.Name: "limited as a settle (writeSettle)", bus.OpReservationApply.Name: "limited as a settle (writeSettle)",
+		bus.OpReservationCreateAll.Name: "limited as a settle (writeSettle)", bus.OpReservationCancel.Name: "limited as a settle (writeSettle)",
+		bus.OpServiceKeyUsed.Name: "Sluice's own note of a key's use, batched by each server",
+		bus.OpUserSignIn.Name:     "limited by the sign-in limiters", bus.OpUserPassword.Name: "a user's own, limited per user",
+		bus.OpUserEmail.Name: "a user's own, limited per user", bus.OpUserEndSessions.Name: "a user's own, limited per user",
+		bus.OpSetupOffer.Name: "the operator's first start", bus.OpSetupClaim.Name: "the operator's first start, limited per address",
+	}
+	reads := []string{".get", ".list", ".page", "_list", ".deliveries"}
+	for _, op := range bus.ConfigOps {
+		name := op.OpName()
+		read := false
+		for _, r := range reads {
+			read = read || strings.HasSuffix(name, r)
+		}
+		_, excepted := notConfigWrites[name]
+		switch {
+		case configWriteOps[name] && (read || excepted):
+			t.Errorf("%s is limited as a config write and also listed as not one", name)
+		case !configWriteOps[name] && !read && !excepted:
+			t.Errorf("%s writes for a tenant but is not limited per tenant (configWriteOps) nor listed with a reason here", name)
+		}
 	}
 }
