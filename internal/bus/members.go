@@ -44,7 +44,7 @@ var ErrTooManyMembers = fmt.Errorf("the members bucket holds more than %d entrie
 // ReadMembers reads every entry of the members bucket, live or not, in one
 // pass. A bucket that does not exist (no server has started since NATS
 // lost it, or ever) holds none. An entry that does not decode is read as
-// a live member of unknown node that supports nothing.
+// a live member, named by its key, that supports nothing.
 func ReadMembers(ctx context.Context, js jetstream.JetStream, now time.Time) ([]MemberEntry, error) {
 	kv, err := js.KeyValue(ctx, MembersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
