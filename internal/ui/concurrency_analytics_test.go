@@ -63,4 +63,9 @@ func TestOverviewShowsConcurrencyDenials(t *testing.T) {
 		t.Errorf("most denied policy %q: %q concurrency limited, %q rate limited; want llm, 2 and 1",
 			p.text("top-policy-link"), p.text("top-policy-concurrency-limited"), p.text("top-policy-rate-limited"))
 	}
+	// The caller's page counts them apart as well.
+	p = want(t, a.get("/ui/callers?q=203.0.113.60"), http.StatusOK, "caller")
+	if p.text("caller-recent-concurrency-limited") != "2" || p.text("caller-recent-rate-limited") != "1" || p.attr("chart", "data-concurrency-limited") != "2" {
+		t.Errorf("the caller's recent decisions: %q", p.text("caller-recent-totals"))
+	}
 }
