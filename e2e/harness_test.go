@@ -67,6 +67,9 @@ func TestMain(m *testing.M) {
 	if plan := os.Getenv(noisyPlanEnv); plan != "" {
 		noisyTenantMain(plan)
 	}
+	if plan := os.Getenv(slotHolderEnv); plan != "" {
+		slotHolderMain(plan)
+	}
 	code := m.Run()
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir)

@@ -51,6 +51,10 @@ type lease struct {
 	// FwdLeases says the listener reads forwarded items' leases and
 	// releases (wire.go); peers that do not say so get neither.
 	FwdLeases bool `json:"fwd_leases,omitempty"`
+	// Concurrency says the server compiles concurrency limits, with or
+	// without a direct listener: the worker refuses a config write that
+	// holds one while a live member does not say so (bus.MemberEntry).
+	Concurrency bool `json:"concurrency,omitempty"`
 }
 
 // writtenLease is a lease write of this process: the owners bucket's

@@ -122,7 +122,7 @@ func (m *membership) retryClaim(ctx context.Context, err error) error {
 }
 
 func (m *membership) memberValue(now time.Time) []byte {
-	l := lease{Node: m.cfg.Node, Expires: now.Add(m.cfg.LeaseTTL).UnixMilli(), Instance: m.cfg.Instance, Holder: m.cfg.Holder}
+	l := lease{Node: m.cfg.Node, Expires: now.Add(m.cfg.LeaseTTL).UnixMilli(), Instance: m.cfg.Instance, Holder: m.cfg.Holder, Concurrency: true}
 	if self := m.self.Load(); self != nil {
 		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs, l.FwdLeases = self.Addr, self.Key, self.Host, self.Cert, self.IDs, self.Leases
 	}

@@ -153,6 +153,9 @@ type PolicyRank struct {
 	RateLimited int64  `json:"rate_limited"`
 	InvalidKey  int64  `json:"invalid_key"`
 	Blocked     int64  `json:"blocked"`
+	// ConcurrencyLimited counts the denials by a concurrency limit (0
+	// from a worker older than the reason).
+	ConcurrencyLimited int64 `json:"concurrency_limited"`
 }
 
 // TopEntry is one ranked identity.

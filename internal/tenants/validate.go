@@ -214,6 +214,44 @@ func (ls Limits) HasConcurrency() bool {
 	return false
 }
 
+// concurrencyField is the JSON path of the algorithm of ls's first
+// concurrency limit, named as limitsProblems names its fields, or "".
+func (ls Limits) concurrencyField(field string) string {
+	for i, l := range ls {
+		if l.Algorithm != Concurrency {
+			continue
+		}
+		if len(ls) == 1 && l.Name == "" {
+			return field + ".algorithm"
+		}
+		return fmt.Sprintf("%s[%d].algorithm", field, i)
+	}
+	return ""
+}
+
+// ConcurrencyField is the JSON path of the algorithm of p's first
+// concurrency limit, tiers by name ("tiers.pro[1].algorithm"), or "" when
+// p holds none.
+func (p Policy) ConcurrencyField() string {
+	for _, name := range sortedKeys(p.Tiers) {
+		if f := p.Tiers[name].concurrencyField("tiers." + name); f != "" {
+			return f
+		}
+	}
+	return ""
+}
+
+// OverridesConcurrencyField is ConcurrencyField for a consumer key's
+// overrides, policies by name ("overrides.search.algorithm").
+func OverridesConcurrencyField(overrides map[string]Limits) string {
+	for _, name := range sortedKeys(overrides) {
+		if f := overrides[name].concurrencyField("overrides." + name); f != "" {
+			return f
+		}
+	}
+	return ""
+}
+
 // first is the first of problems, or nil.
 func first(problems []error) error {
 	if len(problems) == 0 {

@@ -298,3 +298,31 @@ func TestPolicyProblemsListsEveryField(t *testing.T) {
 		t.Fatalf("Validate = %v, want the first problem", err)
 	}
 }
+
+// A concurrency limit's field is named as validation names a limit's
+// fields: tiers and overrides by name, an index when a tier holds several.
+func TestConcurrencyField(t *testing.T) {
+	slots := tenants.LimitSpec{Algorithm: tenants.Concurrency, Limit: 10}
+	named := slots
+	named.Name = "slots"
+	rate := tb(10, "1s")
+	rate.Name = "rate"
+	for _, c := range []struct {
+		name  string
+		tiers map[string]tenants.Limits
+		want  string
+	}{
+		{"none", map[string]tenants.Limits{"pro": {tb(10, "1s")}}, ""},
+		{"alone", map[string]tenants.Limits{"pro": {slots}}, "tiers.pro.algorithm"},
+		{"second of two", map[string]tenants.Limits{"pro": {rate, named}}, "tiers.pro[1].algorithm"},
+		{"first tier by name", map[string]tenants.Limits{"zeta": {slots}, "beta": {rate, named}, "alpha": {tb(1, "1s")}}, "tiers.beta[1].algorithm"},
+	} {
+		if got := (tenants.Policy{Tiers: c.tiers}).ConcurrencyField(); got != c.want {
+			t.Errorf("%s: policy field %q, want %q", c.name, got, c.want)
+		}
+		want := strings.Replace(c.want, "tiers.", "overrides.", 1)
+		if got := tenants.OverridesConcurrencyField(c.tiers); got != want {
+			t.Errorf("%s: overrides field %q, want %q", c.name, got, want)
+		}
+	}
+}

@@ -24,7 +24,7 @@ func timeseries(ctx context.Context, q service.Analytics, tq service.TimeseriesQ
 	out := make([]views.ChartPoint, len(ts.Points))
 	for i, p := range ts.Points {
 		out[i] = views.ChartPoint{Start: p.Start, Allowed: p.Allowed, Denied: p.Denied,
-			RateLimited: p.RateLimited, InvalidKey: p.InvalidKey, Blocked: p.Blocked}
+			RateLimited: p.RateLimited, InvalidKey: p.InvalidKey, Blocked: p.Blocked, ConcurrencyLimited: p.ConcurrencyLimited}
 	}
 	return out, nil
 }

@@ -134,6 +134,12 @@ func TestWorkerErrorsFindTheirInput(t *testing.T) {
 	if fe, _ := policyErrors(errs.Errorf(errs.Conflict, "a policy named x exists"), groups); fe["name"] == "" {
 		t.Errorf("conflict: %v", fe)
 	}
+	// A concurrency limit refused while a server cannot read it: by its
+	// algorithm, not the name.
+	const older = "tiers.pro[1].algorithm: concurrency limits need every server of the cluster upgraded"
+	if fe, formErr := policyErrors(errs.Errorf(errs.Conflict, "%s", older), groups); fe["tier.3.limit.2.algorithm"] == "" || fe["name"] != "" || formErr != "" {
+		t.Errorf("conflict naming a limit: %v %q", fe, formErr)
+	}
 	// Policy names may hold dots: the longest name that fits wins.
 	og := map[string]limitGroup{"api": {key: "override.0.policy", limits: []string{"override.0"}}, "api.v1": {key: "override.1.policy", limits: []string{"override.1", "override.2"}}}
 	if got, _ := mapGroupPath("api.v1[1].period", og); got != "override.2.period" {

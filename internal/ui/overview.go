@@ -57,7 +57,8 @@ func (h *overviewHandler) show(c echo.Context) error {
 		ranked, err := topPolicies(ctx, h.analytics, service.PolicyRankQuery{TenantID: s.TenantID, From: from, To: to, Limit: maxTopPolicies})
 		if err == nil {
 			for _, p := range ranked {
-				v.TopPolicies = append(v.TopPolicies, views.PolicyStat{Name: p.Name, URL: policyURL(p.ID), Allowed: p.Allowed, Denied: p.Denied})
+				v.TopPolicies = append(v.TopPolicies, views.PolicyStat{Name: p.Name, URL: policyURL(p.ID), Allowed: p.Allowed, Denied: p.Denied,
+					RateLimited: p.RateLimited, ConcurrencyLimited: p.ConcurrencyLimited})
 			}
 		}
 

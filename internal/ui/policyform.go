@@ -156,7 +156,9 @@ func policyErrors(err error, groups map[string]limitGroup) (fieldErrors, string)
 	if tenants.CapReached(err) {
 		return nil, msg
 	}
-	if errs.Is(err, errs.Conflict) {
+	// A conflict naming a limit (a concurrency limit some server cannot
+	// read yet) goes to that limit's input below; any other is the name.
+	if errs.Is(err, errs.Conflict) && !strings.HasPrefix(msg, "tiers.") {
 		return fieldErrors{"name": "another policy already has this name"}, ""
 	}
 	path, text, ok := splitMessage(msg)

@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/service"
+	"github.com/sluicehq/sluice/internal/tenants"
 	"github.com/sluicehq/sluice/internal/worker/analytics"
 )
 
@@ -52,4 +54,53 @@ func TestConcurrencyDenialsInTheCounters(t *testing.T) {
 	if cl, rl, d := sums(); cl != wantCL || rl != wantRL || d != wantCL+wantRL {
 		t.Fatalf("after the roll-ups: %d concurrency_limited, %d rate_limited, %d denied", cl, rl, d)
 	}
+}
+
+// The policy ranking splits a policy's denials by a concurrency limit out
+// of its denials, through the minute's fold and the roll-ups.
+func TestPolicyRankSplitsConcurrencyDenials(t *testing.T) {
+	e := newEnv(t, Config{Analytics: analytics.Retention{TopK: 2}})
+	e.run(t)
+	client := bus.NewClient(e.nc, 5*time.Second)
+	op := tenants.WithActor(context.Background(), tenants.OperatorTokenActor())
+	var ten service.Written[service.TenantCreated]
+	eventually(t, 10*time.Second, "worker answering", func() bool {
+		return bus.CallInto(op, client, bus.OpTenantCreate, bus.TenantCreate{Name: "alpha", OwnerEmail: "owner@alpha.test", OwnerPassword: "correct horse battery"}, &ten) == nil
+	})
+	tenantID := ten.Result.Tenant.ID
+	var pol service.Written[tenants.Policy]
+	p := tenants.Policy{Name: "llm", Path: "/llm", Tiers: map[string]tenants.Limits{"pro": {
+		{Name: "rate", Algorithm: tenants.TokenBucket, Limit: 100, Period: "60s"}, {Name: "slots", Algorithm: tenants.Concurrency, Limit: 10}}}}
+	if err := bus.CallInto(op, client, bus.OpPolicyCreate, bus.PolicyWrite{TenantID: tenantID, Policy: p}, &pol); err != nil {
+		t.Fatal(err)
+	}
+	const minute = 29000200
+	var rows []bus.CounterRow
+	for i := range 30 { // past 10 × TopK cells: folded as it is applied
+		rows = append(rows, bus.CounterRow{CounterKey: bus.CounterKey{TenantID: tenantID, Policy: "llm", Tier: "pro", IdentityKind: "key", IdentityID: fmt.Sprintf("key_%02d", i), Minute: minute},
+			Allowed: 2, Denied: 3, RateLimited: 1, ConcurrencyLimited: 2})
+	}
+	e.publish(t, bus.CounterSubjectPrefix+"n1", "n1-rank-1", bus.CounterBatch{V: bus.WireVersion, Node: "n1", Rows: rows})
+	eventually(t, 10*time.Second, "counters committed", func() bool { _, d := e.counterTotals(t); return d == 90 })
+
+	from, to := time.Unix(minute*60, 0), time.Unix((minute+1)*60, 0)
+	want := []service.PolicyRank{{ID: pol.Result.ID, Name: "llm", Allowed: 60, Denied: 90, RateLimited: 30, ConcurrencyLimited: 60}}
+	rank := func(when string, q service.PolicyRankQuery) {
+		t.Helper()
+		var got []service.PolicyRank
+		if err := bus.CallInto(op, client, bus.QueryTopPolicies, bus.PolicyRankRequest{V: bus.WireVersion, PolicyRankQuery: q}, &got); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: ranking %+v, want %+v", when, got, want)
+		}
+	}
+	q := service.PolicyRankQuery{TenantID: tenantID, From: from, To: to, Limit: 5}
+	rank("minute rows", q)
+	r := analytics.Retention{MinuteRows: time.Hour, HourRows: 24 * time.Hour, DayRows: 30 * 24 * time.Hour, TopK: 2}
+	if _, err := analytics.Maintain(context.Background(), e.db, r, from.Add(3*24*time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	q.From, q.To = from.Add(-24*time.Hour), to.Add(24*time.Hour)
+	rank("day rows", q)
 }

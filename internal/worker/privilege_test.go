@@ -43,7 +43,10 @@ type roleEnv struct {
 	errs   chan error // what NATS reports to the server's connection
 }
 
-func newRoleEnv(t *testing.T) roleEnv {
+func newRoleEnv(t *testing.T) roleEnv { return newRoleEnvConfig(t, Config{}) }
+
+// newRoleEnvConfig is newRoleEnv with the worker's configuration.
+func newRoleEnvConfig(t *testing.T, cfg Config) roleEnv {
 	t.Helper()
 	dir := t.TempDir()
 	keys, err := bus.EnsureRoleKeys(dir)
@@ -87,7 +90,7 @@ func newRoleEnv(t *testing.T) roleEnv {
 	if err := bus.EnsureStreams(context.Background(), js, 1); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Config{}, db, e.worker)
+	w, err := New(cfg, db, e.worker)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,6 +155,10 @@ type Worker struct {
 	purges *dataPurger // what committed changes leave behind (changehooks.go)
 
 	webhooks *webhook.Deliverer // sends the webhook outbox (webhooks.go)
+
+	// servers tells which live servers cannot compile a concurrency
+	// limit, for the config writes that hold one (members.go).
+	servers *serverSupport
 }
 
 // Stats are the worker's running totals of SQLite rows written.
@@ -230,9 +234,11 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 	if err := w.setUpWebhooks(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	w.servers = newServerSupport(js, func() time.Time { return w.cfg.Now() })
 	w.config = configsvc.New(w.store, func() time.Time { return w.cfg.Now() }, configsvc.Hooks{
 		Announce: w.announce, TenantDeleted: w.purges.later, BucketsReset: w.purges.resetBuckets,
 		CheckWebhookURL: w.checkWebhookURL, WebhookQueued: w.webhooks.Kick,
+		ServersWithoutConcurrency: w.servers.withoutConcurrency,
 	}, w.log)
 	w.store.SetCaps(cfg.Caps)
 	w.metrics = workerMetrics{
@@ -271,7 +277,7 @@ func New(cfg Config, db *sql.DB, nc *nats.Conn) (*Worker, error) {
 		if err := w.unstick.Register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
-		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.metrics.streamWaits, w.terms.fenced}, w.metrics.lag.collectors()...)
+		cs := append([]prometheus.Collector{w.metrics.rowsWritten, w.metrics.batches, w.metrics.configOps, w.metrics.applyFailures, w.metrics.streamWaits, w.terms.fenced, w.servers.failures}, w.metrics.lag.collectors()...)
 		cs = append(cs, w.runs.collectors()...)
 		cs = append(cs, newCHeapCollector())
 		cs = append(cs, w.webhooks.Collectors()...)

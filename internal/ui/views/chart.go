@@ -43,22 +43,34 @@ type Bar struct {
 
 // Segment is one outcome's part of a bar.
 type Segment struct {
-	Class string // bar-allowed, bar-rate-limited, bar-invalid-key, bar-blocked, bar-no-reason
+	Class string // bar-allowed, bar-rate-limited, bar-concurrency-limited, bar-invalid-key, bar-blocked, bar-no-reason
 	Y, H  string
 }
 
-// Outcomes lists the series a chart stacks, bottom to top, with their
-// legend names; the "no-reason" series holds denials counted without a reason.
-var outcomes = []struct{ class, name string }{
-	{"allowed", "Allowed"},
-	{"rate-limited", "Rate limited"},
-	{"invalid-key", "Invalid key"},
-	{"blocked", "Blocked"},
-	{"no-reason", "Denied, reason not recorded"},
+// outcomes lists the series a chart stacks, bottom to top, with their
+// legend names: allowed, then the denials by reason (reason), then the
+// "no-reason" series, denials counted without a reason. An optional series
+// is in the legend only when the range has some (most tenants have no
+// concurrency limit).
+var outcomes = []struct {
+	class, name      string
+	reason, optional bool
+}{
+	{"allowed", "Allowed", false, false},
+	{"rate-limited", "Rate limited", true, false},
+	{"concurrency-limited", "Concurrency limited", true, true},
+	{"invalid-key", "Invalid key", true, false},
+	{"blocked", "Blocked", true, false},
+	{"no-reason", "Denied, reason not recorded", false, true},
 }
 
-func pointValues(p ChartPoint) [5]int64 {
-	return [5]int64{p.Allowed, p.RateLimited, p.InvalidKey, p.Blocked, p.Unexplained()}
+// seriesValues are the counts of outcomes' series, in its order.
+func seriesValues(allowed, rateLimited, concurrencyLimited, invalidKey, blocked, unexplained int64) [6]int64 {
+	return [6]int64{allowed, rateLimited, concurrencyLimited, invalidKey, blocked, unexplained}
+}
+
+func pointValues(p ChartPoint) [6]int64 {
+	return seriesValues(p.Allowed, p.RateLimited, p.ConcurrencyLimited, p.InvalidKey, p.Blocked, p.Unexplained())
 }
 
 // LegendItem is one series in a chart's legend.
@@ -67,20 +79,25 @@ type LegendItem struct {
 	Count       int64
 }
 
-// Legend lists the chart's series: allowed and the three reasons always,
-// denials without a reason only when there are some.
+// Legend lists the chart's series: allowed, rate limited, invalid key and
+// blocked always; concurrency limited and denials without a reason only
+// when there are some.
 func (c Chart) Legend() []LegendItem {
 	t := c.Totals
-	v := [5]int64{t.Allowed, t.RateLimited, t.InvalidKey, t.Blocked, t.Unexplained()}
-	out := make([]LegendItem, 0, 5)
+	v := seriesValues(t.Allowed, t.RateLimited, t.ConcurrencyLimited, t.InvalidKey, t.Blocked, t.Unexplained())
+	out := make([]LegendItem, 0, len(outcomes))
 	for i, o := range outcomes {
-		if i == 4 && v[i] == 0 {
+		if o.optional && v[i] == 0 {
 			continue
 		}
 		out = append(out, LegendItem{Class: o.class, Name: o.name, Count: v[i]})
 	}
 	return out
 }
+
+// ShowsConcurrency reports whether the chart's range has denials by a
+// concurrency limit: its data table then has a column for them.
+func (c Chart) ShowsConcurrency() bool { return c.Totals.ConcurrencyLimited > 0 }
 
 // YTick is a horizontal grid line with its value. The HTML labels are
 // spaced evenly from the bottom, as the lines are.
@@ -104,6 +121,7 @@ func NewChart(label string, points []ChartPoint, step time.Duration) Chart {
 		c.Totals.RateLimited += p.RateLimited
 		c.Totals.InvalidKey += p.InvalidKey
 		c.Totals.Blocked += p.Blocked
+		c.Totals.ConcurrencyLimited += p.ConcurrencyLimited
 		c.Peak = max(c.Peak, p.Allowed+p.Denied)
 	}
 	top := niceCeil(c.Peak)
@@ -138,7 +156,7 @@ func NewChart(label string, points []ChartPoint, step time.Duration) Chart {
 		if p.Denied > 0 && p.Denied != p.Unexplained() {
 			var parts []string
 			for k, v := range pointValues(p) {
-				if k > 0 && k < 4 && v > 0 {
+				if outcomes[k].reason && v > 0 {
 					parts = append(parts, FormatCount(v)+" "+strings.ToLower(outcomes[k].name))
 				}
 			}

@@ -104,29 +104,32 @@ type ErrorView struct {
 }
 
 // ChartPoint is one step of allowed/denied counts. Denied is every
-// denial; RateLimited, InvalidKey and Blocked split it by reason (denials
-// counted before reasons were may be in Denied only).
+// denial; RateLimited, InvalidKey, Blocked and ConcurrencyLimited split it
+// by reason (denials counted before reasons were, or before concurrency
+// limits were counted apart, may be in Denied only).
 type ChartPoint struct {
 	Start                            time.Time
 	Allowed                          int64
 	Denied                           int64
 	RateLimited, InvalidKey, Blocked int64
+	ConcurrencyLimited               int64
 }
 
 // Unexplained is the part of Denied counted without a reason.
 func (p ChartPoint) Unexplained() int64 {
-	return max(0, p.Denied-p.RateLimited-p.InvalidKey-p.Blocked)
+	return max(0, p.Denied-p.RateLimited-p.InvalidKey-p.Blocked-p.ConcurrencyLimited)
 }
 
 // Totals sums a range.
 type Totals struct {
 	Allowed, Denied                  int64
 	RateLimited, InvalidKey, Blocked int64
+	ConcurrencyLimited               int64
 }
 
 // Unexplained is the part of Denied counted without a reason.
 func (t Totals) Unexplained() int64 {
-	return max(0, t.Denied-t.RateLimited-t.InvalidKey-t.Blocked)
+	return max(0, t.Denied-t.RateLimited-t.InvalidKey-t.Blocked-t.ConcurrencyLimited)
 }
 
 // Ratio is the share of denied decisions, 0 when there were none.
@@ -157,12 +160,15 @@ type Offender struct {
 	BlockedUntil string
 }
 
-// PolicyStat is one policy's decisions in a range.
+// PolicyStat is one policy's decisions in a range; its denials split by
+// reason (those counted before reasons were are in Denied only).
 type PolicyStat struct {
-	Name    string
-	URL     string
-	Allowed int64
-	Denied  int64
+	Name               string
+	URL                string
+	Allowed            int64
+	Denied             int64
+	RateLimited        int64
+	ConcurrencyLimited int64
 }
 
 // OverviewView is the tenant's landing page.
@@ -177,6 +183,18 @@ type OverviewView struct {
 	KeyCount      int
 	AnalyticsURL  string
 	Error         string
+}
+
+// TopPoliciesConcurrency reports whether a ranked policy was denied by a
+// concurrency limit: the ranking then splits each policy's denials into
+// rate limited and concurrency limited.
+func (v OverviewView) TopPoliciesConcurrency() bool {
+	for _, s := range v.TopPolicies {
+		if s.ConcurrencyLimited > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // PolicyRow is one policy in the list.

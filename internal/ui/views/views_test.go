@@ -616,6 +616,71 @@ func TestChartSeriesByOutcome(t *testing.T) {
 	d.one("legend-no-reason")
 }
 
+// Denials by a concurrency limit are a series of their own, between rate
+// limited and invalid key, named in the legend, the bar's title, the data
+// table and the accessible summary, and never counted as unexplained; a
+// range without any shows neither the legend item nor the column.
+func TestChartConcurrencySeries(t *testing.T) {
+	pts := []ChartPoint{{Start: t0, Allowed: 10, Denied: 5, RateLimited: 1, ConcurrencyLimited: 4}}
+	c := NewChart("Decisions", pts, time.Minute)
+	if c.Totals.ConcurrencyLimited != 4 || c.Totals.Unexplained() != 0 || pts[0].Unexplained() != 0 {
+		t.Fatalf("totals %+v", c.Totals)
+	}
+	d := renderDOM(t, ChartView(c))
+	if got := attr(d.one("chart"), "data-concurrency-limited"); got != "4" {
+		t.Errorf("data-concurrency-limited %q", got)
+	}
+	if got := text(d.one("chart-concurrency-limited")); got != "4" {
+		t.Errorf("legend %q", got)
+	}
+	d.none("legend-no-reason")
+	var classes []string
+	for _, r := range d.all(func(n *html.Node) bool { return n.Data == "rect" && strings.HasPrefix(attr(n, "class"), "bar-") }) {
+		classes = append(classes, attr(r, "class"))
+	}
+	if strings.Join(classes, " ") != "bar-allowed bar-rate-limited bar-concurrency-limited" {
+		t.Errorf("segments bottom to top %v", classes)
+	}
+	if got := text(d.one("chart-bar")); got != "12:00: 10 allowed, 5 denied (1 rate limited, 4 concurrency limited)" {
+		t.Errorf("bar title %q", got)
+	}
+	if got := text(d.byTestID("chart-row")[0]); got != "2026-03-01 12:00 UTC"+"10"+"1"+"4"+"0"+"0"+"5" {
+		t.Errorf("table row %q", got)
+	}
+	if got := chartSummary(c); !strings.Contains(got, "4 concurrency limited") {
+		t.Errorf("summary %q", got)
+	}
+	d = renderDOM(t, ChartView(NewChart("Decisions", []ChartPoint{{Start: t0, Allowed: 1, Denied: 1, RateLimited: 1}}, time.Minute)))
+	d.none("legend-concurrency-limited")
+	if got := text(d.byTestID("chart-row")[0]); got != "2026-03-01 12:00 UTC"+"1"+"1"+"0"+"0"+"1" {
+		t.Errorf("table row without concurrency denials %q", got)
+	}
+}
+
+// The most denied policies split a policy's denials into rate limited and
+// concurrency limited when any was denied by a concurrency limit.
+func TestOverviewSplitsConcurrencyDenials(t *testing.T) {
+	v := OverviewView{PolicyCount: 2, Chart: NewChart("c", []ChartPoint{{Start: t0, Allowed: 5, Denied: 9, RateLimited: 3, ConcurrencyLimited: 6}}, time.Minute),
+		Totals: Totals{Allowed: 5, Denied: 9, RateLimited: 3, ConcurrencyLimited: 6},
+		TopPolicies: []PolicyStat{
+			{Name: "llm", URL: "/ui/policies/pol_1", Allowed: 4, Denied: 7, RateLimited: 1, ConcurrencyLimited: 6},
+			{Name: "search", URL: "/ui/policies/pol_2", Allowed: 1, Denied: 2, RateLimited: 2},
+		}}
+	d := renderDOM(t, Overview(owner, v))
+	if got := text(d.one("stat-concurrency-limited")); got != "6" {
+		t.Errorf("stat %q", got)
+	}
+	cl, rl := d.byTestID("top-policy-concurrency-limited"), d.byTestID("top-policy-rate-limited")
+	if len(cl) != 2 || text(cl[0]) != "6" || text(cl[1]) != "0" || text(rl[0]) != "1" || text(rl[1]) != "2" {
+		t.Errorf("split %d rows", len(cl))
+	}
+	v.TopPolicies[0].ConcurrencyLimited, v.TopPolicies[0].Denied = 0, 1
+	v.Totals.ConcurrencyLimited = 0
+	d = renderDOM(t, Overview(owner, v))
+	d.none("top-policy-concurrency-limited")
+	d.none("stat-concurrency-limited")
+}
+
 func TestFormatPeriodAndWait(t *testing.T) {
 	for d, want := range map[time.Duration]string{time.Minute: "1m", 90 * time.Second: "90s", 36 * time.Hour: "36h", 48 * time.Hour: "2d", 1500 * time.Millisecond: "1.5s"} {
 		if got := FormatPeriod(d); got != want {

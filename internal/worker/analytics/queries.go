@@ -217,14 +217,14 @@ func TopPolicies(ctx context.Context, db *sql.DB, q service.PolicyRankQuery) ([]
 		return nil, errs.Errorf(errs.Invalid, "limit: must be between 1 and %d", maxTop)
 	}
 	fromMin, toMin := rangeMinutes(q.From, q.To)
-	rows, err := db.QueryContext(ctx, `SELECT p.id, p.name, c.allowed, c.denied, c.rate_limited, c.invalid_key, c.blocked FROM (
+	rows, err := db.QueryContext(ctx, `SELECT p.id, p.name, c.allowed, c.denied, c.rate_limited, c.invalid_key, c.blocked, c.concurrency_limited FROM (
 			SELECT policy, SUM(allowed) AS allowed, SUM(denied) AS denied, SUM(rate_limited) AS rate_limited,
-				SUM(invalid_key) AS invalid_key, SUM(blocked) AS blocked
+				SUM(invalid_key) AS invalid_key, SUM(blocked) AS blocked, SUM(concurrency_limited) AS concurrency_limited
 			FROM (
-				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked FROM counters
+				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited FROM counters
 				WHERE tenant_id = ? AND minute >= ? AND minute < ?
 				UNION ALL
-				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked FROM counter_rollups
+				SELECT policy, allowed, denied, rate_limited, invalid_key, blocked, concurrency_limited FROM counter_rollups
 				WHERE tenant_id = ? AND res IN (60, 1440) AND start >= ? AND start < ?
 			) GROUP BY policy HAVING SUM(denied) > 0
 		) c JOIN policies p ON p.tenant_id = ? AND p.name = c.policy
@@ -237,7 +237,7 @@ func TopPolicies(ctx context.Context, db *sql.DB, q service.PolicyRankQuery) ([]
 	out := []service.PolicyRank{}
 	for rows.Next() {
 		var r service.PolicyRank
-		if err := rows.Scan(&r.ID, &r.Name, &r.Allowed, &r.Denied, &r.RateLimited, &r.InvalidKey, &r.Blocked); err != nil {
+		if err := rows.Scan(&r.ID, &r.Name, &r.Allowed, &r.Denied, &r.RateLimited, &r.InvalidKey, &r.Blocked, &r.ConcurrencyLimited); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

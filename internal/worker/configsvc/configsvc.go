@@ -39,6 +39,12 @@ type Hooks struct {
 	CheckWebhookURL func(ctx context.Context, url string) error
 	// WebhookQueued tells the delivery loop a delivery is due now.
 	WebhookQueued func()
+	// ServersWithoutConcurrency names the live servers that cannot
+	// compile a concurrency limit (of a version before it), read from
+	// what servers announce; none when every server can. A write that
+	// holds a concurrency limit asks it, and is refused while any is
+	// named or when it answers an error. Nil: every server can.
+	ServersWithoutConcurrency func(ctx context.Context) ([]string, error)
 }
 
 // Service is every config service over one store.
@@ -173,12 +179,18 @@ func (t tenantSvc) Delete(ctx context.Context, id string) (service.Written[tenan
 type policySvc struct{ s *Service }
 
 func (p policySvc) Create(ctx context.Context, tenantID string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
+	if err := p.s.checkPolicyConcurrency(ctx, pol); err != nil {
+		return service.Written[tenants.Policy]{}, err
+	}
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
 		return p.s.store.Policies().Create(ctx, tenantID, pol, p.s.now())
 	})
 }
 
 func (p policySvc) Update(ctx context.Context, tenantID, id string, pol tenants.Policy) (service.Written[tenants.Policy], error) {
+	if err := p.s.checkPolicyConcurrency(ctx, pol); err != nil {
+		return service.Written[tenants.Policy]{}, err
+	}
 	return Write(p.s, func() (tenants.Policy, []tenants.Change, error) {
 		return p.s.store.Policies().Update(ctx, tenantID, id, pol, p.s.now())
 	})
@@ -224,6 +236,9 @@ func (k keySvc) Create(ctx context.Context, r service.KeyCreate) (service.Writte
 	if err := tenants.ValidateBillingAnchor("billing_anchor", r.BillingAnchor); err != nil {
 		return service.Written[service.KeyCreated]{}, err
 	}
+	if err := k.s.checkOverridesConcurrency(ctx, r.Overrides); err != nil {
+		return service.Written[service.KeyCreated]{}, err
+	}
 	return Write(k.s, func() (service.KeyCreated, []tenants.Change, error) {
 		key, secret, cs, err := k.s.store.Keys().Issue(ctx, tenants.NewKey{TenantID: r.TenantID, Name: r.Name, Tier: r.Tier,
 			ExpiresAt: r.ExpiresAt, Overrides: r.Overrides, BillingAnchor: r.BillingAnchor, CustomerID: r.CustomerID}, k.s.now())
@@ -258,6 +273,11 @@ func (k keySvc) Count(ctx context.Context, tenantID string) (tenants.KeyCounts, 
 }
 
 func (k keySvc) Update(ctx context.Context, tenantID, id string, p tenants.KeyPatch) (service.Written[tenants.ConsumerKey], error) {
+	if p.Overrides != nil {
+		if err := k.s.checkOverridesConcurrency(ctx, *p.Overrides); err != nil {
+			return service.Written[tenants.ConsumerKey]{}, err
+		}
+	}
 	return Write(k.s, func() (tenants.ConsumerKey, []tenants.Change, error) {
 		return k.s.store.Keys().Update(ctx, tenantID, id, p, k.s.now())
 	})
