@@ -23,8 +23,10 @@ import (
 // 200 concurrent requests of one second each, through the SDK's net/http
 // middleware in front of three upstreams, one per Sluice server, for one
 // consumer key with a concurrency limit of 10: the upstream handler never
-// has more than 10 in flight, and serves about 10 a second. Clients that
-// are refused pause briefly and ask again until all 200 are served. The
+// has more than 10 in flight, and serves about 10 a second. Each check
+// waits for a slot (sdk.WithWait) at the bucket's owner, which admits the
+// next waiter as soon as a release frees one, so hardly any is refused;
+// one that is pauses briefly and asks again until all 200 are served. The
 // middleware fails closed: a check Sluice could not answer in time must
 // not admit a request without a slot.
 func TestConcurrencyMiddlewareHoldsTenInFlight(t *testing.T) {
@@ -33,6 +35,9 @@ func TestConcurrencyMiddlewareHoldsTenInFlight(t *testing.T) {
 		slots    = 10
 		work     = time.Second
 		bound    = 35 * time.Second
+		// slotWait is how long a request waits for a slot: the last of
+		// the 200 waits about 19 s.
+		slotWait = 28 * time.Second
 	)
 	tp := startTopology(t, 3, nil)
 	s1 := tp.servers[0]
@@ -75,13 +80,15 @@ func TestConcurrencyMiddlewareHoldsTenInFlight(t *testing.T) {
 	})
 	var upstreams []*httptest.Server
 	for _, s := range tp.servers {
-		c := sdk.New(s.base, tn.Key, sdk.FailClosed(), sdk.WithTimeout(2*time.Second))
+		// A request past the slots waits for one at the bucket's owner,
+		// admitted when a release frees it, rather than answering 429.
+		c := sdk.New(s.base, tn.Key, sdk.FailClosed(), sdk.WithTimeout(2*time.Second), sdk.WithWait(slotWait))
 		u := httptest.NewServer(c.Middleware(handler))
 		t.Cleanup(u.Close)
 		upstreams = append(upstreams, u)
 	}
 
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: requests, MaxConnsPerHost: requests}}
+	client := &http.Client{Timeout: slotWait + 5*time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: requests, MaxConnsPerHost: requests}}
 	deadline := time.Now().Add(bound)
 	var refused, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -129,6 +136,9 @@ func TestConcurrencyMiddlewareHoldsTenInFlight(t *testing.T) {
 	// are idle only between a release and the next client's check.
 	if rate > slots*1.02 || rate < slots*0.6 {
 		t.Fatalf("%.1f requests a second, want about %d", rate, slots)
+	}
+	if n := refused.Load(); n > 5 {
+		t.Errorf("%d requests refused although each waited up to %v for a slot", n, slotWait)
 	}
 	if maxInFlight.Load() < slots {
 		t.Errorf("at most %d in flight: the limit of %d was never reached", maxInFlight.Load(), slots)
