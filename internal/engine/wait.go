@@ -196,6 +196,14 @@ func (wq *Waits) enter(d *decision, out []quota.Outcome, wait time.Duration, id 
 	now := wq.clock.Now().UnixNano()
 	d.now = now
 	wq.mu.Lock()
+	if old := wq.byID[id]; id != 0 && old != nil && old.queued {
+		// The sender asks again for a waiter it queued here already (its
+		// first request failed on the way back): the answer goes to the
+		// new request, and the bucket is taken once at most.
+		old.done = done
+		wq.mu.Unlock()
+		return old, r, true
+	}
 	q := wq.buckets[string(d.key)]
 	if q != nil && q.n > 0 {
 		// Behind the queue: no decision that takes, whatever the bucket holds.
@@ -435,7 +443,8 @@ func (wq *Waits) serveHead(q *bucketQueue, f *finishes) {
 			wq.remove(w)
 			r.waited = time.Duration(now - w.enqueued)
 			wq.m.admitted.Inc()
-			*f = append(*f, func() { w.done(r) })
+			done := w.done // read under mu: a repeated request may replace it
+			*f = append(*f, func() { done(r) })
 			continue
 		}
 		rate, slot := retryFor(w.d.limits, r.outs[:w.n])
@@ -445,7 +454,8 @@ func (wq *Waits) serveHead(q *bucketQueue, f *finishes) {
 			wq.remove(w)
 			r.waited, r.refused = time.Duration(now-w.enqueued), WaitRefusedBeyond
 			wq.m.refused(WaitRefusedBeyond)
-			*f = append(*f, func() { w.done(r) })
+			done := w.done // read under mu: a repeated request may replace it
+			*f = append(*f, func() { done(r) })
 			continue
 		}
 		wq.schedule(q, now+int64(max(retry, minRetry)))
@@ -481,7 +491,8 @@ func (wq *Waits) deny(w *waiter, refused string, next bool, f *finishes) {
 		o.RetryAfter = time.Millisecond
 	}
 	o.Allowed = false
-	*f = append(*f, func() { w.done(r) })
+	done := w.done // read under mu: a repeated request may replace it
+	*f = append(*f, func() { done(r) })
 	if next && wasHead && q.head != nil {
 		wq.serveHead(q, f)
 	}

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
 )
 
@@ -464,5 +466,42 @@ func TestWaitForAConcurrencySlot(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	if o = recv(t, out); o.a.Allowed || o.a.Reason != ReasonConcurrencyLimited || o.a.Waited != 5*time.Second {
 		t.Fatalf("the waiter nobody released for: %+v %v", o.a, o.err)
+	}
+}
+
+// A sender that asks its bucket's owner again for a waiter the owner has
+// queued already (its first request failed on the way back, the waiter
+// still queued) gets the one waiter's answer: the bucket is taken once,
+// and the answer goes to the request that asked last.
+func TestWaitRepeatedForwardQueuesOnce(t *testing.T) {
+	e, clk := waitEngine(t, WaitConfig{})
+	take(t, e, clk, "ten_a", "192.0.2.1", "/wait/x") // the bucket's one token
+	limits := e.view.Load().limitsFor("ten_a", "pol_w", "anonymous", "")
+	key := []byte(BucketKey("ten_a", "pol_w", KindIP, "192.0.2.1"))
+	var first, second atomic.Int32
+	for i, done := range []func(*waitResult){
+		func(r *waitResult) { first.Add(1) },
+		func(r *waitResult) {
+			if r.allowed {
+				second.Add(1)
+			}
+		},
+	} {
+		d := decision{key: key, tenantID: "ten_a", limits: limits, cost: 1, consume: true, wait: 10 * time.Second}
+		var out [MaxLimits]quota.Outcome
+		if _, _, queued := e.waits.enter(&d, out[:1], 10*time.Second, 42, done); !queued {
+			t.Fatalf("request %d was not queued", i)
+		}
+	}
+	if e.waits.Len() != 1 {
+		t.Fatalf("%d waiters for one forwarded check asked twice", e.waits.Len())
+	}
+	clk.Advance(time.Second)
+	if first.Load() != 0 || second.Load() != 1 || e.waits.Len() != 0 {
+		t.Fatalf("answers: first request %d, second %d allowed; %d waiting", first.Load(), second.Load(), e.waits.Len())
+	}
+	// The refill admitted one check: the next token is a second away.
+	if a := take(t, e, clk, "ten_a", "192.0.2.1", "/wait/x"); a.Allowed {
+		t.Fatalf("the bucket was taken once only? %+v", a)
 	}
 }
