@@ -51,6 +51,10 @@ type lease struct {
 	// FwdLeases says the listener reads forwarded items' leases and
 	// releases (wire.go); peers that do not say so get neither.
 	FwdLeases bool `json:"fwd_leases,omitempty"`
+	// Customers says the member places a customer's buckets in the
+	// customer's partition (Config.CustomerPlacement); an older member,
+	// which hashes every key whole, does not say so.
+	Customers bool `json:"customers,omitempty"`
 }
 
 // writtenLease is a lease write of this process: the owners bucket's
