@@ -113,6 +113,15 @@ func CallerCustomer(caller string) string {
 	return ""
 }
 
+// KeyCustomer returns the customer a bucket key is placed with, "" for a
+// key in neither customer form (Partition's reading).
+func KeyCustomer(key []byte) string {
+	if _, customer, ok := customerPlacement(key); ok {
+		return string(customer)
+	}
+	return ""
+}
+
 // customerPlacement returns the tenant and customer whose partition key is
 // placed in, if it is in either customer form.
 func customerPlacement(key []byte) (tenant, customer []byte, ok bool) {
