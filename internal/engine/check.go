@@ -364,7 +364,7 @@ func (tv *tenantView) route(req *CheckRequest, key *keyView, jwtTier string, a *
 // route answered) and fills a with the answer. It returns the units the
 // check's record counts: none when the bucket's owner counted them.
 func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckRequest, key *keyView, pv *policyView, tl *tierLimits, keyID string, nowNS int64, a *Answer) (int64, error) {
-	var outs [2 * MaxLimits]quota.Outcome
+	var outs [MaxLimits]quota.Outcome
 	n := min(len(tl.limits), MaxLimits)
 	lims, names := tl.limits, tl.names
 	buf := e.keyBuf.Get().(*[]byte)

@@ -65,7 +65,7 @@ func (d *decision) customerLevel(c *cluster.Cluster, req *CheckRequest, a *Answe
 	if c != nil && !c.CustomerPlacement() {
 		return errs.Errorf(errs.Unavailable, "Policy %q counts per customer, which needs every server of the cluster on a version that keeps a customer's buckets together; some live server does not yet. Finish the upgrade, then try again.", a.Policy)
 	}
-	d.cusLimits = tl.cus[:min(len(tl.cus), MaxLimits)]
+	d.cusLimits = tl.cus[:min(len(tl.cus), MaxLimits-len(d.limits))] // a tier holds at most MaxLimits in all
 	if d.wait > 0 {
 		d.wait, d.refused = 0, WaitRefusedCustomer
 	}
@@ -79,9 +79,15 @@ func (d *decision) customerLevel(c *cluster.Cluster, req *CheckRequest, a *Answe
 // customer's.
 func (d *decision) decideLevels(c *quota.Cache, b *tenantBound, out []quota.Outcome) (bool, int) {
 	n := len(d.limits)
+	// The levels' outcomes go to an array of this path's own, copied to
+	// out after: to escape analysis a level's contents leak (the cache
+	// keeps its limits), and passing out would move every check's outcome
+	// array to the heap.
+	sc := new([MaxLimits]quota.Outcome)
+	defer copy(out, sc[:n+len(d.cusLimits)])
 	lv := [2]quota.Level{
-		{Key: d.key, Limits: d.limits, Out: out[:n]},
-		{Key: d.cusKey, Limits: d.cusLimits, Out: out[n : n+len(d.cusLimits)]},
+		{Key: d.key, Limits: d.limits, Out: sc[:n]},
+		{Key: d.cusKey, Limits: d.cusLimits, Out: sc[n : n+len(d.cusLimits)]},
 	}
 	allowed, denied, ok := c.CheckLevelsBound(lv[:], b.max, d.now, d.cost, d.consume, quota.Lease{})
 	if !ok {
@@ -145,7 +151,7 @@ func (v *view) customerOfItem(it *cluster.Item, d *decision) int {
 	if tl == nil || len(tl.cus) == 0 {
 		return cluster.StatusRetry
 	}
-	d.cusLimits = tl.cus[:min(len(tl.cus), MaxLimits)]
+	d.cusLimits = tl.cus[:min(len(tl.cus), max(MaxLimits-len(tl.limits), 0))]
 	d.cusKey = bus.AppendCustomerBucketKey(nil, it.Tenant, it.Policy, cus)
 	return cluster.StatusOK
 }

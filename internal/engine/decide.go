@@ -393,7 +393,7 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 	if len(limits) > MaxLimits {
 		return cluster.Result{Status: cluster.StatusNoLimits}
 	}
-	var outs [2 * MaxLimits]quota.Outcome
+	var outs [MaxLimits]quota.Outcome
 	n := len(limits)
 	var allowed bool
 	var report int
