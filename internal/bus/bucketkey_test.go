@@ -53,6 +53,9 @@ func TestCustomerPlacement(t *testing.T) {
 			t.Fatalf("Partition(%q) = %d, customer's %d", k, p, want)
 		}
 		_, _, caller, ok := SplitBucketKey(k)
+		if KeyCustomer([]byte(k)) != cus {
+			t.Fatalf("KeyCustomer(%q) = %q", k, KeyCustomer([]byte(k)))
+		}
 		if !ok || CallerCustomer(caller) != cus {
 			t.Fatalf("CallerCustomer of %q = %q", k, CallerCustomer(caller))
 		}
@@ -97,6 +100,9 @@ func TestPlainKeysKeepTheirPartition(t *testing.T) {
 	} {
 		if p, plain := Partition([]byte(k)), int(fnv1a(2166136261, []byte(k))%Partitions); p != plain {
 			t.Fatalf("Partition(%q) = %d, its bytes' %d", k, p, plain)
+		}
+		if c := KeyCustomer([]byte(k)); c != "" {
+			t.Fatalf("KeyCustomer(%q) = %q", k, c)
 		}
 	}
 }
