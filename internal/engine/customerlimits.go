@@ -20,6 +20,8 @@ package engine
 // next checks are built from its newer view).
 
 import (
+	"sync"
+
 	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/errs"
@@ -83,8 +85,11 @@ func (d *decision) decideLevels(c *quota.Cache, b *tenantBound, out []quota.Outc
 	// out after: to escape analysis a level's contents leak (the cache
 	// keeps its limits), and passing out would move every check's outcome
 	// array to the heap.
-	sc := new([MaxLimits]quota.Outcome)
-	defer copy(out, sc[:n+len(d.cusLimits)])
+	sc := levelOuts.Get().(*[MaxLimits]quota.Outcome)
+	defer func() {
+		copy(out, sc[:n+len(d.cusLimits)])
+		levelOuts.Put(sc)
+	}()
 	lv := [2]quota.Level{
 		{Key: d.key, Limits: d.limits, Out: sc[:n]},
 		{Key: d.cusKey, Limits: d.cusLimits, Out: sc[n : n+len(d.cusLimits)]},
@@ -104,6 +109,9 @@ func (d *decision) decideLevels(c *quota.Cache, b *tenantBound, out []quota.Outc
 	}
 	return allowed, levelReport(&lv, k, n)
 }
+
+// levelOuts holds decideLevels' outcome arrays.
+var levelOuts = sync.Pool{New: func() any { return new([MaxLimits]quota.Outcome) }}
 
 // levelReport is level k's report as an index into the outcomes of both.
 func levelReport(lv *[2]quota.Level, k, n int) int {

@@ -187,3 +187,28 @@ func TestCustomerLimitsRefuseReserveAndWait(t *testing.T) {
 		t.Fatalf("a check with a wait: %+v, %v", a, err)
 	}
 }
+
+// BenchmarkEngineCheckPerCustomer compares a check of a customer's key
+// under a tier with one per-key limit to one under a tier that adds a
+// per-customer limit (two buckets decided together).
+func BenchmarkEngineCheckPerCustomer(b *testing.B) {
+	snap, plain := customerSnapshot(b, 1, 1_000_000_000, 1_000_000_000)
+	snap.Policies = append(snap.Policies, tenants.Policy{ID: "pol_key", TenantID: "ten_a", Name: "per-key", Method: "*", Path: "/key/*",
+		Consistency: "exact", CreatedAt: t0, Tiers: map[string]tenants.Limits{"pro": {
+			{Name: "rate", Algorithm: "token_bucket", Limit: 1_000_000_000, Period: "1h"},
+		}}})
+	e := newTestEngine(b, snap)
+	for _, c := range []struct{ name, path string }{{"per key", "/key/x"}, {"per key and customer", "/cus/x"}} {
+		b.Run(c.name, func(b *testing.B) {
+			req := CheckRequest{APIKey: plain["ckey_m0"], Path: c.path}
+			now := t0
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Microsecond)
+				if a, err := e.Check(b.Context(), "ten_a", &req, now); err != nil || !a.Allowed {
+					b.Fatal(a, err)
+				}
+			}
+		})
+	}
+}
