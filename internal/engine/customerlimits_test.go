@@ -86,6 +86,24 @@ func TestCustomerLimitsShared(t *testing.T) {
 	if u := usedIn(t, e, bus.AppendCustomerBucketKey(nil, "ten_a", "pol_cus", "cus_1"), tl.cus); u[0] != 5 {
 		t.Fatalf("cus_1's bucket took %v, want 5", u)
 	}
+	// The dashboard's look-up reads the same two buckets.
+	st, err := e.PeekCaller("ten_a", Caller{Kind: KindKey, ID: "ckey_m1"}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, cp := range st.Policies {
+		if cp.Policy != "metered" {
+			continue
+		}
+		found = true
+		if cp.Allowed || len(cp.Limits) != 2 || cp.Limits[0].Remaining != 1 || cp.Limits[1].Remaining != 0 {
+			t.Fatalf("m1 looked up: %+v", cp)
+		}
+	}
+	if !found {
+		t.Fatal("the look-up has no metered policy")
+	}
 	if a := check("ckey_other"); !a.Allowed || a.Limits[1].Remaining != 4 {
 		t.Fatalf("cus_2's key: %+v", a)
 	}
