@@ -66,9 +66,20 @@ const Partitions = 64
 // customer's, CustomerPartition, any other key by all its bytes.
 func Partition(key []byte) int {
 	if bytes.IndexByte(key, '@') >= 0 || bytes.Contains(key, customerKindSep) {
-		if tenant, customer, ok := customerPlacement(key); ok {
-			return customerPartition(tenant, customer)
-		}
+		return placedPartition(key)
+	}
+	h := uint32(2166136261)
+	for _, b := range key {
+		h ^= uint32(b)
+		h *= 16777619
+	}
+	return int(h % Partitions)
+}
+
+// placedPartition is Partition of a key that may be in a customer form.
+func placedPartition(key []byte) int {
+	if tenant, customer, ok := customerPlacement(key); ok {
+		return customerPartition(tenant, customer)
 	}
 	return int(fnv1a(2166136261, key) % Partitions)
 }

@@ -374,12 +374,11 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 	if a.Customer != nil && len(tl.cus) > 0 {
 		// Counted per customer too: both buckets in the customer's
 		// partition, decided together (customerlimits.go).
-		if err := d.customerLevel(e.cluster, req, a, tl); err != nil {
+		var err error
+		if k, err = d.customerLevel(e.cluster, req, a, tl, pv.id, (*buf)[:0]); err != nil {
 			e.keyBuf.Put(buf)
 			return 0, err
 		}
-		k = bus.AppendPlacedBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.Customer.ID, a.IdentityID)
-		d.cusKey = bus.AppendCustomerBucketKey(k[len(k):], tenantID, pv.id, a.Customer.ID)
 		lims, names = tl.both, tl.bothNames
 	} else {
 		k = bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)

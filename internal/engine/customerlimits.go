@@ -51,27 +51,34 @@ func (tl *tierLimits) splitPerCustomer(specs tenants.Limits) {
 const WaitRefusedCustomer = "customer_limit"
 
 // customerLevel readies d, a check of a caller with a customer under
-// tl, for its customer's bucket: the per-customer limits, no wait. A
-// reservation is refused, and so is the check while some live server does
-// not place customers' buckets.
-func (d *decision) customerLevel(c *cluster.Cluster, req *CheckRequest, a *Answer, tl *tierLimits) error {
+// tl (policy policyID), for its customer's bucket: the per-customer
+// limits, no wait, the customer's bucket key. It appends the caller's own
+// bucket key, placed with the customer, to buf and returns it; the
+// customer's key follows it in buf's array. A reservation is refused, and
+// so is the check while some live server does not place customers'
+// buckets. It stays out of the common check's code (noinline).
+//
+//go:noinline
+func (d *decision) customerLevel(c *cluster.Cluster, req *CheckRequest, a *Answer, tl *tierLimits, policyID string, buf []byte) ([]byte, error) {
 	if req.Hold && !req.Peek {
-		return errs.Errorf(errs.Invalid, "reserve: not available under a tier with a per-customer limit (policy %q, tier %q)", a.Policy, a.Tier)
+		return nil, errs.Errorf(errs.Invalid, "reserve: not available under a tier with a per-customer limit (policy %q, tier %q)", a.Policy, a.Tier)
 	}
 	if tl.concurrency {
-		return errs.Errorf(errs.Invalid, "Policy %q, tier %q: a per-customer limit cannot share a tier with a concurrency limit.", a.Policy, a.Tier)
+		return nil, errs.Errorf(errs.Invalid, "Policy %q, tier %q: a per-customer limit cannot share a tier with a concurrency limit.", a.Policy, a.Tier)
 	}
 	if !bus.ValidCustomerID(a.Customer.ID) {
-		return errs.Errorf(errs.Internal, "The caller's customer id cannot name a bucket.")
+		return nil, errs.Errorf(errs.Internal, "The caller's customer id cannot name a bucket.")
 	}
 	if c != nil && !c.CustomerPlacement() {
-		return errs.Errorf(errs.Unavailable, "Policy %q counts per customer, which needs every server of the cluster on a version that keeps a customer's buckets together; some live server does not yet. Finish the upgrade, then try again.", a.Policy)
+		return nil, errs.Errorf(errs.Unavailable, "Policy %q counts per customer, which needs every server of the cluster on a version that keeps a customer's buckets together; some live server does not yet. Finish the upgrade, then try again.", a.Policy)
 	}
 	d.cusLimits = tl.cus[:min(len(tl.cus), MaxLimits-len(d.limits))] // a tier holds at most MaxLimits in all
 	if d.wait > 0 {
 		d.wait, d.refused = 0, WaitRefusedCustomer
 	}
-	return nil
+	k := bus.AppendPlacedBucketKey(buf, d.tenantID, policyID, a.IdentityKind, a.Customer.ID, a.IdentityID)
+	d.cusKey = bus.AppendCustomerBucketKey(k[len(k):], d.tenantID, policyID, a.Customer.ID)
+	return k, nil
 }
 
 // decideLevels decides d on its own bucket and its customer's together,
