@@ -230,3 +230,33 @@ func BenchmarkEngineCheckPerCustomer(b *testing.B) {
 		})
 	}
 }
+
+// A tenant at its bound of buckets: a customer's key whose own bucket
+// cannot be made is decided on the tenant's overflow bucket, together with
+// its customer's, which still counts every admitted check.
+func TestCustomerLimitsAtTheTenantBound(t *testing.T) {
+	snap, plain := customerSnapshot(t, 5, 3, 5)
+	e := boundedEngine(t, snap, 2) // the first key's bucket and the customer's
+	admitted := 0
+	for i := range 5 {
+		for range 2 {
+			a, err := e.Check(t.Context(), "ten_a", &CheckRequest{APIKey: plain["ckey_m"+itoa(i)], Path: "/cus/x"}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d through five keys at the bound, want the customer's 5", admitted)
+	}
+	tl := e.view.Load().tenant("ten_a").byID["pol_cus"].tiers["pro"]
+	if u := usedIn(t, e, bus.AppendCustomerBucketKey(nil, "ten_a", "pol_cus", "cus_1"), tl.cus); u[0] != 5 {
+		t.Fatalf("the customer's bucket took %v, want 5", u)
+	}
+	if n := e.cache.TenantLen("ten_a"); n > 3 {
+		t.Fatalf("the tenant holds %d buckets past its bound of 2 (and one overflow bucket)", n)
+	}
+}
