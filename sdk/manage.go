@@ -81,6 +81,10 @@ type Limit struct {
 	// fixed_window count that resets at the start of each in the tenant's
 	// time zone (a month on the key's billing anchor day).
 	Calendar string `json:"calendar,omitempty"`
+	// Per is what the limit counts per: "key" (each caller; the default
+	// when empty) or "customer" (one bucket shared by all of a customer's
+	// keys and JWT subjects).
+	Per string `json:"per,omitempty"`
 }
 
 // Limits is a tier's limits. It is written as a single object when it

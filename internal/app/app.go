@@ -193,7 +193,8 @@ func (m *Main) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Holder: holder, Replicas: cfg.NatsReplicas, Log: m.Log, Registerer: m.registry, Direct: direct}, nc, cluster.Hooks{
+		cl, err := cluster.New(cluster.Config{Node: cfg.Node, Holder: holder, Replicas: cfg.NatsReplicas, Log: m.Log, Registerer: m.registry, Direct: direct,
+			CustomerPlacement: true}, nc, cluster.Hooks{
 			Acquired:  eng.LoadPartition,
 			CanLoad:   eng.WorkerAnswers,
 			Releasing: func(ctx context.Context, _ int) error { return eng.FlushAndSync(ctx) },

@@ -4,7 +4,10 @@
 // imports no other Sluice package but the domain types it carries.
 package bus
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // Streams (JetStream). Both use work-queue retention: a message stays until
 // the worker has committed its effect to SQLite and acked it, so a worker
@@ -59,14 +62,49 @@ const WireVersion = 1
 const Partitions = 64
 
 // Partition maps a bucket key to its partition (FNV-1a, the same on every
-// process and platform).
+// process and platform): a key in a customer form (bucketkey.go) to its
+// customer's, CustomerPartition, any other key by all its bytes.
 func Partition(key []byte) int {
+	if bytes.IndexByte(key, '@') >= 0 || bytes.Contains(key, customerKindSep) {
+		return placedPartition(key)
+	}
 	h := uint32(2166136261)
 	for _, b := range key {
 		h ^= uint32(b)
 		h *= 16777619
 	}
 	return int(h % Partitions)
+}
+
+// placedPartition is Partition of a key that may be in a customer form.
+func placedPartition(key []byte) int {
+	if tenant, customer, ok := customerPlacement(key); ok {
+		return customerPartition(tenant, customer)
+	}
+	return int(fnv1a(2166136261, key) % Partitions)
+}
+
+// customerKindSep is what a customer-level bucket key holds.
+var customerKindSep = []byte("/" + KindCustomer + ":")
+
+// CustomerPartition is the partition of every bucket placed with customer
+// customerID of tenant tenantID.
+func CustomerPartition(tenantID, customerID string) int {
+	return customerPartition([]byte(tenantID), []byte(customerID))
+}
+
+func customerPartition(tenant, customer []byte) int {
+	h := fnv1a(2166136261, tenant)
+	h = fnv1a(h, customerKindSep)
+	return int(fnv1a(h, customer) % Partitions)
+}
+
+func fnv1a(h uint32, b []byte) uint32 {
+	for _, c := range b {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return h
 }
 
 // CompareBucketKeys orders bucket keys the way the worker stores and pages

@@ -104,6 +104,11 @@ type Config struct {
 	// server's own and forwards to other servers' listeners, NATS being
 	// the fallback (direct.go). Nil: every forward goes over NATS.
 	Direct *DirectConfig
+	// CustomerPlacement announces, in this server's member entry, that it
+	// places a customer's buckets in the customer's partition (bus's
+	// customer placement). CustomerPlacement() reports whether every live
+	// member announces it.
+	CustomerPlacement bool
 }
 
 // Hooks are what the engine does around ownership changes.
@@ -287,6 +292,14 @@ func (c *Cluster) initMetrics() error {
 
 // Node is this server's name.
 func (c *Cluster) Node() string { return c.cfg.Node }
+
+// CustomerPlacement reports whether this server and every live member
+// announced customer placement (Config.CustomerPlacement) when the members
+// were last counted: only then may a bucket be placed with its customer,
+// since an older member would look for it in another partition. It is
+// false before the first count, and after a count that could not read
+// every entry.
+func (c *Cluster) CustomerPlacement() bool { return c.members.placed.Load() }
 
 // Failed receives an error when this member had to leave the cluster for
 // good: another live process wrote its node name. The process should stop.

@@ -608,3 +608,30 @@ func TestCloseDuringAReleaseLeavesNoLease(t *testing.T) {
 	waitOwned(t, 5*time.Second, func() bool { return b.OwnedCount() == bus.Partitions })
 	b.Close(context.Background())
 }
+
+// Customer placement is on only while every live member announces it: an
+// older member (one that does not) turns it off for everyone until it
+// leaves, and a member that does not place customers never turns it on.
+func TestCustomerPlacementNeedsEveryMember(t *testing.T) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "cluster-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	var loads atomic.Int64
+	cfg := func(node string, placed bool) Config {
+		return Config{Node: node, LeaseTTL: time.Second, RenewInterval: 100 * time.Millisecond, Margin: 200 * time.Millisecond, CustomerPlacement: placed}
+	}
+	a := memberWith(t, ns.ClientURL(), cfg("a", true), &loads)
+	b := memberWith(t, ns.ClientURL(), cfg("b", true), &loads)
+	waitOwned(t, 10*time.Second, func() bool { return a.CustomerPlacement() && b.CustomerPlacement() })
+	old := memberWith(t, ns.ClientURL(), cfg("old", false), &loads)
+	waitOwned(t, 10*time.Second, func() bool { return !a.CustomerPlacement() && !b.CustomerPlacement() })
+	if old.CustomerPlacement() {
+		t.Fatal("a member that does not place customers reports placement on")
+	}
+	old.Close(context.Background())
+	waitOwned(t, 10*time.Second, func() bool { return a.CustomerPlacement() && b.CustomerPlacement() })
+	a.Close(context.Background())
+	b.Close(context.Background())
+}

@@ -55,6 +55,10 @@ type lease struct {
 	// without a direct listener: the worker refuses a config write that
 	// holds one while a live member does not say so (bus.MemberEntry).
 	Concurrency bool `json:"concurrency,omitempty"`
+	// Customers says the member places a customer's buckets in the
+	// customer's partition (Config.CustomerPlacement); an older member,
+	// which hashes every key whole, does not say so.
+	Customers bool `json:"customers,omitempty"`
 }
 
 // writtenLease is a lease write of this process: the owners bucket's

@@ -41,6 +41,9 @@ type membership struct {
 	// is what the other members published, by node, as of the last count.
 	self  atomic.Pointer[peerInfo]
 	peers atomic.Pointer[map[string]peerInfo]
+	// placed is whether every live member announced customer placement
+	// at the last count (false before the first).
+	placed atomic.Bool
 }
 
 func newMembership(cfg Config, log *slog.Logger, onLeave func()) membership {
@@ -122,7 +125,8 @@ func (m *membership) retryClaim(ctx context.Context, err error) error {
 }
 
 func (m *membership) memberValue(now time.Time) []byte {
-	l := lease{Node: m.cfg.Node, Expires: now.Add(m.cfg.LeaseTTL).UnixMilli(), Instance: m.cfg.Instance, Holder: m.cfg.Holder, Concurrency: true}
+	l := lease{Node: m.cfg.Node, Expires: now.Add(m.cfg.LeaseTTL).UnixMilli(), Instance: m.cfg.Instance, Holder: m.cfg.Holder,
+		Concurrency: true, Customers: m.cfg.CustomerPlacement}
 	if self := m.self.Load(); self != nil {
 		l.Fwd, l.FwdKey, l.FwdHost, l.FwdCert, l.FwdIDs, l.FwdLeases = self.Addr, self.Key, self.Host, self.Cert, self.IDs, self.Leases
 	}
@@ -215,17 +219,22 @@ func (m *membership) liveMembers(ctx context.Context, now time.Time) int {
 		})
 	}
 	wg.Wait()
-	live := 0
+	live, placed, unread := 0, 0, false
 	peers := map[string]peerInfo{}
 	for _, l := range entries {
+		unread = unread || l == nil
 		if l != nil && l.Expires > now.UnixMilli() {
 			live++
+			if l.Customers {
+				placed++
+			}
 			if l.Fwd != "" {
 				peers[l.Node] = peerInfo{Addr: l.Fwd, Key: l.FwdKey, Host: l.FwdHost, Cert: l.FwdCert, IDs: l.FwdIDs, Leases: l.FwdLeases}
 			}
 		}
 	}
 	m.peers.Store(&peers)
+	m.placed.Store(m.cfg.CustomerPlacement && !unread && live > 0 && placed == live)
 	return max(live, 1)
 }
 

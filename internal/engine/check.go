@@ -236,11 +236,12 @@ func (e *Engine) check(ctx context.Context, tenantID string, req *CheckRequest, 
 		e.record(tenantID, "", "", &a, a.IdentityID, req.Peek, nowNS, start, 0)
 		return a, nil
 	}
-	if tl == nil || len(tl.limits) == 0 {
+	if tl == nil || (len(tl.limits) == 0 && (a.Customer == nil || len(tl.cus) == 0)) {
 		// The policy lists no limit for this tier: unlimited, or denied
-		// when the policy says so (unlisted_tiers: deny).
+		// when the policy says so (unlisted_tiers: deny). A tier whose
+		// limits are all per customer has none for a caller without one.
 		a.Allowed, a.Reason = true, ReasonOK
-		if pv.denyUnlisted {
+		if pv.denyUnlisted && tl == nil {
 			a.Allowed, a.Reason, a.RetryAfter = false, ReasonRateLimited, quota.Never
 		}
 		// A tier without limits consumes from no bucket, but the caller
@@ -364,21 +365,33 @@ func (tv *tenantView) route(req *CheckRequest, key *keyView, jwtTier string, a *
 // check's record counts: none when the bucket's owner counted them.
 func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckRequest, key *keyView, pv *policyView, tl *tierLimits, keyID string, nowNS int64, a *Answer) (int64, error) {
 	var outs [MaxLimits]quota.Outcome
-	n := len(tl.limits)
-	if n > MaxLimits {
-		n = MaxLimits
-	}
+	n := min(len(tl.limits), MaxLimits)
+	lims, names := tl.limits, tl.names
 	buf := e.keyBuf.Get().(*[]byte)
-	k := bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
-	d := decision{key: k, tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
+	var k []byte
+	d := decision{tenantID: tenantID, pv: pv, tier: a.Tier, keyID: keyID,
 		limits: tl.limits[:n], now: nowNS, cost: req.Cost, consume: !req.Peek, units: true, wait: req.Wait}
+	if a.Customer != nil && len(tl.cus) > 0 {
+		// Counted per customer too: both buckets in the customer's
+		// partition, decided together (customerlimits.go).
+		var err error
+		if k, err = d.customerLevel(e.cluster, req, a, tl, pv.id, (*buf)[:0]); err != nil {
+			e.keyBuf.Put(buf)
+			return 0, err
+		}
+		lims, names = tl.both, tl.bothNames
+	} else {
+		k = bus.AppendBucketKey((*buf)[:0], tenantID, pv.id, a.IdentityKind, a.IdentityID)
+	}
+	d.key = k
 	if tl.concurrency && !req.Peek {
 		d.lease = quota.Lease{Token: newLeaseToken(), Expires: nowNS + int64(req.LeaseTTL)}
 	}
 	if pv.shadow {
 		d.wait = 0 // a shadow policy's denial is answered allowed: nothing to wait for
 	}
-	allowed, report, err := e.decide(ctx, &d, outs[:n])
+	all := n + len(d.cusLimits)
+	allowed, report, err := e.decide(ctx, &d, outs[:all])
 	if err == nil && allowed && d.lease.Token != 0 {
 		a.Lease, a.LeaseExpires = leaseID(k, a.Tier, keyID, d.lease), time.Unix(0, d.lease.Expires).UTC()
 	}
@@ -403,15 +416,15 @@ func (e *Engine) decideCheck(ctx context.Context, tenantID string, req *CheckReq
 		a.Reason = ReasonOK
 	} else {
 		a.Reason = ReasonRateLimited
-		if tl.limits[report].Algorithm == quota.Concurrency {
+		if lims[report].Algorithm == quota.Concurrency {
 			a.Reason = ReasonConcurrencyLimited
 		}
 		// With several limits denying, the caller must wait for the last.
-		a.RetryAfter = quota.CombinedRetryAfter(outs[:n])
+		a.RetryAfter = quota.CombinedRetryAfter(outs[:all])
 	}
-	a.Limits = make([]LimitStatus, n)
-	for i := 0; i < n; i++ {
-		a.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: tl.limits[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+	a.Limits = make([]LimitStatus, all)
+	for i := 0; i < all; i++ {
+		a.Limits[i] = LimitStatus{Name: names[i], Limit: outs[i].Limit, Period: lims[i].Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 	}
 	if d.counted {
 		return 0, nil // counted where the bucket took them

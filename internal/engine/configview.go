@@ -112,6 +112,13 @@ type tierLimits struct {
 	// concurrency: some limit is a concurrency limit, so an allowed check
 	// takes a lease (lease.go).
 	concurrency bool
+	// cus and cusNames are the limits counted per customer ("per":
+	// "customer"), decided on the customer's bucket together with limits
+	// on the caller's own (customerlimits.go); limits and names then hold
+	// the per-key ones alone. both and bothNames are the per-key limits
+	// followed by the per-customer ones, an answer's order.
+	cus, both           []quota.Limit
+	cusNames, bothNames []string
 }
 
 type keyView struct {
@@ -527,6 +534,9 @@ func compileLimits(policy string, specs tenants.Limits, loc *time.Location) (*ti
 		tl.limits[i] = quota.Limit{Name: s.Name, Algorithm: alg, Limit: s.Limit, Period: d, Burst: s.Burst}
 		tl.names[i] = limitName(policy, specs, i)
 	}
+	if specs.HasPerCustomer() {
+		tl.splitPerCustomer(specs)
+	}
 	return tl, nil
 }
 
@@ -582,7 +592,8 @@ func (kv *keyView) anchored(tl *tierLimits) *tierLimits {
 	if a := kv.anchoredTiers[tl]; a != nil {
 		return a
 	}
-	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true, calendars: true, concurrency: tl.concurrency}
+	a := &tierLimits{limits: slices.Clone(tl.limits), names: tl.names, months: true, calendars: true, concurrency: tl.concurrency,
+		cus: tl.cus, both: tl.both, cusNames: tl.cusNames, bothNames: tl.bothNames}
 	for i := range a.limits {
 		c := a.limits[i].Calendar
 		if c == nil || c.Unit() != quota.CalendarMonth {

@@ -84,6 +84,11 @@ type decision struct {
 	wait    time.Duration
 	waited  time.Duration
 	refused string
+	// cusKey, when set, is the customer's bucket decided with key, all or
+	// nothing, under cusLimits (customerlimits.go); out then holds the
+	// outcomes of limits followed by those of cusLimits.
+	cusKey    []byte
+	cusLimits []quota.Limit
 }
 
 // item is d as it is forwarded to its owner.
@@ -104,13 +109,8 @@ func (e *Engine) decide(ctx context.Context, d *decision, out []quota.Outcome) (
 	local := d.pv.consistency == "local" && d.lease.Token == 0
 	if c == nil || local {
 		if !e.hyd.done.Load() {
-			if err := e.hyd.touch(ctx, d.key); err != nil {
+			if err := e.hyd.touchDecision(ctx, d, e.bound); err != nil {
 				return false, 0, err
-			}
-			if of := e.bound.hydrating(d.key, d.tier, d.keyID); of != nil {
-				if err := e.hyd.touch(ctx, of); err != nil {
-					return false, 0, err
-				}
 			}
 		}
 	}
@@ -297,6 +297,9 @@ func (e *Engine) decideHere(ctx context.Context, d *decision, out []quota.Outcom
 // whether or not it is allowed (quota.Cache.CountBytes). A peek, or a
 // refund, of a caller with no bucket creates none.
 func (e *Engine) decideCache(d *decision, out []quota.Outcome) (bool, int) {
+	if d.cusKey != nil {
+		return d.decideLevels(e.cache, e.bound, out)
+	}
 	key, limits, now, cost, b := d.key, d.limits, d.now, d.cost, e.bound
 	if cost < 0 {
 		key = b.route(key, d.tier, d.keyID)
@@ -379,7 +382,15 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		return cluster.Result{Allowed: held}
 	}
 	limits := v.limitsFor(it.Tenant, it.Policy, it.Tier, it.KeyID)
-	if len(limits) == 0 || len(limits) > MaxLimits {
+	var lv decision // the customer's level, for a placed key
+	if bus.KeyCustomer([]byte(it.Key)) != "" && !it.Settle {
+		if st := v.customerOfItem(it, &lv); st != cluster.StatusOK {
+			return cluster.Result{Status: st}
+		}
+	} else if len(limits) == 0 {
+		return cluster.Result{Status: cluster.StatusNoLimits}
+	}
+	if len(limits) > MaxLimits {
 		return cluster.Result{Status: cluster.StatusNoLimits}
 	}
 	var outs [MaxLimits]quota.Outcome
@@ -403,7 +414,9 @@ func (e *Engine) serveItem(v *view, it *cluster.Item) cluster.Result {
 		allowed = true
 	} else {
 		d := decision{key: []byte(it.Key), tenantID: it.Tenant, tier: it.Tier, keyID: it.KeyID, limits: limits,
-			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count, lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp}}
+			now: it.Now, cost: it.Cost, consume: it.Consume, count: it.Count, lease: quota.Lease{Token: it.Lease, Expires: it.LeaseExp},
+			cusKey: lv.cusKey, cusLimits: lv.cusLimits}
+		n += len(lv.cusLimits)
 		var behind bool
 		if e.waits.busy() && it.Consume && it.Cost > 0 && !it.Count {
 			allowed, report, behind = e.waits.behind(&d, outs[:n])

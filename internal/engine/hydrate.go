@@ -276,6 +276,23 @@ func (e *Engine) Hydrated() bool { return e.hyd.done.Load() }
 // touch makes sure key's persisted bucket, if any, is in the cache before a
 // check decides on it, while the bulk load has not reached the key. The
 // fetch ends after firstTouchWait or when ctx ends.
+// touchDecision is touch for every bucket d decides: its own, the
+// overflow bucket it would fall to, its customer's.
+func (h *hydration) touchDecision(ctx context.Context, d *decision, b *tenantBound) error {
+	if err := h.touch(ctx, d.key); err != nil {
+		return err
+	}
+	if of := b.hydrating(d.key, d.tier, d.keyID); of != nil {
+		if err := h.touch(ctx, of); err != nil {
+			return err
+		}
+	}
+	if d.cusKey != nil {
+		return h.touch(ctx, d.cusKey)
+	}
+	return nil
+}
+
 func (h *hydration) touch(ctx context.Context, key []byte) error {
 	if up := h.upTo.Load(); up != nil && up.covers(key) {
 		return nil

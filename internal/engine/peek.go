@@ -12,6 +12,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bus"
 	"github.com/sluicehq/sluice/internal/errs"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tenants"
@@ -72,12 +73,21 @@ func (e *Engine) PeekCaller(tenantID string, who Caller, now time.Time) (CallerS
 	}
 	nowNS := now.UnixNano()
 	var outs [MaxLimits]quota.Outcome
+	var cusID string // the key's customer, whose bucket per-customer limits read
+	if key != nil && key.customerID != "" {
+		if _, known := tv.customers.get(key.customerID); known {
+			cusID = key.customerID
+		}
+	}
 	for _, pv := range tv.policies {
 		cp, tl, keyID := pv.callerBucket(key, st.Tier)
-		if tl == nil || len(tl.limits) == 0 {
+		switch {
+		case tl == nil:
 			cp.Unlisted, cp.DenyUnlisted, cp.Allowed = true, pv.denyUnlisted, !pv.denyUnlisted
-		} else {
-			e.peekBucket(tenantID, &st, pv, tl, keyID, nowNS, &cp, outs[:])
+		case len(tl.limits) == 0 && (cusID == "" || len(tl.cus) == 0):
+			cp.Allowed = true // every limit is per customer, and the caller has none
+		default:
+			e.peekBucket(tenantID, &st, pv, tl, keyID, cusID, nowNS, &cp, outs[:])
 		}
 		st.Policies = append(st.Policies, cp)
 	}
@@ -151,18 +161,29 @@ func (pv *policyView) callerBucket(key *keyView, tier string) (cp CallerPolicy, 
 
 // peekBucket reads the caller st's bucket of pv under the limits tl into
 // cp, taking nothing; outs is scratch space of MaxLimits outcomes.
-func (e *Engine) peekBucket(tenantID string, st *CallerState, pv *policyView, tl *tierLimits, keyID string, nowNS int64, cp *CallerPolicy, outs []quota.Outcome) {
+func (e *Engine) peekBucket(tenantID string, st *CallerState, pv *policyView, tl *tierLimits, keyID, cusID string, nowNS int64, cp *CallerPolicy, outs []quota.Outcome) {
 	n := min(len(tl.limits), MaxLimits)
-	limits := tl.limits[:n]
-	k := []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID))
+	lims, names := tl.limits, tl.names
+	d := decision{key: []byte(BucketKey(tenantID, pv.id, st.Kind, st.ID)), tenantID: tenantID, pv: pv, tier: cp.Tier, keyID: keyID, limits: tl.limits[:n], now: nowNS}
+	if cusID != "" && len(tl.cus) > 0 {
+		// Read as a check reads them: the key's bucket placed with its
+		// customer, and the customer's (customerlimits.go).
+		if e.cluster != nil && !e.cluster.CustomerPlacement() {
+			cp.Err = "a live server does not keep a customer's buckets together yet"
+			return
+		}
+		d.key = bus.AppendPlacedBucketKey(nil, tenantID, pv.id, st.Kind, cusID, st.ID)
+		d.cusKey = bus.AppendCustomerBucketKey(nil, tenantID, pv.id, cusID)
+		d.cusLimits = tl.cus[:min(len(tl.cus), MaxLimits-n)]
+		lims, names = tl.both, tl.bothNames
+	}
+	n += len(d.cusLimits)
 	// The buckets as they are: a cost no limit can hold is denied by
 	// every limit, and a denial reports each bucket's level and its
 	// time to full without the cost taken off.
-	var over int64
-	for _, l := range limits {
-		over = max(over, l.Capacity()+1)
+	for _, l := range lims[:n] {
+		d.cost = max(d.cost, l.Capacity()+1)
 	}
-	d := decision{key: k, tenantID: tenantID, pv: pv, tier: cp.Tier, keyID: keyID, limits: limits, now: nowNS, cost: over}
 	_, _, err := e.decide(context.Background(), &d, outs[:n])
 	if err == nil {
 		// A check of cost 1 passes exactly when every limit has a whole
@@ -189,8 +210,8 @@ func (e *Engine) peekBucket(tenantID string, st *CallerState, pv *policyView, tl
 	}
 	cp.Limits = make([]LimitStatus, n)
 	for i := range n {
-		l := &tl.limits[i]
-		cp.Limits[i] = LimitStatus{Name: tl.names[i], Limit: outs[i].Limit, Period: l.Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
+		l := &lims[i]
+		cp.Limits[i] = LimitStatus{Name: names[i], Limit: outs[i].Limit, Period: l.Period, Remaining: outs[i].Remaining, Reset: outs[i].Reset}
 		if end := l.PeriodEnd(nowNS); end != 0 {
 			cp.Limits[i].PeriodEnd = time.Duration(end - nowNS)
 		}

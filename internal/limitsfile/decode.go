@@ -341,7 +341,7 @@ func (d *decoder) policies(n *yaml.Node) {
 	})
 }
 
-var limitKeys = []string{"name", "algorithm", "limit", "period", "burst", "calendar"}
+var limitKeys = []string{"name", "algorithm", "limit", "period", "burst", "calendar", "per"}
 
 // limits reads a tier's (or an override's) limits: one mapping, or a list
 // of mappings.
@@ -385,6 +385,8 @@ func (d *decoder) limit(n *yaml.Node, field string) tenants.LimitSpec {
 			l.Period = v.Value
 		case "calendar":
 			l.Calendar, _ = d.str(v, f)
+		case "per":
+			l.Per, _ = d.str(v, f)
 		case "limit":
 			l.Limit, _ = d.integer(v, f)
 		case "burst":

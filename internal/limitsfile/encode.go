@@ -164,6 +164,9 @@ func limitNode(l tenants.LimitSpec) *yaml.Node {
 	if l.Burst != 0 {
 		add(n, "burst", intNode(l.Burst))
 	}
+	if l.Per != "" {
+		add(n, "per", strNode(l.Per))
+	}
 	return n
 }
 

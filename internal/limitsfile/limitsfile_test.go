@@ -119,7 +119,7 @@ policies:
 limits: []
 `, []string{
 			"limits.yaml:4: policies[0].name: given twice (also on line 3)",
-			"limits.yaml:7: policies[0].tiers.pro.window: unknown field (known: name, algorithm, limit, period, burst, calendar)",
+			"limits.yaml:7: policies[0].tiers.pro.window: unknown field (known: name, algorithm, limit, period, burst, calendar, per)",
 			"limits.yaml:8: limits: unknown field (known: version, policies, keys, blocks)",
 		}},
 		{"blocks", `version: 1

@@ -262,6 +262,7 @@ func (p Policy) descriptorProblems() []error {
 			ls[0].Limit = 1
 		}
 		out = append(out, limitsProblems("tiers."+TierDefault, ls)...)
+		out = append(out, perKeyOnly("tiers."+TierDefault, ls, "for a descriptor policy: a descriptor's caller has no customer")...)
 		if ls.HasConcurrency() {
 			out = append(out, invalid("tiers."+TierDefault+".algorithm", "must not be concurrency for a descriptor policy: Envoy's rate limit service has no call that gives a slot back"))
 		}

@@ -27,6 +27,29 @@ type LimitSpec struct {
 	// start of each day, week (Monday), month or year in the tenant's
 	// time zone, or, for a month, on the key's billing anchor day.
 	Calendar string `json:"calendar,omitempty"`
+	// Per says what the limit counts per: PerKey (also when empty), one
+	// bucket for each caller, or PerCustomer, one bucket shared by all of a
+	// customer's callers.
+	Per string `json:"per,omitempty"`
+}
+
+// What a limit counts per (LimitSpec.Per).
+const (
+	PerKey      = "key"
+	PerCustomer = "customer"
+)
+
+// PerCustomer reports whether the limit counts per customer.
+func (l LimitSpec) PerCustomer() bool { return l.Per == PerCustomer }
+
+// HasPerCustomer reports whether ls holds a limit counted per customer.
+func (ls Limits) HasPerCustomer() bool {
+	for _, l := range ls {
+		if l.PerCustomer() {
+			return true
+		}
+	}
+	return false
 }
 
 // PeriodDuration parses Period.

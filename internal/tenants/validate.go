@@ -149,6 +149,12 @@ func (l LimitSpec) problems(prefix string) []error {
 	case l.Limit > MaxLimit:
 		out = append(out, invalid(prefix+"limit", "must be at most %d", int64(MaxLimit)))
 	}
+	switch {
+	case l.Per != "" && l.Per != PerKey && l.Per != PerCustomer:
+		out = append(out, invalid(prefix+"per", "must be key or customer"))
+	case l.PerCustomer() && l.Algorithm == Concurrency:
+		out = append(out, invalid(prefix+"per", "must be key for a concurrency limit: a slot is held per caller"))
+	}
 	if l.Algorithm == Concurrency {
 		return append(out, l.concurrencyProblems(prefix)...)
 	}
@@ -373,6 +379,34 @@ func (p Policy) Problems() []error {
 			continue
 		}
 		out = append(out, limitsProblems("tiers."+name, p.Tiers[name])...)
+		switch {
+		case p.Consistency == ConsistencyLocal:
+			out = append(out, perKeyOnly("tiers."+name, p.Tiers[name], "for a local policy: a customer's limit is decided by one owner")...)
+		case name == TierAnonymous:
+			out = append(out, perKeyOnly("tiers."+name, p.Tiers[name], "for the anonymous tier: a caller known by its IP has no customer")...)
+		case p.Tiers[name].HasConcurrency():
+			out = append(out, perKeyOnly("tiers."+name, p.Tiers[name], "in a tier with a concurrency limit: its slots are held per caller")...)
+		}
+	}
+	return out
+}
+
+// TierAnonymous is the tier of callers known by their IP.
+const TierAnonymous = "anonymous"
+
+// perKeyOnly lists a problem for each limit of ls (the limits at field)
+// counted per customer where only per-key limits may be, why saying so.
+func perKeyOnly(field string, ls Limits, why string) []error {
+	var out []error
+	for i, l := range ls {
+		if !l.PerCustomer() {
+			continue
+		}
+		f := fmt.Sprintf("%s[%d].per", field, i)
+		if len(ls) == 1 && l.Name == "" {
+			f = field + ".per"
+		}
+		out = append(out, invalid(f, "must be key %s", why))
 	}
 	return out
 }
@@ -501,6 +535,9 @@ func ValidateOverrides(overrides map[string]Limits) error {
 			return invalid("overrides", "%q is not a policy name", name)
 		}
 		if err := ValidateLimits("overrides."+name, overrides[name]); err != nil {
+			return err
+		}
+		if err := first(perKeyOnly("overrides."+name, overrides[name], "in an override: it replaces one caller's tier")); err != nil {
 			return err
 		}
 	}

@@ -110,6 +110,24 @@ func TestPolicyValidate(t *testing.T) {
 		{"period of 366d", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Period = "366d" }, ""},
 		{"negative burst", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Burst = -1 }, "tiers.anonymous.burst: must not be negative"},
 		{"burst on a window", func(p *tenants.Policy) { p.Tiers["pro"][0].Burst = 5 }, "tiers.pro[0].burst: only token_bucket takes a burst"},
+		{"per key", func(p *tenants.Policy) { p.Tiers["pro"][0].Per = tenants.PerKey }, ""},
+		{"per key and per customer", func(p *tenants.Policy) { p.Tiers["pro"][1].Per = tenants.PerCustomer }, ""},
+		{"per customer alone", func(p *tenants.Policy) {
+			p.Tiers["pro"] = tenants.Limits{{Algorithm: tenants.FixedWindow, Limit: 100000, Calendar: "month", Per: tenants.PerCustomer}}
+		}, ""},
+		{"per what", func(p *tenants.Policy) { p.Tiers["pro"][1].Per = "team" }, "tiers.pro[1].per: must be key or customer"},
+		{"per customer in a local policy", func(p *tenants.Policy) {
+			p.Consistency = tenants.ConsistencyLocal
+			p.Tiers["pro"][1].Per = tenants.PerCustomer
+		}, "tiers.pro[1].per: must be key for a local policy: a customer's limit is decided by one owner"},
+		{"per customer for the anonymous", func(p *tenants.Policy) { p.Tiers["anonymous"][0].Per = tenants.PerCustomer },
+			"tiers.anonymous.per: must be key for the anonymous tier: a caller known by its IP has no customer"},
+		{"per customer concurrency", func(p *tenants.Policy) {
+			p.Tiers["pro"] = tenants.Limits{{Algorithm: tenants.Concurrency, Limit: 10, Per: tenants.PerCustomer}}
+		}, "tiers.pro.per: must be key for a concurrency limit: a slot is held per caller"},
+		{"per customer beside concurrency", func(p *tenants.Policy) {
+			p.Tiers["pro"] = tenants.Limits{{Name: "rate", Algorithm: tenants.TokenBucket, Limit: 10, Period: "1s", Per: tenants.PerCustomer}, {Name: "slots", Algorithm: tenants.Concurrency, Limit: 5}}
+		}, "tiers.pro[0].per: must be key in a tier with a concurrency limit: its slots are held per caller"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,4 +343,13 @@ func TestConcurrencyField(t *testing.T) {
 			t.Errorf("%s: overrides field %q, want %q", c.name, got, want)
 		}
 	}
+}
+
+// A descriptor policy and an override take no per-customer limit.
+func TestPerCustomerRefused(t *testing.T) {
+	p := descriptorPolicy(tenants.DescriptorEntry{Key: "k", Value: "v"})
+	p.Tiers[tenants.TierDefault][0].Per = tenants.PerCustomer
+	wantInvalid(t, p.Validate(), "tiers.default.per: must be key for a descriptor policy: a descriptor's caller has no customer")
+	o := map[string]tenants.Limits{"heavy": {{Algorithm: tenants.TokenBucket, Limit: 5, Period: "1s", Per: tenants.PerCustomer}}}
+	wantInvalid(t, tenants.ValidateOverrides(o), "overrides.heavy.per: must be key in an override: it replaces one caller's tier")
 }

@@ -107,6 +107,9 @@ func mapGroupPath(rest string, groups map[string]limitGroup) (string, bool) {
 // limitFromRow converts a limit row, reporting number errors under prefix.
 func limitFromRow(r views.LimitRow, prefix string, fe fieldErrors) tenants.LimitSpec {
 	l := tenants.LimitSpec{Name: strings.TrimSpace(r.Name), Algorithm: r.Algorithm, Period: strings.TrimSpace(r.Period)}
+	if r.Per != tenants.PerKey { // "key" is the default, stored as none
+		l.Per = r.Per
+	}
 	// The period input takes a calendar too: "month" resets on the 1st.
 	if c := strings.ToLower(l.Period); slices.Contains(calendarWords, c) {
 		l.Calendar, l.Period = c, ""
@@ -147,11 +150,12 @@ func readLimitRow(form url.Values, prefix string) views.LimitRow {
 		Limit:     form.Get(prefix + ".limit"),
 		Period:    form.Get(prefix + ".period"),
 		Burst:     form.Get(prefix + ".burst"),
+		Per:       form.Get(prefix + ".per"),
 	}
 }
 
 func limitRowOf(l tenants.LimitSpec) views.LimitRow {
-	r := views.LimitRow{Name: l.Name, Algorithm: l.Algorithm, Limit: strconv.FormatInt(l.Limit, 10), Period: l.Period}
+	r := views.LimitRow{Name: l.Name, Algorithm: l.Algorithm, Limit: strconv.FormatInt(l.Limit, 10), Period: l.Period, Per: l.Per}
 	if l.Calendar != "" {
 		r.Period = l.Calendar
 	}

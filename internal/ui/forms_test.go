@@ -214,3 +214,30 @@ func TestPolicyFormConcurrency(t *testing.T) {
 		t.Fatalf("a concurrency limit with a period: %v", fe)
 	}
 }
+
+// A limit's per travels through the form both ways: "key" (the select's
+// default) is stored as none, "customer" as itself, and a per-customer
+// limit refused by the domain finds its select.
+func TestPolicyFormPer(t *testing.T) {
+	f := views.PolicyForm{Name: "plans", Path: "/api/*", Tiers: []views.TierRow{
+		{Name: "pro", Limits: []views.LimitRow{
+			{Name: "rate", Algorithm: "token_bucket", Limit: "20", Period: "1s", Per: "key"},
+			{Name: "month", Algorithm: "fixed_window", Limit: "100000", Period: "month", Per: "customer"},
+		}},
+	}}
+	p, _, fe := policyOfForm(f)
+	if len(fe) > 0 || len(p.Problems()) != 0 {
+		t.Fatalf("errors: %v %v", fe, p.Problems())
+	}
+	if ls := p.Tiers["pro"]; ls[0].Per != "" || ls[1].Per != "customer" {
+		t.Fatalf("limits %+v", ls)
+	}
+	if back := formOfPolicy(p); back.Tiers[0].Limits[1].Per != "customer" || back.Tiers[0].Limits[0].Per != "" {
+		t.Fatalf("form of policy: %+v", back.Tiers[0].Limits)
+	}
+	f.Tiers[0].Name = "anonymous"
+	p, groups, fe := policyOfForm(f)
+	if policyProblems(p, groups, fe); fe["tier.0.limit.1.per"] == "" {
+		t.Fatalf("a per-customer limit for the anonymous: %v", fe)
+	}
+}

@@ -94,6 +94,9 @@ func describeLimits(ls tenants.Limits) string {
 		if l.Algorithm != tenants.TokenBucket {
 			s += ", " + strings.ReplaceAll(l.Algorithm, "_", " ")
 		}
+		if l.PerCustomer() {
+			s += ", per customer"
+		}
 		if l.Name != "" {
 			s = l.Name + ": " + s
 		}

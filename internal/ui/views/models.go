@@ -331,6 +331,7 @@ type TierRow struct {
 // value is shown back as typed.
 type LimitRow struct {
 	Name, Algorithm, Limit, Period, Burst string
+	Per                                   string // "" or "key": each caller; "customer": shared by a customer's callers
 }
 
 // KeyRow is one consumer key.

@@ -1355,6 +1355,10 @@ func limitRow(errs map[string]string, algorithms []string, prefix string, l Limi
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
+		templ_7745c5c3_Err = Select(SelectField{Name: prefix + ".per", Label: "Counts per", Options: perOptions(l.Per), Error: errOf(errs, prefix+".per")}).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
 		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, "<div class=\"field field-button\"><button type=\"submit\" name=\"do\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
@@ -1362,7 +1366,7 @@ func limitRow(errs map[string]string, algorithms []string, prefix string, l Limi
 		var templ_7745c5c3_Var65 string
 		templ_7745c5c3_Var65, templ_7745c5c3_Err = templ.JoinStringErrs(removeValue)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 285, Col: 54}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 286, Col: 54}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var65))
 		if templ_7745c5c3_Err != nil {
@@ -1426,6 +1430,15 @@ func algorithmOptions(algorithms []string, selected string) []Choice {
 		out = append(out, Choice{Value: a, Label: l, Current: a == selected})
 	}
 	return out
+}
+
+// perOptions are what a limit may count per: each caller, or each
+// customer (one bucket shared by all the customer's keys).
+func perOptions(selected string) []Choice {
+	return []Choice{
+		{Value: "key", Label: "Each caller", Current: selected != "customer"},
+		{Value: "customer", Label: "Each customer (shared by its keys)", Current: selected == "customer"},
+	}
 }
 
 // formProblems summarises a form's errors at its top, linking each to its
@@ -1495,7 +1508,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 				var templ_7745c5c3_Var68 string
 				templ_7745c5c3_Var68, templ_7745c5c3_Err = templ.JoinStringErrs(formError)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 355, Col: 18}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 365, Col: 18}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var68))
 				if templ_7745c5c3_Err != nil {
@@ -1519,7 +1532,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var69 templ.SafeURL
 					templ_7745c5c3_Var69, templ_7745c5c3_Err = templ.JoinURLErrs(templ.URL("#" + fieldID(k)))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 47}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 370, Col: 47}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var69))
 					if templ_7745c5c3_Err != nil {
@@ -1532,7 +1545,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var70 string
 					templ_7745c5c3_Var70, templ_7745c5c3_Err = templ.JoinStringErrs(problemLabel(label, k))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 74}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 370, Col: 74}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var70))
 					if templ_7745c5c3_Err != nil {
@@ -1545,7 +1558,7 @@ func labeledProblems(errs map[string]string, formError string, label func(string
 					var templ_7745c5c3_Var71 string
 					templ_7745c5c3_Var71, templ_7745c5c3_Err = templ.JoinStringErrs(errs[k])
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 360, Col: 87}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `internal/ui/views/policies.templ`, Line: 370, Col: 87}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var71))
 					if templ_7745c5c3_Err != nil {
